@@ -1,0 +1,206 @@
+/*
+ * presto wire protocol, version 1. This header is the protocol's only
+ * definition; daemon and client both build from it.
+ *
+ * Transport: a Unix stream socket. Every message is one frame:
+ *
+ *   offset size field
+ *   0      4    magic      0x54535250 ("PRST" little-endian on the wire)
+ *   4      2    version    PROTO_VERSION
+ *   6      2    type       enum proto_type
+ *   8      4    flags      reserved, 0
+ *   12     4    req_id     chosen by the client, echoed by every reply
+ *   16     4    body_len   bytes following the header
+ *
+ * All integers are little-endian. The receiver checks magic, version and
+ * body_len (against its own maximum) from the header alone, before it
+ * allocates anything for the body. A frame with a bad magic or an oversized
+ * body ends the connection after an ERROR reply; a frame with an unknown
+ * version gets an ERROR reply (PROTO_E_VERSION) and the connection stays.
+ *
+ * Bodies are sequences of fields: u8/u16/u32/u64 (little-endian), i64, and
+ * str (u32 length + bytes, no terminator). Message bodies:
+ *
+ *   ERROR          (d->c)  u32 code (enum proto_err), str message
+ *   STATS          (c->d)  empty
+ *   STATS_REPLY    (d->c)  str json
+ *   DATASETS       (c->d)  empty
+ *   DATASETS_REPLY (d->c)  str json
+ *   OPEN           (c->d)  str dataset, u32 batch_size, u64 seed, u64 epoch,
+ *                          u32 rank, u32 world, u32 flags (PROTO_OPEN_*),
+ *                          u32 prefetch (0 = daemon default)
+ *   OPENED         (d->c)  u32 stream_id, u64 samples (this rank),
+ *                          u64 batches, u32 h, u32 w, u32 c, u32 dtype
+ *   BATCH          (d->c)  u32 stream_id, u64 index, u32 n, u32 h, u32 w,
+ *                          u32 c, u32 dtype, n x i64 labels, then the
+ *                          sample bytes (n*h*w*c*dtype_size, NHWC) to the
+ *                          end of the body
+ *   END            (d->c)  u32 stream_id, u64 batches, u64 samples,
+ *                          u64 skipped: the epoch is complete
+ *   CLOSE          (c->d)  u32 stream_id: stop a stream early
+ *   CLOSED         (d->c)  u32 stream_id
+ *
+ * After OPEN/OPENED the daemon pushes BATCH frames in epoch order, at most
+ * `prefetch` batches ahead of what the socket has taken, then END. A stream
+ * that fails mid-epoch gets an ERROR frame whose req_id is the OPEN's.
+ */
+#ifndef PRESTO_PROTO_H
+#define PRESTO_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_MAGIC 0x54535250u
+#define PROTO_VERSION 1
+#define PROTO_HEADER_SIZE 20
+/* Largest request body a daemon accepts (requests are small). */
+#define PROTO_MAX_REQUEST 65536u
+/* Default largest reply body a client accepts (a batch). */
+#define PROTO_MAX_REPLY (1u << 30)
+#define PROTO_MAX_STR 4096u
+
+enum proto_type {
+    PROTO_ERROR = 1,
+    PROTO_STATS = 2,
+    PROTO_STATS_REPLY = 3,
+    PROTO_DATASETS = 4,
+    PROTO_DATASETS_REPLY = 5,
+    PROTO_OPEN = 6,
+    PROTO_OPENED = 7,
+    PROTO_BATCH = 8,
+    PROTO_END = 9,
+    PROTO_CLOSE = 10,
+    PROTO_CLOSED = 11,
+    PROTO_TYPE_MAX
+};
+
+/* Error codes carried by ERROR frames; the client API returns them negated. */
+enum proto_err {
+    PROTO_OK = 0,
+    PROTO_E_PROTO = 1,    /* malformed frame or body */
+    PROTO_E_VERSION = 2,  /* unsupported protocol version */
+    PROTO_E_TOOBIG = 3,   /* body larger than the receiver's maximum */
+    PROTO_E_NODATASET = 4,/* unknown dataset name */
+    PROTO_E_INVAL = 5,    /* bad argument (batch size, rank, ...) */
+    PROTO_E_LIMIT = 6,    /* a configured limit was reached */
+    PROTO_E_SAMPLE = 7,   /* a bad sample under on_error: fail */
+    PROTO_E_SHUTDOWN = 8, /* daemon is stopping */
+    PROTO_E_IO = 9,       /* connection or I/O failure */
+    PROTO_E_NOMEM = 10,
+    PROTO_E_INTERNAL = 11,
+    PROTO_E_MAX
+};
+
+enum proto_dtype { PROTO_DTYPE_U8 = 1, PROTO_DTYPE_F32 = 2 };
+
+#define PROTO_OPEN_SHUFFLE 0x1u
+#define PROTO_OPEN_DROP_LAST 0x2u
+
+struct proto_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    uint32_t flags;
+    uint32_t req_id;
+    uint32_t body_len;
+};
+
+/* Header codec. proto_header_decode returns 0, or -PROTO_E_PROTO (magic),
+ * -PROTO_E_VERSION, -PROTO_E_TOOBIG (body_len > max_body). The decoded
+ * header is filled in all cases but a bad magic. */
+void proto_header_encode(uint8_t out[PROTO_HEADER_SIZE], uint16_t type,
+                         uint32_t req_id, uint32_t body_len);
+int proto_header_decode(const uint8_t in[PROTO_HEADER_SIZE], uint32_t max_body,
+                        struct proto_header *h);
+
+/* The rendezvous both ends agree on: $PRESTO_SOCKET, else
+ * $XDG_RUNTIME_DIR/presto/prestod.sock, else /tmp/presto-$UID/prestod.sock.
+ * Writes into buf; returns 0 or -ENAMETOOLONG. */
+int proto_default_socket(char *buf, size_t len);
+
+const char *proto_type_name(uint16_t type);
+const char *proto_strerror(int code); /* accepts code or -code */
+size_t proto_dtype_size(uint32_t dtype);
+
+/* Body writer: a growable buffer. On allocation failure `failed` is set and
+ * further writes are ignored; check it once at the end. */
+struct proto_wbuf {
+    uint8_t *data;
+    size_t len, cap;
+    int failed;
+};
+void proto_wbuf_init(struct proto_wbuf *w);
+void proto_wbuf_free(struct proto_wbuf *w);
+void proto_put_u8(struct proto_wbuf *w, uint8_t v);
+void proto_put_u16(struct proto_wbuf *w, uint16_t v);
+void proto_put_u32(struct proto_wbuf *w, uint32_t v);
+void proto_put_u64(struct proto_wbuf *w, uint64_t v);
+void proto_put_i64(struct proto_wbuf *w, int64_t v);
+void proto_put_str(struct proto_wbuf *w, const char *s, size_t len);
+void proto_put_bytes(struct proto_wbuf *w, const void *p, size_t len);
+/* A whole frame: reserves the header, which proto_frame_finish fills in. */
+void proto_frame_begin(struct proto_wbuf *w, uint16_t type, uint32_t req_id);
+void proto_frame_finish(struct proto_wbuf *w);
+
+/* Body reader over a received body. Every get returns 0 or -PROTO_E_PROTO
+ * when the body is too short; after one failure all later gets fail. */
+struct proto_rbuf {
+    const uint8_t *p;
+    size_t len, off;
+    int failed;
+};
+void proto_rbuf_init(struct proto_rbuf *r, const void *p, size_t len);
+int proto_get_u8(struct proto_rbuf *r, uint8_t *v);
+int proto_get_u16(struct proto_rbuf *r, uint16_t *v);
+int proto_get_u32(struct proto_rbuf *r, uint32_t *v);
+int proto_get_u64(struct proto_rbuf *r, uint64_t *v);
+int proto_get_i64(struct proto_rbuf *r, int64_t *v);
+/* Points into the body (not NUL-terminated); len limited to PROTO_MAX_STR
+ * unless max is larger. */
+int proto_get_str(struct proto_rbuf *r, const char **s, uint32_t *len, uint32_t max);
+int proto_get_bytes(struct proto_rbuf *r, const void **p, size_t len);
+size_t proto_remaining(const struct proto_rbuf *r);
+
+/* Message bodies shared by both ends. */
+struct proto_open {
+    char dataset[256];
+    uint32_t batch_size;
+    uint64_t seed, epoch;
+    uint32_t rank, world, flags, prefetch;
+};
+struct proto_opened {
+    uint32_t stream_id;
+    uint64_t samples, batches;
+    uint32_t h, w, c, dtype;
+};
+struct proto_batch_hdr {
+    uint32_t stream_id;
+    uint64_t index;
+    uint32_t n, h, w, c, dtype;
+};
+struct proto_end {
+    uint32_t stream_id;
+    uint64_t batches, samples, skipped;
+};
+
+void proto_put_open(struct proto_wbuf *w, const struct proto_open *m);
+int proto_get_open(struct proto_rbuf *r, struct proto_open *m);
+void proto_put_opened(struct proto_wbuf *w, const struct proto_opened *m);
+int proto_get_opened(struct proto_rbuf *r, struct proto_opened *m);
+/* Only the fixed part; labels and data follow. */
+void proto_put_batch_hdr(struct proto_wbuf *w, const struct proto_batch_hdr *m);
+int proto_get_batch_hdr(struct proto_rbuf *r, struct proto_batch_hdr *m);
+/* A whole BATCH frame's prefix (header, fixed part, labels) written in
+ * place in front of data_len bytes of samples that follow it in memory, so
+ * a batch goes out without being copied. */
+size_t proto_batch_prefix_size(uint32_t n);
+void proto_batch_prefix_encode(uint8_t *out, uint32_t req_id,
+                               const struct proto_batch_hdr *m,
+                               const int64_t *labels, size_t data_len);
+void proto_put_end(struct proto_wbuf *w, const struct proto_end *m);
+int proto_get_end(struct proto_rbuf *r, struct proto_end *m);
+void proto_put_error(struct proto_wbuf *w, uint32_t code, const char *msg);
+/* msg is copied (truncated) into buf. */
+int proto_get_error(struct proto_rbuf *r, uint32_t *code, char *buf, size_t bufsz);
+
+#endif

@@ -1,0 +1,597 @@
+/*
+ * Configuration loader: libyaml's document API gives every node its line,
+ * so errors can name FILE:LINE and the key. Scalar keys are table-driven
+ * (cfg_keys below), as redis does it; datasets are parsed by hand.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "log.h"
+#include "proto.h"
+
+enum cfg_type { CFG_STR, CFG_U32, CFG_U64, CFG_SIZE, CFG_MODE, CFG_LOGLEVEL };
+
+struct cfg_key {
+    const char *section; /* NULL: top level */
+    const char *name;
+    enum cfg_type type;
+    size_t off;
+    uint64_t min, max, def;
+};
+
+#define KEY(sec, name, type, field, min, max, def) \
+    {sec, name, type, offsetof(struct config, field), min, max, def}
+
+static const struct cfg_key cfg_keys[] = {
+    KEY(NULL, "socket", CFG_STR, socket_path, 0, 0, 0),
+    KEY(NULL, "socket_mode", CFG_MODE, socket_mode, 0, 07777, 0660),
+    KEY(NULL, "workers", CFG_U32, workers, 0, 1024, 0),
+    KEY(NULL, "log_level", CFG_LOGLEVEL, log_level, 0, 0, LOG_LEVEL_INFO),
+    KEY(NULL, "prefetch", CFG_U32, prefetch, 1, 256, 4),
+    KEY("cache", "memory", CFG_SIZE, cache_memory, 0, UINT64_MAX, 0),
+    KEY("cache", "dir", CFG_STR, cache_dir, 0, 0, 0),
+    KEY("limits", "connections", CFG_U32, max_connections, 1, 65536, 256),
+    KEY("limits", "streams_per_connection", CFG_U32, max_streams_per_conn, 1, 1024, 16),
+    KEY("limits", "batch_size", CFG_U32, max_batch_size, 1, 1u << 20, 4096),
+    KEY("limits", "file_size", CFG_SIZE, max_file_size, 1, 1ull << 36, 64ull << 20),
+    KEY("limits", "pixels", CFG_U64, max_pixels, 1, 1ull << 40, 100000000),
+};
+#define CFG_NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))
+
+/* Parsing state: the document, the file's name and the error buffer. */
+struct cfg_parse {
+    yaml_document_t *doc;
+    const char *file;
+    char *err;
+    size_t errlen;
+};
+
+__attribute__((format(printf, 4, 5)))
+static int cfg_error(struct cfg_parse *ps, const yaml_node_t *node, const char *key,
+                     const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    size_t line = node ? node->start_mark.line + 1 : 0;
+    if (key)
+        snprintf(ps->err, ps->errlen, "%s:%zu: key '%s': %s", ps->file, line, key, msg);
+    else
+        snprintf(ps->err, ps->errlen, "%s:%zu: %s", ps->file, line, msg);
+    return -EINVAL;
+}
+
+static const char *scalar(const yaml_node_t *n)
+{
+    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+static const char *node_kind(const yaml_node_t *n)
+{
+    switch (n->type) {
+    case YAML_MAPPING_NODE: return "a mapping";
+    case YAML_SEQUENCE_NODE: return "a list";
+    default: return "a scalar";
+    }
+}
+
+/* ---- sizes and numbers ---- */
+
+static uint64_t total_ram(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+}
+
+int config_parse_size(const char *s, uint64_t *out)
+{
+    static const struct { const char *suffix; uint64_t mul; } units[] = {
+        {"", 1},           {"b", 1},
+        {"k", 1ull << 10}, {"kb", 1ull << 10}, {"kib", 1ull << 10},
+        {"m", 1ull << 20}, {"mb", 1ull << 20}, {"mib", 1ull << 20},
+        {"g", 1ull << 30}, {"gb", 1ull << 30}, {"gib", 1ull << 30},
+        {"t", 1ull << 40}, {"tb", 1ull << 40}, {"tib", 1ull << 40},
+    };
+    char *end;
+    if (!s || !isdigit((unsigned char)*s))
+        return -EINVAL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s)
+        return -EINVAL;
+    while (*end == ' ')
+        end++;
+    if (strcmp(end, "%") == 0) {
+        if (v > 100)
+            return -EINVAL;
+        *out = (uint64_t)((double)total_ram() * v / 100.0);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcasecmp(end, units[i].suffix) == 0) {
+            double b = v * (double)units[i].mul;
+            if (b >= 18446744073709551616.0)
+                return -EINVAL;
+            *out = (uint64_t)b;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+static int parse_uint(const char *s, int base, uint64_t *out)
+{
+    char *end;
+    if (!s || !isdigit((unsigned char)*s))
+        return -EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, base);
+    if (errno || *end)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+/* ---- scalar keys ---- */
+
+static const struct cfg_key *cfg_find_key(const char *section, const char *name)
+{
+    for (size_t i = 0; i < CFG_NKEYS; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        if (((!k->section && !section) ||
+             (k->section && section && strcmp(k->section, section) == 0)) &&
+            strcmp(k->name, name) == 0)
+            return k;
+    }
+    return NULL;
+}
+
+static int cfg_set_key(struct cfg_parse *ps, struct config *c, const struct cfg_key *k,
+                       const char *keyname, const yaml_node_t *val)
+{
+    const char *s = scalar(val);
+    void *field = (char *)c + k->off;
+    uint64_t v = 0;
+    int lvl;
+
+    if (!s)
+        return cfg_error(ps, val, keyname, "expected a scalar, found %s", node_kind(val));
+    switch (k->type) {
+    case CFG_STR: {
+        if (!*s)
+            return cfg_error(ps, val, keyname, "must not be empty");
+        char *dup = strdup(s);
+        if (!dup)
+            return -ENOMEM;
+        free(*(char **)field);
+        *(char **)field = dup;
+        return 0;
+    }
+    case CFG_LOGLEVEL:
+        lvl = log_level_parse(s);
+        if (lvl < 0)
+            return cfg_error(ps, val, keyname,
+                             "'%s' is not one of error, warn, info, debug", s);
+        *(int *)field = lvl;
+        return 0;
+    case CFG_MODE:
+        if (parse_uint(s, 8, &v) < 0)
+            return cfg_error(ps, val, keyname, "'%s' is not an octal mode", s);
+        break;
+    case CFG_SIZE:
+        if (config_parse_size(s, &v) < 0)
+            return cfg_error(ps, val, keyname,
+                             "'%s' is not a size (e.g. 512MiB, 2GiB, 25%%)", s);
+        break;
+    case CFG_U32:
+    case CFG_U64:
+        if (parse_uint(s, 10, &v) < 0)
+            return cfg_error(ps, val, keyname, "'%s' is not a non-negative integer", s);
+        break;
+    }
+    if (v < k->min || v > k->max)
+        return cfg_error(ps, val, keyname, "%s is out of range [%llu, %llu]", s,
+                         (unsigned long long)k->min, (unsigned long long)k->max);
+    if (k->type == CFG_U32 || k->type == CFG_MODE)
+        *(uint32_t *)field = (uint32_t)v;
+    else
+        *(uint64_t *)field = v;
+    return 0;
+}
+
+/* Iterates a mapping, refusing duplicate and non-scalar keys. */
+typedef int (*cfg_pair_fn)(struct cfg_parse *ps, void *arg, const char *key,
+                           const yaml_node_t *knode, const yaml_node_t *val);
+
+static int cfg_each_pair(struct cfg_parse *ps, const yaml_node_t *map, const char *where,
+                         cfg_pair_fn fn, void *arg)
+{
+    if (map->type != YAML_MAPPING_NODE)
+        return cfg_error(ps, map, where, "expected a mapping, found %s", node_kind(map));
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start;
+         p < map->data.mapping.pairs.top; p++) {
+        const yaml_node_t *k = yaml_document_get_node(ps->doc, p->key);
+        const yaml_node_t *v = yaml_document_get_node(ps->doc, p->value);
+        const char *name = scalar(k);
+        if (!name)
+            return cfg_error(ps, k, where, "keys must be scalars");
+        for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++)
+            if (strcmp(scalar(yaml_document_get_node(ps->doc, q->key)), name) == 0)
+                return cfg_error(ps, k, name, "duplicate key");
+        int rc = fn(ps, arg, name, k, v);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+struct section_arg {
+    struct config *c;
+    const char *section;
+};
+
+static int cfg_section_pair(struct cfg_parse *ps, void *arg, const char *key,
+                            const yaml_node_t *knode, const yaml_node_t *val)
+{
+    struct section_arg *sa = arg;
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", sa->section, key);
+    const struct cfg_key *k = cfg_find_key(sa->section, key);
+    if (!k)
+        return cfg_error(ps, knode, full, "unknown key");
+    return cfg_set_key(ps, sa->c, k, full, val);
+}
+
+/* ---- datasets ---- */
+
+static void default_pipeline(struct config_dataset *d)
+{
+    char err[64];
+    step_init(&d->steps[0], "decode", NULL, err, sizeof(err));
+    step_init(&d->steps[1], "resize", "256", err, sizeof(err));
+    step_init(&d->steps[2], "center_crop", "224", err, sizeof(err));
+    step_init(&d->steps[3], "random_flip", "0.5", err, sizeof(err));
+    d->nsteps = 4;
+    d->split = 3;
+}
+
+static int cfg_steps(struct cfg_parse *ps, struct config_dataset *d, const yaml_node_t *seq)
+{
+    char err[256];
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return cfg_error(ps, seq, "steps", "expected a list, found %s", node_kind(seq));
+    d->nsteps = 0;
+    for (yaml_node_item_t *it = seq->data.sequence.items.start;
+         it < seq->data.sequence.items.top; it++) {
+        const yaml_node_t *n = yaml_document_get_node(ps->doc, *it);
+        const char *name = scalar(n), *arg = NULL;
+        if (d->nsteps == CONFIG_MAX_STEPS)
+            return cfg_error(ps, n, "steps", "more than %d steps", CONFIG_MAX_STEPS);
+        if (!name) {
+            if (n->type != YAML_MAPPING_NODE ||
+                n->data.mapping.pairs.top - n->data.mapping.pairs.start != 1)
+                return cfg_error(ps, n, "steps",
+                                 "a step is NAME or a one-key mapping NAME: ARG");
+            const yaml_node_pair_t *p = n->data.mapping.pairs.start;
+            name = scalar(yaml_document_get_node(ps->doc, p->key));
+            const yaml_node_t *v = yaml_document_get_node(ps->doc, p->value);
+            arg = scalar(v);
+            if (!name || !arg)
+                return cfg_error(ps, n, "steps", "a step's name and argument are scalars");
+        }
+        if (step_init(&d->steps[d->nsteps], name, arg, err, sizeof(err)) < 0)
+            return cfg_error(ps, n, "steps", "%s", err);
+        d->nsteps++;
+    }
+    if (d->nsteps == 0)
+        return cfg_error(ps, seq, "steps", "the pipeline is empty");
+    if (d->steps[0].kind != STEP_DECODE)
+        return cfg_error(ps, seq, "steps", "the first step must be decode");
+    return 0;
+}
+
+struct dataset_arg {
+    struct config_dataset *d;
+    const yaml_node_t *split; /* resolved after steps are known */
+};
+
+static int cfg_dataset_pair(struct cfg_parse *ps, void *arg, const char *key,
+                            const yaml_node_t *knode, const yaml_node_t *val)
+{
+    struct dataset_arg *da = arg;
+    struct config_dataset *d = da->d;
+    const char *s = scalar(val);
+
+    if (strcmp(key, "steps") == 0)
+        return cfg_steps(ps, d, val);
+    if (strcmp(key, "split") == 0) {
+        if (!s)
+            return cfg_error(ps, val, key, "expected a step name or a count");
+        da->split = val;
+        return 0;
+    }
+    if (strcmp(key, "name") != 0 && strcmp(key, "root") != 0 &&
+        strcmp(key, "on_error") != 0)
+        return cfg_error(ps, knode, key,
+                         "unknown dataset key (name, root, steps, split, on_error)");
+    if (!s || !*s)
+        return cfg_error(ps, val, key, "expected a non-empty scalar");
+    if (strcmp(key, "name") == 0) {
+        if (strlen(s) >= sizeof(d->name))
+            return cfg_error(ps, val, key, "longer than %d characters", CONFIG_NAME_MAX - 1);
+        for (const char *q = s; *q; q++)
+            if (!isalnum((unsigned char)*q) && !strchr("-_.", *q))
+                return cfg_error(ps, val, key, "'%s': use letters, digits, '-', '_', '.'", s);
+        snprintf(d->name, sizeof(d->name), "%s", s);
+    } else if (strcmp(key, "root") == 0) {
+        free(d->root);
+        if (!(d->root = strdup(s)))
+            return -ENOMEM;
+    } else if (strcmp(s, "skip") == 0) {
+        d->on_error = CONFIG_ON_ERROR_SKIP;
+    } else if (strcmp(s, "fail") == 0) {
+        d->on_error = CONFIG_ON_ERROR_FAIL;
+    } else {
+        return cfg_error(ps, val, key, "'%s' is not skip or fail", s);
+    }
+    return 0;
+}
+
+/* Split: a count of offline steps, or the name of the last offline step.
+ * Absent: every step before the first random one runs offline. */
+static int cfg_split(struct cfg_parse *ps, struct config_dataset *d, const yaml_node_t *n)
+{
+    uint32_t split = d->nsteps;
+    if (!n) {
+        for (uint32_t i = 0; i < d->nsteps; i++)
+            if (step_is_random(&d->steps[i])) {
+                split = i;
+                break;
+            }
+        d->split = split;
+        return 0;
+    }
+    const char *s = scalar(n);
+    uint64_t v;
+    if (parse_uint(s, 10, &v) == 0) {
+        if (v > d->nsteps)
+            return cfg_error(ps, n, "split", "%s is more than the %u steps", s, d->nsteps);
+        split = (uint32_t)v;
+    } else {
+        split = UINT32_MAX;
+        for (uint32_t i = 0; i < d->nsteps; i++)
+            if (strcmp(step_name(d->steps[i].kind), s) == 0)
+                split = i + 1;
+        if (split == UINT32_MAX)
+            return cfg_error(ps, n, "split", "'%s' is not a step of this dataset", s);
+    }
+    for (uint32_t i = 0; i < split; i++)
+        if (step_is_random(&d->steps[i]))
+            return cfg_error(ps, n, "split",
+                             "puts the random step %s offline; split before it",
+                             step_name(d->steps[i].kind));
+    d->split = split;
+    return 0;
+}
+
+static int cfg_datasets(struct cfg_parse *ps, struct config *c, const yaml_node_t *seq)
+{
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return cfg_error(ps, seq, "datasets", "expected a list, found %s", node_kind(seq));
+    for (yaml_node_item_t *it = seq->data.sequence.items.start;
+         it < seq->data.sequence.items.top; it++) {
+        const yaml_node_t *n = yaml_document_get_node(ps->doc, *it);
+        struct config_dataset *arr =
+            realloc(c->datasets, (c->ndatasets + 1) * sizeof(*arr));
+        if (!arr)
+            return -ENOMEM;
+        c->datasets = arr;
+        struct config_dataset *d = &arr[c->ndatasets++];
+        memset(d, 0, sizeof(*d));
+        default_pipeline(d);
+        d->line = (int)n->start_mark.line + 1;
+
+        struct dataset_arg da = {d, NULL};
+        int rc = cfg_each_pair(ps, n, "datasets", cfg_dataset_pair, &da);
+        if (rc < 0)
+            return rc;
+        if (!d->name[0])
+            return cfg_error(ps, n, "datasets.name", "a dataset needs a name");
+        if (!d->root)
+            return cfg_error(ps, n, "datasets.root", "dataset '%s' needs a root", d->name);
+        if ((rc = cfg_split(ps, d, da.split)) < 0)
+            return rc;
+        for (uint32_t i = 0; i + 1 < c->ndatasets; i++)
+            if (strcmp(c->datasets[i].name, d->name) == 0)
+                return cfg_error(ps, n, "datasets.name", "'%s' is declared twice (line %d)",
+                                 d->name, c->datasets[i].line);
+    }
+    return 0;
+}
+
+static int cfg_top_pair(struct cfg_parse *ps, void *arg, const char *key,
+                        const yaml_node_t *knode, const yaml_node_t *val)
+{
+    struct config *c = arg;
+    if (strcmp(key, "cache") == 0 || strcmp(key, "limits") == 0) {
+        struct section_arg sa = {c, key};
+        return cfg_each_pair(ps, val, key, cfg_section_pair, &sa);
+    }
+    if (strcmp(key, "datasets") == 0)
+        return cfg_datasets(ps, c, val);
+    const struct cfg_key *k = cfg_find_key(NULL, key);
+    if (!k)
+        return cfg_error(ps, knode, key, "unknown key");
+    return cfg_set_key(ps, c, k, key, val);
+}
+
+/* ---- public ---- */
+
+int config_defaults(struct config *c)
+{
+    char path[4096];
+    memset(c, 0, sizeof(*c));
+    for (size_t i = 0; i < CFG_NKEYS; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        void *field = (char *)c + k->off;
+        if (k->type == CFG_U32 || k->type == CFG_MODE)
+            *(uint32_t *)field = (uint32_t)k->def;
+        else if (k->type == CFG_U64 || k->type == CFG_SIZE)
+            *(uint64_t *)field = k->def;
+        else if (k->type == CFG_LOGLEVEL)
+            *(int *)field = (int)k->def;
+    }
+    c->cache_memory = total_ram() / 4;
+    if (c->cache_memory == 0)
+        c->cache_memory = 1ull << 30;
+
+    if (proto_default_socket(path, sizeof(path)) < 0)
+        return -ENAMETOOLONG;
+    if (!(c->socket_path = strdup(path)))
+        return -ENOMEM;
+
+    const char *sd = getenv("CACHE_DIRECTORY"), *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (sd && *sd)
+        snprintf(path, sizeof(path), "%s", sd);
+    else if (xdg && *xdg)
+        snprintf(path, sizeof(path), "%s/presto", xdg);
+    else if (home && *home)
+        snprintf(path, sizeof(path), "%s/.cache/presto", home);
+    else
+        snprintf(path, sizeof(path), "/tmp/presto-%u/cache", (unsigned)getuid());
+    if (!(c->cache_dir = strdup(path)))
+        return -ENOMEM;
+    return 0;
+}
+
+int config_load_string(struct config *c, const char *yaml, size_t len,
+                       const char *name, char *err, size_t errlen)
+{
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    struct cfg_parse ps = {&doc, name, err, errlen};
+    int rc = 0;
+
+    if (!yaml_parser_initialize(&parser))
+        return -ENOMEM;
+    yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        snprintf(err, errlen, "%s:%zu: YAML syntax: %s%s%s", name,
+                 parser.problem_mark.line + 1, parser.problem ? parser.problem : "error",
+                 parser.context ? " " : "", parser.context ? parser.context : "");
+        yaml_parser_delete(&parser);
+        return -EINVAL;
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root && !(root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0))
+        rc = cfg_each_pair(&ps, root, "(top level)", cfg_top_pair, c);
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    if (rc == 0)
+        log_set_level((enum log_level)c->log_level);
+    return rc;
+}
+
+int config_load(struct config *c, const char *path, char *err, size_t errlen)
+{
+    int rc = config_defaults(c);
+    if (rc < 0 || !path)
+        return rc;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -errno;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (cap - len < 4096) {
+            if (cap >= (16u << 20)) {
+                snprintf(err, errlen, "%s: larger than 16 MiB", path);
+                rc = -EFBIG;
+                break;
+            }
+            char *nb = realloc(buf, cap = cap ? cap * 2 : 8192);
+            if (!nb) {
+                rc = -ENOMEM;
+                break;
+            }
+            buf = nb;
+        }
+        size_t n = fread(buf + len, 1, cap - len, f);
+        len += n;
+        if (n == 0)
+            break;
+    }
+    if (rc == 0 && ferror(f)) {
+        snprintf(err, errlen, "%s: read error", path);
+        rc = -EIO;
+    }
+    fclose(f);
+    if (rc == 0) {
+        if (!(c->path = strdup(path)))
+            rc = -ENOMEM;
+        else
+            rc = config_load_string(c, buf, len, path, err, errlen);
+    }
+    free(buf);
+    return rc;
+}
+
+int config_add_dataset_arg(struct config *c, const char *arg, char *err, size_t errlen)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg || !eq[1] || (size_t)(eq - arg) >= CONFIG_NAME_MAX) {
+        snprintf(err, errlen, "--dataset '%s': expected NAME=DIR", arg);
+        return -EINVAL;
+    }
+    char name[CONFIG_NAME_MAX];
+    snprintf(name, sizeof(name), "%.*s", (int)(eq - arg), arg);
+    if (config_find_dataset(c, name)) {
+        snprintf(err, errlen, "--dataset '%s': dataset '%s' already exists", arg, name);
+        return -EINVAL;
+    }
+    struct config_dataset *arr = realloc(c->datasets, (c->ndatasets + 1) * sizeof(*arr));
+    if (!arr)
+        return -ENOMEM;
+    c->datasets = arr;
+    struct config_dataset *d = &arr[c->ndatasets];
+    memset(d, 0, sizeof(*d));
+    memcpy(d->name, name, sizeof(d->name));
+    if (!(d->root = strdup(eq + 1)))
+        return -ENOMEM;
+    default_pipeline(d);
+    c->ndatasets++;
+    return 0;
+}
+
+const struct config_dataset *config_find_dataset(const struct config *c, const char *name)
+{
+    for (uint32_t i = 0; i < c->ndatasets; i++)
+        if (strcmp(c->datasets[i].name, name) == 0)
+            return &c->datasets[i];
+    return NULL;
+}
+
+void config_free(struct config *c)
+{
+    for (uint32_t i = 0; i < c->ndatasets; i++)
+        free(c->datasets[i].root);
+    free(c->datasets);
+    free(c->path);
+    free(c->socket_path);
+    free(c->cache_dir);
+    memset(c, 0, sizeof(*c));
+}

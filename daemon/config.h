@@ -1,0 +1,79 @@
+/*
+ * Configuration: one YAML file read with libyaml, every key with a default
+ * so prestod runs with no file at all. Keys are table-driven (name, type,
+ * min, max, default: see config.c); every error names file:line and the key.
+ *
+ *   socket: PATH            socket_mode: 0660       workers: 0 (= cores)
+ *   log_level: info         prefetch: 4
+ *   cache: { memory: 2GiB | 25%, dir: PATH }
+ *   limits: { connections: 256, streams_per_connection: 16,
+ *             batch_size: 4096, file_size: 64MiB, pixels: 100000000 }
+ *   datasets:
+ *     - name: NAME
+ *       root: DIR                     # ImageFolder: DIR/CLASS/IMAGE.jpg
+ *       steps: [decode, {resize: 256}, {center_crop: 224}, {random_flip: 0.5}]
+ *       split: center_crop            # last offline step, or a count
+ *       on_error: skip | fail
+ */
+#ifndef PRESTO_CONFIG_H
+#define PRESTO_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "step.h"
+
+#define CONFIG_MAX_STEPS 16
+#define CONFIG_NAME_MAX 64
+
+enum config_on_error { CONFIG_ON_ERROR_SKIP = 0, CONFIG_ON_ERROR_FAIL = 1 };
+
+struct config_dataset {
+    char name[CONFIG_NAME_MAX];
+    char *root;
+    struct step steps[CONFIG_MAX_STEPS];
+    uint32_t nsteps;
+    uint32_t split; /* steps[0..split) run offline, the rest online */
+    enum config_on_error on_error;
+    int line;       /* where it was declared (0: command line) */
+};
+
+struct config {
+    char *path;            /* the file read, or NULL */
+    char *socket_path;
+    uint32_t socket_mode;
+    uint32_t workers;      /* 0: one per core */
+    int log_level;
+    uint32_t prefetch;     /* default batches ahead per stream */
+    uint64_t cache_memory; /* bytes */
+    char *cache_dir;
+    uint32_t max_connections;
+    uint32_t max_streams_per_conn;
+    uint32_t max_batch_size;
+    uint64_t max_file_size;
+    uint64_t max_pixels;
+    struct config_dataset *datasets;
+    uint32_t ndatasets;
+};
+
+/* Fills every key with its default (socket and cache dir from the
+ * environment, cache.memory 25% of RAM). Returns 0 or -ENOMEM. */
+int config_defaults(struct config *c);
+/* Defaults, then the file at path on top. On error returns -EINVAL with
+ * "FILE:LINE: key 'K': what" in err. */
+int config_load(struct config *c, const char *path, char *err, size_t errlen);
+/* Same, from a string; name stands in for the file name in messages. */
+int config_load_string(struct config *c, const char *yaml, size_t len,
+                       const char *name, char *err, size_t errlen);
+/* Adds "NAME=DIR" with the default pipeline (decode, resize 256,
+ * center_crop 224 offline; random_flip 0.5 online). */
+int config_add_dataset_arg(struct config *c, const char *arg, char *err,
+                           size_t errlen);
+const struct config_dataset *config_find_dataset(const struct config *c,
+                                                 const char *name);
+void config_free(struct config *c);
+
+/* "123", "64KiB", "2GiB", "1.5G", "25%" (of total RAM). Returns 0 or -EINVAL. */
+int config_parse_size(const char *s, uint64_t *out);
+
+#endif

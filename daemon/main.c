@@ -1,0 +1,264 @@
+/*
+ * prestod: start-up, signals and shutdown. Wires the modules together:
+ * config -> datasets -> cache -> worker pool -> server, one event loop.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "config.h"
+#include "dataset.h"
+#include "log.h"
+#include "notify.h"
+#include "server.h"
+#include "stats.h"
+#include "workers.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: prestod [options]\n"
+            "Serves preprocessed dataset batches to trainers over a Unix socket.\n\n"
+            "  -c, --config FILE        YAML configuration (default: none, built-in defaults)\n"
+            "  -s, --socket PATH        listen here (default: %s)\n"
+            "  -d, --dataset NAME=DIR   serve the ImageFolder DIR as NAME with the default\n"
+            "                           pipeline (decode, resize 256, center_crop 224 offline;\n"
+            "                           random_flip 0.5 online); repeatable\n"
+            "  -w, --workers N          worker threads (default: one per core)\n"
+            "  -m, --cache-memory SIZE  memory cache budget, e.g. 4GiB or 25%%\n"
+            "      --cache-dir DIR      cache directory\n"
+            "  -l, --log-level LEVEL    error, warn, info or debug\n"
+            "      --check-config       check the configuration and exit\n"
+            "  -h, --help               this help\n"
+            "  -V, --version            print the version\n",
+            "$XDG_RUNTIME_DIR/presto/prestod.sock");
+}
+
+struct main_opts {
+    const char *config, *socket, *cache_dir, *cache_memory, *log_level;
+    const char **datasets;
+    int ndatasets;
+    long workers;
+    int check_only;
+};
+
+static int parse_args(int argc, char **argv, struct main_opts *o)
+{
+    enum { OPT_CACHE_DIR = 256, OPT_CHECK };
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"socket", required_argument, NULL, 's'},
+        {"dataset", required_argument, NULL, 'd'},
+        {"workers", required_argument, NULL, 'w'},
+        {"cache-memory", required_argument, NULL, 'm'},
+        {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
+        {"log-level", required_argument, NULL, 'l'},
+        {"check-config", no_argument, NULL, OPT_CHECK},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    int ch;
+    char *end;
+    memset(o, 0, sizeof(*o));
+    o->workers = -1;
+    o->datasets = calloc((size_t)argc, sizeof(*o->datasets));
+    if (!o->datasets)
+        return 1;
+    while ((ch = getopt_long(argc, argv, "c:s:d:w:m:l:hV", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'c': o->config = optarg; break;
+        case 's': o->socket = optarg; break;
+        case 'd': o->datasets[o->ndatasets++] = optarg; break;
+        case 'm': o->cache_memory = optarg; break;
+        case 'l': o->log_level = optarg; break;
+        case OPT_CACHE_DIR: o->cache_dir = optarg; break;
+        case OPT_CHECK: o->check_only = 1; break;
+        case 'w':
+            errno = 0;
+            o->workers = strtol(optarg, &end, 10);
+            if (errno || *end || o->workers < 0 || o->workers > 1024) {
+                fprintf(stderr, "prestod: --workers '%s': expected 0..1024\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h': usage(stdout); exit(0);
+        case 'V': printf("prestod %s\n", PRESTO_VERSION); exit(0);
+        default:
+            fprintf(stderr, "prestod: try 'prestod --help'\n");
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "prestod: unexpected argument '%s'; try 'prestod --help'\n",
+                argv[optind]);
+        return 2;
+    }
+    return 0;
+}
+
+/* Command-line options override the file. */
+static int apply_args(struct config *c, const struct main_opts *o, char *err, size_t errlen)
+{
+    int lvl;
+    if (o->socket) {
+        free(c->socket_path);
+        if (!(c->socket_path = strdup(o->socket)))
+            return -ENOMEM;
+    }
+    if (o->cache_dir) {
+        free(c->cache_dir);
+        if (!(c->cache_dir = strdup(o->cache_dir)))
+            return -ENOMEM;
+    }
+    if (o->cache_memory && config_parse_size(o->cache_memory, &c->cache_memory) < 0) {
+        snprintf(err, errlen, "--cache-memory '%s': not a size", o->cache_memory);
+        return -EINVAL;
+    }
+    if (o->log_level) {
+        if ((lvl = log_level_parse(o->log_level)) < 0) {
+            snprintf(err, errlen, "--log-level '%s': not error, warn, info or debug",
+                     o->log_level);
+            return -EINVAL;
+        }
+        c->log_level = lvl;
+    }
+    if (o->workers >= 0)
+        c->workers = (uint32_t)o->workers;
+    for (int i = 0; i < o->ndatasets; i++) {
+        int rc = config_add_dataset_arg(c, o->datasets[i], err, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    log_set_level((enum log_level)c->log_level);
+    return 0;
+}
+
+static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    log_info("signal %d: stopping", (int)sig);
+    notify_send("STOPPING=1");
+    event_base_loopbreak(arg);
+}
+
+static void on_hup(evutil_socket_t sig, short what, void *arg)
+{
+    (void)sig;
+    (void)what;
+    (void)arg;
+    log_warn("SIGHUP: live reload is not supported yet; restart prestod to apply changes");
+}
+
+int main(int argc, char **argv)
+{
+    struct main_opts o;
+    struct config cfg;
+    struct dataset *datasets = NULL;
+    uint32_t *counts = NULL;
+    struct cache *cache = NULL;
+    struct event_base *base = NULL;
+    struct stats_thread *stats = NULL;
+    struct workers *workers = NULL;
+    struct server *srv = NULL;
+    struct event *sigs[4] = {NULL};
+    uint32_t opened = 0;
+    char err[1024] = "";
+    int rc, status = 1;
+
+    if ((rc = parse_args(argc, argv, &o)) != 0) {
+        free(o.datasets);
+        return rc;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (config_load(&cfg, o.config, err, sizeof(err)) < 0 ||
+        apply_args(&cfg, &o, err, sizeof(err)) < 0) {
+        fprintf(stderr, "prestod: %s\n", err[0] ? err : "out of memory");
+        goto out;
+    }
+    if (o.check_only) {
+        printf("%s: ok, %u datasets\n", o.config ? o.config : "(defaults)", cfg.ndatasets);
+        status = 0;
+        goto out;
+    }
+    notify_send("STATUS=indexing datasets");
+    datasets = calloc(cfg.ndatasets ? cfg.ndatasets : 1, sizeof(*datasets));
+    counts = calloc(cfg.ndatasets ? cfg.ndatasets : 1, sizeof(*counts));
+    if (!datasets || !counts)
+        goto oom;
+    for (; opened < cfg.ndatasets; opened++) {
+        if (dataset_open(&datasets[opened], opened, &cfg.datasets[opened], err,
+                         sizeof(err)) < 0) {
+            log_error("%s", err);
+            goto out;
+        }
+        counts[opened] = datasets[opened].nsamples;
+    }
+    if (cfg.ndatasets == 0)
+        log_warn("no datasets configured: use -d NAME=DIR or a config file");
+    if (cache_create(&cache, cfg.cache_memory, counts, cfg.ndatasets) < 0)
+        goto oom;
+
+    unsigned nworkers = cfg.workers;
+    if (nworkers == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        nworkers = n > 0 ? (unsigned)n : 1;
+    }
+    if (!(base = event_base_new()))
+        goto oom;
+    if (!(stats = calloc(nworkers + 1, sizeof(*stats))))
+        goto oom;
+    if ((rc = workers_create(&workers, base, nworkers, stats, cfg.max_pixels)) < 0) {
+        log_error("cannot start %u worker threads: %s", nworkers, strerror(-rc));
+        goto out;
+    }
+    struct server_deps deps = {base, &cfg, datasets, cfg.ndatasets, cache, workers,
+                               stats, nworkers + 1};
+    if (server_create(&srv, &deps, notify_listen_fd(), err, sizeof(err)) < 0) {
+        log_error("%s", err);
+        goto out;
+    }
+    int signums[4] = {SIGTERM, SIGINT, SIGHUP, 0};
+    for (int i = 0; signums[i]; i++) {
+        sigs[i] = evsignal_new(base, signums[i], signums[i] == SIGHUP ? on_hup : on_stop_signal,
+                               base);
+        if (!sigs[i] || event_add(sigs[i], NULL) < 0)
+            goto oom;
+    }
+    log_info("prestod %s listening on %s: %u datasets, %u workers, cache %llu MiB",
+             PRESTO_VERSION, cfg.socket_path, cfg.ndatasets, nworkers,
+             (unsigned long long)(cfg.cache_memory >> 20));
+    notify_send("READY=1\nSTATUS=serving");
+    event_base_dispatch(base);
+    status = 0;
+    goto out;
+oom:
+    log_error("out of memory during start-up");
+out:
+    if (srv)
+        server_stop(srv);
+    workers_destroy(workers);
+    for (int i = 0; i < 4; i++)
+        if (sigs[i])
+            event_free(sigs[i]);
+    if (base)
+        event_base_free(base);
+    server_destroy(srv);
+    cache_destroy(cache);
+    for (uint32_t i = 0; i < opened; i++)
+        dataset_close(&datasets[i]);
+    free(datasets);
+    free(counts);
+    free(stats);
+    config_free(&cfg);
+    free(o.datasets);
+    if (status == 0 && !o.check_only)
+        log_info("stopped");
+    return status;
+}

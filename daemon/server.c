@@ -1,0 +1,554 @@
+/* Listener, connections and request dispatch: see server.h. */
+#include "server.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "json.h"
+#include "log.h"
+#include "proto.h"
+#include "stream.h"
+
+struct conn {
+    struct server *srv;
+    struct bufferevent *bev;
+    struct conn *prev, *next;
+    struct stream **streams; /* max_streams_per_conn slots */
+    uint32_t nstreams;
+    int closing; /* close once the output is flushed */
+};
+
+struct server {
+    struct server_deps d;
+    struct evconnlistener *listener;
+    char *path;     /* socket we bound and unlink at exit; NULL if adopted */
+    struct conn *conns;
+    uint64_t nconns;
+    uint64_t nstreams;
+    uint32_t next_stream_id;
+    struct stream_env env;
+    struct timespec started;
+};
+
+static struct stats_thread *loop_stats(struct server *s)
+{
+    return &s->d.stats[s->d.nstats - 1];
+}
+
+/* ---- connections ---- */
+
+static void conn_free(struct conn *c)
+{
+    struct server *s = c->srv;
+    for (uint32_t i = 0; i < c->nstreams; i++)
+        stream_close(c->streams[i]);
+    bufferevent_free(c->bev);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->nconns--;
+    free(c->streams);
+    free(c);
+}
+
+static void conn_on_write(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+    if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+        conn_free(c);
+}
+
+/* Replies with an error and closes the connection once it is sent. */
+static void conn_fail(struct conn *c, uint32_t req_id, int code, const char *msg)
+{
+    stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
+    log_info("connection closed: %s", msg);
+    frame_send_error(c->bev, req_id, code, msg);
+    c->closing = 1;
+    bufferevent_disable(c->bev, EV_READ);
+    for (uint32_t i = 0; i < c->nstreams; i++)
+        stream_close(c->streams[i]);
+    c->nstreams = 0;
+}
+
+static void conn_stream_finished(struct stream *st, void *owner)
+{
+    struct conn *c = owner;
+    for (uint32_t i = 0; i < c->nstreams; i++) {
+        if (c->streams[i] == st) {
+            c->streams[i] = c->streams[--c->nstreams];
+            break;
+        }
+    }
+    stream_close(st);
+}
+
+static void reply_json(struct conn *c, uint16_t type, uint32_t req_id, char *json)
+{
+    struct proto_wbuf w;
+    if (!json) {
+        frame_send_error(c->bev, req_id, PROTO_E_NOMEM, "out of memory");
+        return;
+    }
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, type, req_id);
+    proto_put_str(&w, json, strlen(json));
+    if (frame_send(c->bev, &w) < 0)
+        log_error("cannot queue a reply: out of memory");
+    proto_wbuf_free(&w);
+    free(json);
+}
+
+static char *server_datasets_json(struct server *s);
+
+static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
+{
+    struct server *s = c->srv;
+    const struct config *cfg = s->d.cfg;
+    struct proto_open req;
+    struct dataset *ds = NULL;
+    char err[512];
+
+    if (proto_get_open(r, &req) < 0) {
+        conn_fail(c, req_id, PROTO_E_PROTO, "malformed OPEN");
+        return;
+    }
+    for (uint32_t i = 0; i < s->d.ndatasets; i++)
+        if (strcmp(s->d.datasets[i].cfg->name, req.dataset) == 0)
+            ds = &s->d.datasets[i];
+    if (!ds) {
+        snprintf(err, sizeof(err), "no dataset named '%s'", req.dataset);
+        frame_send_error(c->bev, req_id, PROTO_E_NODATASET, err);
+        return;
+    }
+    if (req.batch_size == 0 || req.batch_size > cfg->max_batch_size) {
+        snprintf(err, sizeof(err), "batch_size %u is outside [1, %u]", req.batch_size,
+                 cfg->max_batch_size);
+        frame_send_error(c->bev, req_id, PROTO_E_INVAL, err);
+        return;
+    }
+    if (req.world == 0 || req.rank >= req.world) {
+        snprintf(err, sizeof(err), "rank %u is not below world %u", req.rank, req.world);
+        frame_send_error(c->bev, req_id, PROTO_E_INVAL, err);
+        return;
+    }
+    if (req.prefetch > 256) {
+        snprintf(err, sizeof(err), "prefetch %u is over 256", req.prefetch);
+        frame_send_error(c->bev, req_id, PROTO_E_INVAL, err);
+        return;
+    }
+    if (c->nstreams >= cfg->max_streams_per_conn) {
+        snprintf(err, sizeof(err), "limit of %u streams per connection reached",
+                 cfg->max_streams_per_conn);
+        frame_send_error(c->bev, req_id, PROTO_E_LIMIT, err);
+        return;
+    }
+    struct stream *st;
+    int rc = stream_open(&st, &s->env, ds, &req, req.prefetch ? req.prefetch : cfg->prefetch,
+                         ++s->next_stream_id, req_id, c->bev, conn_stream_finished, c, err,
+                         sizeof(err));
+    if (rc < 0) {
+        frame_send_error(c->bev, req_id, rc, err);
+        return;
+    }
+    c->streams[c->nstreams++] = st;
+}
+
+static void handle_close(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
+{
+    uint32_t id;
+    if (proto_get_u32(r, &id) < 0 || proto_remaining(r)) {
+        conn_fail(c, req_id, PROTO_E_PROTO, "malformed CLOSE");
+        return;
+    }
+    for (uint32_t i = 0; i < c->nstreams; i++) {
+        if (stream_id(c->streams[i]) == id) {
+            stream_close(c->streams[i]);
+            c->streams[i] = c->streams[--c->nstreams];
+            break;
+        }
+    }
+    struct proto_wbuf w;
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, PROTO_CLOSED, req_id);
+    proto_put_u32(&w, id);
+    frame_send(c->bev, &w);
+    proto_wbuf_free(&w);
+}
+
+static void conn_dispatch(struct conn *c, const struct proto_header *h, const uint8_t *body)
+{
+    struct proto_rbuf r;
+    char msg[128];
+    proto_rbuf_init(&r, body, h->body_len);
+    switch (h->type) {
+    case PROTO_STATS:
+        reply_json(c, PROTO_STATS_REPLY, h->req_id, server_stats_json(c->srv));
+        break;
+    case PROTO_DATASETS:
+        reply_json(c, PROTO_DATASETS_REPLY, h->req_id, server_datasets_json(c->srv));
+        break;
+    case PROTO_OPEN:
+        handle_open(c, h->req_id, &r);
+        break;
+    case PROTO_CLOSE:
+        handle_close(c, h->req_id, &r);
+        break;
+    default:
+        stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
+        snprintf(msg, sizeof(msg), "unexpected message type %u (%s)", h->type,
+                 proto_type_name(h->type));
+        frame_send_error(c->bev, h->req_id, PROTO_E_PROTO, msg);
+    }
+}
+
+static void conn_on_read(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    char msg[160];
+
+    while (!c->closing) {
+        uint8_t hdr[PROTO_HEADER_SIZE];
+        struct proto_header h;
+        size_t avail = evbuffer_get_length(in);
+        if (avail < PROTO_HEADER_SIZE)
+            return;
+        evbuffer_copyout(in, hdr, sizeof(hdr));
+        int rc = proto_header_decode(hdr, PROTO_MAX_REQUEST, &h);
+        if (rc == -PROTO_E_PROTO) {
+            conn_fail(c, 0, PROTO_E_PROTO, "bad magic: not a presto client");
+            break;
+        }
+        if (rc == -PROTO_E_TOOBIG) {
+            snprintf(msg, sizeof(msg), "request body of %u bytes is over the limit of %u",
+                     h.body_len, PROTO_MAX_REQUEST);
+            conn_fail(c, h.req_id, PROTO_E_TOOBIG, msg);
+            break;
+        }
+        if (avail < PROTO_HEADER_SIZE + (size_t)h.body_len)
+            return; /* the rest is coming; bounded by the read watermark */
+        evbuffer_drain(in, PROTO_HEADER_SIZE);
+        if (rc == -PROTO_E_VERSION) {
+            snprintf(msg, sizeof(msg), "protocol version %u is not supported; prestod speaks %u",
+                     h.version, PROTO_VERSION);
+            stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
+            frame_send_error(bev, h.req_id, PROTO_E_VERSION, msg);
+        } else {
+            const uint8_t *body = h.body_len ? evbuffer_pullup(in, h.body_len) : NULL;
+            conn_dispatch(c, &h, body);
+        }
+        evbuffer_drain(in, h.body_len);
+    }
+    if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+        conn_free(c);
+}
+
+static void conn_on_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        conn_free(arg);
+}
+
+static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
+                             struct sockaddr *addr, int len, void *arg)
+{
+    struct server *s = arg;
+    struct conn *c;
+    (void)l;
+    (void)addr;
+    (void)len;
+    if (s->nconns >= s->d.cfg->max_connections) {
+        struct proto_wbuf w;
+        stats_add(loop_stats(s), STAT_connections_rejected, 1);
+        log_warn("connection refused: limit of %u connections reached",
+                 s->d.cfg->max_connections);
+        proto_wbuf_init(&w);
+        proto_frame_begin(&w, PROTO_ERROR, 0);
+        proto_put_error(&w, PROTO_E_LIMIT, "too many connections");
+        proto_frame_finish(&w);
+        if (!w.failed && send(fd, w.data, w.len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+            log_debug("refused connection: %s", strerror(errno));
+        proto_wbuf_free(&w);
+        close(fd);
+        return;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c)
+        c->streams = calloc(s->d.cfg->max_streams_per_conn, sizeof(*c->streams));
+    if (c && c->streams)
+        c->bev = bufferevent_socket_new(s->d.base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!c || !c->streams || !c->bev) {
+        log_error("out of memory accepting a connection");
+        if (c)
+            free(c->streams);
+        free(c);
+        close(fd);
+        return;
+    }
+    c->srv = s;
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    s->nconns++;
+    stats_add(loop_stats(s), STAT_connections_total, 1);
+    bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
+    bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_SIZE + PROTO_MAX_REQUEST);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+}
+
+/* ---- documents ---- */
+
+char *server_stats_json(struct server *s)
+{
+    struct stats_thread sum;
+    struct cache_stats cs;
+    struct timespec now;
+    struct json j;
+    char ver[32];
+
+    stats_sum(s->d.stats, s->d.nstats, &sum);
+    cache_get_stats(s->d.cache, &cs);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    snprintf(ver, sizeof(ver), "%s", PRESTO_VERSION);
+    json_init(&j);
+    json_object_begin(&j, NULL);
+    json_str(&j, "version", ver);
+    json_u64(&j, "pid", (uint64_t)getpid());
+    json_double(&j, "uptime_s", (double)(now.tv_sec - s->started.tv_sec) +
+                                    (double)(now.tv_nsec - s->started.tv_nsec) / 1e9);
+    json_u64(&j, "workers", workers_count(s->d.workers));
+    json_u64(&j, "workers_busy", workers_busy(s->d.workers));
+    json_u64(&j, "jobs_queued", workers_queued(s->d.workers));
+    json_u64(&j, "connections", s->nconns);
+    json_u64(&j, "streams", s->nstreams);
+    json_u64(&j, "samples_served", sum.c[STAT_samples_served]);
+    json_u64(&j, "batches_served", sum.c[STAT_batches_served]);
+    json_u64(&j, "bytes_served", sum.c[STAT_bytes_served]);
+    json_u64(&j, "samples_skipped", sum.c[STAT_samples_skipped]);
+    json_u64(&j, "connections_total", sum.c[STAT_connections_total]);
+    json_u64(&j, "connections_rejected", sum.c[STAT_connections_rejected]);
+    json_u64(&j, "streams_total", sum.c[STAT_streams_total]);
+    json_u64(&j, "protocol_errors", sum.c[STAT_protocol_errors]);
+    json_object_begin(&j, "cache");
+    json_u64(&j, "memory_budget", cs.budget);
+    json_u64(&j, "memory_bytes", cs.bytes);
+    json_u64(&j, "entries", cs.entries);
+    json_u64(&j, "hits", sum.c[STAT_cache_hits]);
+    json_u64(&j, "misses", sum.c[STAT_cache_misses]);
+    json_u64(&j, "rejected", cs.rejected);
+    json_object_end(&j);
+    json_object_begin(&j, "errors");
+    json_u64(&j, "read", sum.c[STAT_err_read]);
+    json_u64(&j, "decode", sum.c[STAT_err_decode]);
+    json_u64(&j, "too_large", sum.c[STAT_err_too_large]);
+    json_object_end(&j);
+    json_object_begin(&j, "steps");
+    for (int k = 0; k < STEP_KIND_MAX; k++) {
+        json_object_begin(&j, step_name((enum step_kind)k));
+        json_u64(&j, "calls", sum.step_calls[k]);
+        json_double(&j, "seconds", (double)sum.step_ns[k] / 1e9);
+        json_object_end(&j);
+    }
+    json_object_end(&j);
+    json_array_begin(&j, "datasets");
+    for (uint32_t i = 0; i < s->d.ndatasets; i++) {
+        struct dataset *ds = &s->d.datasets[i];
+        json_object_begin(&j, NULL);
+        json_str(&j, "name", ds->cfg->name);
+        json_u64(&j, "samples", ds->nsamples);
+        json_u64(&j, "classes", ds->nclasses);
+        json_u64(&j, "hits", __atomic_load_n(&ds->hits, __ATOMIC_RELAXED));
+        json_u64(&j, "misses", __atomic_load_n(&ds->misses, __ATOMIC_RELAXED));
+        json_u64(&j, "errors", __atomic_load_n(&ds->errors, __ATOMIC_RELAXED));
+        json_object_end(&j);
+    }
+    json_array_end(&j);
+    json_object_end(&j);
+    if (j.failed) {
+        json_free(&j);
+        return NULL;
+    }
+    return j.buf;
+}
+
+static char *server_datasets_json(struct server *s)
+{
+    struct json j;
+    char desc[96];
+    json_init(&j);
+    json_object_begin(&j, NULL);
+    json_array_begin(&j, "datasets");
+    for (uint32_t i = 0; i < s->d.ndatasets; i++) {
+        const struct dataset *ds = &s->d.datasets[i];
+        const struct config_dataset *dc = ds->cfg;
+        json_object_begin(&j, NULL);
+        json_str(&j, "name", dc->name);
+        json_str(&j, "root", dc->root);
+        json_u64(&j, "samples", ds->nsamples);
+        json_u64(&j, "classes", ds->nclasses);
+        json_array_begin(&j, "class_names");
+        for (uint32_t k = 0; k < ds->nclasses; k++)
+            json_str(&j, NULL, ds->classes[k]);
+        json_array_end(&j);
+        json_array_begin(&j, "steps");
+        for (uint32_t k = 0; k < dc->nsteps; k++) {
+            step_describe(&dc->steps[k], desc, sizeof(desc));
+            json_str(&j, NULL, desc);
+        }
+        json_array_end(&j);
+        json_u64(&j, "split", dc->split);
+        json_array_begin(&j, "shape");
+        json_u64(&j, NULL, ds->out_h);
+        json_u64(&j, NULL, ds->out_w);
+        json_u64(&j, NULL, ds->out_c);
+        json_array_end(&j);
+        json_str(&j, "on_error", dc->on_error == CONFIG_ON_ERROR_FAIL ? "fail" : "skip");
+        json_object_end(&j);
+    }
+    json_array_end(&j);
+    json_object_end(&j);
+    if (j.failed) {
+        json_free(&j);
+        return NULL;
+    }
+    return j.buf;
+}
+
+/* ---- listening socket ---- */
+
+/* Creates the socket's directory (one level) when missing. */
+static int ensure_parent(const char *path, char *err, size_t errlen)
+{
+    char buf[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    snprintf(buf, sizeof(buf), "%s", path);
+    char *dir = dirname(buf);
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        snprintf(err, errlen, "socket directory %s: %s", dir, strerror(errno));
+        return -errno;
+    }
+    return 0;
+}
+
+static int bind_socket(const char *path, uint32_t mode, char *err, size_t errlen)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd, rc;
+
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        snprintf(err, errlen, "socket path %s is longer than %zu bytes", path,
+                 sizeof(sa.sun_path) - 1);
+        return -ENAMETOOLONG;
+    }
+    if ((rc = ensure_parent(path, err, errlen)) < 0)
+        return rc;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -errno;
+    }
+    /* A stale socket from a crashed daemon is replaced; a live one is not. */
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            close(probe);
+            close(fd);
+            snprintf(err, errlen, "%s: another prestod is listening there", path);
+            return -EADDRINUSE;
+        }
+        if (probe >= 0)
+            close(probe);
+        unlink(path);
+    }
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, mode) < 0 ||
+        listen(fd, 128) < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+int server_create(struct server **out, const struct server_deps *deps, int listen_fd,
+                  char *err, size_t errlen)
+{
+    struct server *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->d = *deps;
+    clock_gettime(CLOCK_MONOTONIC, &s->started);
+    s->env.base = deps->base;
+    s->env.workers = deps->workers;
+    s->env.pipe.cache = deps->cache;
+    s->env.pipe.max_file_size = deps->cfg->max_file_size;
+    s->env.stats = loop_stats(s);
+    s->env.live_streams = &s->nstreams;
+
+    int fd = listen_fd;
+    if (fd < 0) {
+        fd = bind_socket(deps->cfg->socket_path, deps->cfg->socket_mode, err, errlen);
+        if (fd < 0) {
+            free(s);
+            return fd;
+        }
+        if (!(s->path = strdup(deps->cfg->socket_path))) {
+            close(fd);
+            free(s);
+            return -ENOMEM;
+        }
+    }
+    s->listener = evconnlistener_new(deps->base, server_on_accept, s,
+                                     LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+    if (!s->listener) {
+        snprintf(err, errlen, "cannot listen: %s", strerror(errno));
+        close(fd);
+        free(s->path);
+        free(s);
+        return -ENOMEM;
+    }
+    *out = s;
+    return 0;
+}
+
+void server_stop(struct server *s)
+{
+    if (s->listener) {
+        evconnlistener_free(s->listener);
+        s->listener = NULL;
+    }
+    while (s->conns)
+        conn_free(s->conns);
+}
+
+void server_destroy(struct server *s)
+{
+    if (!s)
+        return;
+    server_stop(s);
+    if (s->path) {
+        unlink(s->path);
+        free(s->path);
+    }
+    free(s);
+}

@@ -1,0 +1,42 @@
+/*
+ * The server: the listening Unix socket, client connections, frame
+ * dispatch, and the stats and datasets documents. Everything here runs on
+ * the event loop thread.
+ */
+#ifndef PRESTO_SERVER_H
+#define PRESTO_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache.h"
+#include "config.h"
+#include "dataset.h"
+#include "stats.h"
+#include "workers.h"
+
+struct event_base;
+struct server;
+
+struct server_deps {
+    struct event_base *base;
+    const struct config *cfg;
+    struct dataset *datasets;
+    uint32_t ndatasets;
+    struct cache *cache;
+    struct workers *workers;
+    struct stats_thread *stats; /* nstats blocks; the last is the event loop's */
+    unsigned nstats;
+};
+
+/* Binds and listens on cfg->socket_path (or adopts listen_fd >= 0, e.g.
+ * from socket activation). Returns 0 or a negative errno with a message. */
+int server_create(struct server **out, const struct server_deps *deps, int listen_fd,
+                  char *err, size_t errlen);
+/* Stops accepting and closes every connection (their streams stop). */
+void server_stop(struct server *s);
+void server_destroy(struct server *s);
+/* The stats document (JSON); the caller frees it. */
+char *server_stats_json(struct server *s);
+
+#endif

@@ -1,0 +1,49 @@
+/*
+ * Epoch streams: one trainer's epoch (dataset, batch size, seed, epoch,
+ * rank/world, shuffle, drop_last), planned up front and produced by the
+ * worker pool as batch jobs, at most `prefetch` batches ahead of what the
+ * client's socket has taken. Batches are sent in order as BATCH frames
+ * straight from the buffer the worker filled (no copy), then END.
+ *
+ * A stream lives on the event loop thread. Its owner (a connection) calls
+ * stream_close() when the stream finished or the client went away; the
+ * stream frees itself once no worker and no socket buffer refers to it.
+ */
+#ifndef PRESTO_STREAM_H
+#define PRESTO_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset.h"
+#include "pipeline.h"
+#include "proto.h"
+#include "stats.h"
+#include "workers.h"
+
+struct bufferevent;
+struct event_base;
+struct stream;
+
+struct stream_env {
+    struct event_base *base;
+    struct workers *workers;
+    struct pipeline_env pipe;
+    struct stats_thread *stats; /* the event loop thread's block */
+    uint64_t *live_streams;      /* gauge, event loop thread only */
+};
+
+/* Called (once) when the stream has sent END or an ERROR. */
+typedef void (*stream_finished_fn)(struct stream *s, void *owner);
+
+/* Plans the epoch and sends OPENED. On a bad request returns a negative
+ * PROTO_E_* code with a message in err, and sends nothing. */
+int stream_open(struct stream **out, const struct stream_env *env, struct dataset *ds,
+                const struct proto_open *req, uint32_t prefetch, uint32_t id,
+                uint32_t req_id, struct bufferevent *bev, stream_finished_fn finished,
+                void *owner, char *err, size_t errlen);
+uint32_t stream_id(const struct stream *s);
+/* Stops producing, detaches from the connection; frees when idle. */
+void stream_close(struct stream *s);
+
+#endif

@@ -1,0 +1,234 @@
+/* Worker pool: see workers.h. */
+#include "workers.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "log.h"
+
+enum { WORK_QUEUED = 1, WORK_RUNNING, WORK_DONE };
+
+struct worker_thread {
+    struct workers *pool;
+    pthread_t tid;
+    int started;
+    struct worker_ctx ctx;
+};
+
+struct workers {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct work *head, *tail;           /* queued, FIFO */
+    struct work *done_head, *done_tail; /* finished, for the event loop */
+    unsigned queued, busy;
+    int stopping;
+    int efd;
+    struct event *ev;
+    unsigned n;
+    struct worker_thread *threads;
+};
+
+static void list_push(struct work **head, struct work **tail, struct work *w)
+{
+    w->next = NULL;
+    if (*tail)
+        (*tail)->next = w;
+    else
+        *head = w;
+    *tail = w;
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker_thread *t = arg;
+    struct workers *p = t->pool;
+
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        while (!p->head && !p->stopping)
+            pthread_cond_wait(&p->cond, &p->lock);
+        if (p->stopping)
+            break;
+        struct work *w = p->head;
+        p->head = w->next;
+        if (!p->head)
+            p->tail = NULL;
+        p->queued--;
+        p->busy++;
+        w->state = WORK_RUNNING;
+        pthread_mutex_unlock(&p->lock);
+
+        w->run(w, &t->ctx);
+
+        pthread_mutex_lock(&p->lock);
+        p->busy--;
+        w->state = WORK_DONE;
+        int wake = p->done_head == NULL;
+        list_push(&p->done_head, &p->done_tail, w);
+        if (wake) {
+            uint64_t one = 1;
+            if (write(p->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+                log_error("workers: eventfd write: %s", strerror(errno));
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+/* Event loop side: run done() for every finished job. */
+static void workers_on_done(evutil_socket_t fd, short what, void *arg)
+{
+    struct workers *p = arg;
+    uint64_t v;
+    (void)what;
+    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        log_error("workers: eventfd read: %s", strerror(errno));
+    pthread_mutex_lock(&p->lock);
+    struct work *w = p->done_head;
+    p->done_head = p->done_tail = NULL;
+    pthread_mutex_unlock(&p->lock);
+    while (w) {
+        struct work *next = w->next;
+        w->state = 0;
+        w->done(w, 0);
+        w = next;
+    }
+}
+
+int workers_create(struct workers **out, struct event_base *base, unsigned n,
+                   struct stats_thread *stats, uint64_t max_pixels)
+{
+    struct workers *p = calloc(1, sizeof(*p));
+    int rc;
+    if (!p)
+        return -ENOMEM;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    p->n = n;
+    p->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    p->threads = calloc(n, sizeof(*p->threads));
+    if (p->efd < 0 || !p->threads) {
+        rc = p->efd < 0 ? -errno : -ENOMEM;
+        goto fail;
+    }
+    p->ev = event_new(base, p->efd, EV_READ | EV_PERSIST, workers_on_done, p);
+    if (!p->ev || event_add(p->ev, NULL) < 0) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        struct worker_thread *t = &p->threads[i];
+        t->pool = p;
+        t->ctx.index = i;
+        t->ctx.stats = &stats[i];
+        step_ctx_init(&t->ctx.step);
+        t->ctx.step.max_pixels = max_pixels;
+        if ((rc = -pthread_create(&t->tid, NULL, worker_main, t)) < 0)
+            goto fail;
+        t->started = 1;
+    }
+    *out = p;
+    return 0;
+fail:
+    workers_destroy(p);
+    return rc;
+}
+
+void workers_destroy(struct workers *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->stopping = 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    for (unsigned i = 0; p->threads && i < p->n; i++) {
+        struct worker_thread *t = &p->threads[i];
+        if (t->started)
+            pthread_join(t->tid, NULL);
+        step_ctx_free(&t->ctx.step);
+        for (int k = 0; k < 3; k++)
+            img_free(&t->ctx.scratch[k]);
+    }
+    /* Nothing runs now: finish what finished, cancel what never started. */
+    for (struct work *w = p->done_head, *next; w; w = next) {
+        next = w->next;
+        w->state = 0;
+        w->done(w, 0);
+    }
+    for (struct work *w = p->head, *next; w; w = next) {
+        next = w->next;
+        w->state = 0;
+        w->done(w, 1);
+    }
+    if (p->ev)
+        event_free(p->ev);
+    if (p->efd >= 0)
+        close(p->efd);
+    free(p->threads);
+    pthread_cond_destroy(&p->cond);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+void workers_submit(struct workers *p, struct work *w)
+{
+    pthread_mutex_lock(&p->lock);
+    w->state = WORK_QUEUED;
+    list_push(&p->head, &p->tail, w);
+    p->queued++;
+    pthread_cond_signal(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+}
+
+int workers_cancel(struct workers *p, struct work *w)
+{
+    pthread_mutex_lock(&p->lock);
+    if (w->state != WORK_QUEUED) {
+        pthread_mutex_unlock(&p->lock);
+        return -EBUSY;
+    }
+    struct work *prev = NULL;
+    for (struct work *q = p->head; q; prev = q, q = q->next) {
+        if (q != w)
+            continue;
+        if (prev)
+            prev->next = q->next;
+        else
+            p->head = q->next;
+        if (p->tail == q)
+            p->tail = prev;
+        p->queued--;
+        break;
+    }
+    w->state = 0;
+    pthread_mutex_unlock(&p->lock);
+    w->done(w, 1);
+    return 0;
+}
+
+unsigned workers_count(const struct workers *p)
+{
+    return p->n;
+}
+
+unsigned workers_busy(struct workers *p)
+{
+    pthread_mutex_lock(&p->lock);
+    unsigned b = p->busy;
+    pthread_mutex_unlock(&p->lock);
+    return b;
+}
+
+unsigned workers_queued(struct workers *p)
+{
+    pthread_mutex_lock(&p->lock);
+    unsigned q = p->queued;
+    pthread_mutex_unlock(&p->lock);
+    return q;
+}
