@@ -482,8 +482,10 @@ int config_load_string(struct config *c, const char *yaml, size_t len,
     yaml_parser_t parser;
     yaml_document_t doc;
     struct cfg_parse ps = {&doc, name, err, errlen};
-    int rc = 0;
+    int rc = config_defaults(c);
 
+    if (rc < 0)
+        return rc;
     if (!yaml_parser_initialize(&parser))
         return -ENOMEM;
     yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
@@ -506,16 +508,18 @@ int config_load_string(struct config *c, const char *yaml, size_t len,
 
 int config_load(struct config *c, const char *path, char *err, size_t errlen)
 {
-    int rc = config_defaults(c);
-    if (rc < 0 || !path)
-        return rc;
+    if (!path)
+        return config_defaults(c);
+    memset(c, 0, sizeof(*c));
     FILE *f = fopen(path, "r");
     if (!f) {
+        int rc = -errno;
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -errno;
+        return rc;
     }
     char *buf = NULL;
     size_t len = 0, cap = 0;
+    int rc = 0;
     for (;;) {
         if (cap - len < 4096) {
             if (cap >= (16u << 20)) {
@@ -540,12 +544,10 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
         rc = -EIO;
     }
     fclose(f);
-    if (rc == 0) {
-        if (!(c->path = strdup(path)))
-            rc = -ENOMEM;
-        else
-            rc = config_load_string(c, buf, len, path, err, errlen);
-    }
+    if (rc == 0)
+        rc = config_load_string(c, buf, len, path, err, errlen);
+    if (rc == 0 && !(c->path = strdup(path)))
+        rc = -ENOMEM;
     free(buf);
     return rc;
 }

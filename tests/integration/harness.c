@@ -1,0 +1,491 @@
+/* Integration test harness: see harness.h. */
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HARNESS_MAX_ARGS 64
+#define READY_TIMEOUT_S 20
+#define STOP_TIMEOUT_S 10
+/* valgrind makes start-up and shutdown several times slower. */
+#define VALGRIND_SLOWDOWN 4
+
+const char *harness_env(const char *name, const char *def)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : def;
+}
+
+static int use_valgrind(void)
+{
+    return strcmp(harness_env("PRESTO_VALGRIND", "0"), "1") == 0;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Exit status of a reaped child: its code, or 128 + the signal. */
+static int wait_status(int status)
+{
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return -ECHILD;
+}
+
+/* Waits for pid up to timeout_s; returns its status or -ETIMEDOUT. */
+static int wait_for(pid_t pid, double timeout_s)
+{
+    double deadline = now_s() + timeout_s;
+    for (;;) {
+        int status;
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return wait_status(status);
+        if (r < 0 && errno != EINTR)
+            return -errno;
+        if (now_s() > deadline)
+            return -ETIMEDOUT;
+        sleep_ms(10);
+    }
+}
+
+static void kill_and_reap(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+}
+
+int harness_init(struct harness *h)
+{
+    memset(h, 0, sizeof(*h));
+    int n = snprintf(h->dir, sizeof(h->dir), "%s/presto-test-XXXXXX",
+                     harness_env("TMPDIR", "/tmp"));
+    if (n < 0 || (size_t)n >= sizeof(h->dir)) {
+        fprintf(stderr, "harness: TMPDIR is too long\n");
+        return -ENAMETOOLONG;
+    }
+    if (!mkdtemp(h->dir)) {
+        int e = errno;
+        fprintf(stderr, "harness: mkdtemp %s: %s\n", h->dir, strerror(e));
+        h->dir[0] = '\0';
+        return -e;
+    }
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    if (remove(path) < 0)
+        fprintf(stderr, "harness: remove %s: %s\n", path, strerror(errno));
+    return 0;
+}
+
+void harness_cleanup(struct harness *h)
+{
+    if (h->pid > 0)
+        harness_stop(h);
+    if (h->dir[0])
+        nftw(h->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    h->dir[0] = '\0';
+}
+
+int harness_path(const struct harness *h, const char *name, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s/%s", h->dir, name);
+    if (n < 0 || (size_t)n >= len) {
+        fprintf(stderr, "harness: path %s/%s is too long\n", h->dir, name);
+        return -ENAMETOOLONG;
+    }
+    return 0;
+}
+
+int harness_write_file(const struct harness *h, const char *name, const char *text,
+                       char *path, size_t pathlen)
+{
+    int rc = harness_path(h, name, path, pathlen);
+    if (rc < 0)
+        return rc;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        rc = -errno;
+        fprintf(stderr, "harness: %s: %s\n", path, strerror(-rc));
+        return rc;
+    }
+    fputs(text, f);
+    if (fclose(f) != 0) {
+        rc = -errno;
+        fprintf(stderr, "harness: writing %s: %s\n", path, strerror(-rc));
+        return rc;
+    }
+    return 0;
+}
+
+/* In a forked child: stdin from /dev/null, stdout and stderr to out_path
+ * (appending) unless NULL, then exec. Never returns. */
+static void exec_child(const char *const *argv, const char *out_path)
+{
+    int in = open("/dev/null", O_RDONLY);
+    if (in >= 0) {
+        dup2(in, STDIN_FILENO);
+        close(in);
+    }
+    if (out_path) {
+        int fd = open(out_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd < 0) {
+            fprintf(stderr, "harness: %s: %s\n", out_path, strerror(errno));
+            _exit(126);
+        }
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+    }
+    /* If the test program dies, the daemon goes with it. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    execvp(argv[0], (char *const *)argv);
+    fprintf(stderr, "harness: exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+static pid_t spawn(const char *const *argv, const char *out_path)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        fprintf(stderr, "harness: fork: %s\n", strerror(e));
+        return -e;
+    }
+    if (pid == 0)
+        exec_child(argv, out_path);
+    return pid;
+}
+
+int harness_run(const char *const *argv, const char *out_path, int timeout_s)
+{
+    if (out_path)
+        unlink(out_path);
+    pid_t pid = spawn(argv, out_path);
+    if (pid < 0)
+        return pid;
+    int rc = wait_for(pid, timeout_s);
+    if (rc == -ETIMEDOUT) {
+        fprintf(stderr, "harness: %s ran past %d s; killed\n", argv[0], timeout_s);
+        kill_and_reap(pid);
+    }
+    return rc;
+}
+
+static void print_file(const char *path, const char *title)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "harness: %s: %s\n", path, strerror(errno));
+        return;
+    }
+    fprintf(stderr, "---- %s (%s) ----\n", title, path);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+        fwrite(buf, 1, n, stderr);
+    fprintf(stderr, "---- end of %s ----\n", title);
+    fclose(f);
+}
+
+int harness_make_dataset(const struct harness *h, const char *name, unsigned count,
+                         unsigned classes, unsigned seed, unsigned min_side,
+                         unsigned max_side, char *root, size_t rootlen)
+{
+    char script[HARNESS_PATH_MAX * 2], out[HARNESS_PATH_MAX], logname[128];
+    char scount[16], sclasses[16], sseed[16], smin[16], smax[16];
+    int rc;
+
+    snprintf(logname, sizeof(logname), "mkdataset-%s.log", name);
+    if ((rc = harness_path(h, name, root, rootlen)) < 0 ||
+        (rc = harness_path(h, logname, out, sizeof(out))) < 0)
+        return rc;
+    snprintf(script, sizeof(script), "%s/tests/tools/mkdataset.py",
+             harness_env("PRESTO_SRC", "."));
+    snprintf(scount, sizeof(scount), "%u", count);
+    snprintf(sclasses, sizeof(sclasses), "%u", classes);
+    snprintf(sseed, sizeof(sseed), "%u", seed);
+    snprintf(smin, sizeof(smin), "%u", min_side);
+    snprintf(smax, sizeof(smax), "%u", max_side);
+    const char *argv[] = {harness_env("PYTHON", "/usr/bin/python3"), script,
+                          "--out", root, "--count", scount, "--classes", sclasses,
+                          "--seed", sseed, "--min", smin, "--max", smax, NULL};
+    rc = harness_run(argv, out, 300);
+    if (rc != 0) {
+        fprintf(stderr, "harness: mkdataset.py failed (status %d)\n", rc);
+        print_file(out, "mkdataset.py output");
+        return rc < 0 ? rc : -EIO;
+    }
+    return 0;
+}
+
+void harness_print_log(const struct harness *h)
+{
+    if (h->log[0])
+        print_file(h->log, "prestod log");
+}
+
+void harness_print_all_logs(const struct harness *h)
+{
+    for (unsigned i = 1; i <= h->starts; i++) {
+        char name[64], path[HARNESS_PATH_MAX];
+        snprintf(name, sizeof(name), "prestod-%u.log", i);
+        if (harness_path(h, name, path, sizeof(path)) == 0)
+            print_file(path, name);
+    }
+}
+
+int harness_alive(const struct harness *h)
+{
+    char path[64], buf[256];
+    if (h->pid <= 0)
+        return 0;
+    /* Works in forked test processes too, where waitpid cannot. */
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)h->pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    return paren && paren[1] == ' ' && paren[2] != 'Z' && paren[2] != 'X';
+}
+
+int harness_connect(const struct harness *h, presto_t **p)
+{
+    int rc = presto_connect(h->sock, p);
+    if (rc < 0) {
+        fprintf(stderr, "harness: connect %s: %s\n", h->sock,
+                *p ? presto_errmsg(*p) : presto_strerror(rc));
+        if (*p)
+            presto_close(*p);
+        *p = NULL;
+    }
+    return rc;
+}
+
+int harness_start(struct harness *h, const char *const *args)
+{
+    const char *argv[HARNESS_MAX_ARGS];
+    char prestod[HARNESS_PATH_MAX * 2], name[64];
+    size_t n = 0;
+    int rc;
+
+    if (h->pid > 0) {
+        fprintf(stderr, "harness: a daemon is already running\n");
+        return -EBUSY;
+    }
+    h->starts++;
+    snprintf(name, sizeof(name), "prestod-%u.sock", h->starts);
+    if ((rc = harness_path(h, name, h->sock, sizeof(h->sock))) < 0)
+        return rc;
+    snprintf(name, sizeof(name), "prestod-%u.log", h->starts);
+    if ((rc = harness_path(h, name, h->log, sizeof(h->log))) < 0)
+        return rc;
+    snprintf(prestod, sizeof(prestod), "%s/prestod", harness_env("PRESTO_BUILD", "build"));
+    if (access(prestod, X_OK) != 0) {
+        rc = -errno;
+        fprintf(stderr, "harness: %s: %s\n", prestod, strerror(-rc));
+        return rc;
+    }
+
+    if (use_valgrind()) {
+        static const char *const vg[] = {"valgrind", "-q", "--error-exitcode=99",
+                                         "--leak-check=full",
+                                         "--errors-for-leak-kinds=definite"};
+        for (size_t i = 0; i < sizeof(vg) / sizeof(vg[0]); i++)
+            argv[n++] = vg[i];
+    }
+    argv[n++] = prestod;
+    argv[n++] = "-s";
+    argv[n++] = h->sock;
+    for (size_t i = 0; args && args[i]; i++) {
+        if (n + 1 >= HARNESS_MAX_ARGS) {
+            fprintf(stderr, "harness: too many daemon arguments\n");
+            return -E2BIG;
+        }
+        argv[n++] = args[i];
+    }
+    argv[n] = NULL;
+
+    unlink(h->log);
+    pid_t pid = spawn(argv, h->log);
+    if (pid < 0)
+        return pid;
+    h->pid = pid;
+
+    double timeout = READY_TIMEOUT_S * (use_valgrind() ? VALGRIND_SLOWDOWN : 1);
+    double deadline = now_s() + timeout;
+    for (;;) {
+        int status;
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) {
+            h->pid = 0;
+            fprintf(stderr, "harness: prestod exited during start-up (status %d)\n",
+                    wait_status(status));
+            harness_print_log(h);
+            return -ECHILD;
+        }
+        presto_t *p = NULL;
+        if (presto_connect(h->sock, &p) == 0) {
+            presto_close(p);
+            return 0;
+        }
+        if (p)
+            presto_close(p);
+        if (now_s() > deadline) {
+            fprintf(stderr, "harness: prestod not ready after %.0f s\n", timeout);
+            kill_and_reap(pid);
+            h->pid = 0;
+            harness_print_log(h);
+            return -ETIMEDOUT;
+        }
+        sleep_ms(20);
+    }
+}
+
+int harness_stop(struct harness *h)
+{
+    if (h->pid <= 0)
+        return 0;
+    pid_t pid = h->pid;
+    h->pid = 0;
+    if (kill(pid, SIGTERM) < 0 && errno != ESRCH)
+        fprintf(stderr, "harness: kill %d: %s\n", (int)pid, strerror(errno));
+    int limit = STOP_TIMEOUT_S * (use_valgrind() ? VALGRIND_SLOWDOWN : 1);
+    int rc = wait_for(pid, limit);
+    if (rc == -ETIMEDOUT) {
+        fprintf(stderr, "harness: prestod did not exit %d s after SIGTERM; killed\n",
+                limit);
+        kill_and_reap(pid);
+    } else if (rc != 0) {
+        fprintf(stderr, "harness: prestod exited with status %d after SIGTERM\n", rc);
+    }
+    if (rc != 0)
+        harness_print_log(h);
+    return rc;
+}
+
+int harness_stats(const struct harness *h, char **json)
+{
+    presto_t *p;
+    int rc = harness_connect(h, &p);
+    if (rc < 0)
+        return rc;
+    rc = presto_stats(p, json);
+    if (rc < 0)
+        fprintf(stderr, "harness: stats: %s\n", presto_errmsg(p));
+    presto_close(p);
+    return rc;
+}
+
+/* Just past the ':' (and blanks) of "key": at or after from, or NULL. */
+static const char *json_find_key(const char *from, const char *key)
+{
+    size_t klen = strlen(key);
+    for (const char *q = strchr(from, '"'); q; q = strchr(q + 1, '"')) {
+        if (strncmp(q + 1, key, klen) != 0 || q[1 + klen] != '"')
+            continue;
+        const char *v = q + 2 + klen;
+        while (isspace((unsigned char)*v))
+            v++;
+        if (*v != ':')
+            continue;
+        v++;
+        while (isspace((unsigned char)*v))
+            v++;
+        return v;
+    }
+    return NULL;
+}
+
+int harness_json_number(const char *json, const char *parent, const char *key,
+                        double *out)
+{
+    const char *from = json;
+    if (parent && !(from = json_find_key(json, parent)))
+        return -ENOENT;
+    const char *v = json_find_key(from, key);
+    if (!v)
+        return -ENOENT;
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (end == v || errno)
+        return -EINVAL;
+    *out = d;
+    return 0;
+}
+
+int harness_stat(const struct harness *h, const char *parent, const char *key,
+                 double *out)
+{
+    char *json = NULL;
+    int rc = harness_stats(h, &json);
+    if (rc < 0)
+        return rc;
+    rc = harness_json_number(json, parent, key, out);
+    if (rc < 0)
+        fprintf(stderr, "harness: no number at %s%s%s in the stats: %s\n",
+                parent ? parent : "", parent ? "." : "", key, json);
+    free(json);
+    return rc;
+}
+
+int harness_wait_stat(const struct harness *h, const char *parent, const char *key,
+                      double want, int timeout_ms, double *last)
+{
+    double deadline = now_s() + timeout_ms / 1000.0;
+    for (;;) {
+        int rc = harness_stat(h, parent, key, last);
+        if (rc < 0)
+            return rc;
+        if (*last == want)
+            return 0;
+        if (now_s() > deadline)
+            return -ETIMEDOUT;
+        sleep_ms(20);
+    }
+}
+
+uint64_t harness_fnv(uint64_t h, const void *p, size_t len)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < len; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}

@@ -1,0 +1,98 @@
+/*
+ * Integration test harness: a temporary directory, data sets made by
+ * tests/tools/mkdataset.py, and a real prestod started and stopped around
+ * the tests.
+ *
+ * Environment (set by tests/run-tests.sh): PRESTO_BUILD (where prestod is,
+ * default "build"), PRESTO_SRC (the repository, default "."), PYTHON
+ * (default /usr/bin/python3), PRESTO_PHOTOS (source photos for
+ * mkdataset.py), TMPDIR, and PRESTO_VALGRIND=1 to run prestod under
+ * valgrind (a leak or memory error makes it exit 99).
+ *
+ * Every function returns 0 (or a count) on success and a negative errno on
+ * failure, after printing what went wrong to stderr.
+ */
+#ifndef PRESTO_TEST_HARNESS_H
+#define PRESTO_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "presto.h"
+
+#define HARNESS_PATH_MAX 256
+/* Exit status of a test program that cannot run here (liburing convention). */
+#define HARNESS_SKIP 77
+
+struct harness {
+    char dir[HARNESS_PATH_MAX];  /* temporary directory, removed at cleanup */
+    char sock[HARNESS_PATH_MAX]; /* the running daemon's socket */
+    char log[HARNESS_PATH_MAX];  /* the running daemon's stderr */
+    pid_t pid;                   /* the running daemon, or 0 */
+    unsigned starts;             /* daemons started so far (names logs) */
+};
+
+/* $name, or def when unset or empty. */
+const char *harness_env(const char *name, const char *def);
+
+/* Creates the temporary directory (under $TMPDIR, else /tmp). */
+int harness_init(struct harness *h);
+/* Stops a running daemon and removes the directory with all it holds. */
+void harness_cleanup(struct harness *h);
+
+/* h->dir + "/" + name into buf. */
+int harness_path(const struct harness *h, const char *name, char *buf, size_t len);
+/* Writes text to h->dir/name; the full path goes to path. */
+int harness_write_file(const struct harness *h, const char *name, const char *text,
+                       char *path, size_t pathlen);
+
+/* Runs argv (argv[0] looked up in PATH) with stdout and stderr to out_path
+ * (or inherited when NULL). Returns its exit status, 128 + signal when a
+ * signal ended it, -ETIMEDOUT when it ran past timeout_s (it is killed), or
+ * another negative errno. */
+int harness_run(const char *const *argv, const char *out_path, int timeout_s);
+
+/* Makes an ImageFolder data set in h->dir/name with mkdataset.py (images
+ * whose longer side is in [min_side, max_side]); its path goes to root. */
+int harness_make_dataset(const struct harness *h, const char *name, unsigned count,
+                         unsigned classes, unsigned seed, unsigned min_side,
+                         unsigned max_side, char *root, size_t rootlen);
+
+/* Starts `prestod -s SOCK ARGS...` (args NULL-terminated) with stderr to a
+ * log in h->dir and waits (up to 20 s) until it accepts connections. If it
+ * exits or does not get ready, prints its log and fails. */
+int harness_start(struct harness *h, const char *const *args);
+/* SIGTERM, then waits up to 10 s (SIGKILL after). Returns the exit status
+ * (0 for a clean shutdown), 128 + signal, or -ETIMEDOUT when it had to be
+ * killed. Prints the log unless the status is 0. */
+int harness_stop(struct harness *h);
+/* 1 while the daemon runs (only in the process that started it). */
+int harness_alive(const struct harness *h);
+/* Copies the daemon's log to stderr. */
+void harness_print_log(const struct harness *h);
+/* Copies the log of every daemon started so far to stderr. */
+void harness_print_all_logs(const struct harness *h);
+
+int harness_connect(const struct harness *h, presto_t **p);
+/* The stats JSON (free() it). */
+int harness_stats(const struct harness *h, char **json);
+
+/* The number at "key": in json, searching after "parent": when parent is
+ * not NULL (for the nested objects of the stats document). Returns 0 or
+ * -ENOENT. */
+int harness_json_number(const char *json, const char *parent, const char *key,
+                        double *out);
+/* One number from a fresh stats document. */
+int harness_stat(const struct harness *h, const char *parent, const char *key,
+                 double *out);
+/* Polls the stat (every 20 ms, up to timeout_ms) until it equals want;
+ * returns 0 when it did, or -ETIMEDOUT with the last value in *last. */
+int harness_wait_stat(const struct harness *h, const char *parent, const char *key,
+                      double want, int timeout_ms, double *last);
+
+/* FNV-1a 64 over len bytes, continuing from h (start with HARNESS_FNV_INIT). */
+#define HARNESS_FNV_INIT 0xcbf29ce484222325ull
+uint64_t harness_fnv(uint64_t h, const void *p, size_t len);
+
+#endif

@@ -1,0 +1,427 @@
+/* Unit tests for the configuration loader (daemon/config.h): defaults, a
+ * full valid file, and every error path naming FILE:LINE and the key. */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+#define GiB (1ull << 30)
+
+static uint64_t ram_bytes(void)
+{
+    return (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Loads yaml into a zeroed config as "test.yaml"; returns the result. */
+static int load(struct config *c, const char *yaml, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof(*c));
+    err[0] = '\0';
+    return config_load_string(c, yaml, strlen(yaml), "test.yaml", err, errlen);
+}
+
+static void check_defaults(const struct config *c)
+{
+    ck_assert_ptr_nonnull(c->socket_path);
+    ck_assert_str_ne(c->socket_path, "");
+    ck_assert_uint_eq(c->workers, 0);
+    ck_assert_uint_eq(c->socket_mode, 0660);
+    ck_assert_int_eq(c->log_level, LOG_LEVEL_INFO);
+    ck_assert_uint_eq(c->prefetch, 4);
+    ck_assert_uint_gt(c->cache_memory, 0);
+    ck_assert_uint_eq(c->max_connections, 256);
+    ck_assert_uint_eq(c->max_streams_per_conn, 16);
+    ck_assert_uint_eq(c->max_batch_size, 4096);
+    ck_assert_uint_eq(c->max_file_size, 64ull << 20);
+    ck_assert_uint_eq(c->max_pixels, 100000000);
+    ck_assert_uint_eq(c->ndatasets, 0);
+}
+
+START_TEST(test_defaults)
+{
+    struct config c;
+    ck_assert_int_eq(config_defaults(&c), 0);
+    check_defaults(&c);
+    ck_assert_ptr_null(c.path);
+    config_free(&c);
+
+    /* config_load with no file is the same as the defaults. */
+    char err[512] = "";
+    ck_assert_int_eq(config_load(&c, NULL, err, sizeof(err)), 0);
+    check_defaults(&c);
+    config_free(&c);
+}
+END_TEST
+
+/* A document with no keys leaves every default in place. */
+START_TEST(test_empty_document)
+{
+    static const char *const docs[] = {"", "# only a comment\n", "---\n"};
+    for (size_t i = 0; i < NELEM(docs); i++) {
+        struct config c;
+        char err[512];
+        ck_assert_msg(load(&c, docs[i], err, sizeof(err)) == 0, "'%s': %s",
+                      docs[i], err);
+        check_defaults(&c);
+        config_free(&c);
+    }
+}
+END_TEST
+
+/* config_load_string applies the defaults first, like config_load. */
+START_TEST(test_string_has_defaults)
+{
+    struct config c;
+    char err[512];
+    ck_assert_msg(load(&c, "workers: 3\n", err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(c.workers, 3);
+    ck_assert_ptr_nonnull(c.socket_path);
+    ck_assert_uint_eq(c.prefetch, 4);
+    ck_assert_uint_eq(c.max_connections, 256);
+    ck_assert_uint_gt(c.cache_memory, 0);
+    config_free(&c);
+}
+END_TEST
+
+static const char full_yaml[] =
+    "# a full configuration\n"                /* 1 */
+    "socket: /tmp/presto-test/prestod.sock\n" /* 2 */
+    "socket_mode: 0640\n"                     /* 3 */
+    "workers: 3\n"                            /* 4 */
+    "log_level: debug\n"                      /* 5 */
+    "prefetch: 8\n"                           /* 6 */
+    "cache:\n"                                /* 7 */
+    "  memory: 2GiB\n"                        /* 8 */
+    "  dir: /var/cache/presto-test\n"         /* 9 */
+    "limits:\n"                               /* 10 */
+    "  connections: 10\n"                     /* 11 */
+    "  streams_per_connection: 4\n"           /* 12 */
+    "  batch_size: 512\n"                     /* 13 */
+    "  file_size: 64KiB\n"                    /* 14 */
+    "  pixels: 5000000\n"                     /* 15 */
+    "datasets:\n"                             /* 16 */
+    "  - name: train\n"                       /* 17 */
+    "    root: /data/train\n"                 /* 18 */
+    "    steps:\n"                            /* 19 */
+    "      - decode\n"                        /* 20 */
+    "      - resize: 256\n"                   /* 21 */
+    "      - center_crop: 224\n"              /* 22 */
+    "      - random_flip: 0.25\n"             /* 23 */
+    "    split: center_crop\n"                /* 24 */
+    "    on_error: fail\n"                    /* 25 */
+    "  - name: val\n"                         /* 26 */
+    "    root: /data/val\n"                   /* 27 */
+    "    steps: [decode, {resize: 128}, {center_crop: 112}, random_flip]\n"
+    "    split: 2\n";                         /* 29 */
+
+static void check_step(const struct step *s, enum step_kind kind, uint32_t size)
+{
+    ck_assert_int_eq(s->kind, kind);
+    if (kind == STEP_RESIZE || kind == STEP_CENTER_CROP)
+        ck_assert_uint_eq(s->size, size);
+}
+
+static void check_full(const struct config *c)
+{
+    ck_assert_str_eq(c->socket_path, "/tmp/presto-test/prestod.sock");
+    ck_assert_uint_eq(c->socket_mode, 0640);
+    ck_assert_uint_eq(c->workers, 3);
+    ck_assert_int_eq(c->log_level, LOG_LEVEL_DEBUG);
+    ck_assert_uint_eq(c->prefetch, 8);
+    ck_assert_uint_eq(c->cache_memory, 2 * GiB);
+    ck_assert_str_eq(c->cache_dir, "/var/cache/presto-test");
+    ck_assert_uint_eq(c->max_connections, 10);
+    ck_assert_uint_eq(c->max_streams_per_conn, 4);
+    ck_assert_uint_eq(c->max_batch_size, 512);
+    ck_assert_uint_eq(c->max_file_size, 64 * 1024);
+    ck_assert_uint_eq(c->max_pixels, 5000000);
+    ck_assert_uint_eq(c->ndatasets, 2);
+
+    const struct config_dataset *t = &c->datasets[0];
+    ck_assert_str_eq(t->name, "train");
+    ck_assert_str_eq(t->root, "/data/train");
+    ck_assert_uint_eq(t->nsteps, 4);
+    check_step(&t->steps[0], STEP_DECODE, 0);
+    check_step(&t->steps[1], STEP_RESIZE, 256);
+    check_step(&t->steps[2], STEP_CENTER_CROP, 224);
+    check_step(&t->steps[3], STEP_RANDOM_FLIP, 0);
+    ck_assert_double_eq_tol(t->steps[3].p, 0.25, 1e-12);
+    ck_assert_uint_eq(t->split, 3);
+    ck_assert_int_eq(t->on_error, CONFIG_ON_ERROR_FAIL);
+    ck_assert_int_eq(t->line, 17);
+
+    const struct config_dataset *v = &c->datasets[1];
+    ck_assert_str_eq(v->name, "val");
+    ck_assert_str_eq(v->root, "/data/val");
+    ck_assert_uint_eq(v->nsteps, 4);
+    check_step(&v->steps[0], STEP_DECODE, 0);
+    check_step(&v->steps[1], STEP_RESIZE, 128);
+    check_step(&v->steps[2], STEP_CENTER_CROP, 112);
+    check_step(&v->steps[3], STEP_RANDOM_FLIP, 0);
+    ck_assert_double_eq_tol(v->steps[3].p, 0.5, 1e-12); /* the default */
+    ck_assert_uint_eq(v->split, 2);
+    ck_assert_int_eq(v->on_error, CONFIG_ON_ERROR_SKIP); /* the default */
+    ck_assert_int_eq(v->line, 26);
+
+    ck_assert_ptr_eq(config_find_dataset(c, "val"), v);
+    ck_assert_ptr_eq(config_find_dataset(c, "train"), t);
+    ck_assert_ptr_null(config_find_dataset(c, "test"));
+}
+
+START_TEST(test_full)
+{
+    struct config c;
+    char err[512];
+    ck_assert_msg(load(&c, full_yaml, err, sizeof(err)) == 0, "%s", err);
+    check_full(&c);
+    config_free(&c);
+}
+END_TEST
+
+START_TEST(test_load_file)
+{
+    char path[] = "/tmp/presto-test-config-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, full_yaml, strlen(full_yaml)), (ssize_t)strlen(full_yaml));
+    close(fd);
+
+    struct config c;
+    char err[512] = "";
+    int rc = config_load(&c, path, err, sizeof(err));
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_str_eq(c.path, path);
+    check_full(&c);
+    config_free(&c);
+
+    /* Errors name the file itself. */
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("workers: 2\nfrobnicate: 1\n", f);
+    fclose(f);
+    rc = config_load(&c, path, err, sizeof(err));
+    config_free(&c);
+    unlink(path);
+    char want[256];
+    snprintf(want, sizeof(want), "%s:2:", path);
+    ck_assert_int_eq(rc, -EINVAL);
+    ck_assert_msg(strstr(err, want) && strstr(err, "frobnicate"),
+                  "error '%s' lacks '%s' or the key", err, want);
+
+    /* A missing file is an error that names it. */
+    rc = config_load(&c, "/nonexistent/presto.yaml", err, sizeof(err));
+    config_free(&c);
+    ck_assert_int_lt(rc, 0);
+    ck_assert_msg(strstr(err, "/nonexistent/presto.yaml"), "error '%s'", err);
+}
+END_TEST
+
+START_TEST(test_percent_memory)
+{
+    struct config c;
+    char err[512];
+    ck_assert_msg(load(&c, "cache: {memory: 25%}\n", err, sizeof(err)) == 0, "%s", err);
+    uint64_t want = ram_bytes() / 4;
+    ck_assert_msg(c.cache_memory > want - want / 50 && c.cache_memory < want + want / 50,
+                  "25%% of RAM: %llu, want about %llu",
+                  (unsigned long long)c.cache_memory, (unsigned long long)want);
+    config_free(&c);
+}
+END_TEST
+
+/* One configuration that must be refused: the error names test.yaml:LINE:
+ * and contains each of the words in `words` (the key, the bad value). */
+struct bad_case {
+    const char *what;
+    const char *yaml;
+    int line;
+    const char *words[2];
+};
+
+#define DS "datasets:\n  - name: a\n    root: /d\n" /* lines 1-3 */
+
+static const struct bad_case bad_cases[] = {
+    {"unknown top-level key", "workers: 2\nfrobnicate: yes\n", 2, {"frobnicate"}},
+    {"unknown cache key", "cache:\n  memory: 1GiB\n  colour: red\n", 3, {"colour"}},
+    {"unknown limits key", "limits:\n  bogus_limit: 3\n", 2, {"bogus_limit"}},
+    {"unknown dataset key", DS "    frobnicate: 1\n", 4, {"frobnicate"}},
+    {"list for a scalar", "socket_mode: 0600\nsocket: [a, b]\n", 2, {"socket"}},
+    {"workers out of range", "workers: 100000\n", 1, {"workers"}},
+    {"socket_mode out of range", "workers: 1\nsocket_mode: 99999\n", 2, {"socket_mode"}},
+    {"negative number", "prefetch: -1\n", 1, {"prefetch"}},
+    {"bad size", "cache:\n  memory: 12XB\n", 2, {"memory", "12XB"}},
+    {"bad limit size", "limits:\n  file_size: lots\n", 2, {"file_size"}},
+    {"bad log level", "log_level: chatty\n", 1, {"log_level", "chatty"}},
+    {"unknown step", DS "    steps: [decode, blur]\n", 4, {"steps", "blur"}},
+    {"unknown step in block list", DS "    steps:\n      - decode\n      - sharpen: 2\n",
+     6, {"steps", "sharpen"}},
+    {"bad step argument", DS "    steps:\n      - decode\n      - resize: -3\n", 6,
+     {"steps", "resize"}},
+    {"split names a missing step", DS "    steps: [decode, {resize: 64}]\n"
+                                      "    split: center_crop\n", 5,
+     {"split", "center_crop"}},
+    {"split count too large", DS "    steps: [decode, {resize: 64}]\n    split: 3\n", 5,
+     {"split"}},
+    {"random_flip offline by name", DS "    steps: [decode, {random_flip: 0.5}, {resize: 64}]\n"
+                                       "    split: resize\n", 5,
+     {"split", "random_flip"}},
+    {"random_flip offline by count", DS "    split: 4\n", 4, {"split", "random_flip"}},
+    {"duplicate dataset", DS "  - name: b\n    root: /e\n  - name: a\n    root: /f\n", 6,
+     {"name"}},
+    {"dataset without root", "datasets:\n  - name: a\n  - name: b\n    root: /e\n", 2,
+     {"root"}},
+    {"dataset without name", "datasets:\n  - root: /d\n", 2, {"name"}},
+    {"bad on_error", DS "    on_error: ignore\n", 4, {"on_error", "ignore"}},
+    {"datasets not a list", "datasets:\n  name: a\n", 2, {"datasets"}},
+    {"YAML syntax error", "socket: /x\nworkers: 2\n  bad: 1\n", 3, {NULL}},
+    {"YAML unclosed flow list", "workers: 2\nsocket: [a, b\nprefetch: 2\n", 3, {NULL}},
+};
+
+START_TEST(test_bad)
+{
+    const struct bad_case *bc = &bad_cases[_i];
+    struct config c;
+    char err[512];
+    int rc = load(&c, bc->yaml, err, sizeof(err));
+    config_free(&c);
+    ck_assert_msg(rc == -EINVAL, "%s: accepted (rc %d)", bc->what, rc);
+    char want[64];
+    snprintf(want, sizeof(want), "test.yaml:%d:", bc->line);
+    ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s: error '%s' does not start with '%s'",
+                  bc->what, err, want);
+    for (size_t w = 0; w < NELEM(bc->words) && bc->words[w]; w++)
+        ck_assert_msg(strstr(err, bc->words[w]) != NULL, "%s: error '%s' lacks '%s'",
+                      bc->what, err, bc->words[w]);
+}
+END_TEST
+
+START_TEST(test_dataset_arg)
+{
+    struct config c;
+    char err[512] = "";
+    ck_assert_int_eq(config_defaults(&c), 0);
+    ck_assert_msg(config_add_dataset_arg(&c, "a=/tmp", err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(c.ndatasets, 1);
+    const struct config_dataset *d = config_find_dataset(&c, "a");
+    ck_assert_ptr_nonnull(d);
+    ck_assert_str_eq(d->root, "/tmp");
+    ck_assert_uint_eq(d->nsteps, 4);
+    check_step(&d->steps[0], STEP_DECODE, 0);
+    check_step(&d->steps[1], STEP_RESIZE, 256);
+    check_step(&d->steps[2], STEP_CENTER_CROP, 224);
+    check_step(&d->steps[3], STEP_RANDOM_FLIP, 0);
+    ck_assert_double_eq_tol(d->steps[3].p, 0.5, 1e-12);
+    ck_assert_uint_eq(d->split, 3);
+    ck_assert_int_eq(d->on_error, CONFIG_ON_ERROR_SKIP);
+    ck_assert_int_eq(d->line, 0);
+
+    /* A second one next to it, and the first is still found. */
+    ck_assert_int_eq(config_add_dataset_arg(&c, "b=/srv/b", err, sizeof(err)), 0);
+    ck_assert_uint_eq(c.ndatasets, 2);
+    ck_assert_str_eq(config_find_dataset(&c, "a")->root, "/tmp");
+    ck_assert_str_eq(config_find_dataset(&c, "b")->root, "/srv/b");
+
+    static const char *const bad[] = {"noequals", "=dir", ""};
+    for (size_t i = 0; i < NELEM(bad); i++) {
+        err[0] = '\0';
+        ck_assert_msg(config_add_dataset_arg(&c, bad[i], err, sizeof(err)) == -EINVAL,
+                      "'%s' accepted", bad[i]);
+        ck_assert_msg(err[0] != '\0', "'%s': no message", bad[i]);
+    }
+    ck_assert_uint_eq(c.ndatasets, 2);
+    config_free(&c);
+}
+END_TEST
+
+/* Datasets from the command line come on top of the file's. */
+START_TEST(test_dataset_arg_after_file)
+{
+    struct config c;
+    char err[512];
+    ck_assert_msg(load(&c, full_yaml, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(config_add_dataset_arg(&c, "extra=/x", err, sizeof(err)), 0);
+    ck_assert_uint_eq(c.ndatasets, 3);
+    ck_assert_str_eq(config_find_dataset(&c, "extra")->root, "/x");
+    ck_assert_str_eq(config_find_dataset(&c, "train")->root, "/data/train");
+    config_free(&c);
+}
+END_TEST
+
+START_TEST(test_parse_size)
+{
+    static const struct {
+        const char *s;
+        uint64_t v;
+    } good[] = {
+        {"0", 0},
+        {"123", 123},
+        {"64KiB", 64 * 1024},
+        {"64kib", 64 * 1024},
+        {"1MiB", 1 << 20},
+        {"2GiB", 2 * GiB},
+        {"1.5G", 3 * GiB / 2},
+        {"1TiB", 1ull << 40},
+    };
+    for (size_t i = 0; i < NELEM(good); i++) {
+        uint64_t v = 7;
+        ck_assert_msg(config_parse_size(good[i].s, &v) == 0, "'%s' refused", good[i].s);
+        ck_assert_msg(v == good[i].v, "'%s' = %llu, want %llu", good[i].s,
+                      (unsigned long long)v, (unsigned long long)good[i].v);
+    }
+
+    uint64_t quarter, half;
+    ck_assert_int_eq(config_parse_size("25%", &quarter), 0);
+    ck_assert_int_eq(config_parse_size("50%", &half), 0);
+    ck_assert_uint_gt(quarter, 0);
+    ck_assert_uint_le(quarter, ram_bytes() / 4 + 4096);
+    ck_assert_uint_ge(quarter + 4096, ram_bytes() / 4);
+    ck_assert_uint_le(half - 2 * quarter, 2);
+
+    static const char *const bad[] = {"", "12XB", "abc", "-5", "KiB", "1.2.3G", "200%",
+                                      "5 apples"};
+    for (size_t i = 0; i < NELEM(bad); i++) {
+        uint64_t v;
+        ck_assert_msg(config_parse_size(bad[i], &v) == -EINVAL, "'%s' accepted", bad[i]);
+    }
+}
+END_TEST
+
+static Suite *config_suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("load");
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_empty_document);
+    tcase_add_test(tc, test_string_has_defaults);
+    tcase_add_test(tc, test_full);
+    tcase_add_test(tc, test_load_file);
+    tcase_add_test(tc, test_percent_memory);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("errors");
+    tcase_add_loop_test(tc, test_bad, 0, (int)NELEM(bad_cases));
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("misc");
+    tcase_add_test(tc, test_dataset_arg);
+    tcase_add_test(tc, test_dataset_arg_after_file);
+    tcase_add_test(tc, test_parse_size);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(config_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
