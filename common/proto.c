@@ -95,10 +95,9 @@ const char *proto_strerror(int code)
         [PROTO_E_NOMEM] = "out of memory",
         [PROTO_E_INTERNAL] = "internal error",
     };
-    if (code < 0)
-        code = -code;
-    if (code < PROTO_E_MAX && msgs[code])
-        return msgs[code];
+    unsigned u = code < 0 ? 0u - (unsigned)code : (unsigned)code;
+    if (u < PROTO_E_MAX && msgs[u])
+        return msgs[u];
     return "unknown error";
 }
 
@@ -360,11 +359,9 @@ int proto_get_batch_hdr(struct proto_rbuf *r, struct proto_batch_hdr *m)
     return 0;
 }
 
-#define PROTO_BATCH_FIXED (4 + 8 + 5 * 4)
-
 size_t proto_batch_prefix_size(uint32_t n)
 {
-    return PROTO_HEADER_SIZE + PROTO_BATCH_FIXED + (size_t)n * 8;
+    return PROTO_HEADER_SIZE + PROTO_BATCH_FIXED_SIZE + (size_t)n * 8;
 }
 
 void proto_batch_prefix_encode(uint8_t *out, uint32_t req_id,
@@ -381,7 +378,7 @@ void proto_batch_prefix_encode(uint8_t *out, uint32_t req_id,
     le_put(p + 20, m->w, 4);
     le_put(p + 24, m->c, 4);
     le_put(p + 28, m->dtype, 4);
-    p += PROTO_BATCH_FIXED;
+    p += PROTO_BATCH_FIXED_SIZE;
     for (uint32_t i = 0; i < m->n; i++, p += 8)
         le_put(p, (uint64_t)labels[i], 8);
 }

@@ -40,6 +40,10 @@
  *   CLOSE          (c->d)  u32 stream_id: stop a stream early
  *   CLOSED         (d->c)  u32 stream_id
  *
+ * An ERROR about the connection as a whole (bad magic, an oversized frame,
+ * a refused connection) carries req_id 0 or the offending frame's, and the
+ * daemon closes the connection after it.
+ *
  * After OPEN/OPENED the daemon pushes BATCH frames in epoch order, at most
  * `prefetch` batches ahead of what the socket has taken, then END. A stream
  * that fails mid-epoch gets an ERROR frame whose req_id is the OPEN's.
@@ -58,6 +62,8 @@
 /* Default largest reply body a client accepts (a batch). */
 #define PROTO_MAX_REPLY (1u << 30)
 #define PROTO_MAX_STR 4096u
+/* Size of a BATCH body's fixed part; the labels follow it. */
+#define PROTO_BATCH_FIXED_SIZE 32u
 
 enum proto_type {
     PROTO_ERROR = 1,

@@ -26,7 +26,9 @@ static void usage(FILE *f)
             "usage: prestod [options]\n"
             "Serves preprocessed dataset batches to trainers over a Unix socket.\n\n"
             "  -c, --config FILE        YAML configuration (default: none, built-in defaults)\n"
-            "  -s, --socket PATH        listen here (default: %s)\n"
+            "  -s, --socket PATH        listen here (default: $PRESTO_SOCKET, else\n"
+            "                           $XDG_RUNTIME_DIR/presto/prestod.sock, else\n"
+            "                           /tmp/presto-$UID/prestod.sock)\n"
             "  -d, --dataset NAME=DIR   serve the ImageFolder DIR as NAME with the default\n"
             "                           pipeline (decode, resize 256, center_crop 224 offline;\n"
             "                           random_flip 0.5 online); repeatable\n"
@@ -36,8 +38,7 @@ static void usage(FILE *f)
             "  -l, --log-level LEVEL    error, warn, info or debug\n"
             "      --check-config       check the configuration and exit\n"
             "  -h, --help               this help\n"
-            "  -V, --version            print the version\n",
-            "$XDG_RUNTIME_DIR/presto/prestod.sock");
+            "  -V, --version            print the version\n");
 }
 
 struct main_opts {

@@ -231,11 +231,15 @@ static void stream_pump(struct stream *s)
         }
         j->ready = 0;
         s->next_send++;
-        s->samples_sent += j->n;
         s->skipped += j->skipped;
+        stats_add(s->env->stats, STAT_samples_skipped, j->skipped);
+        if (j->n == 0) { /* every sample was bad: nothing to send */
+            job_release(j);
+            continue;
+        }
+        s->samples_sent += j->n;
         stats_add(s->env->stats, STAT_batches_served, 1);
         stats_add(s->env->stats, STAT_samples_served, j->n);
-        stats_add(s->env->stats, STAT_samples_skipped, j->skipped);
         stats_add(s->env->stats, STAT_bytes_served, j->end - j->start);
         if (evbuffer_add_reference(out, j->buf + j->start, j->end - j->start,
                                    job_flushed, j) < 0) {

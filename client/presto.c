@@ -1,0 +1,655 @@
+/*
+ * libprestoclient: the public C API (presto.h) over the wire protocol
+ * (common/proto.h).
+ *
+ * A presto_t holds one control connection for STATS and DATASETS; every
+ * epoch stream gets a connection of its own, so a stream's BATCH frames
+ * never interleave with anything else. Batches are read straight into a
+ * buffer owned by the stream, laid out so that the sample bytes start at a
+ * 64-byte boundary and the labels at an 8-byte one; the buffer is reused
+ * (and grown when needed) from one batch to the next.
+ */
+#include "presto.h"
+#include "proto.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define PRESTO_API __attribute__((visibility("default")))
+
+/* The public codes are the wire codes. */
+#define SAME(a, b) ((int)(a) == (int)(b))
+_Static_assert(SAME(PRESTO_E_PROTO, PROTO_E_PROTO) && SAME(PRESTO_E_VERSION, PROTO_E_VERSION) &&
+                   SAME(PRESTO_E_TOOBIG, PROTO_E_TOOBIG) &&
+                   SAME(PRESTO_E_NODATASET, PROTO_E_NODATASET) &&
+                   SAME(PRESTO_E_INVAL, PROTO_E_INVAL) && SAME(PRESTO_E_LIMIT, PROTO_E_LIMIT) &&
+                   SAME(PRESTO_E_SAMPLE, PROTO_E_SAMPLE) &&
+                   SAME(PRESTO_E_SHUTDOWN, PROTO_E_SHUTDOWN) && SAME(PRESTO_E_IO, PROTO_E_IO) &&
+                   SAME(PRESTO_E_NOMEM, PROTO_E_NOMEM) &&
+                   SAME(PRESTO_E_INTERNAL, PROTO_E_INTERNAL) &&
+                   SAME(PRESTO_E_INTERNAL + 1, PROTO_E_MAX),
+               "PRESTO_E_* and PROTO_E_* must be the same codes");
+_Static_assert(SAME(PRESTO_DTYPE_U8, PROTO_DTYPE_U8) && SAME(PRESTO_DTYPE_F32, PROTO_DTYPE_F32),
+               "PRESTO_DTYPE_* and PROTO_DTYPE_* must be the same codes");
+#undef SAME
+
+#define PRESTO_ERRMSG_SIZE 512
+#define BATCH_N_OFFSET 12
+/* Sample bytes start at this alignment inside the stream's buffer. */
+#define DATA_ALIGN 64
+/* Largest OPENED/END body; ERROR bodies are bounded by PROTO_MAX_STR. */
+#define SMALL_BODY_MAX 64
+#define ERROR_BODY_MAX (8 + PROTO_MAX_STR)
+
+/* One socket to the daemon and the message that explains its last failure. */
+struct conn {
+    int fd;
+    const char *path;
+    char err[PRESTO_ERRMSG_SIZE];
+};
+
+struct presto {
+    struct conn ctl;
+    uint32_t next_req;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
+enum stream_state { STREAM_RUNNING, STREAM_DONE, STREAM_FAILED };
+
+struct presto_stream {
+    struct conn c;
+    enum stream_state state;
+    int error;          /* the negative code presto_next repeats once failed */
+    uint32_t req_id;    /* the OPEN's, echoed by every frame of the stream */
+    uint32_t stream_id;
+    presto_stream_info_t info;
+    uint64_t skipped;
+    uint8_t *buf;       /* DATA_ALIGN-aligned receive buffer */
+    size_t buf_cap;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
+/* ---- messages and errors ---- */
+
+__attribute__((format(printf, 3, 4)))
+static int conn_fail(struct conn *c, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof(c->err), fmt, ap);
+    va_end(ap);
+    return -code;
+}
+
+/* An ERROR code from the daemon as a negative PRESTO_E_* (never 0). */
+static int daemon_code(uint32_t code)
+{
+    if (code == PROTO_OK || code >= PROTO_E_MAX)
+        return -PRESTO_E_INTERNAL;
+    return -(int)code;
+}
+
+/* ---- socket I/O ---- */
+
+static int conn_open(struct conn *c, const char *path)
+{
+    struct sockaddr_un sa;
+    size_t len = strlen(path);
+
+    c->path = path;
+    if (len == 0 || len >= sizeof(sa.sun_path))
+        return conn_fail(c, PRESTO_E_INVAL, "bad socket path '%s' (1 to %zu bytes)", path,
+                         sizeof(sa.sun_path) - 1);
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, len);
+
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return conn_fail(c, PRESTO_E_IO, "socket: %s", strerror(errno));
+    int rc;
+    do
+        rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    while (rc < 0 && errno == EINTR);
+    if (rc < 0) {
+        int e = errno;
+        close(fd);
+        return conn_fail(c, PRESTO_E_IO, "cannot connect to prestod at %s: %s", path,
+                         strerror(e));
+    }
+    c->fd = fd;
+    return 0;
+}
+
+static void conn_close(struct conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+}
+
+static int conn_lost(struct conn *c, int err)
+{
+    if (err)
+        return conn_fail(c, PRESTO_E_IO, "connection to prestod at %s failed: %s", c->path,
+                         strerror(err));
+    return conn_fail(c, PRESTO_E_IO, "prestod at %s closed the connection", c->path);
+}
+
+static int conn_send(struct conn *c, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return conn_lost(c, errno);
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int conn_recv(struct conn *c, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len) {
+        ssize_t n = recv(c->fd, p, len, MSG_WAITALL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return conn_lost(c, errno);
+        }
+        if (n == 0)
+            return conn_lost(c, 0);
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Reads and checks the next frame header. req_id must match unless the frame
+ * is an ERROR with req_id 0 (a connection-wide error). */
+static int conn_recv_header(struct conn *c, uint32_t req_id, struct proto_header *h)
+{
+    uint8_t raw[PROTO_HEADER_SIZE];
+    int rc = conn_recv(c, raw, sizeof(raw));
+    if (rc < 0)
+        return rc;
+    rc = proto_header_decode(raw, PROTO_MAX_REPLY, h);
+    switch (-rc) {
+    case 0:
+        break;
+    case PROTO_E_VERSION:
+        return conn_fail(c, PRESTO_E_VERSION,
+                         "prestod speaks protocol version %u, this client version %u",
+                         h->version, PROTO_VERSION);
+    case PROTO_E_TOOBIG:
+        return conn_fail(c, PRESTO_E_TOOBIG, "%s reply of %u bytes exceeds the limit of %u",
+                         proto_type_name(h->type), h->body_len, PROTO_MAX_REPLY);
+    default:
+        return conn_fail(c, PRESTO_E_PROTO, "bad frame from prestod (magic 0x%08x)",
+                         h->magic);
+    }
+    if (h->req_id != req_id && !(h->type == PROTO_ERROR && h->req_id == 0))
+        return conn_fail(c, PRESTO_E_PROTO, "%s reply for request %u, expected %u",
+                         proto_type_name(h->type), h->req_id, req_id);
+    return 0;
+}
+
+/* Reads a body of at most cap bytes (a small, fixed-size message). */
+static int conn_recv_small(struct conn *c, const struct proto_header *h, void *buf,
+                           size_t cap)
+{
+    if (h->body_len > cap)
+        return conn_fail(c, PRESTO_E_PROTO, "%s body of %u bytes is too long",
+                         proto_type_name(h->type), h->body_len);
+    return conn_recv(c, buf, h->body_len);
+}
+
+/* Reads an ERROR body; the daemon's message goes into c->err. Returns the
+ * daemon's code, negated. */
+static int conn_recv_error(struct conn *c, const struct proto_header *h)
+{
+    uint8_t body[ERROR_BODY_MAX];
+    char msg[PRESTO_ERRMSG_SIZE];
+    struct proto_rbuf r;
+    uint32_t code;
+
+    int rc = conn_recv_small(c, h, body, sizeof(body));
+    if (rc < 0)
+        return rc;
+    proto_rbuf_init(&r, body, h->body_len);
+    if (proto_get_error(&r, &code, msg, sizeof(msg)) < 0)
+        return conn_fail(c, PRESTO_E_PROTO, "malformed ERROR from prestod");
+    conn_fail(c, 0, "prestod: %s", msg);
+    return daemon_code(code);
+}
+
+static int conn_unexpected(struct conn *c, const struct proto_header *h)
+{
+    return conn_fail(c, PRESTO_E_PROTO, "unexpected %s (type %u) from prestod",
+                     proto_type_name(h->type), h->type);
+}
+
+/* ---- handle ---- */
+
+PRESTO_API const char *presto_default_socket(void)
+{
+    static _Thread_local char buf[4096];
+    const char *env = getenv("PRESTO_SOCKET");
+    int n;
+
+    if (env && *env) {
+        n = snprintf(buf, sizeof(buf), "%s", env);
+        if (n > 0 && (size_t)n < sizeof(buf))
+            return buf;
+    }
+    env = getenv("XDG_RUNTIME_DIR");
+    if (env && *env) {
+        n = snprintf(buf, sizeof(buf), "%s/presto/prestod.sock", env);
+        if (n > 0 && (size_t)n < sizeof(buf))
+            return buf;
+    }
+    snprintf(buf, sizeof(buf), "/tmp/presto-%u/prestod.sock", (unsigned)getuid());
+    return buf;
+}
+
+PRESTO_API const char *presto_strerror(int code)
+{
+    return proto_strerror(code);
+}
+
+PRESTO_API const char *presto_version(void)
+{
+    return PRESTO_VERSION_STRING;
+}
+
+static uint32_t presto_req_id(presto_t *p)
+{
+    if (++p->next_req == 0)
+        p->next_req = 1;
+    return p->next_req;
+}
+
+PRESTO_API int presto_connect(const char *path, presto_t **out)
+{
+    presto_t *p = calloc(1, sizeof(*p));
+    *out = p;
+    if (!p)
+        return -PRESTO_E_NOMEM;
+    p->ctl.fd = -1;
+    if (!path)
+        path = presto_default_socket();
+    size_t len = strlen(path);
+    if (len >= sizeof(p->path)) {
+        p->ctl.path = p->path;
+        snprintf(p->path, sizeof(p->path), "%s", path);
+        return conn_fail(&p->ctl, PRESTO_E_INVAL, "socket path too long (%zu bytes, max %zu)",
+                         len, sizeof(p->path) - 1);
+    }
+    memcpy(p->path, path, len + 1);
+    return conn_open(&p->ctl, p->path);
+}
+
+PRESTO_API void presto_close(presto_t *p)
+{
+    if (!p)
+        return;
+    conn_close(&p->ctl);
+    free(p);
+}
+
+PRESTO_API const char *presto_errmsg(const presto_t *p)
+{
+    return p ? p->ctl.err : "cannot allocate a presto handle";
+}
+
+/* One request with an empty body on the control connection, answered by a
+ * single str field (a JSON document), returned NUL-terminated in *json. A
+ * connection that failed is dropped, and the next call reconnects. */
+static int presto_call_json(presto_t *p, uint16_t type, uint16_t reply, char **json)
+{
+    struct conn *c = &p->ctl;
+    struct proto_header h;
+    uint8_t raw[PROTO_HEADER_SIZE];
+    int rc;
+
+    *json = NULL;
+    if (c->fd < 0 && (rc = conn_open(c, p->path)) < 0)
+        return rc;
+    uint32_t req = presto_req_id(p);
+    proto_header_encode(raw, type, req, 0);
+    if ((rc = conn_send(c, raw, sizeof(raw))) < 0 ||
+        (rc = conn_recv_header(c, req, &h)) < 0)
+        goto drop;
+    if (h.type == PROTO_ERROR) {
+        rc = conn_recv_error(c, &h);
+        if (rc == -PRESTO_E_PROTO || rc == -PRESTO_E_IO)
+            goto drop;
+        return rc;
+    }
+    if (h.type != reply) {
+        rc = conn_unexpected(c, &h);
+        goto drop;
+    }
+    /* The body is u32 len + bytes: the bytes move to the front, NUL-terminated. */
+    uint8_t *body = malloc((size_t)h.body_len + 1);
+    if (!body) {
+        rc = conn_fail(c, PRESTO_E_NOMEM, "cannot allocate %u bytes for %s", h.body_len,
+                       proto_type_name(h.type));
+        goto drop;
+    }
+    if ((rc = conn_recv(c, body, h.body_len)) < 0) {
+        free(body);
+        goto drop;
+    }
+    struct proto_rbuf r;
+    const char *s;
+    uint32_t n;
+    proto_rbuf_init(&r, body, h.body_len);
+    if (proto_get_str(&r, &s, &n, h.body_len) < 0 || proto_remaining(&r)) {
+        free(body);
+        rc = conn_fail(c, PRESTO_E_PROTO, "malformed %s from prestod", proto_type_name(reply));
+        goto drop;
+    }
+    memmove(body, s, n);
+    body[n] = '\0';
+    *json = (char *)body;
+    c->err[0] = '\0';
+    return 0;
+drop:
+    conn_close(c);
+    return rc;
+}
+
+PRESTO_API int presto_stats(presto_t *p, char **json)
+{
+    return presto_call_json(p, PROTO_STATS, PROTO_STATS_REPLY, json);
+}
+
+PRESTO_API int presto_datasets(presto_t *p, char **json)
+{
+    return presto_call_json(p, PROTO_DATASETS, PROTO_DATASETS_REPLY, json);
+}
+
+/* ---- streams ---- */
+
+PRESTO_API void presto_stream_opts_init(presto_stream_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->batch_size = 64;
+    o->world = 1;
+    o->shuffle = 1;
+}
+
+static int stream_check_opts(struct conn *c, const presto_stream_opts_t *o,
+                             struct proto_open *m)
+{
+    if (!o || !o->dataset || !*o->dataset)
+        return conn_fail(c, PRESTO_E_INVAL, "no dataset name given");
+    size_t len = strlen(o->dataset);
+    if (len >= sizeof(m->dataset))
+        return conn_fail(c, PRESTO_E_INVAL, "dataset name too long (%zu bytes, max %zu)",
+                         len, sizeof(m->dataset) - 1);
+    if (o->batch_size == 0)
+        return conn_fail(c, PRESTO_E_INVAL, "batch_size must be at least 1");
+    if (o->world == 0 || o->rank >= o->world)
+        return conn_fail(c, PRESTO_E_INVAL, "rank %u is not below world size %u", o->rank,
+                         o->world);
+    memset(m, 0, sizeof(*m));
+    memcpy(m->dataset, o->dataset, len);
+    m->batch_size = o->batch_size;
+    m->seed = o->seed;
+    m->epoch = o->epoch;
+    m->rank = o->rank;
+    m->world = o->world;
+    m->flags = (o->shuffle ? PROTO_OPEN_SHUFFLE : 0) | (o->drop_last ? PROTO_OPEN_DROP_LAST : 0);
+    m->prefetch = o->prefetch;
+    return 0;
+}
+
+/* Sends OPEN and waits for OPENED. Failures are explained in s->c.err. */
+static int stream_start(presto_stream_t *s, const struct proto_open *m)
+{
+    struct conn *c = &s->c;
+    struct proto_wbuf w;
+    struct proto_header h;
+    int rc;
+
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, PROTO_OPEN, s->req_id);
+    proto_put_open(&w, m);
+    proto_frame_finish(&w);
+    if (w.failed)
+        rc = conn_fail(c, PRESTO_E_NOMEM, "cannot build OPEN request");
+    else
+        rc = conn_send(c, w.data, w.len);
+    proto_wbuf_free(&w);
+    if (rc < 0 || (rc = conn_recv_header(c, s->req_id, &h)) < 0)
+        return rc;
+    if (h.type == PROTO_ERROR)
+        return conn_recv_error(c, &h);
+    if (h.type != PROTO_OPENED)
+        return conn_unexpected(c, &h);
+
+    uint8_t body[SMALL_BODY_MAX];
+    struct proto_rbuf r;
+    struct proto_opened op;
+    if ((rc = conn_recv_small(c, &h, body, sizeof(body))) < 0)
+        return rc;
+    proto_rbuf_init(&r, body, h.body_len);
+    if (proto_get_opened(&r, &op) < 0)
+        return conn_fail(c, PRESTO_E_PROTO, "malformed OPENED from prestod");
+    s->stream_id = op.stream_id;
+    s->info.samples = op.samples;
+    s->info.batches = op.batches;
+    s->info.h = op.h;
+    s->info.w = op.w;
+    s->info.c = op.c;
+    s->info.dtype = op.dtype;
+    return 0;
+}
+
+static void stream_free(presto_stream_t *s)
+{
+    conn_close(&s->c);
+    free(s->buf);
+    free(s);
+}
+
+PRESTO_API int presto_stream_open(presto_t *p, const presto_stream_opts_t *o,
+                                  presto_stream_t **out)
+{
+    struct proto_open m;
+    int rc;
+
+    *out = NULL;
+    if ((rc = stream_check_opts(&p->ctl, o, &m)) < 0)
+        return rc;
+    presto_stream_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return conn_fail(&p->ctl, PRESTO_E_NOMEM, "cannot allocate a stream");
+    s->c.fd = -1;
+    memcpy(s->path, p->path, sizeof(s->path));
+    s->req_id = presto_req_id(p);
+    if ((rc = conn_open(&s->c, s->path)) < 0 || (rc = stream_start(s, &m)) < 0) {
+        memcpy(p->ctl.err, s->c.err, sizeof(p->ctl.err));
+        stream_free(s);
+        return rc;
+    }
+    s->state = STREAM_RUNNING;
+    *out = s;
+    return 0;
+}
+
+PRESTO_API int presto_stream_info(const presto_stream_t *s, presto_stream_info_t *info)
+{
+    *info = s->info;
+    return 0;
+}
+
+/* Makes room for need bytes; the old contents need not survive. */
+static int stream_reserve(presto_stream_t *s, size_t need)
+{
+    if (need <= s->buf_cap)
+        return 0;
+    size_t cap = s->buf_cap ? s->buf_cap : 1u << 16;
+    while (cap < need)
+        cap *= 2;
+    void *p = aligned_alloc(DATA_ALIGN, cap);
+    if (!p)
+        return conn_fail(&s->c, PRESTO_E_NOMEM, "cannot allocate %zu bytes for a batch", cap);
+    free(s->buf);
+    s->buf = p;
+    s->buf_cap = cap;
+    return 0;
+}
+
+/* A BATCH body: the fixed part is read first to learn n, then the whole body
+ * is placed so that the sample bytes (after 32 + 8n bytes) start on a
+ * DATA_ALIGN boundary, which also puts the labels on an 8-byte one. */
+static int stream_recv_batch(presto_stream_t *s, const struct proto_header *h,
+                             presto_batch_t *b)
+{
+    struct conn *c = &s->c;
+    uint8_t fixed[PROTO_BATCH_FIXED_SIZE];
+    struct proto_rbuf r;
+    struct proto_batch_hdr bh;
+    uint32_t n;
+    int rc;
+
+    if (h->body_len < PROTO_BATCH_FIXED_SIZE)
+        return conn_fail(c, PRESTO_E_PROTO, "BATCH body of %u bytes is too short",
+                         h->body_len);
+    if ((rc = conn_recv(c, fixed, sizeof(fixed))) < 0)
+        return rc;
+    proto_rbuf_init(&r, fixed + BATCH_N_OFFSET, sizeof(fixed) - BATCH_N_OFFSET);
+    proto_get_u32(&r, &n);
+    uint64_t head64 = PROTO_BATCH_FIXED_SIZE + (uint64_t)n * sizeof(int64_t);
+    if (head64 > h->body_len)
+        return conn_fail(c, PRESTO_E_PROTO, "BATCH of %u samples in %u bytes", n,
+                         h->body_len);
+    size_t head = (size_t)head64;
+    size_t pad = (DATA_ALIGN - head % DATA_ALIGN) % DATA_ALIGN;
+    if ((rc = stream_reserve(s, pad + h->body_len)) < 0)
+        return rc;
+    uint8_t *body = s->buf + pad;
+    memcpy(body, fixed, sizeof(fixed));
+    if ((rc = conn_recv(c, body + PROTO_BATCH_FIXED_SIZE, h->body_len - PROTO_BATCH_FIXED_SIZE)) < 0)
+        return rc;
+
+    proto_rbuf_init(&r, body, h->body_len);
+    if (proto_get_batch_hdr(&r, &bh) < 0)
+        return conn_fail(c, PRESTO_E_PROTO, "malformed BATCH from prestod");
+    if (bh.stream_id != s->stream_id)
+        return conn_fail(c, PRESTO_E_PROTO, "BATCH for stream %u on stream %u", bh.stream_id,
+                         s->stream_id);
+    /* Labels in place: little-endian on the wire, native in the batch. */
+    int64_t *labels = (int64_t *)(void *)(body + PROTO_BATCH_FIXED_SIZE);
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+    for (uint32_t i = 0; i < n; i++)
+        proto_get_i64(&r, &labels[i]);
+#endif
+    b->index = bh.index;
+    b->n = bh.n;
+    b->h = bh.h;
+    b->w = bh.w;
+    b->c = bh.c;
+    b->dtype = bh.dtype;
+    b->labels = labels;
+    b->data = body + head;
+    b->size = h->body_len - head;
+    return 1;
+}
+
+static int stream_recv_end(presto_stream_t *s, const struct proto_header *h)
+{
+    struct conn *c = &s->c;
+    uint8_t body[SMALL_BODY_MAX];
+    struct proto_rbuf r;
+    struct proto_end e;
+    int rc;
+
+    if ((rc = conn_recv_small(c, h, body, sizeof(body))) < 0)
+        return rc;
+    proto_rbuf_init(&r, body, h->body_len);
+    if (proto_get_end(&r, &e) < 0)
+        return conn_fail(c, PRESTO_E_PROTO, "malformed END from prestod");
+    if (e.stream_id != s->stream_id)
+        return conn_fail(c, PRESTO_E_PROTO, "END for stream %u on stream %u", e.stream_id,
+                         s->stream_id);
+    s->skipped = e.skipped;
+    return 0;
+}
+
+PRESTO_API int presto_next(presto_stream_t *s, presto_batch_t *b)
+{
+    struct proto_header h;
+    int rc;
+
+    memset(b, 0, sizeof(*b));
+    if (s->state == STREAM_DONE)
+        return 0;
+    if (s->state == STREAM_FAILED)
+        return s->error;
+    rc = conn_recv_header(&s->c, s->req_id, &h);
+    if (rc == 0) {
+        switch (h.type) {
+        case PROTO_BATCH:
+            rc = stream_recv_batch(s, &h, b);
+            break;
+        case PROTO_END:
+            rc = stream_recv_end(s, &h);
+            if (rc == 0) {
+                s->state = STREAM_DONE;
+                conn_close(&s->c);
+            }
+            break;
+        case PROTO_ERROR:
+            rc = conn_recv_error(&s->c, &h);
+            break;
+        default:
+            rc = conn_unexpected(&s->c, &h);
+        }
+    }
+    if (rc < 0) {
+        memset(b, 0, sizeof(*b));
+        s->state = STREAM_FAILED;
+        s->error = rc;
+        conn_close(&s->c);
+    }
+    return rc;
+}
+
+PRESTO_API void presto_release(presto_stream_t *s, presto_batch_t *b)
+{
+    (void)s; /* the buffer is reused by the next presto_next */
+    memset(b, 0, sizeof(*b));
+}
+
+PRESTO_API uint64_t presto_stream_skipped(const presto_stream_t *s)
+{
+    return s->skipped;
+}
+
+PRESTO_API const char *presto_stream_errmsg(const presto_stream_t *s)
+{
+    return s->c.err;
+}
+
+/* Closing the socket of a running stream is what stops it: the daemon
+ * treats the disconnect as a CLOSE. */
+PRESTO_API void presto_stream_close(presto_stream_t *s)
+{
+    if (s)
+        stream_free(s);
+}

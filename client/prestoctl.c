@@ -1,0 +1,319 @@
+/*
+ * prestoctl: talks to prestod through libprestoclient's public API only.
+ *
+ *   prestoctl [-s SOCKET] stats | datasets | epoch DATASET [options]
+ *
+ * Usage errors print one line and exit 2; failures print one line
+ * ("prestoctl: ...") and exit 1. `epoch` is also the C benchmark client,
+ * so its loop does no per-byte work unless --checksum asks for it.
+ */
+#include "presto.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define EXIT_USAGE 2
+
+static const char usage_text[] =
+    "usage: prestoctl [-s SOCKET] COMMAND [ARGS]\n"
+    "\n"
+    "Commands:\n"
+    "  stats                 print the daemon's statistics (JSON)\n"
+    "  datasets              print the datasets the daemon serves (JSON)\n"
+    "  epoch DATASET         pull one epoch and report its throughput\n"
+    "\n"
+    "Global options:\n"
+    "  -s, --socket SOCKET   daemon socket (default: $PRESTO_SOCKET, else\n"
+    "                        $XDG_RUNTIME_DIR/presto/prestod.sock, else\n"
+    "                        /tmp/presto-$UID/prestod.sock)\n"
+    "  -h, --help            show this help\n"
+    "  -V, --version         show the version\n"
+    "\n"
+    "epoch options:\n"
+    "  -b, --batch-size N    samples per batch (default 64)\n"
+    "  -e, --epoch E         epoch number (default 0)\n"
+    "      --seed S          shuffle seed (default 0)\n"
+    "      --rank R          this rank (default 0)\n"
+    "      --world W         number of ranks (default 1)\n"
+    "      --no-shuffle      keep the dataset's order\n"
+    "      --drop-last       drop the last, short batch\n"
+    "      --prefetch N      batches the daemon prepares ahead (default: daemon's)\n"
+    "      --checksum        FNV-1a 64 over every batch's labels, then data\n"
+    "      --json            print one JSON line instead of text\n";
+
+__attribute__((format(printf, 1, 2), noreturn))
+static void die_usage(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("prestoctl: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs(" (see prestoctl --help)\n", stderr);
+    exit(EXIT_USAGE);
+}
+
+__attribute__((noreturn))
+static void die(const char *msg)
+{
+    fprintf(stderr, "prestoctl: %s\n", msg);
+    exit(EXIT_FAILURE);
+}
+
+/* getopt_long returned '?' or ':' (opterr is off, optstring starts with ':'). */
+__attribute__((noreturn))
+static void die_bad_option(int c, char *const argv[])
+{
+    const char *arg = argv[optind - 1];
+    if (c == ':')
+        die_usage("option '%s' needs an argument", arg);
+    if (optopt > 0 && optopt < 128 && strncmp(arg, "--", 2) != 0)
+        die_usage("unknown option '-%c'", optopt);
+    die_usage("bad option '%s'", arg);
+}
+
+static uint64_t parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*s < '0' || *s > '9' || *end || errno || v < min || v > max)
+        die_usage("%s wants a number from %" PRIu64 " to %" PRIu64 ", not '%s'", opt, min, max,
+                  s);
+    return v;
+}
+
+__attribute__((noreturn))
+static void help(void)
+{
+    fputs(usage_text, stdout);
+    exit(EXIT_SUCCESS);
+}
+
+static presto_t *connect_or_die(const char *sock)
+{
+    presto_t *p;
+    if (presto_connect(sock, &p) < 0)
+        die(presto_errmsg(p));
+    return p;
+}
+
+/* Rejects arguments after a command that takes none, allowing --help. */
+static void no_args(const char *cmd, int argc, char *argv[])
+{
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        if (c == 'h')
+            help();
+        die_bad_option(c, argv);
+    }
+    if (optind < argc)
+        die_usage("%s takes no arguments", cmd);
+}
+
+static int cmd_json(const char *sock, int argc, char *argv[])
+{
+    int stats = strcmp(argv[0], "stats") == 0;
+    no_args(argv[0], argc, argv);
+    presto_t *p = connect_or_die(sock);
+    char *json;
+    if ((stats ? presto_stats(p, &json) : presto_datasets(p, &json)) < 0)
+        die(presto_errmsg(p));
+    size_t len = strlen(json);
+    fputs(json, stdout);
+    if (!len || json[len - 1] != '\n')
+        putchar('\n');
+    free(json);
+    presto_close(p);
+    return EXIT_SUCCESS;
+}
+
+/* ---- epoch ---- */
+
+#define FNV64_OFFSET 0xcbf29ce484222325ull
+#define FNV64_PRIME 0x100000001b3ull
+
+static uint64_t fnv1a64(uint64_t h, const void *p, size_t len)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ b[i]) * FNV64_PRIME;
+    return h;
+}
+
+/* A JSON string literal (the dataset name, as the user typed it). */
+static void put_json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+enum {
+    OPT_SEED = 256,
+    OPT_RANK,
+    OPT_WORLD,
+    OPT_NO_SHUFFLE,
+    OPT_DROP_LAST,
+    OPT_PREFETCH,
+    OPT_CHECKSUM,
+    OPT_JSON,
+};
+
+static int cmd_epoch(const char *sock, int argc, char *argv[])
+{
+    static const struct option opts[] = {
+        {"batch-size", required_argument, NULL, 'b'},
+        {"epoch", required_argument, NULL, 'e'},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"rank", required_argument, NULL, OPT_RANK},
+        {"world", required_argument, NULL, OPT_WORLD},
+        {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE},
+        {"drop-last", no_argument, NULL, OPT_DROP_LAST},
+        {"prefetch", required_argument, NULL, OPT_PREFETCH},
+        {"checksum", no_argument, NULL, OPT_CHECKSUM},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    presto_stream_opts_t o;
+    int checksum = 0, json = 0, c;
+
+    presto_stream_opts_init(&o);
+    while ((c = getopt_long(argc, argv, ":b:e:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'b':
+            o.batch_size = (uint32_t)parse_u64("--batch-size", optarg, 1, UINT32_MAX);
+            break;
+        case 'e': o.epoch = parse_u64("--epoch", optarg, 0, UINT64_MAX); break;
+        case OPT_SEED: o.seed = parse_u64("--seed", optarg, 0, UINT64_MAX); break;
+        case OPT_RANK: o.rank = (uint32_t)parse_u64("--rank", optarg, 0, UINT32_MAX - 1); break;
+        case OPT_WORLD: o.world = (uint32_t)parse_u64("--world", optarg, 1, UINT32_MAX); break;
+        case OPT_NO_SHUFFLE: o.shuffle = 0; break;
+        case OPT_DROP_LAST: o.drop_last = 1; break;
+        case OPT_PREFETCH:
+            o.prefetch = (uint32_t)parse_u64("--prefetch", optarg, 0, UINT32_MAX);
+            break;
+        case OPT_CHECKSUM: checksum = 1; break;
+        case OPT_JSON: json = 1; break;
+        case 'h': help();
+        default: die_bad_option(c, argv);
+        }
+    }
+    if (optind >= argc)
+        die_usage("epoch needs a DATASET");
+    if (optind + 1 < argc)
+        die_usage("epoch takes one DATASET, got also '%s'", argv[optind + 1]);
+    if (o.rank >= o.world)
+        die_usage("--rank %" PRIu32 " must be below --world %" PRIu32, o.rank, o.world);
+    o.dataset = argv[optind];
+
+    presto_t *p = connect_or_die(sock);
+    presto_stream_t *s;
+    presto_batch_t b;
+    struct timespec t0, t1;
+    uint64_t samples = 0, batches = 0, sum = FNV64_OFFSET;
+    int rc;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (presto_stream_open(p, &o, &s) < 0)
+        die(presto_errmsg(p));
+    while ((rc = presto_next(s, &b)) > 0) {
+        samples += b.n;
+        batches++;
+        if (checksum) {
+            sum = fnv1a64(sum, b.labels, (size_t)b.n * sizeof(*b.labels));
+            sum = fnv1a64(sum, b.data, b.size);
+        }
+        presto_release(s, &b);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc < 0)
+        die(presto_stream_errmsg(s));
+
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    double rate = secs > 0 ? (double)samples / secs : 0.0;
+    uint64_t skipped = presto_stream_skipped(s);
+    if (json) {
+        fputs("{\"dataset\":", stdout);
+        put_json_str(o.dataset);
+        printf(",\"epoch\":%" PRIu64 ",\"samples\":%" PRIu64 ",\"batches\":%" PRIu64
+               ",\"seconds\":%.6f,\"samples_per_s\":%.1f,\"skipped\":%" PRIu64,
+               o.epoch, samples, batches, secs, rate, skipped);
+        if (checksum)
+            printf(",\"checksum\":\"%016" PRIx64 "\"", sum);
+        puts("}");
+    } else {
+        printf("%s epoch %" PRIu64 ": %" PRIu64 " samples in %" PRIu64 " batches, %.3f s, "
+               "%.1f samples/s, %" PRIu64 " skipped\n",
+               o.dataset, o.epoch, samples, batches, secs, rate, skipped);
+        if (checksum)
+            printf("checksum %016" PRIx64 "\n", sum);
+    }
+    presto_stream_close(s);
+    presto_close(p);
+    return EXIT_SUCCESS;
+}
+
+/* ---- main ---- */
+
+static const struct {
+    const char *name;
+    int (*run)(const char *sock, int argc, char *argv[]);
+} commands[] = {
+    {"stats", cmd_json},
+    {"datasets", cmd_json},
+    {"epoch", cmd_epoch},
+};
+
+int main(int argc, char *argv[])
+{
+    static const struct option opts[] = {
+        {"socket", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {0},
+    };
+    const char *sock = NULL;
+    int c;
+
+    opterr = 0;
+    /* '+': stop at the command; its own options follow it. */
+    while ((c = getopt_long(argc, argv, "+:s:hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': sock = optarg; break;
+        case 'h': help();
+        case 'V':
+            printf("prestoctl %s\n", presto_version());
+            return EXIT_SUCCESS;
+        default: die_bad_option(c, argv);
+        }
+    }
+    if (optind >= argc)
+        die_usage("no command given");
+    const char *cmd = argv[optind];
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        if (strcmp(cmd, commands[i].name) == 0) {
+            argc -= optind;
+            argv += optind;
+            optind = 0; /* restart getopt on the command's own arguments */
+            return commands[i].run(sock, argc, argv);
+        }
+    }
+    die_usage("unknown command '%s'", cmd);
+}
