@@ -1,0 +1,163 @@
+#!/usr/bin/python3
+"""Collects benchmark cases and writes bench.json plus a table (stdlib only).
+
+    report.py case CASES NAME TARGET RUN_JSON [RUN_JSON...]
+        Appends one case to the JSON-lines file CASES. Each RUN_JSON is one result
+        line of `prestoctl epoch --json` (or anything with samples_per_s, seconds and
+        samples); the case's figure is the median run, every run is kept. TARGET is the
+        ratio to the baseline the case should reach (0: none).
+
+    report.py write --baseline FILE --cases CASES --out BENCH_JSON [--stats FILE]
+                    [--data DIR]
+        FILE is torch_baseline.py's output line, --stats a `prestoctl stats` document.
+        Writes BENCH_JSON and prints the table. Always exits 0 once written: a missed
+        target is reported, not an error.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+
+BASELINE_NAME = "torchvision ImageFolder+DataLoader"
+COMMAND = "make bench"
+
+
+def cmd_case(argv):
+    if len(argv) < 4:
+        sys.exit("usage: report.py case CASES NAME TARGET RUN_JSON [RUN_JSON...]")
+    cases_file, name, target = argv[0], argv[1], float(argv[2])
+    runs = [json.loads(r) for r in argv[3:]]
+    for r in runs:
+        for key in ("samples_per_s", "seconds", "samples"):
+            if key not in r:
+                sys.exit("report.py: case %s: run has no %r: %s" % (name, key, json.dumps(r)))
+    rates = sorted(r["samples_per_s"] for r in runs)
+    case = {
+        "case": name,
+        "samples_per_s": statistics.median(rates),
+        "seconds": statistics.median(r["seconds"] for r in runs),
+        "samples": max(r["samples"] for r in runs),
+        "skipped": sum(r.get("skipped", 0) for r in runs),
+        "target": target,
+    }
+    if len(runs) > 1:
+        case["runs"] = runs
+    with open(cases_file, "a") as f:
+        f.write(json.dumps(case) + "\n")
+    return 0
+
+
+def machine():
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "kernel": platform.release(), "cpu": cpu}
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_cases(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def fmt_ratio(r):
+    return "%.2fx" % r
+
+
+def cmd_write(argv):
+    p = argparse.ArgumentParser(prog="report.py write")
+    p.add_argument("--baseline", required=True)
+    p.add_argument("--cases", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--stats", help="prestoctl stats JSON")
+    p.add_argument("--data", help="the data set's directory")
+    a = p.parse_args(argv)
+
+    base = read_json(a.baseline)
+    base_rate = base["samples_per_s"]
+    cases = read_cases(a.cases)
+    for c in cases:
+        c["ratio"] = round(c["samples_per_s"] / base_rate, 3) if base_rate > 0 else 0.0
+    doc = {
+        "machine": machine(),
+        "command": COMMAND,
+        "baseline": {
+            "name": BASELINE_NAME,
+            "samples_per_s": base_rate,
+            "epochs": base["epochs"],
+            "num_workers": base["num_workers"],
+            "batch_size": base.get("batch_size"),
+            "torch": base.get("torch"),
+            "torchvision": base.get("torchvision"),
+        },
+        "cases": cases,
+    }
+    if a.data:
+        samples = base["epochs"][0]["samples"] if base["epochs"] else None
+        doc["dataset"] = {"path": os.path.abspath(a.data), "samples": samples}
+    if a.stats:
+        s = read_json(a.stats)
+        doc["presto"] = {"version": s.get("version"), "workers": s.get("workers"),
+                         "cache": s.get("cache")}
+    tmp = a.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, a.out)
+
+    print_table(doc)
+    print("wrote %s" % a.out)
+    print("reproduce: %s" % COMMAND)
+    return 0
+
+
+def print_table(doc):
+    base = doc["baseline"]
+    m = doc["machine"]
+    print()
+    print("machine: %s, %d cores, kernel %s" % (m["cpu"], m["cores"], m["kernel"]))
+    print("baseline: %s, %d workers, batch %s (best of %d epochs)"
+          % (base["name"], base["num_workers"], base["batch_size"], len(base["epochs"])))
+    print()
+    row = "%-12s %12s %9s  %-8s %s"
+    print(row % ("case", "samples/s", "ratio", "target", ""))
+    print(row % ("baseline", "%.1f" % base["samples_per_s"], fmt_ratio(1.0), "", ""))
+    base_samples = base["epochs"][0]["samples"] if base["epochs"] else None
+    for c in doc["cases"]:
+        target, verdict = "", ""
+        if c.get("target"):
+            target = ">= %gx" % c["target"]
+            verdict = "PASS" if c["ratio"] >= c["target"] else "MISS"
+        print(row % (c["case"], "%.1f" % c["samples_per_s"], fmt_ratio(c["ratio"]),
+                     target, verdict))
+        if base_samples is not None and c["samples"] != base_samples:
+            print("  note: %s served %d samples per epoch, the baseline %d"
+                  % (c["case"], c["samples"], base_samples))
+        if c.get("runs"):
+            print("  runs: " + ", ".join("%.1f" % r["samples_per_s"] for r in c["runs"])
+                  + " samples/s (median reported)")
+    print()
+
+
+def main(argv):
+    commands = {"case": cmd_case, "write": cmd_write}
+    if not argv or argv[0] not in commands:
+        sys.exit(__doc__)
+    return commands[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

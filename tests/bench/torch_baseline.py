@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""The baseline presto is measured against: torchvision ImageFolder + DataLoader.
+
+    torch_baseline.py DATA_DIR [--epochs 2] [--batch-size 64] [--workers os.cpu_count()]
+
+Same work as prestod's default pipeline (decode, Resize(256), CenterCrop(224),
+RandomHorizontalFlip) ending in uint8 tensors (PILToTensor, no float conversion, so
+the comparison is fair). Every epoch is timed from creating its iterator (worker
+start-up included, persistent_workers=False) to the last batch, and each batch is
+touched. Prints one JSON line.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torchvision
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("data", help="ImageFolder root (DIR/CLASS/*.jpg)")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    a = p.parse_args(argv)
+    if a.epochs < 1 or a.batch_size < 1 or a.workers < 0:
+        p.error("--epochs and --batch-size must be >= 1, --workers >= 0")
+    return a
+
+
+def run_epoch(loader):
+    """One full pass; returns (seconds, samples)."""
+    samples = 0
+    touched = 0
+    start = time.perf_counter()
+    for images, labels in loader:
+        # Touch the batch so that nothing is left lazily unread.
+        touched += int(images[-1, 0, 0, 0]) + int(labels[-1])
+        samples += images.shape[0]
+    return time.perf_counter() - start, samples
+
+
+def main(argv):
+    a = parse_args(argv)
+    torch.set_num_threads(1)
+    tf = transforms.Compose([
+        transforms.Resize(256),
+        transforms.CenterCrop(224),
+        transforms.RandomHorizontalFlip(),
+        transforms.PILToTensor(),
+    ])
+    ds = datasets.ImageFolder(a.data, transform=tf)
+    loader = DataLoader(ds, batch_size=a.batch_size, shuffle=True,
+                        num_workers=a.workers, persistent_workers=False)
+    epochs = []
+    for _ in range(a.epochs):
+        seconds, samples = run_epoch(loader)
+        epochs.append({"seconds": round(seconds, 4), "samples": samples,
+                       "samples_per_s": round(samples / seconds, 2)})
+    print(json.dumps({
+        "epochs": epochs,
+        "samples_per_s": max(e["samples_per_s"] for e in epochs),
+        "num_workers": a.workers,
+        "batch_size": a.batch_size,
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
