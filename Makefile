@@ -9,7 +9,7 @@ SANITIZE ?=
 # Debian packages the build, the tests and the benchmarks need.
 DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
             libturbojpeg0-dev libyaml-dev check python3-numpy python3-torch \
-            python3-torchvision python3-pil
+            python3-torchvision python3-pil valgrind
 
 PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1
 PKG_CHECK  := check
@@ -46,7 +46,7 @@ SONAME  := libprestoclient.so.0
 PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
            $(BUILD)/libprestoclient.a
 
-.PHONY: all deps check run bench clean tests
+.PHONY: all deps check check-valgrind run bench clean tests
 all: $(PROGS)
 tests: $(UNIT_BIN) $(ITEST_BIN)
 
@@ -97,6 +97,12 @@ deps:
 check: deps
 	$(MAKE) --no-print-directory all tests SANITIZE=$(SANITIZE)
 	BUILD=$(BUILD) PYTHON=$(PYTHON) tests/run-tests.sh
+
+# The integration tests with prestod under valgrind (errors and definite leaks fail).
+check-valgrind: deps
+	$(MAKE) --no-print-directory all tests
+	PRESTO_VALGRIND=1 PRESTO_TESTS="$(notdir $(ITEST_BIN))" BUILD=$(BUILD) PYTHON=$(PYTHON) \
+	    tests/run-tests.sh
 
 run: deps
 	$(MAKE) --no-print-directory all SANITIZE=$(SANITIZE)
