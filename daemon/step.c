@@ -29,6 +29,8 @@ int img_reserve(struct img *im, size_t len)
 {
     if (len <= im->cap)
         return 0;
+    if (im->borrowed)
+        return -ENOSPC;
     /* cap == 0: no buffer, or one borrowed from elsewhere that must not be
      * reallocated; either way start a fresh owned buffer. */
     uint8_t *p = im->cap ? realloc(im->data, len) : malloc(len);
@@ -41,7 +43,7 @@ int img_reserve(struct img *im, size_t len)
 
 void img_free(struct img *im)
 {
-    if (im->cap)
+    if (im->cap && !im->borrowed)
         free(im->data);
     memset(im, 0, sizeof(*im));
 }

@@ -26,10 +26,11 @@ struct img {
     uint8_t *data;
     size_t len;        /* bytes of data in use */
     size_t cap;        /* bytes allocated (owned buffers only) */
+    int borrowed;      /* data is someone else's, cap bytes long: never grown */
 };
 
 /* Makes sure img->data can hold len bytes (reallocating an owned buffer);
- * returns 0 or -ENOMEM. */
+ * returns 0, -ENOMEM, or -ENOSPC when a borrowed buffer is too small. */
 int img_reserve(struct img *im, size_t len);
 void img_free(struct img *im);
 
