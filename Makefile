@@ -41,6 +41,8 @@ DAEMON_LIB_OBJ := $(filter-out $(BUILD)/obj/daemon/main.o,$(DAEMON_OBJ))
 CLIENT_PIC := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(BUILD)/pic/common/proto.o
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ITEST_BIN  := $(ITEST_SRC:tests/integration/%.c=$(BUILD)/tests/%)
+# Script suites, run by tests/run-tests.sh through a small wrapper each.
+SCRIPT_BIN := $(BUILD)/tests/test_python
 
 SONAME  := libprestoclient.so.0
 PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
@@ -48,7 +50,7 @@ PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
 
 .PHONY: all deps check check-valgrind run bench clean tests
 all: $(PROGS)
-tests: $(UNIT_BIN) $(ITEST_BIN)
+tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -81,6 +83,11 @@ $(BUILD)/tests/test_%: tests/integration/test_%.c tests/integration/harness.c $(
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/integration $(call pkg_cflags,$(PKG_CHECK)) -o $@ $^ \
 	    $(LDFLAGS) $(call pkg_libs,$(PKG_CHECK)) -lm
+
+$(BUILD)/tests/test_python: tests/python/run.sh
+	@mkdir -p $(dir $@)
+	printf '#!/bin/sh\nexec "$${PRESTO_SRC:?}/tests/python/run.sh" "$$@"\n' > $@
+	chmod +x $@
 
 # Installs the Debian packages that are missing (root, or sudo when present).
 deps:
