@@ -44,11 +44,15 @@ ITEST_BIN  := $(ITEST_SRC:tests/integration/%.c=$(BUILD)/tests/%)
 # Script suites, run by tests/run-tests.sh through a small wrapper each.
 SCRIPT_BIN := $(BUILD)/tests/test_python
 
+VERSION := 0.1.0
 SONAME  := libprestoclient.so.0
+PREFIX  ?= /usr/local
+SYSCONFDIR ?= /etc
+DESTDIR ?=
 PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
            $(BUILD)/libprestoclient.a
 
-.PHONY: all deps check check-valgrind run bench clean tests
+.PHONY: all deps check check-valgrind run bench clean tests install
 all: $(PROGS)
 tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN)
 
@@ -118,6 +122,33 @@ run: deps
 bench: deps
 	$(MAKE) --no-print-directory all
 	BUILD=build PYTHON=$(PYTHON) tests/bench/bench.sh
+
+# Staged installs: make install DESTDIR=/tmp/stage PREFIX=/usr
+PYDIR ?= $(PREFIX)/lib/python3/dist-packages
+install: all
+	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PREFIX)/bin \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include \
+	    $(DESTDIR)$(PYDIR)/presto $(DESTDIR)$(SYSCONFDIR)/presto \
+	    $(DESTDIR)$(PREFIX)/lib/systemd/system \
+	    $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 \
+	    $(DESTDIR)$(PREFIX)/share/man/man8
+	install -m 0755 $(BUILD)/prestod $(DESTDIR)$(PREFIX)/sbin/prestod
+	install -m 0755 $(BUILD)/prestoctl $(DESTDIR)$(PREFIX)/bin/prestoctl
+	install -m 0644 $(BUILD)/libprestoclient.so $(DESTDIR)$(PREFIX)/lib/$(SONAME).$(VERSION:0.%=%)
+	ln -sf $(SONAME).$(VERSION:0.%=%) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libprestoclient.so
+	install -m 0644 $(BUILD)/libprestoclient.a $(DESTDIR)$(PREFIX)/lib/libprestoclient.a
+	install -m 0644 client/presto.h $(DESTDIR)$(PREFIX)/include/presto.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' client/presto.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/presto.pc
+	install -m 0644 client/python/presto/*.py $(DESTDIR)$(PYDIR)/presto/
+	install -m 0644 conf/prestod.yaml $(DESTDIR)$(SYSCONFDIR)/presto/prestod.yaml
+	sed -e 's|/usr/local/sbin/prestod|$(PREFIX)/sbin/prestod|' systemd/prestod.service \
+	    > $(DESTDIR)$(PREFIX)/lib/systemd/system/prestod.service
+	install -m 0644 systemd/prestod.socket $(DESTDIR)$(PREFIX)/lib/systemd/system/
+	install -m 0644 client/prestoctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 conf/presto.yaml.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 0644 daemon/prestod.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 
 clean:
 	rm -rf build
