@@ -81,8 +81,9 @@ typedef struct presto_batch {
 } presto_batch_t;
 
 typedef struct presto_stream_info {
-    uint64_t samples;  /* samples this rank receives this epoch */
-    uint64_t batches;  /* batches this rank receives this epoch */
+    uint64_t samples;  /* at most this many samples this epoch (bad samples
+                          skipped by the daemon are not sent) */
+    uint64_t batches;  /* at most this many batches this epoch */
     uint32_t h, w, c, dtype;
 } presto_stream_info_t;
 

@@ -30,13 +30,19 @@
  *                          u32 rank, u32 world, u32 flags (PROTO_OPEN_*),
  *                          u32 prefetch (0 = daemon default)
  *   OPENED         (d->c)  u32 stream_id, u64 samples (this rank),
- *                          u64 batches, u32 h, u32 w, u32 c, u32 dtype
+ *                          u64 batches, u32 h, u32 w, u32 c, u32 dtype:
+ *                          what the epoch's plan holds; upper bounds, since
+ *                          bad samples skipped under on_error: skip leave
+ *                          the stream (END says what was sent)
  *   BATCH          (d->c)  u32 stream_id, u64 index, u32 n, u32 h, u32 w,
  *                          u32 c, u32 dtype, n x i64 labels, then the
  *                          sample bytes (n*h*w*c*dtype_size, NHWC) to the
  *                          end of the body
  *   END            (d->c)  u32 stream_id, u64 batches, u64 samples,
- *                          u64 skipped: the epoch is complete
+ *                          u64 skipped: the epoch is complete; batches and
+ *                          samples count what was sent, skipped the bad
+ *                          samples left out (a short last batch dropped
+ *                          under drop_last is in neither)
  *   CLOSE          (c->d)  u32 stream_id: stop a stream early
  *   CLOSED         (d->c)  u32 stream_id
  *
@@ -45,7 +51,11 @@
  * daemon closes the connection after it.
  *
  * After OPEN/OPENED the daemon pushes BATCH frames in epoch order, at most
- * `prefetch` batches ahead of what the socket has taken, then END. A stream
+ * `prefetch` batches ahead of what the socket has taken, then END.
+ * BATCH indices run 0, 1, 2, ... without gaps. Every batch holds batch_size
+ * samples but the last, which may be short (and is not sent with
+ * PROTO_OPEN_DROP_LAST): a bad sample skipped under on_error: skip is left
+ * out of the epoch and the batches close up behind it. A stream
  * that fails mid-epoch gets an ERROR frame whose req_id is the OPEN's.
  */
 #ifndef PRESTO_PROTO_H

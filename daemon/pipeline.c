@@ -33,7 +33,7 @@ static enum pipeline_fault run_steps(const struct config_dataset *cfg, uint32_t 
             return PIPE_SHAPE;
         }
         if (rc < 0) {
-            snprintf(err, errlen, "%s: %s", step_name(s->kind), ctx->step.err);
+            snprintf(err, errlen, "%s", ctx->step.err); /* steps name themselves */
             if (rc == -E2BIG)
                 return PIPE_TOO_LARGE;
             return s->kind == STEP_DECODE ? PIPE_DECODE : PIPE_SHAPE;

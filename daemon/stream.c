@@ -13,20 +13,36 @@
 #include "log.h"
 #include "planner.h"
 
+/* One planned batch, computed by a worker. Its good samples end up
+ * compacted at the front of the data area; the send stage cuts batches
+ * out of the jobs' samples in epoch order (see stream_take). */
 struct batch_job {
     struct work work;
     struct stream *s;
-    uint64_t index;
-    uint32_t n;
+    uint64_t index; /* planned batch */
+    uint32_t n;     /* good samples, at [0, n) of the data area */
     uint64_t skipped;
     enum pipeline_fault fault; /* set under on_error: fail */
     char err[640];
-    int64_t *labels;
-    uint8_t *buf;  /* [room for the largest prefix][sample data] */
-    size_t start;  /* where the frame begins in buf */
-    size_t end;    /* where it ends */
+    int64_t *labels; /* batch_size */
+    uint8_t *buf;    /* [data_off bytes of prefix room][batch_size samples] */
+    uint8_t *pre;    /* the prefix of a batch that starts past sample 0 (lazy) */
+    uint32_t refs;   /* the ring, the batch being cut, queued chunks */
     int ready;
     struct batch_job *next_free;
+};
+
+/* Samples [off, off + n) of a job's data area. */
+struct segment {
+    struct batch_job *job;
+    uint32_t off, n;
+};
+
+/* A piece of a BATCH frame handed to the socket by reference. */
+struct chunk {
+    const uint8_t *p;
+    size_t len;
+    struct batch_job *job;
 };
 
 struct stream {
@@ -36,15 +52,20 @@ struct stream {
     uint32_t id, req_id;
     uint64_t seed, epoch;
     uint32_t prefetch;
+    int drop_last;
     struct bufferevent *bev;
     struct event *pump_ev;
     stream_finished_fn finished;
     void *owner;
-    struct batch_job **ring; /* in flight, by batch index % prefetch */
+    struct batch_job **ring; /* in flight, by planned batch % prefetch */
     struct batch_job *free_jobs;
-    uint32_t live_jobs;      /* jobs not yet flushed to the socket */
+    uint32_t live_jobs;      /* jobs off the free list */
     uint64_t next_submit, next_send;
-    uint64_t samples_sent, skipped;
+    /* The batch being cut: at most two segments (see stream_take). */
+    struct segment part[2];
+    uint32_t nparts, part_n;
+    int64_t *labels;         /* a two-segment batch's labels, gathered */
+    uint64_t batches_sent, samples_sent, skipped;
     size_t data_off;         /* where sample data starts in a job buffer */
     int done;                /* END or ERROR sent */
     int notified;            /* the owner was told */
@@ -61,10 +82,12 @@ static void stream_free(struct stream *s)
     for (struct batch_job *j = s->free_jobs, *next; j; j = next) {
         next = j->next_free;
         free(j->buf);
+        free(j->pre);
         free(j->labels);
         free(j);
     }
     planner_free(&s->plan);
+    free(s->labels);
     free(s->ring);
     (*s->env->live_streams)--;
     free(s);
@@ -80,6 +103,17 @@ static void job_release(struct batch_job *j)
     s->live_jobs--;
     if (s->closing && s->live_jobs == 0)
         stream_free(s);
+}
+
+static void job_unref(struct batch_job *j)
+{
+    if (--j->refs == 0)
+        job_release(j); /* may free the stream when it is closing */
+}
+
+static uint8_t *job_sample(const struct batch_job *j, uint32_t i)
+{
+    return j->buf + j->s->data_off + (size_t)i * j->s->ds->sample_bytes;
 }
 
 /* ---- worker thread ---- */
@@ -103,14 +137,14 @@ static void job_run(struct work *w, struct worker_ctx *ctx)
     char err[512];
 
     planner_batch(&s->plan, j->index, &first, &len);
+    j->n = 0;
     j->skipped = 0;
     j->fault = PIPE_OK;
     for (uint32_t i = 0; i < len; i++) {
         uint32_t id = s->plan.ids[first + i];
-        uint8_t *dst = j->buf + s->data_off + (size_t)k * ds->sample_bytes;
         enum pipeline_fault f =
             pipeline_sample(&s->env->pipe, ds, id, pipeline_sample_seed(s->seed, s->epoch, id),
-                            dst, ctx, err, sizeof(err));
+                            job_sample(j, k), ctx, err, sizeof(err));
         if (f == PIPE_OK) {
             j->labels[k++] = ds->samples[id].label;
             continue;
@@ -128,14 +162,7 @@ static void job_run(struct work *w, struct worker_ctx *ctx)
         }
         j->skipped++;
     }
-    /* Frame prefix in place, right in front of the data. */
-    struct proto_batch_hdr hdr = {s->id, j->index, k, ds->out_h, ds->out_w, ds->out_c,
-                                  ds->out_dtype};
-    size_t data_len = (size_t)k * ds->sample_bytes;
     j->n = k;
-    j->start = s->data_off - proto_batch_prefix_size(k);
-    j->end = s->data_off + data_len;
-    proto_batch_prefix_encode(j->buf + j->start, s->req_id, &hdr, j->labels, data_len);
 }
 
 /* ---- event loop thread ---- */
@@ -147,7 +174,7 @@ static void job_flushed(const void *data, size_t len, void *arg)
     int closing = s->closing;
     (void)data;
     (void)len;
-    job_release(j); /* may free s when closing */
+    job_unref(j); /* may free s when closing */
     /* This may run inside the output buffer's drain: pump later, not here. */
     if (!closing)
         event_active(s->pump_ev, EV_TIMEOUT, 0);
@@ -158,7 +185,7 @@ static void job_done(struct work *w, int cancelled)
     struct batch_job *j = (struct batch_job *)w;
     struct stream *s = j->s;
     if (cancelled || s->closing) {
-        job_release(j);
+        job_unref(j);
         return;
     }
     j->ready = 1;
@@ -202,10 +229,145 @@ static void stream_fail(struct stream *s, int code, const char *msg)
     stream_finish(s);
 }
 
+/* Drops the batch being cut. */
+static void stream_drop_parts(struct stream *s)
+{
+    for (uint32_t i = 0; i < s->nparts; i++)
+        job_unref(s->part[i].job);
+    s->nparts = 0;
+    s->part_n = 0;
+}
+
+/* Queues a frame's chunks by reference, all or none: a frame of several
+ * chunks is put together in a buffer of its own first. Returns 0 or -ENOMEM. */
+static int stream_queue(struct stream *s, const struct chunk *c, unsigned nc)
+{
+    struct evbuffer *out = bufferevent_get_output(s->bev);
+    struct evbuffer *dst = nc > 1 ? evbuffer_new() : out;
+    int rc = 0;
+    if (!dst)
+        return -ENOMEM;
+    for (unsigned i = 0; i < nc && rc == 0; i++) {
+        if (evbuffer_add_reference(dst, c[i].p, c[i].len, job_flushed, c[i].job) < 0)
+            rc = -ENOMEM;
+        else
+            c[i].job->refs++;
+    }
+    if (dst != out) {
+        if (rc == 0 && evbuffer_add_buffer(out, dst) < 0)
+            rc = -ENOMEM;
+        evbuffer_free(dst); /* on failure, lets go of what it holds */
+    }
+    return rc;
+}
+
+/* Sends the batch being cut as the next BATCH frame, without copying its
+ * samples: the frame's prefix goes in front of the first sample when that
+ * is the first of its job's buffer (there is room for it there), else in the
+ * job's separate prefix buffer. Returns 0, or -1 when the stream failed. */
+static int stream_emit(struct stream *s)
+{
+    const struct dataset *ds = s->ds;
+    const struct segment *p0 = &s->part[0];
+    uint32_t n = s->part_n;
+    size_t data_len = (size_t)n * ds->sample_bytes;
+    size_t pre_len = proto_batch_prefix_size(n);
+    const int64_t *labels = p0->job->labels + p0->off;
+    struct proto_batch_hdr hdr = {s->id, s->batches_sent, n, ds->out_h, ds->out_w,
+                                  ds->out_c, ds->out_dtype};
+    struct chunk c[3];
+    unsigned nc = 0;
+    int rc = 0;
+
+    if (s->nparts == 2) {
+        const struct segment *p1 = &s->part[1];
+        memcpy(s->labels, labels, p0->n * sizeof(*labels));
+        memcpy(s->labels + p0->n, p1->job->labels, p1->n * sizeof(*labels));
+        labels = s->labels;
+    }
+    uint8_t *data0 = job_sample(p0->job, p0->off);
+    size_t len0 = (size_t)p0->n * ds->sample_bytes;
+    if (p0->off == 0) {
+        proto_batch_prefix_encode(data0 - pre_len, s->req_id, &hdr, labels, data_len);
+        c[nc++] = (struct chunk){data0 - pre_len, pre_len + len0, p0->job};
+    } else if (p0->job->pre ||
+               (p0->job->pre = malloc(proto_batch_prefix_size(s->plan.batch_size)))) {
+        proto_batch_prefix_encode(p0->job->pre, s->req_id, &hdr, labels, data_len);
+        c[nc++] = (struct chunk){p0->job->pre, pre_len, p0->job};
+        c[nc++] = (struct chunk){data0, len0, p0->job};
+    } else {
+        rc = -ENOMEM;
+    }
+    if (rc == 0 && s->nparts == 2)
+        c[nc++] = (struct chunk){job_sample(s->part[1].job, 0),
+                                 (size_t)s->part[1].n * ds->sample_bytes, s->part[1].job};
+    if (rc == 0)
+        rc = stream_queue(s, c, nc);
+    stream_drop_parts(s); /* the queued chunks hold their own references */
+    if (rc < 0) {
+        stream_fail(s, PROTO_E_NOMEM, "cannot queue a batch");
+        return -1;
+    }
+    s->batches_sent++;
+    s->samples_sent += n;
+    stats_add(s->env->stats, STAT_batches_served, 1);
+    stats_add(s->env->stats, STAT_samples_served, n);
+    stats_add(s->env->stats, STAT_bytes_served, pre_len + data_len);
+    return 0;
+}
+
+/* Appends samples [from, from + m) of src behind the second segment, in its
+ * job's buffer: the room there is that of the samples its job skipped. */
+static void stream_append(struct stream *s, struct batch_job *src, uint32_t from,
+                          uint32_t m)
+{
+    struct segment *p1 = &s->part[1];
+    memcpy(job_sample(p1->job, p1->n), job_sample(src, from), (size_t)m * s->ds->sample_bytes);
+    memcpy(p1->job->labels + p1->n, src->labels + from, m * sizeof(*src->labels));
+    p1->n += m;
+}
+
+/*
+ * Cuts the epoch's good samples, in order, into full batches: takes job j
+ * (the next planned batch, its good samples at [0, j->n)), and its ring
+ * reference. Without skipped samples every job is one batch, sent as it is.
+ * After a skip the batches straddle jobs: a batch is the rest of one job
+ * (segment 0) and the head of the next (segment 1), both sent by reference.
+ * Only when segment 1 is a whole job that still leaves the batch short (the
+ * job skipped samples too) are the following samples copied behind it, into
+ * the room its skipped samples left, so a batch never needs a third segment.
+ * Returns 0, or -1 when the stream failed.
+ */
+static int stream_take(struct stream *s, struct batch_job *j)
+{
+    uint32_t bs = s->plan.batch_size, used = 0;
+    int rc = 0;
+
+    s->skipped += j->skipped;
+    stats_add(s->env->stats, STAT_samples_skipped, j->skipped);
+    while (rc == 0 && used < j->n) {
+        uint32_t m = j->n - used;
+        if (m > bs - s->part_n)
+            m = bs - s->part_n;
+        if (s->nparts < 2) {
+            s->part[s->nparts++] = (struct segment){j, used, m};
+            j->refs++;
+        } else {
+            stream_append(s, j, used, m);
+        }
+        s->part_n += m;
+        used += m;
+        if (s->part_n == bs)
+            rc = stream_emit(s);
+    }
+    job_unref(j);
+    return rc;
+}
+
 static void stream_send_end(struct stream *s)
 {
     struct proto_wbuf w;
-    struct proto_end end = {s->id, s->next_send, s->samples_sent, s->skipped};
+    struct proto_end end = {s->id, s->batches_sent, s->samples_sent, s->skipped};
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_END, s->req_id);
     proto_put_end(&w, &end);
@@ -215,40 +377,39 @@ static void stream_send_end(struct stream *s)
     stream_finish(s);
 }
 
-/* Sends what is ready, in order, and keeps `prefetch` batches in flight. */
+/* Every planned batch is in: the short last batch, then END. */
+static void stream_end(struct stream *s)
+{
+    if (s->part_n > 0 && s->drop_last) {
+        log_debug("stream %u: dropped a short last batch of %u samples", s->id, s->part_n);
+        stream_drop_parts(s);
+    }
+    if (s->part_n > 0 && stream_emit(s) < 0)
+        return;
+    stream_send_end(s);
+}
+
+/* Takes what is ready, in order, and keeps `prefetch` batches in flight
+ * (plus the jobs the batch being cut holds, which wait for the next one). */
 static void stream_pump(struct stream *s)
 {
-    struct evbuffer *out = bufferevent_get_output(s->bev);
     while (!s->done && s->next_send < s->next_submit) {
         struct batch_job *j = s->ring[s->next_send % s->prefetch];
         if (!j->ready)
             break;
         s->ring[s->next_send % s->prefetch] = NULL;
-        if (j->fault != PIPE_OK) {
-            job_release(j);
-            stream_fail(s, PROTO_E_SAMPLE, j->err);
-            return;
-        }
-        j->ready = 0;
         s->next_send++;
-        s->skipped += j->skipped;
-        stats_add(s->env->stats, STAT_samples_skipped, j->skipped);
-        if (j->n == 0) { /* every sample was bad: nothing to send */
-            job_release(j);
-            continue;
-        }
-        s->samples_sent += j->n;
-        stats_add(s->env->stats, STAT_batches_served, 1);
-        stats_add(s->env->stats, STAT_samples_served, j->n);
-        stats_add(s->env->stats, STAT_bytes_served, j->end - j->start);
-        if (evbuffer_add_reference(out, j->buf + j->start, j->end - j->start,
-                                   job_flushed, j) < 0) {
-            job_release(j);
-            stream_fail(s, PROTO_E_NOMEM, "cannot queue a batch");
+        j->ready = 0;
+        if (j->fault != PIPE_OK) {
+            stream_fail(s, PROTO_E_SAMPLE, j->err);
+            job_unref(j);
             return;
         }
+        if (stream_take(s, j) < 0)
+            return;
     }
-    while (!s->done && s->next_submit < s->plan.batches && s->live_jobs < s->prefetch) {
+    while (!s->done && s->next_submit < s->plan.batches &&
+           s->live_jobs < s->prefetch + s->nparts) {
         struct batch_job *j = job_get(s);
         if (!j) {
             if (s->live_jobs == 0)
@@ -257,13 +418,14 @@ static void stream_pump(struct stream *s)
         }
         j->index = s->next_submit;
         j->ready = 0;
+        j->refs = 1; /* the ring's */
         s->ring[s->next_submit % s->prefetch] = j;
         s->next_submit++;
         s->live_jobs++;
         workers_submit(s->env->workers, &j->work);
     }
     if (!s->done && s->next_send == s->plan.batches)
-        stream_send_end(s);
+        stream_end(s);
 }
 
 static void stream_on_pump(evutil_socket_t fd, short what, void *arg)
@@ -314,15 +476,18 @@ int stream_open(struct stream **out, const struct stream_env *env, struct datase
     s->seed = req->seed;
     s->epoch = req->epoch;
     s->prefetch = prefetch;
+    s->drop_last = !!(req->flags & PROTO_OPEN_DROP_LAST);
     s->bev = bev;
     s->finished = finished;
     s->owner = owner;
     s->data_off = (proto_batch_prefix_size(req->batch_size) + 63) & ~(size_t)63;
     s->ring = calloc(prefetch, sizeof(*s->ring));
+    s->labels = malloc(req->batch_size * sizeof(*s->labels));
     s->pump_ev = event_new(env->base, -1, 0, stream_on_pump, s);
-    if (!s->ring || !s->pump_ev) {
+    if (!s->ring || !s->labels || !s->pump_ev) {
         if (s->pump_ev)
             event_free(s->pump_ev);
+        free(s->labels);
         free(s->ring);
         planner_free(&s->plan);
         free(s);
@@ -359,9 +524,9 @@ void stream_close(struct stream *s)
     event_free(s->pump_ev);
     s->pump_ev = NULL;
     /* Jobs still queued never start; running ones come back through
-     * job_done; finished ones not yet sent are dropped now; buffers already
-     * handed to the socket come back through job_flushed. A guard keeps s
-     * alive until the loop is over. */
+     * job_done; finished ones not yet sent are dropped now, and so is the
+     * batch being cut; buffers already handed to the socket come back
+     * through job_flushed. A guard keeps s alive until the loop is over. */
     s->live_jobs++;
     for (uint64_t b = s->next_send; b < s->next_submit; b++) {
         struct batch_job *j = s->ring[b % s->prefetch];
@@ -369,10 +534,11 @@ void stream_close(struct stream *s)
             continue;
         s->ring[b % s->prefetch] = NULL;
         if (j->ready)
-            job_release(j);
+            job_unref(j);
         else
             workers_cancel(s->env->workers, &j->work);
     }
+    stream_drop_parts(s);
     if (--s->live_jobs == 0)
         stream_free(s);
 }

@@ -3,7 +3,18 @@
  * rank/world, shuffle, drop_last), planned up front and produced by the
  * worker pool as batch jobs, at most `prefetch` batches ahead of what the
  * client's socket has taken. Batches are sent in order as BATCH frames
- * straight from the buffer the worker filled (no copy), then END.
+ * straight from the buffers the workers filled (no copy), then END.
+ *
+ * Bad samples under on_error: skip leave the epoch, not holes: the stream
+ * is the planned ids with the bad ones removed, cut into full batches (only
+ * the last may be short, and drop_last drops it), whatever the worker count
+ * or timing; BATCH indices stay consecutive and END counts the batches and
+ * samples really sent and the samples skipped, so OPENED's counts are upper
+ * bounds. A batch that straddles two jobs goes out by reference from both
+ * (samples are copied only where two short jobs meet), and the jobs it waits
+ * in do not count against prefetch. Under on_error: fail the first bad
+ * sample in epoch order ends the stream with an ERROR (PROTO_E_SAMPLE)
+ * naming the file.
  *
  * A stream lives on the event loop thread. Its owner (a connection) calls
  * stream_close() when the stream finished or the client went away; the

@@ -304,6 +304,8 @@ class Stream:
         self.info = StreamInfo(i.samples, i.batches, (i.h, i.w, i.c), dtype)
 
     def __len__(self):
+        """Batches this epoch's plan holds: an upper bound, since bad samples
+        the daemon skips (on_error: skip) close up the batches behind them."""
         return self.info.batches
 
     def __iter__(self):
