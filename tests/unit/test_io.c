@@ -1,0 +1,467 @@
+/* Unit tests for the I/O backend (daemon/io.h): batches of random reads
+ * through both backends compared with pread, reads past the end of the
+ * file, a bad fd in one request, batches larger than the ring, counters
+ * read from another thread, the fallback when seccomp refuses io_uring.
+ * The io_uring checks are skipped, with a message, where the kernel
+ * refuses io_uring. */
+#include <check.h>
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "io.h"
+
+#define FILE_SIZE (4u << 20)
+#define MAX_LEN (192u << 10)
+
+static int test_fd = -1;
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* A temporary file of FILE_SIZE bytes of known, position-dependent content,
+ * unlinked at once (the fd keeps it). */
+static void setup(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/presto-io-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    test_fd = mkstemp(path);
+    ck_assert_msg(test_fd >= 0, "mkstemp %s: %s", path, strerror(errno));
+    unlink(path);
+    uint8_t *buf = malloc(FILE_SIZE);
+    ck_assert_ptr_nonnull(buf);
+    rng_state = 42;
+    for (size_t i = 0; i < FILE_SIZE; i += 8) {
+        uint64_t v = rnd();
+        memcpy(buf + i, &v, 8);
+    }
+    ck_assert_int_eq(pwrite(test_fd, buf, FILE_SIZE, 0), FILE_SIZE);
+    free(buf);
+    rng_state = 7;
+}
+
+static void teardown(void)
+{
+    if (test_fd >= 0)
+        close(test_fd);
+    test_fd = -1;
+}
+
+/* Makes a ring of the backend asked for (1: io_uring); NULL, with a
+ * message, when io_uring is refused here. */
+static struct io_ring *make_ring(int uring, unsigned depth)
+{
+    struct io_ring *r;
+    char why[256];
+    ck_assert_int_eq(io_ring_create(&r, depth, uring ? 0 : IO_FORCE_PREAD, why, sizeof(why)), 0);
+    const char *want = uring ? "io_uring" : "pread";
+    if (strcmp(io_ring_backend(r), want) != 0) {
+        printf("skipping the io_uring checks: %s\n", why);
+        io_ring_destroy(r);
+        return NULL;
+    }
+    ck_assert_uint_eq(io_ring_depth(r), depth ? depth : IO_DEFAULT_DEPTH);
+    return r;
+}
+
+/* What pread says about a request: expected res and bytes in exp. */
+static ssize_t expect(const struct io_req *q, uint8_t *exp)
+{
+    size_t done = 0;
+    while (done < q->len) {
+        ssize_t n = pread(q->fd, exp + done, q->len - done, (off_t)(q->off + done));
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    return (ssize_t)done;
+}
+
+/* Runs n random reads (some crossing or past EOF) through r and compares
+ * every result with pread. */
+static void random_batch(struct io_ring *r, unsigned n)
+{
+    struct io_req *reqs = calloc(n, sizeof(*reqs));
+    uint8_t *exp = malloc(MAX_LEN);
+    ck_assert_ptr_nonnull(reqs);
+    ck_assert_ptr_nonnull(exp);
+    uint64_t want_bytes = 0, nonempty = 0;
+    for (unsigned i = 0; i < n; i++) {
+        reqs[i].fd = test_fd;
+        reqs[i].len = rnd() % 8 == 0 ? 0 : 1 + rnd() % MAX_LEN;
+        reqs[i].off = rnd() % 16 == 0 ? FILE_SIZE - rnd() % 4096 : rnd() % (FILE_SIZE + 100);
+        reqs[i].buf = malloc(reqs[i].len ? reqs[i].len : 1);
+        reqs[i].res = 12345;
+        nonempty += reqs[i].len > 0;
+        ck_assert_ptr_nonnull(reqs[i].buf);
+    }
+    struct io_stats before, after;
+    io_ring_stats(r, &before);
+    ck_assert_uint_eq(io_read_batch(r, reqs, n), 0);
+    io_ring_stats(r, &after);
+    for (unsigned i = 0; i < n; i++) {
+        ssize_t res = expect(&reqs[i], exp);
+        ck_assert_msg(reqs[i].res == res, "req %u (off %llu len %zu): res %zd, pread %zd", i,
+                      (unsigned long long)reqs[i].off, reqs[i].len, reqs[i].res, res);
+        ck_assert_msg(memcmp(reqs[i].buf, exp, (size_t)res) == 0, "req %u: bytes differ", i);
+        want_bytes += (uint64_t)res;
+        free(reqs[i].buf);
+    }
+    ck_assert_uint_eq(after.batches - before.batches, 1);
+    ck_assert_uint_eq(after.reads - before.reads, n);
+    ck_assert_uint_eq(after.bytes - before.bytes, want_bytes);
+    ck_assert_uint_eq(after.errors, before.errors);
+    ck_assert_uint_ge(after.submitted - before.submitted, nonempty);
+    ck_assert_uint_eq(after.in_flight, 0);
+    ck_assert_uint_le(after.max_in_flight, io_ring_depth(r));
+    free(reqs);
+    free(exp);
+}
+
+static void batches_match_pread(int uring)
+{
+    struct io_ring *r = make_ring(uring, 0);
+    if (!r)
+        return;
+    static const unsigned sizes[] = {1, 2, 3, 17, 63, 64, 65, 128, 200, 300};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        random_batch(r, sizes[i]);
+    for (int i = 0; i < 10; i++)
+        random_batch(r, 1 + (unsigned)(rnd() % 300));
+    struct io_stats s;
+    io_ring_stats(r, &s);
+    if (uring) /* batches over the depth keep the ring full */
+        ck_assert_uint_eq(s.max_in_flight, IO_DEFAULT_DEPTH);
+    else
+        ck_assert_uint_eq(s.max_in_flight, 1);
+    io_ring_destroy(r);
+}
+
+START_TEST(test_batches_pread)
+{
+    batches_match_pread(0);
+}
+END_TEST
+
+START_TEST(test_batches_uring)
+{
+    batches_match_pread(1);
+}
+END_TEST
+
+/* Reads that end past EOF come back short; reads at or past EOF give 0. */
+static void past_eof(int uring)
+{
+    struct io_ring *r = make_ring(uring, 8);
+    if (!r)
+        return;
+    uint8_t a[1000], b[10], c[4096], exp[1000];
+    struct io_req reqs[3] = {
+        {.fd = test_fd, .buf = a, .len = sizeof(a), .off = FILE_SIZE - 100},
+        {.fd = test_fd, .buf = b, .len = sizeof(b), .off = FILE_SIZE + 10},
+        {.fd = test_fd, .buf = c, .len = sizeof(c), .off = FILE_SIZE},
+    };
+    ck_assert_uint_eq(io_read_batch(r, reqs, 3), 0);
+    ck_assert_int_eq(reqs[0].res, 100);
+    ck_assert_int_eq(pread(test_fd, exp, 100, FILE_SIZE - 100), 100);
+    ck_assert_mem_eq(a, exp, 100);
+    ck_assert_int_eq(reqs[1].res, 0);
+    ck_assert_int_eq(reqs[2].res, 0);
+    /* The short read was retried for the rest, which found EOF. */
+    struct io_stats s;
+    io_ring_stats(r, &s);
+    ck_assert_uint_ge(s.short_reads, 1);
+    ck_assert_uint_eq(s.bytes, 100);
+    io_ring_destroy(r);
+}
+
+START_TEST(test_past_eof_pread)
+{
+    past_eof(0);
+}
+END_TEST
+
+START_TEST(test_past_eof_uring)
+{
+    past_eof(1);
+}
+END_TEST
+
+/* A bad fd fails its own request only. */
+static void bad_fd(int uring)
+{
+    struct io_ring *r = make_ring(uring, 0);
+    if (!r)
+        return;
+    enum { N = 40 };
+    struct io_req reqs[N];
+    static uint8_t bufs[N][4096], exp[4096];
+    int closed = dup(test_fd);
+    ck_assert_int_ge(closed, 0);
+    close(closed); /* a descriptor number that is certainly not open */
+    for (int i = 0; i < N; i++) {
+        reqs[i] = (struct io_req){.fd = test_fd, .buf = bufs[i], .len = 4096,
+                                  .off = (uint64_t)i * 10000};
+    }
+    reqs[5].fd = -1;
+    reqs[17].fd = closed;
+    ck_assert_uint_eq(io_read_batch(r, reqs, N), 2);
+    for (int i = 0; i < N; i++) {
+        if (i == 5 || i == 17) {
+            ck_assert_int_eq(reqs[i].res, -EBADF);
+            continue;
+        }
+        ck_assert_int_eq(reqs[i].res, 4096);
+        ck_assert_int_eq(pread(test_fd, exp, 4096, (off_t)reqs[i].off), 4096);
+        ck_assert_mem_eq(bufs[i], exp, 4096);
+    }
+    struct io_stats s;
+    io_ring_stats(r, &s);
+    ck_assert_uint_eq(s.errors, 2);
+    ck_assert_uint_eq(s.reads, N);
+    ck_assert_uint_eq(s.bytes, (N - 2) * 4096);
+    /* The ring is fine afterwards. */
+    random_batch(r, 50);
+    io_ring_destroy(r);
+}
+
+START_TEST(test_bad_fd_pread)
+{
+    bad_fd(0);
+}
+END_TEST
+
+START_TEST(test_bad_fd_uring)
+{
+    bad_fd(1);
+}
+END_TEST
+
+/* A ring shallower than the batch: never more than depth in flight, and
+ * (io_uring) exactly depth at the peak. */
+START_TEST(test_small_depth)
+{
+    for (int uring = 0; uring < 2; uring++) {
+        struct io_ring *r = make_ring(uring, 4);
+        if (!r)
+            continue;
+        random_batch(r, 100);
+        random_batch(r, 3);
+        struct io_stats s;
+        io_ring_stats(r, &s);
+        ck_assert_uint_eq(s.max_in_flight, uring ? 4 : 1);
+        ck_assert_uint_eq(s.reads, 103);
+        io_ring_destroy(r);
+    }
+}
+END_TEST
+
+/* One read larger than anything else, and many tiny ones. */
+START_TEST(test_sizes)
+{
+    for (int uring = 0; uring < 2; uring++) {
+        struct io_ring *r = make_ring(uring, 16);
+        if (!r)
+            continue;
+        uint8_t *big = malloc(FILE_SIZE), *exp = malloc(FILE_SIZE);
+        ck_assert_ptr_nonnull(big);
+        ck_assert_ptr_nonnull(exp);
+        struct io_req q = {.fd = test_fd, .buf = big, .len = FILE_SIZE, .off = 0};
+        ck_assert_uint_eq(io_read_batch(r, &q, 1), 0);
+        ck_assert_int_eq(q.res, FILE_SIZE);
+        ck_assert_int_eq(pread(test_fd, exp, FILE_SIZE, 0), FILE_SIZE);
+        ck_assert_int_eq(memcmp(big, exp, FILE_SIZE), 0);
+        enum { N = 256 };
+        struct io_req tiny[N];
+        for (int i = 0; i < N; i++)
+            tiny[i] = (struct io_req){.fd = test_fd, .buf = big + i, .len = 1,
+                                      .off = (uint64_t)i * 977};
+        ck_assert_uint_eq(io_read_batch(r, tiny, N), 0);
+        for (int i = 0; i < N; i++) {
+            ck_assert_int_eq(tiny[i].res, 1);
+            ck_assert_uint_eq(big[i], exp[i * 977]);
+        }
+        ck_assert_uint_eq(io_read_batch(r, tiny, 0), 0);
+        free(big);
+        free(exp);
+        io_ring_destroy(r);
+    }
+}
+END_TEST
+
+/* PRESTO_IO=pread forces the fallback and says so. */
+START_TEST(test_env_forces_pread)
+{
+    struct io_ring *r;
+    char why[256];
+    setenv("PRESTO_IO", "pread", 1);
+    ck_assert_int_eq(io_ring_create(&r, 32, 0, why, sizeof(why)), 0);
+    unsetenv("PRESTO_IO");
+    ck_assert_str_eq(io_ring_backend(r), "pread");
+    ck_assert_msg(strstr(why, "PRESTO_IO") != NULL, "why: %s", why);
+    random_batch(r, 20);
+    io_ring_destroy(r);
+    /* Without it, io_uring (or a reason why not). */
+    ck_assert_int_eq(io_ring_create(&r, 32, 0, why, sizeof(why)), 0);
+    if (strcmp(io_ring_backend(r), "io_uring") == 0)
+        ck_assert_str_eq(why, "");
+    else
+        ck_assert_msg(why[0] != '\0', "fallback without a reason");
+    io_ring_destroy(r);
+    io_ring_destroy(NULL);
+}
+END_TEST
+
+/* A seccomp filter that answers io_uring_setup with EPERM, as container
+ * runtimes' default profiles do: the ring falls back to pread, says why,
+ * and reads correctly. Runs in a child (a filter cannot be removed), which
+ * reports by exit status. */
+static int seccomp_child(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof(f) / sizeof(f[0]), .filter = f};
+    unsetenv("PRESTO_IO"); /* the kernel must be what says no */
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+        return 77;
+    struct io_ring *r;
+    char why[256];
+    if (io_ring_create(&r, 16, 0, why, sizeof(why)) < 0)
+        return 1;
+    if (strcmp(io_ring_backend(r), "pread") != 0)
+        return 2;
+    if (!strstr(why, "refused") || !strstr(why, strerror(EPERM))) {
+        fprintf(stderr, "why: %s\n", why);
+        return 3;
+    }
+    uint8_t buf[3][5000], exp[5000];
+    struct io_req q[3];
+    for (int i = 0; i < 3; i++)
+        q[i] = (struct io_req){.fd = test_fd, .buf = buf[i], .len = 5000,
+                               .off = (uint64_t)i * 77777};
+    if (io_read_batch(r, q, 3) != 0)
+        return 4;
+    for (int i = 0; i < 3; i++)
+        if (q[i].res != 5000 || pread(test_fd, exp, 5000, (off_t)q[i].off) != 5000 ||
+            memcmp(buf[i], exp, 5000) != 0)
+            return 5;
+    io_ring_destroy(r);
+    return 0;
+}
+
+START_TEST(test_refused_by_seccomp)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(seccomp_child());
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status), "child died: %#x", status);
+    if (WEXITSTATUS(status) == 77) {
+        printf("seccomp unavailable here: fallback test skipped\n");
+        return;
+    }
+    ck_assert_msg(WEXITSTATUS(status) == 0, "child check %d failed", WEXITSTATUS(status));
+}
+END_TEST
+
+/* Counters read from another thread while batches run (for TSan). */
+struct poller {
+    struct io_ring *r;
+    int stop;
+    uint64_t seen_max;
+    uint64_t over_depth; /* snapshots with more in flight than the depth */
+};
+
+static void *poll_stats(void *arg)
+{
+    struct poller *p = arg;
+    while (!__atomic_load_n(&p->stop, __ATOMIC_RELAXED)) {
+        struct io_stats s;
+        io_ring_stats(p->r, &s);
+        if (s.in_flight > p->seen_max)
+            p->seen_max = s.in_flight;
+        p->over_depth += s.in_flight > io_ring_depth(p->r);
+    }
+    return NULL;
+}
+
+START_TEST(test_stats_from_another_thread)
+{
+    struct io_ring *r = make_ring(1, 32);
+    if (!r)
+        r = make_ring(0, 32);
+    struct poller p = {.r = r};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, poll_stats, &p), 0);
+    for (int i = 0; i < 10; i++)
+        random_batch(r, 150);
+    __atomic_store_n(&p.stop, 1, __ATOMIC_RELAXED);
+    pthread_join(t, NULL);
+    struct io_stats s, sum = {0};
+    io_ring_stats(r, &s);
+    io_stats_add(&sum, &s);
+    io_stats_add(&sum, &s);
+    ck_assert_uint_eq(sum.reads, 2 * s.reads);
+    ck_assert_uint_eq(sum.max_in_flight, s.max_in_flight);
+    ck_assert_uint_le(p.seen_max, s.max_in_flight);
+    ck_assert_uint_eq(p.over_depth, 0);
+    io_ring_destroy(r);
+}
+END_TEST
+
+static Suite *io_suite(void)
+{
+    Suite *s = suite_create("io");
+    TCase *tc = tcase_create("io");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_batches_pread);
+    tcase_add_test(tc, test_batches_uring);
+    tcase_add_test(tc, test_past_eof_pread);
+    tcase_add_test(tc, test_past_eof_uring);
+    tcase_add_test(tc, test_bad_fd_pread);
+    tcase_add_test(tc, test_bad_fd_uring);
+    tcase_add_test(tc, test_small_depth);
+    tcase_add_test(tc, test_sizes);
+    tcase_add_test(tc, test_env_forces_pread);
+    tcase_add_test(tc, test_refused_by_seccomp);
+    tcase_add_test(tc, test_stats_from_another_thread);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(io_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
