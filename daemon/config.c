@@ -18,7 +18,7 @@
 #include "log.h"
 #include "proto.h"
 
-enum cfg_type { CFG_STR, CFG_U32, CFG_U64, CFG_SIZE, CFG_MODE, CFG_LOGLEVEL };
+enum cfg_type { CFG_STR, CFG_U32, CFG_U64, CFG_SIZE, CFG_MODE, CFG_LOGLEVEL, CFG_ENUM };
 
 struct cfg_key {
     const char *section; /* NULL: top level */
@@ -26,10 +26,15 @@ struct cfg_key {
     enum cfg_type type;
     size_t off;
     uint64_t min, max, def;
+    const char *const *names; /* CFG_ENUM: value i is names[i] (NULL-terminated) */
 };
 
 #define KEY(sec, name, type, field, min, max, def) \
-    {sec, name, type, offsetof(struct config, field), min, max, def}
+    {sec, name, type, offsetof(struct config, field), min, max, def, NULL}
+#define ENUM_KEY(sec, name, field, def, names) \
+    {sec, name, CFG_ENUM, offsetof(struct config, field), 0, 0, def, names}
+
+static const char *const io_backends[] = {"auto", "pread", NULL};
 
 static const struct cfg_key cfg_keys[] = {
     KEY(NULL, "socket", CFG_STR, socket_path, 0, 0, 0),
@@ -39,6 +44,10 @@ static const struct cfg_key cfg_keys[] = {
     KEY(NULL, "prefetch", CFG_U32, prefetch, 1, 256, 4),
     KEY("cache", "memory", CFG_SIZE, cache_memory, 0, UINT64_MAX, 0),
     KEY("cache", "dir", CFG_STR, cache_dir, 0, 0, 0),
+    KEY("cache", "disk", CFG_SIZE, cache_disk, 0, UINT64_MAX, 0),
+    KEY("cache", "segment_size", CFG_SIZE, segment_size, 64ull << 10, 1ull << 40, 256ull << 20),
+    KEY("io", "depth", CFG_U32, io_depth, 1, 4096, 64),
+    ENUM_KEY("io", "backend", io_backend, CONFIG_IO_AUTO, io_backends),
     KEY("limits", "connections", CFG_U32, max_connections, 1, 65536, 256),
     KEY("limits", "streams_per_connection", CFG_U32, max_streams_per_conn, 1, 1024, 16),
     KEY("limits", "batch_size", CFG_U32, max_batch_size, 1, 1u << 20, 4096),
@@ -185,6 +194,20 @@ static int cfg_set_key(struct cfg_parse *ps, struct config *c, const struct cfg_
                              "'%s' is not one of error, warn, info, debug", s);
         *(int *)field = lvl;
         return 0;
+    case CFG_ENUM:
+        for (int i = 0; k->names[i]; i++) {
+            if (strcmp(s, k->names[i]) == 0) {
+                *(uint32_t *)field = (uint32_t)i;
+                return 0;
+            }
+        }
+        {
+            char allowed[128] = "";
+            for (int i = 0; k->names[i]; i++)
+                snprintf(allowed + strlen(allowed), sizeof(allowed) - strlen(allowed), "%s%s",
+                         i ? ", " : "", k->names[i]);
+            return cfg_error(ps, val, keyname, "'%s' is not one of %s", s, allowed);
+        }
     case CFG_MODE:
         if (parse_uint(s, 8, &v) < 0)
             return cfg_error(ps, val, keyname, "'%s' is not an octal mode", s);
@@ -301,6 +324,28 @@ static int cfg_steps(struct cfg_parse *ps, struct config_dataset *d, const yaml_
     return 0;
 }
 
+/* raw, zstd (level 3), or zstd:LEVEL with LEVEL in 1..19. */
+static int cfg_encoding(struct cfg_parse *ps, struct config_dataset *d, const yaml_node_t *val)
+{
+    const char *s = scalar(val);
+    uint64_t lvl;
+    if (s && strcmp(s, "raw") == 0) {
+        d->zstd_level = 0;
+        return 0;
+    }
+    if (s && strcmp(s, "zstd") == 0) {
+        d->zstd_level = 3;
+        return 0;
+    }
+    if (s && strncmp(s, "zstd:", 5) == 0 && parse_uint(s + 5, 10, &lvl) == 0 && lvl >= 1 &&
+        lvl <= 19) {
+        d->zstd_level = (int)lvl;
+        return 0;
+    }
+    return cfg_error(ps, val, "encoding", "'%s' is not raw, zstd or zstd:LEVEL (1-19)",
+                     s ? s : "(not a scalar)");
+}
+
 struct dataset_arg {
     struct config_dataset *d;
     const yaml_node_t *split; /* resolved after steps are known */
@@ -321,10 +366,12 @@ static int cfg_dataset_pair(struct cfg_parse *ps, void *arg, const char *key,
         da->split = val;
         return 0;
     }
+    if (strcmp(key, "encoding") == 0)
+        return cfg_encoding(ps, d, val);
     if (strcmp(key, "name") != 0 && strcmp(key, "root") != 0 &&
         strcmp(key, "on_error") != 0)
         return cfg_error(ps, knode, key,
-                         "unknown dataset key (name, root, steps, split, on_error)");
+                         "unknown dataset key (name, root, steps, split, on_error, encoding)");
     if (!s || !*s)
         return cfg_error(ps, val, key, "expected a non-empty scalar");
     if (strcmp(key, "name") == 0) {
@@ -424,7 +471,7 @@ static int cfg_top_pair(struct cfg_parse *ps, void *arg, const char *key,
                         const yaml_node_t *knode, const yaml_node_t *val)
 {
     struct config *c = arg;
-    if (strcmp(key, "cache") == 0 || strcmp(key, "limits") == 0) {
+    if (strcmp(key, "cache") == 0 || strcmp(key, "limits") == 0 || strcmp(key, "io") == 0) {
         struct section_arg sa = {c, key};
         return cfg_each_pair(ps, val, key, cfg_section_pair, &sa);
     }
@@ -445,7 +492,7 @@ int config_defaults(struct config *c)
     for (size_t i = 0; i < CFG_NKEYS; i++) {
         const struct cfg_key *k = &cfg_keys[i];
         void *field = (char *)c + k->off;
-        if (k->type == CFG_U32 || k->type == CFG_MODE)
+        if (k->type == CFG_U32 || k->type == CFG_MODE || k->type == CFG_ENUM)
             *(uint32_t *)field = (uint32_t)k->def;
         else if (k->type == CFG_U64 || k->type == CFG_SIZE)
             *(uint64_t *)field = k->def;

@@ -5,7 +5,9 @@
  *
  *   socket: PATH            socket_mode: 0660       workers: 0 (= cores)
  *   log_level: info         prefetch: 4
- *   cache: { memory: 2GiB | 25%, dir: PATH }
+ *   cache: { memory: 2GiB | 25%, dir: PATH, disk: 0 (off) | 100GiB,
+ *            segment_size: 256MiB }
+ *   io: { depth: 64, backend: auto | pread }
  *   limits: { connections: 256, streams_per_connection: 16,
  *             batch_size: 4096, file_size: 64MiB, pixels: 100000000 }
  *   datasets:
@@ -14,6 +16,7 @@
  *       steps: [decode, {resize: 256}, {center_crop: 224}, {random_flip: 0.5}]
  *       split: center_crop            # last offline step, or a count
  *       on_error: skip | fail
+ *       encoding: raw | zstd | zstd:LEVEL   # disk tier records
  */
 #ifndef PRESTO_CONFIG_H
 #define PRESTO_CONFIG_H
@@ -27,6 +30,7 @@
 #define CONFIG_NAME_MAX 64
 
 enum config_on_error { CONFIG_ON_ERROR_SKIP = 0, CONFIG_ON_ERROR_FAIL = 1 };
+enum config_io_backend { CONFIG_IO_AUTO = 0, CONFIG_IO_PREAD = 1 };
 
 struct config_dataset {
     char name[CONFIG_NAME_MAX];
@@ -35,6 +39,7 @@ struct config_dataset {
     uint32_t nsteps;
     uint32_t split; /* steps[0..split) run offline, the rest online */
     enum config_on_error on_error;
+    int zstd_level; /* disk tier encoding: 0 raw, else zstd at this level */
     int line;       /* where it was declared (0: command line) */
 };
 
@@ -47,6 +52,10 @@ struct config {
     uint32_t prefetch;     /* default batches ahead per stream */
     uint64_t cache_memory; /* bytes */
     char *cache_dir;
+    uint64_t cache_disk;   /* disk tier budget in bytes; 0: no disk tier */
+    uint64_t segment_size; /* disk tier segment files */
+    uint32_t io_depth;     /* reads in flight per worker */
+    uint32_t io_backend;   /* enum config_io_backend */
     uint32_t max_connections;
     uint32_t max_streams_per_conn;
     uint32_t max_batch_size;

@@ -150,10 +150,11 @@ static int index_dir(struct index_state *st, const char *rel, uint32_t label, in
 static void dataset_shape(struct dataset *ds)
 {
     const struct config_dataset *cfg = ds->cfg;
-    uint32_t h = 0, w = 0, c = 0;
+    uint32_t h = 0, w = 0, c = 0, dtype = PROTO_DTYPE_U8;
     uint64_t fp = 0xcbf29ce484222325ull;
     for (uint32_t i = 0; i < cfg->nsteps; i++) {
         step_out_shape(&cfg->steps[i], h, w, c, &h, &w, &c);
+        dtype = step_out_dtype(&cfg->steps[i], dtype);
         if (i < cfg->split)
             fp = step_fingerprint(&cfg->steps[i], fp);
     }
@@ -161,7 +162,7 @@ static void dataset_shape(struct dataset *ds)
     ds->out_h = h;
     ds->out_w = w;
     ds->out_c = c;
-    ds->out_dtype = PROTO_DTYPE_U8;
+    ds->out_dtype = dtype;
     ds->sample_bytes = (size_t)h * w * c * proto_dtype_size(ds->out_dtype);
 }
 

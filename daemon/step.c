@@ -260,6 +260,12 @@ uint64_t step_fingerprint(const struct step *s, uint64_t h)
     return h;
 }
 
+uint32_t step_out_dtype(const struct step *s, uint32_t in_dtype)
+{
+    /* Every step so far keeps uint8; decode makes it. */
+    return s->kind == STEP_DECODE ? PROTO_DTYPE_U8 : in_dtype;
+}
+
 void step_out_shape(const struct step *s, uint32_t in_h, uint32_t in_w,
                     uint32_t in_c, uint32_t *h, uint32_t *w, uint32_t *c)
 {

@@ -75,6 +75,9 @@ uint64_t step_fingerprint(const struct step *s, uint64_t h);
 void step_out_shape(const struct step *s, uint32_t in_h, uint32_t in_w,
                     uint32_t in_c, uint32_t *h, uint32_t *w, uint32_t *c);
 
+/* Output dtype (PROTO_DTYPE_*) for a given input dtype. */
+uint32_t step_out_dtype(const struct step *s, uint32_t in_dtype);
+
 /* Runs the step: reads in, writes out (out is reused between calls and grown
  * with img_reserve). Returns 0, or a negative errno with ctx->err set
  * (-EBADMSG for a corrupt or non-JPEG input, -E2BIG for an image over
