@@ -37,6 +37,22 @@ void step_resize_shape(uint32_t size, uint32_t in_h, uint32_t in_w,
 int step_resize_apply(uint32_t size, struct step_ctx *ctx,
                       const struct img *in, struct img *out);
 
+/* Kernels resize can run; all give the same bytes. AUTO is the fastest the
+ * CPU supports (what step_resize_apply uses); the others exist so tests can
+ * check each path. */
+enum step_resize_isa {
+    STEP_RESIZE_ISA_AUTO = 0,
+    STEP_RESIZE_ISA_SCALAR, /* portable C */
+    STEP_RESIZE_ISA_AVX2,   /* x86-64 with AVX2 */
+};
+/* Whether this build and CPU can run isa (AUTO and SCALAR always can). */
+int step_resize_isa_supported(enum step_resize_isa isa);
+/* step_resize_apply with a chosen kernel; -ENOTSUP (ctx->err set) when
+ * step_resize_isa_supported(isa) is false. */
+int step_resize_apply_isa(uint32_t size, enum step_resize_isa isa,
+                          struct step_ctx *ctx, const struct img *in,
+                          struct img *out);
+
 int step_crop_apply(uint32_t size, struct step_ctx *ctx, const struct img *in,
                     struct img *out);
 

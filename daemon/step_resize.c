@@ -11,15 +11,34 @@
  * then rounded to signed fixed point with 22 fractional bits. Sums start at
  * one half (1 << 21) and are truncated back to 8 bits with clamping.
  *
- * The vertical pass sums 16 bytes of a row at a time over all its taps
- * (fixed-size contiguous loops the compiler vectorises); integer sums do
- * not depend on the order of the additions, so this gives Pillow's results
- * exactly. Coefficient tables and the intermediate image live in one
- * allocation per call.
+ * Integer sums do not depend on the order of the additions and every
+ * product and partial sum fits in 32 bits (weights sum to 2^22, pixels are
+ * at most 255), so any kernel that forms the same products in 32-bit lanes
+ * gives Pillow's results exactly. Two sets of kernels:
+ *  - portable C: the vertical pass sums 16 bytes of a row at a time (loops
+ *    the compiler vectorises), the horizontal pass one pixel at a time;
+ *  - AVX2 (x86-64, chosen at run time): the horizontal pass multiplies
+ *    two taps of an RGB pixel (or 8 of a gray one) at once with 16-bit
+ *    multiply-adds on a widened copy of the row (see rs_hplan), the
+ *    vertical pass 8 bytes of a row at once with 32-bit multiplies.
+ *
+ * The passes are interleaved: an output row is computed as soon as the
+ * horizontal pass has produced the input rows it reads, kept in a ring of
+ * as many rows as an output row reads at most. The working set stays in
+ * the L1 cache. Coefficient tables and the ring live in one allocation per
+ * call.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define RS_HAVE_AVX2 1
+#define RS_AVX2 __attribute__((target("avx2")))
+#else
+#define RS_HAVE_AVX2 0
+#endif
 
 #include "step.h"
 #include "step_impl.h"
@@ -36,6 +55,7 @@ struct rs_axis {
     uint32_t *first;
     uint32_t *count;
     uint32_t ksize;
+    uint32_t most; /* the largest count */
 };
 
 #if defined(__clang__)
@@ -76,7 +96,7 @@ static inline uint8_t rs_clip8(int32_t v)
     return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v;
 }
 
-/* Fills a->k, a->first, a->count; a->ksize is set. */
+/* Fills a->k, a->first, a->count, a->most; a->ksize is set. */
 RS_NO_CONTRACT
 static void rs_coeffs(struct rs_axis *a, uint32_t in, uint32_t out)
 {
@@ -84,6 +104,7 @@ static void rs_coeffs(struct rs_axis *a, uint32_t in, uint32_t out)
     double support = 1.0 * filterscale;
     double ss = 1.0 / filterscale;
 
+    a->most = 0;
     for (uint32_t i = 0; i < out; i++) {
         double center = (i + 0.5) * scale;
         int xmin = (int)(center - support + 0.5);
@@ -106,44 +127,42 @@ static void rs_coeffs(struct rs_axis *a, uint32_t in, uint32_t out)
         }
         a->first[i] = (uint32_t)xmin;
         a->count[i] = (uint32_t)n;
+        if ((uint32_t)n > a->most)
+            a->most = (uint32_t)n;
     }
 }
 
-/* Horizontal pass over rows of src (src_stride bytes apart) into rows of
- * out_w * c bytes. */
-static void rs_horizontal(const struct rs_axis *a, const uint8_t *src,
-                          size_t src_stride, uint8_t *dst, uint32_t rows,
-                          uint32_t out_w, uint32_t c)
+/* ---- portable kernels ---- */
+
+/* One row of the horizontal pass: out_w pixels of c channels from s. */
+static void rs_hrow(const struct rs_axis *a, const uint8_t *s, uint8_t *d,
+                    uint32_t out_w, uint32_t c)
 {
-    for (uint32_t r = 0; r < rows; r++) {
-        const uint8_t *s = src + r * src_stride;
-        uint8_t *d = dst + (size_t)r * out_w * c;
-        const int32_t *k = a->k;
-        if (c == 3) {
-            for (uint32_t xx = 0; xx < out_w; xx++, k += a->ksize, d += 3) {
-                const uint8_t *p = s + (size_t)a->first[xx] * 3;
-                uint32_t n = a->count[xx];
-                int32_t s0 = RS_HALF, s1 = RS_HALF, s2 = RS_HALF;
-                for (uint32_t x = 0; x < n; x++, p += 3) {
-                    s0 += p[0] * k[x];
-                    s1 += p[1] * k[x];
-                    s2 += p[2] * k[x];
-                }
-                d[0] = rs_clip8(s0);
-                d[1] = rs_clip8(s1);
-                d[2] = rs_clip8(s2);
-            }
-            continue;
-        }
-        for (uint32_t xx = 0; xx < out_w; xx++, k += a->ksize, d += c) {
-            const uint8_t *p = s + (size_t)a->first[xx] * c;
+    const int32_t *k = a->k;
+    if (c == 3) {
+        for (uint32_t xx = 0; xx < out_w; xx++, k += a->ksize, d += 3) {
+            const uint8_t *p = s + (size_t)a->first[xx] * 3;
             uint32_t n = a->count[xx];
-            for (uint32_t ch = 0; ch < c; ch++) {
-                int32_t sum = RS_HALF;
-                for (uint32_t x = 0; x < n; x++)
-                    sum += p[(size_t)x * c + ch] * k[x];
-                d[ch] = rs_clip8(sum);
+            int32_t s0 = RS_HALF, s1 = RS_HALF, s2 = RS_HALF;
+            for (uint32_t x = 0; x < n; x++, p += 3) {
+                s0 += p[0] * k[x];
+                s1 += p[1] * k[x];
+                s2 += p[2] * k[x];
             }
+            d[0] = rs_clip8(s0);
+            d[1] = rs_clip8(s1);
+            d[2] = rs_clip8(s2);
+        }
+        return;
+    }
+    for (uint32_t xx = 0; xx < out_w; xx++, k += a->ksize, d += c) {
+        const uint8_t *p = s + (size_t)a->first[xx] * c;
+        uint32_t n = a->count[xx];
+        for (uint32_t ch = 0; ch < c; ch++) {
+            int32_t sum = RS_HALF;
+            for (uint32_t x = 0; x < n; x++)
+                sum += p[(size_t)x * c + ch] * k[x];
+            d[ch] = rs_clip8(sum);
         }
     }
 }
@@ -152,38 +171,326 @@ static void rs_horizontal(const struct rs_axis *a, const uint8_t *src,
  * the compiler turns into vector code, sums held in registers across taps. */
 #define RS_VBLOCK 16
 
-/* Vertical pass: src holds rows y0.. of the (horizontally resized) image,
- * each rowbytes long. */
-static void rs_vertical(const struct rs_axis *a, const uint8_t *src, uint32_t y0,
-                        size_t rowbytes, uint8_t *dst, uint32_t out_h)
+/* One row of the vertical pass: rowbytes bytes summed over rows[0..n)
+ * with weights k. */
+static void rs_vrow(const uint8_t *const *rows, const int32_t *k, uint32_t n,
+                    uint8_t *d, size_t rowbytes)
 {
-    const int32_t *k = a->k;
-    for (uint32_t yy = 0; yy < out_h; yy++, k += a->ksize, dst += rowbytes) {
-        const uint8_t *row = src + (size_t)(a->first[yy] - y0) * rowbytes;
-        uint32_t n = a->count[yy];
-        size_t j = 0;
-        for (; j + RS_VBLOCK <= rowbytes; j += RS_VBLOCK) {
-            int32_t sum[RS_VBLOCK];
-            const uint8_t *p = row + j;
+    size_t j = 0;
+    for (; j + RS_VBLOCK <= rowbytes; j += RS_VBLOCK) {
+        int32_t sum[RS_VBLOCK];
+        for (int b = 0; b < RS_VBLOCK; b++)
+            sum[b] = RS_HALF;
+        for (uint32_t y = 0; y < n; y++) {
+            const uint8_t *p = rows[y] + j;
+            int32_t kv = k[y];
             for (int b = 0; b < RS_VBLOCK; b++)
-                sum[b] = RS_HALF;
-            for (uint32_t y = 0; y < n; y++, p += rowbytes) {
-                int32_t kv = k[y];
-                for (int b = 0; b < RS_VBLOCK; b++)
-                    sum[b] += p[b] * kv;
-            }
-            for (int b = 0; b < RS_VBLOCK; b++)
-                dst[j + b] = rs_clip8(sum[b]);
+                sum[b] += p[b] * kv;
         }
-        for (; j < rowbytes; j++) {
-            int32_t sum = RS_HALF;
-            const uint8_t *p = row + j;
-            for (uint32_t y = 0; y < n; y++, p += rowbytes)
-                sum += *p * k[y];
-            dst[j] = rs_clip8(sum);
+        for (int b = 0; b < RS_VBLOCK; b++)
+            d[j + b] = rs_clip8(sum[b]);
+    }
+    for (; j < rowbytes; j++) {
+        int32_t sum = RS_HALF;
+        for (uint32_t y = 0; y < n; y++)
+            sum += rows[y][j] * k[y];
+        d[j] = rs_clip8(sum);
+    }
+}
+
+/* ---- AVX2 kernels ---- */
+
+#if RS_HAVE_AVX2
+
+/* The AVX2 horizontal pass multiplies with vpmaddwd, 16 x 16-bit
+ * products summed in pairs into 8 x int32, twice the rate of 32-bit
+ * multiplies. A 22-bit weight k is split as k = kh * 128 + kl, both halves
+ * fitting int16, and each input byte p is widened once per row to the pair
+ * (p * 128, p), so that one lane computes p * 128 * kh + p * kl = p * k
+ * exactly. The widened row has 4 lanes per RGB pixel (the fourth zero, so
+ * that 8 lanes hold two whole pixels, one per 128-bit half) or 1 per gray
+ * pixel, then zeros. An output pixel sums groups of 8 lanes from its first
+ * tap on, each an unaligned load against 8 lane weights (zero for the
+ * fourth lane and past the pixel's taps). Every output pixel does the same
+ * number of groups, a loop count the branch predictor gets right. */
+struct rs_hplan {
+    int32_t *w;            /* out * groups * 8 lane weights: kh | kl << 16 */
+    int32_t *wide;         /* the widened row and its zero tail */
+    const uint32_t *first; /* the axis' first taps */
+    uint32_t groups;
+};
+
+/* Lanes per input pixel in the widened row; 0: no AVX2 kernel for c. */
+static uint32_t rs_hplan_lanes(uint32_t c)
+{
+    return c == 3 ? 4 : c == 1 ? 1 : 0;
+}
+
+/* Groups for up to ksize taps: the most a pixel can need. */
+static uint32_t rs_hplan_groups(const struct rs_axis *a, uint32_t c)
+{
+    uint32_t taps = 8 / rs_hplan_lanes(c);
+    return (a->ksize + taps - 1) / taps;
+}
+
+/* The widened row, with room for the last pixel's groups past its end. */
+static size_t rs_hplan_wide_lanes(const struct rs_axis *a, uint32_t in, uint32_t c)
+{
+    return (size_t)in * rs_hplan_lanes(c) + rs_hplan_groups(a, c) * 8;
+}
+
+static size_t rs_hplan_bytes(const struct rs_axis *a, uint32_t in, uint32_t out,
+                             uint32_t c)
+{
+    return ((size_t)out * rs_hplan_groups(a, c) * 8 + rs_hplan_wide_lanes(a, in, c)) *
+           sizeof(int32_t);
+}
+
+/* A weight as the int16 pair (kh, kl) with k = kh * 128 + kl. Weights are
+ * in [0, 2^22] (rs_coeffs normalises them); kh stops at INT16_MAX, which
+ * leaves kl = 128 for k = 2^22. */
+static int32_t rs_hplan_split(int32_t k)
+{
+    int32_t kh = k >> 7;
+    if (kh > INT16_MAX)
+        kh = INT16_MAX;
+    int32_t kl = k - kh * 128;
+    return (int32_t)((uint32_t)(uint16_t)kh | (uint32_t)(uint16_t)kl << 16);
+}
+
+/* Carves the plan out of *p and fills it from a's taps. */
+static void rs_hplan_make(struct rs_hplan *h, uint8_t **p, const struct rs_axis *a,
+                          uint32_t in, uint32_t out, uint32_t c)
+{
+    /* Pixels have fewer taps than ksize allows (about twice the scale,
+     * where ksize is twice its ceiling plus one): size groups to the most
+     * any pixel has. */
+    uint32_t lanes = rs_hplan_lanes(c), taps = 8 / lanes;
+    h->groups = (a->most + taps - 1) / taps;
+    h->first = a->first;
+    h->w = (int32_t *)*p;
+    *p += (size_t)out * rs_hplan_groups(a, c) * 8 * sizeof(int32_t);
+    h->wide = (int32_t *)*p;
+    size_t wide = rs_hplan_wide_lanes(a, in, c);
+    *p += wide * sizeof(int32_t);
+    memset(h->wide + (size_t)in * lanes, 0, (wide - (size_t)in * lanes) * sizeof(int32_t));
+
+    size_t step = (size_t)h->groups * 8;
+    memset(h->w, 0, out * step * sizeof(int32_t));
+    for (uint32_t xx = 0; xx < out; xx++) {
+        const int32_t *k = a->k + (size_t)xx * a->ksize;
+        int32_t *t = h->w + xx * step;
+        /* Tap i: group i / taps, lanes from (i % taps) * lanes on. */
+        for (uint32_t i = 0; i < a->count[xx]; i++) {
+            int32_t v = rs_hplan_split(k[i]);
+            for (uint32_t ch = 0; ch < c; ch++)
+                t[i / taps * 8 + i % taps * lanes + ch] = v;
         }
     }
 }
+
+/* The widened lane of an input byte: p * 128 in the low int16, p in the
+ * high one. */
+static inline int32_t rs_hplan_lane(uint8_t p)
+{
+    return (int32_t)p << 7 | (int32_t)p << 16;
+}
+
+/* Widens n input pixels at s into h->wide. */
+RS_AVX2 static void rs_hplan_widen(const struct rs_hplan *h, const uint8_t *s,
+                                   uint32_t n, uint32_t c)
+{
+    int32_t *w = h->wide;
+    size_t i = 0, bytes = (size_t)n * c;
+    const __m256i scale = _mm256_set1_epi32(128 | 1 << 16);
+    if (c == 3) {
+        /* Four pixels per 16-byte load, while it stays in the row: each
+         * byte into both int16 halves of its lane, then times (128, 1). */
+        const __m256i lo = _mm256_setr_epi8(
+            0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, -1, -1, -1, -1,
+            3, -1, 3, -1, 4, -1, 4, -1, 5, -1, 5, -1, -1, -1, -1, -1);
+        const __m256i hi = _mm256_setr_epi8(
+            6, -1, 6, -1, 7, -1, 7, -1, 8, -1, 8, -1, -1, -1, -1, -1,
+            9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1, -1, -1, -1, -1);
+        for (; i * 3 + 16 <= bytes; i += 4) {
+            __m256i v = _mm256_broadcastsi128_si256(
+                _mm_loadu_si128((const __m128i *)(s + i * 3)));
+            _mm256_storeu_si256((__m256i *)(w + i * 4),
+                                _mm256_mullo_epi16(_mm256_shuffle_epi8(v, lo), scale));
+            _mm256_storeu_si256((__m256i *)(w + i * 4 + 8),
+                                _mm256_mullo_epi16(_mm256_shuffle_epi8(v, hi), scale));
+        }
+        for (; i < n; i++) {
+            w[i * 4] = rs_hplan_lane(s[i * 3]);
+            w[i * 4 + 1] = rs_hplan_lane(s[i * 3 + 1]);
+            w[i * 4 + 2] = rs_hplan_lane(s[i * 3 + 2]);
+            w[i * 4 + 3] = 0;
+        }
+        return;
+    }
+    const __m256i spread = _mm256_setr_epi8(
+        0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
+        4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
+    for (; i + 8 <= bytes; i += 8) {
+        int64_t q;
+        memcpy(&q, s + i, 8);
+        __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi64x(q), spread);
+        _mm256_storeu_si256((__m256i *)(w + i), _mm256_mullo_epi16(v, scale));
+    }
+    for (; i < n; i++)
+        w[i] = rs_hplan_lane(s[i]);
+}
+
+/* An output pixel's lane sums over its groups from the widened row at p,
+ * without the half for rounding. For RGB: R, G, B and 0 in each 128-bit
+ * half, the halves still to be added. */
+RS_AVX2 static inline __attribute__((always_inline)) __m256i
+rs_hacc_avx2(const int32_t *p, const int32_t *k, uint32_t groups)
+{
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (uint32_t g = 0; g < groups; g++, p += 8, k += 8)
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(
+                                        _mm256_loadu_si256((const __m256i *)p),
+                                        _mm256_loadu_si256((const __m256i *)k)));
+    return acc;
+}
+
+/* Sums (two pixels, one per 128-bit half) to bytes: R, G, B and a junk
+ * byte in the low 32 bits of each half. */
+RS_AVX2 static inline __attribute__((always_inline)) __m256i rs_pack3_avx2(__m256i v)
+{
+    v = _mm256_srai_epi32(_mm256_add_epi32(v, _mm256_set1_epi32(RS_HALF)), RS_BITS);
+    return _mm256_packus_epi16(_mm256_packs_epi32(v, v), v);
+}
+
+/* One row, 3 channels, from the widened row; groups is a constant where
+ * inlined. */
+RS_AVX2 static inline __attribute__((always_inline)) void
+rs_hrow3_avx2_n(const struct rs_hplan *h, uint8_t *d, uint32_t out_w, uint32_t groups)
+{
+    const int32_t *k = h->w;
+    size_t step = (size_t)groups * 8;
+    uint32_t xx = 0;
+    /* Pairs of pixels share the adding of halves and the packing; 4-byte
+     * stores whose fourth byte lands on the next pixel, written later. */
+    for (; xx + 2 < out_w; xx += 2, d += 6, k += 2 * step) {
+        __m256i a = rs_hacc_avx2(h->wide + (size_t)h->first[xx] * 4, k, groups);
+        __m256i b = rs_hacc_avx2(h->wide + (size_t)h->first[xx + 1] * 4, k + step,
+                                  groups);
+        __m256i v = rs_pack3_avx2(_mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                                                   _mm256_permute2x128_si256(a, b, 0x31)));
+        uint32_t va = (uint32_t)_mm256_cvtsi256_si32(v);
+        uint32_t vb = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(v, 1));
+        memcpy(d, &va, 4);
+        memcpy(d + 3, &vb, 4);
+    }
+    for (; xx < out_w; xx++, d += 3, k += step) {
+        __m256i a = rs_hacc_avx2(h->wide + (size_t)h->first[xx] * 4, k, groups);
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+        uint32_t v = (uint32_t)_mm256_cvtsi256_si32(rs_pack3_avx2(_mm256_castsi128_si256(s)));
+        d[0] = (uint8_t)v;
+        d[1] = (uint8_t)(v >> 8);
+        d[2] = (uint8_t)(v >> 16);
+    }
+}
+
+RS_AVX2 static void rs_hrow3_avx2(const struct rs_hplan *h, uint8_t *d, uint32_t out_w)
+{
+    switch (h->groups) { /* up to 8 taps: scales below 4 */
+    case 1:
+        rs_hrow3_avx2_n(h, d, out_w, 1);
+        break;
+    case 2:
+        rs_hrow3_avx2_n(h, d, out_w, 2);
+        break;
+    case 3:
+        rs_hrow3_avx2_n(h, d, out_w, 3);
+        break;
+    case 4:
+        rs_hrow3_avx2_n(h, d, out_w, 4);
+        break;
+    default:
+        rs_hrow3_avx2_n(h, d, out_w, h->groups);
+        break;
+    }
+}
+
+/* One row, 1 channel, from the widened row. */
+RS_AVX2 static void rs_hrow1_avx2(const struct rs_hplan *h, uint8_t *d, uint32_t out_w)
+{
+    const int32_t *k = h->w;
+    for (uint32_t xx = 0; xx < out_w; xx++, k += (size_t)h->groups * 8) {
+        __m256i acc = rs_hacc_avx2(h->wide + h->first[xx], k, h->groups);
+        __m128i v = _mm_add_epi32(_mm256_castsi256_si128(acc),
+                                  _mm256_extracti128_si256(acc, 1));
+        v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
+        v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
+        d[xx] = rs_clip8(RS_HALF + _mm_cvtsi128_si32(v));
+    }
+}
+
+/* rs_hrow for c 1 or 3. */
+RS_AVX2 static void rs_hrow_avx2(const struct rs_hplan *h, const uint8_t *s, uint8_t *d,
+                                 uint32_t in_w, uint32_t out_w, uint32_t c)
+{
+    rs_hplan_widen(h, s, in_w, c);
+    if (c == 3)
+        rs_hrow3_avx2(h, d, out_w);
+    else
+        rs_hrow1_avx2(h, d, out_w);
+}
+
+/* Bytes of a row the AVX2 vertical pass does at once. */
+#define RS_VBLOCK_AVX2 32
+
+/* 32 output bytes at d from bytes j.. of rows[0..n). */
+RS_AVX2 static inline void rs_vblock_avx2(const uint8_t *const *rows, size_t j,
+                                          const int32_t *k, uint32_t n, uint8_t *d)
+{
+    __m256i s0 = _mm256_set1_epi32(RS_HALF), s1 = s0, s2 = s0, s3 = s0;
+    for (uint32_t y = 0; y < n; y++) {
+        const uint8_t *p = rows[y] + j;
+        __m256i kv = _mm256_set1_epi32(k[y]);
+        s0 = _mm256_add_epi32(s0, _mm256_mullo_epi32(kv,
+                 _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p))));
+        s1 = _mm256_add_epi32(s1, _mm256_mullo_epi32(kv,
+                 _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)))));
+        s2 = _mm256_add_epi32(s2, _mm256_mullo_epi32(kv,
+                 _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 16)))));
+        s3 = _mm256_add_epi32(s3, _mm256_mullo_epi32(kv,
+                 _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 24)))));
+    }
+    __m256i lo = _mm256_packs_epi32(_mm256_srai_epi32(s0, RS_BITS),
+                                    _mm256_srai_epi32(s1, RS_BITS));
+    __m256i hi = _mm256_packs_epi32(_mm256_srai_epi32(s2, RS_BITS),
+                                    _mm256_srai_epi32(s3, RS_BITS));
+    /* The packs work per 128-bit lane: put the 4-byte groups back in order. */
+    __m256i v = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(lo, hi),
+                                            _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)(d + j), v);
+}
+
+/* rs_vrow; rows shorter than a block go to it. */
+RS_AVX2 static void rs_vrow_avx2(const uint8_t *const *rows, const int32_t *k,
+                                 uint32_t n, uint8_t *d, size_t rowbytes)
+{
+    if (rowbytes < RS_VBLOCK_AVX2) {
+        rs_vrow(rows, k, n, d, rowbytes);
+        return;
+    }
+    size_t j = 0;
+    for (; j + RS_VBLOCK_AVX2 <= rowbytes; j += RS_VBLOCK_AVX2)
+        rs_vblock_avx2(rows, j, k, n, d);
+    /* The tail as one more block ending at the row's end (bytes computed
+     * twice come out the same). */
+    if (j < rowbytes)
+        rs_vblock_avx2(rows, rowbytes - RS_VBLOCK_AVX2, k, n, d);
+}
+
+#endif /* RS_HAVE_AVX2 */
+
+/* ---- driver ---- */
 
 void step_resize_shape(uint32_t size, uint32_t in_h, uint32_t in_w,
                        uint64_t *h, uint64_t *w)
@@ -202,8 +509,8 @@ void step_resize_shape(uint32_t size, uint32_t in_h, uint32_t in_w,
     }
 }
 
-/* Carves the axis tables out of one block starting at *p. */
-static void rs_axis_place(struct rs_axis *a, uint8_t **p, uint32_t in, uint32_t out)
+/* Carves the axis tables out of *p and fills them. */
+static void rs_axis_make(struct rs_axis *a, uint8_t **p, uint32_t in, uint32_t out)
 {
     a->ksize = rs_ksize(in, out);
     a->k = (int32_t *)*p;
@@ -212,6 +519,7 @@ static void rs_axis_place(struct rs_axis *a, uint8_t **p, uint32_t in, uint32_t 
     *p += (size_t)out * sizeof(uint32_t);
     a->count = (uint32_t *)*p;
     *p += (size_t)out * sizeof(uint32_t);
+    rs_coeffs(a, in, out);
 }
 
 static size_t rs_axis_bytes(uint32_t in, uint32_t out)
@@ -219,13 +527,69 @@ static size_t rs_axis_bytes(uint32_t in, uint32_t out)
     return (size_t)out * (rs_ksize(in, out) + 2) * sizeof(int32_t);
 }
 
-int step_resize_apply(uint32_t size, struct step_ctx *ctx, const struct img *in,
-                      struct img *out)
+int step_resize_isa_supported(enum step_resize_isa isa)
+{
+    switch (isa) {
+    case STEP_RESIZE_ISA_AUTO:
+    case STEP_RESIZE_ISA_SCALAR:
+        return 1;
+    case STEP_RESIZE_ISA_AVX2:
+#if RS_HAVE_AVX2
+        return __builtin_cpu_supports("avx2");
+#else
+        return 0;
+#endif
+    }
+    return 0;
+}
+
+/* One call's kernels and tables. */
+struct rs_run {
+    struct rs_axis ah, av;
+    uint32_t in_w, out_w, c;
+    int avx2_h, avx2_v; /* which passes use the AVX2 kernels */
+#if RS_HAVE_AVX2
+    struct rs_hplan hplan;
+#endif
+};
+
+static void rs_run_hrow(const struct rs_run *r, const uint8_t *s, uint8_t *d)
+{
+#if RS_HAVE_AVX2
+    if (r->avx2_h) {
+        rs_hrow_avx2(&r->hplan, s, d, r->in_w, r->out_w, r->c);
+        return;
+    }
+#endif
+    rs_hrow(&r->ah, s, d, r->out_w, r->c);
+}
+
+static void rs_run_vrow(const struct rs_run *r, const uint8_t *const *rows, uint32_t yy,
+                        uint8_t *d, size_t rowbytes)
+{
+    const int32_t *k = r->av.k + (size_t)yy * r->av.ksize;
+#if RS_HAVE_AVX2
+    if (r->avx2_v) {
+        rs_vrow_avx2(rows, k, r->av.count[yy], d, rowbytes);
+        return;
+    }
+#endif
+    rs_vrow(rows, k, r->av.count[yy], d, rowbytes);
+}
+
+int step_resize_apply_isa(uint32_t size, enum step_resize_isa isa,
+                          struct step_ctx *ctx, const struct img *in, struct img *out)
 {
     uint64_t oh64, ow64;
     int rc = step_check_pixels(ctx, in, "resize");
     if (rc < 0)
         return rc;
+    if (isa == STEP_RESIZE_ISA_AUTO)
+        isa = step_resize_isa_supported(STEP_RESIZE_ISA_AVX2) ? STEP_RESIZE_ISA_AVX2
+                                                              : STEP_RESIZE_ISA_SCALAR;
+    else if (!step_resize_isa_supported(isa))
+        return step_fail(ctx, -ENOTSUP, "resize: kernel %d is not supported here",
+                         (int)isa);
 
     step_resize_shape(size, in->h, in->w, &oh64, &ow64);
     if (in->h > RS_DIM_MAX || in->w > RS_DIM_MAX || oh64 > RS_DIM_MAX ||
@@ -246,43 +610,77 @@ int step_resize_apply(uint32_t size, struct step_ctx *ctx, const struct img *in,
         return 0;
     }
 
-    /* Everything one call needs, in one block: coefficient tables and the
-     * intermediate image. */
+    struct rs_run r = {.in_w = in_w, .out_w = out_w, .c = c};
+#if RS_HAVE_AVX2
+    r.avx2_h = isa == STEP_RESIZE_ISA_AVX2 && need_h && rs_hplan_lanes(c) != 0;
+    r.avx2_v = isa == STEP_RESIZE_ISA_AVX2;
+#endif
+
+    /* One block: the vertical pass' row pointers, the coefficient tables,
+     * the AVX2 plan and the ring of horizontally resized rows. */
     size_t in_row = (size_t)in_w * c, mid_row = (size_t)out_w * c;
-    size_t bytes = 0;
-    if (need_h)
-        bytes += rs_axis_bytes(in_w, out_w);
+    uint32_t vtaps = need_v ? rs_ksize(in_h, out_h) : 0;
+    size_t bytes = vtaps * sizeof(const uint8_t *);
     if (need_v)
         bytes += rs_axis_bytes(in_h, out_h);
+    if (need_h)
+        bytes += rs_axis_bytes(in_w, out_w);
+#if RS_HAVE_AVX2
+    if (r.avx2_h) {
+        r.ah.ksize = rs_ksize(in_w, out_w);
+        bytes += rs_hplan_bytes(&r.ah, in_w, out_w, c);
+    }
+#endif
     if (need_h && need_v)
-        bytes += mid_row * in_h; /* upper bound of the rows the vertical pass reads */
+        bytes += mid_row * vtaps;
     uint8_t *block = malloc(bytes), *p = block;
     if (block == NULL)
         return step_fail(ctx, -ENOMEM, "resize: out of memory (%zu bytes of scratch)", bytes);
 
-    struct rs_axis ah = {0}, av = {0};
-    if (need_v) {
-        rs_axis_place(&av, &p, in_h, out_h);
-        rs_coeffs(&av, in_h, out_h);
-    }
-    if (need_h) {
-        rs_axis_place(&ah, &p, in_w, out_w);
-        rs_coeffs(&ah, in_w, out_w);
-    }
+    const uint8_t **rows = (const uint8_t **)(void *)p;
+    p += vtaps * sizeof(const uint8_t *);
+    if (need_v)
+        rs_axis_make(&r.av, &p, in_h, out_h);
+    if (need_h)
+        rs_axis_make(&r.ah, &p, in_w, out_w);
+#if RS_HAVE_AVX2
+    if (r.avx2_h)
+        rs_hplan_make(&r.hplan, &p, &r.ah, in_w, out_w, c);
+#endif
 
     if (!need_v) {
-        rs_horizontal(&ah, in->data, in_row, out->data, in_h, out_w, c);
+        for (uint32_t y = 0; y < in_h; y++)
+            rs_run_hrow(&r, in->data + y * in_row, out->data + y * mid_row);
     } else if (!need_h) {
-        rs_vertical(&av, in->data, 0, in_row, out->data, out_h);
+        for (uint32_t yy = 0; yy < out_h; yy++) {
+            for (uint32_t t = 0; t < r.av.count[yy]; t++)
+                rows[t] = in->data + (size_t)(r.av.first[yy] + t) * in_row;
+            rs_run_vrow(&r, rows, yy, out->data + yy * mid_row, mid_row);
+        }
     } else {
-        /* Only the input rows some output row reads. */
-        uint32_t y0 = av.first[0];
-        uint32_t y1 = av.first[out_h - 1] + av.count[out_h - 1];
-        uint8_t *mid = p;
-        rs_horizontal(&ah, in->data + (size_t)y0 * in_row, in_row, mid, y1 - y0,
-                      out_w, c);
-        rs_vertical(&av, mid, y0, mid_row, out->data, out_h);
+        /* Input row y goes to ring slot y % slots. An output row reads at
+         * most slots consecutive rows, so row y - slots, whose slot row y
+         * takes, is behind the current output row's first. */
+        uint8_t *ring = p;
+        uint32_t slots = r.av.most ? r.av.most : 1, next = 0;
+        for (uint32_t yy = 0; yy < out_h; yy++) {
+            uint32_t first = r.av.first[yy], end = first + r.av.count[yy];
+            if (next < first)
+                next = first;
+            for (; next < end; next++)
+                rs_run_hrow(&r, in->data + next * in_row,
+                            ring + (size_t)(next % slots) * mid_row);
+            for (uint32_t y = first; y < end; y++)
+                rows[y - first] = ring + (size_t)(y % slots) * mid_row;
+            rs_run_vrow(&r, rows, yy, out->data + yy * mid_row, mid_row);
+        }
     }
     free(block);
     return 0;
+}
+
+int step_resize_apply(uint32_t size, struct step_ctx *ctx, const struct img *in,
+                      struct img *out)
+{
+    return step_resize_apply_isa(size, STEP_RESIZE_ISA_AUTO, ctx, in, out);
 }

@@ -1,5 +1,6 @@
 /* Unit tests for the pipeline steps (daemon/step.h): declarations, decode
- * (bit-exact with PIL), resize (Pillow's antialiased bilinear), center_crop
+ * (bit-exact with PIL), resize (Pillow's antialiased bilinear, every kernel
+ * of daemon/step_impl.h this machine can run), center_crop
  * (torchvision's offsets and padding), random_flip (seeded), and a
  * throughput figure for the default offline pipeline.
  *
@@ -21,6 +22,7 @@
 
 #include "proto.h"
 #include "step.h"
+#include "step_impl.h"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -221,6 +223,54 @@ static void decode_photo(const struct photo *ph, struct step_ctx *ctx, struct im
     read_photo(ph, &enc);
     apply_ok(&dec, ctx, &enc, out);
     img_free(&enc);
+}
+
+/* Resize kernels to check: every explicit one; those this machine cannot
+ * run are skipped with a message. */
+static const struct {
+    enum step_resize_isa isa;
+    const char *name;
+} resize_isas[] = {
+    {STEP_RESIZE_ISA_SCALAR, "scalar"},
+    {STEP_RESIZE_ISA_AVX2, "avx2"},
+};
+
+/* Bit i set: resize_isas[i] runs here. Says which do not, once per call. */
+static unsigned resize_isas_usable(void)
+{
+    unsigned mask = 0;
+    for (size_t i = 0; i < NELEM(resize_isas); i++) {
+        if (step_resize_isa_supported(resize_isas[i].isa))
+            mask |= 1u << i;
+        else
+            printf("SKIP: resize kernel %s is not supported here\n", resize_isas[i].name);
+    }
+    fflush(stdout);
+    return mask;
+}
+
+static void resize_isa_ok(size_t i, uint32_t size, struct step_ctx *ctx,
+                          const struct img *in, struct img *out)
+{
+    int rc = step_resize_apply_isa(size, resize_isas[i].isa, ctx, in, out);
+    ck_assert_msg(rc == 0, "resize(%u) with %s of %ux%ux%u failed: %d (%s)", size,
+                  resize_isas[i].name, in->w, in->h, in->c, rc, ctx->err);
+    ck_assert(out->fmt == IMG_PIXELS && out->dtype == PROTO_DTYPE_U8 && out->c == in->c);
+    ck_assert_uint_eq(out->len, (size_t)out->h * out->w * out->c);
+}
+
+/* Pillow's resize of the raw pixels of in to out_w x out_h, into ref
+ * (out_w * out_h * in->c bytes). */
+static void pil_resize_raw(const struct img *in, uint32_t out_w, uint32_t out_h,
+                           uint8_t *ref)
+{
+    char path[4096], args[4300];
+    temp_path(path, sizeof(path));
+    write_file(path, in->data, in->len);
+    snprintf(args, sizeof(args), "'%s' %u %u %u %u %u", path, in->w, in->h, in->c, out_w,
+             out_h);
+    python_bytes(PY_RESIZE_RAW, args, ref, (size_t)out_w * out_h * in->c);
+    unlink(path);
 }
 
 /* ---- declarations ---- */
@@ -658,41 +708,91 @@ START_TEST(test_resize_photos_match_pil)
 }
 END_TEST
 
+/* The photos as our decoder sees them, resized by each kernel, equal
+ * Pillow's resize of the same pixels exactly (independent of decoders). */
+START_TEST(test_resize_photos_kernels_match_pil)
+{
+    if (!pil_available())
+        return;
+    struct step_ctx ctx;
+    struct img px = {0}, out = {0};
+    unsigned usable = resize_isas_usable();
+    step_ctx_init(&ctx);
+    for (size_t i = 0; i < NELEM(photos); i++) {
+        decode_photo(&photos[i], &ctx, &px);
+        uint64_t h, w;
+        step_resize_shape(256, px.h, px.w, &h, &w);
+        size_t len = (size_t)h * w * px.c;
+        uint8_t *ref = malloc(len);
+        ck_assert_ptr_nonnull(ref);
+        pil_resize_raw(&px, (uint32_t)w, (uint32_t)h, ref);
+        for (size_t k = 0; k < NELEM(resize_isas); k++) {
+            if (!(usable >> k & 1))
+                continue;
+            resize_isa_ok(k, 256, &ctx, &px, &out);
+            ck_assert(out.w == w && out.h == h);
+            struct diff d = compare(out.data, ref, len);
+            printf("resize(256) %s %ux%u -> %ux%u, %s kernel vs PIL on the same "
+                   "pixels: %zu of %zu bytes differ\n",
+                   photos[i].name, px.w, px.h, out.w, out.h, resize_isas[k].name,
+                   d.differing, len);
+            ck_assert_msg(d.differing == 0, "%s, %s kernel: %zu bytes differ, max %u",
+                          photos[i].name, resize_isas[k].name, d.differing, d.max);
+        }
+        free(ref);
+    }
+    img_free(&px);
+    img_free(&out);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
 /* Random images of awkward shapes (1-pixel wide or tall, upscaling, odd
- * ratios, 1 and 3 channels) must equal Pillow exactly. */
+ * ratios, 1 and 3 channels, one pass only, rows shorter than a vector,
+ * strong downscales) must equal Pillow exactly, through step_apply and
+ * through every kernel. */
 START_TEST(test_resize_shapes_match_pil)
 {
     static const struct {
         uint32_t h, w, c, size;
     } cases[] = {
-        {1, 50, 3, 7},   {50, 1, 3, 7},   {1, 1, 3, 5},    {3, 2, 3, 16},
-        {17, 29, 1, 11}, {29, 17, 3, 64}, {100, 37, 3, 13}, {64, 64, 3, 31},
-        {7, 300, 1, 3},  {33, 35, 3, 34},
+        {1, 50, 3, 7},   {50, 1, 3, 7},    {1, 1, 3, 5},     {3, 2, 3, 16},
+        {17, 29, 1, 11}, {29, 17, 3, 64},  {100, 37, 3, 13}, {64, 64, 3, 31},
+        {7, 300, 1, 3},  {33, 35, 3, 34},  {3, 5, 3, 9},     {1, 1, 1, 3},
+        {16, 41, 3, 16}, {41, 16, 3, 16},  {40, 5, 1, 5},    {5, 40, 1, 5},
+        {200, 301, 3, 20}, {37, 123, 1, 29}, {427, 640, 3, 256}, {2, 3, 1, 200},
     };
     if (!pil_available())
         return;
     struct step_ctx ctx;
     struct img in = {0}, out = {0};
+    unsigned usable = resize_isas_usable();
     step_ctx_init(&ctx);
     for (size_t i = 0; i < NELEM(cases); i++) {
-        char sz[16], path[4096], args[4300];
+        char sz[16];
         snprintf(sz, sizeof(sz), "%u", cases[i].size);
         struct step rs = make_step("resize", sz);
         make_pixels(&in, cases[i].h, cases[i].w, cases[i].c);
         fill_pattern(&in, i);
         apply_ok(&rs, &ctx, &in, &out);
-        temp_path(path, sizeof(path));
-        write_file(path, in.data, in.len);
         uint8_t *ref = malloc(out.len);
         ck_assert_ptr_nonnull(ref);
-        snprintf(args, sizeof(args), "'%s' %u %u %u %u %u", path, in.w, in.h, in.c,
-                 out.w, out.h);
-        python_bytes(PY_RESIZE_RAW, args, ref, out.len);
-        unlink(path);
+        pil_resize_raw(&in, out.w, out.h, ref);
         struct diff d = compare(out.data, ref, out.len);
         ck_assert_msg(d.differing == 0,
                       "%ux%ux%u resize(%u) -> %ux%u: %zu bytes differ from PIL, max %u",
                       in.w, in.h, in.c, cases[i].size, out.w, out.h, d.differing, d.max);
+        for (size_t k = 0; k < NELEM(resize_isas); k++) {
+            if (!(usable >> k & 1))
+                continue;
+            resize_isa_ok(k, cases[i].size, &ctx, &in, &out);
+            d = compare(out.data, ref, out.len);
+            ck_assert_msg(d.differing == 0,
+                          "%ux%ux%u resize(%u) -> %ux%u, %s kernel: %zu bytes differ "
+                          "from PIL, max %u",
+                          in.w, in.h, in.c, cases[i].size, out.w, out.h,
+                          resize_isas[k].name, d.differing, d.max);
+        }
         free(ref);
         img_free(&in);
     }
@@ -701,25 +801,111 @@ START_TEST(test_resize_shapes_match_pil)
 }
 END_TEST
 
+/* Every kernel gives the scalar kernel's bytes on many random shapes,
+ * channel counts 1 to 4 and sizes, with noise over the whole byte range
+ * and images of only 0 and 255 (the extremes of the sums). */
+START_TEST(test_resize_kernels_agree)
+{
+    struct step_ctx ctx;
+    struct img in = {0}, ref = {0}, out = {0};
+    /* The kernels to compare with the scalar one. */
+    unsigned usable = resize_isas_usable();
+    for (size_t k = 0; k < NELEM(resize_isas); k++)
+        if (resize_isas[k].isa == STEP_RESIZE_ISA_SCALAR)
+            usable &= ~(1u << k);
+    step_ctx_init(&ctx);
+    for (uint64_t n = 0; n < 400 && usable; n++) {
+        uint64_t r = step_mix64(n + 1000);
+        uint32_t h = 1 + r % 90, w = 1 + (r >> 8) % 90, c = 1 + (r >> 16) % 4;
+        uint32_t size = 1 + (r >> 24) % 120;
+        if (n % 10 == 0) { /* the benchmark's kind: larger photos to 256 */
+            h = 256 + (r >> 32) % 450;
+            w = 256 + (r >> 44) % 450;
+            c = 3;
+            size = 256;
+        }
+        make_pixels(&in, h, w, c);
+        for (size_t i = 0; i < in.len; i++) {
+            uint64_t v = step_mix64(n * 1000003 + i);
+            in.data[i] = n % 4 == 3 ? (v & 1 ? 255 : 0) : (uint8_t)v;
+        }
+        ck_assert_int_eq(step_resize_apply_isa(size, STEP_RESIZE_ISA_SCALAR, &ctx, &in,
+                                               &ref), 0);
+        for (size_t k = 0; k < NELEM(resize_isas); k++) {
+            if (!(usable >> k & 1))
+                continue;
+            resize_isa_ok(k, size, &ctx, &in, &out);
+            ck_assert(out.w == ref.w && out.h == ref.h && out.len == ref.len);
+            struct diff d = compare(out.data, ref.data, ref.len);
+            ck_assert_msg(d.differing == 0,
+                          "%ux%ux%u resize(%u) -> %ux%u: %s kernel differs from the "
+                          "scalar one in %zu bytes, max %u",
+                          w, h, c, size, out.w, out.h, resize_isas[k].name, d.differing,
+                          d.max);
+        }
+        img_free(&in);
+    }
+    img_free(&ref);
+    img_free(&out);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
+START_TEST(test_resize_isa_errors)
+{
+    struct step_ctx ctx;
+    struct img in = {0}, out = {0};
+    step_ctx_init(&ctx);
+    ck_assert(step_resize_isa_supported(STEP_RESIZE_ISA_AUTO));
+    ck_assert(step_resize_isa_supported(STEP_RESIZE_ISA_SCALAR));
+    ck_assert(!step_resize_isa_supported((enum step_resize_isa)99));
+    make_pixels(&in, 10, 20, 3);
+    fill_pattern(&in, 7);
+    ck_assert_int_eq(step_resize_apply_isa(5, (enum step_resize_isa)99, &ctx, &in, &out),
+                     -ENOTSUP);
+    ck_assert_msg(strstr(ctx.err, "not supported") != NULL, "message: %s", ctx.err);
+    int rc = step_resize_apply_isa(5, STEP_RESIZE_ISA_AVX2, &ctx, &in, &out);
+    ck_assert_int_eq(rc, step_resize_isa_supported(STEP_RESIZE_ISA_AVX2) ? 0 : -ENOTSUP);
+    /* The usual input checks come first. */
+    in.dtype = PROTO_DTYPE_U8 + 1;
+    ck_assert_int_eq(step_resize_apply_isa(5, STEP_RESIZE_ISA_SCALAR, &ctx, &in, &out),
+                     -EINVAL);
+    img_free(&in);
+    img_free(&out);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
 START_TEST(test_resize_constant)
 {
     static const uint32_t shapes[][3] = {{427, 640, 3}, {10, 10, 3}, {3, 5, 1},
-                                         {1, 9, 3},     {30, 1, 3},  {256, 999, 3}};
+                                         {1, 9, 3},     {30, 1, 3},  {256, 999, 3},
+                                         {700, 300, 1}};
     struct step_ctx ctx;
     struct img in = {0}, out = {0};
     struct step rs = make_step("resize", "256");
+    unsigned usable = resize_isas_usable();
     step_ctx_init(&ctx);
     for (size_t i = 0; i < NELEM(shapes); i++) {
         for (int v = 0; v <= 255; v += 85) {
             make_pixels(&in, shapes[i][0], shapes[i][1], shapes[i][2]);
             memset(in.data, v, in.len);
-            apply_ok(&rs, &ctx, &in, &out);
-            ck_assert_uint_eq(out.c, in.c);
-            size_t j = 0;
-            while (j < out.len && out.data[j] == v)
-                j++;
-            ck_assert_msg(j == out.len, "%ux%u value %d: byte %zu is %u", in.w, in.h,
-                          v, j, out.data[j]);
+            /* step_apply, then each kernel (-1: step_apply). */
+            for (int k = -1; k < (int)NELEM(resize_isas); k++) {
+                if (k < 0)
+                    apply_ok(&rs, &ctx, &in, &out);
+                else if (usable >> k & 1)
+                    resize_isa_ok((size_t)k, 256, &ctx, &in, &out);
+                else
+                    continue;
+                ck_assert_uint_eq(out.c, in.c);
+                size_t j = 0;
+                while (j < out.len && out.data[j] == v)
+                    j++;
+                ck_assert_msg(j == out.len, "%ux%u value %d, %s: byte %zu is %u", in.w,
+                              in.h, v, k < 0 ? "step_apply" : resize_isas[k].name, j,
+                              out.data[j]);
+            }
             img_free(&in);
         }
     }
@@ -1038,7 +1224,10 @@ static Suite *steps_suite(void)
     tc = tcase_create("resize");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_resize_photos_match_pil);
+    tcase_add_test(tc, test_resize_photos_kernels_match_pil);
     tcase_add_test(tc, test_resize_shapes_match_pil);
+    tcase_add_test(tc, test_resize_kernels_agree);
+    tcase_add_test(tc, test_resize_isa_errors);
     tcase_add_test(tc, test_resize_constant);
     tcase_add_test(tc, test_resize_shapes);
     suite_add_tcase(s, tc);
