@@ -73,6 +73,11 @@ static int cfg_error(struct cfg_parse *ps, const yaml_node_t *node, const char *
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    /* Values are quoted verbatim: keep the message one line, so a value
+     * cannot forge log lines (journald reads a "<N>" prefix per line). */
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
     size_t line = node ? node->start_mark.line + 1 : 0;
     if (key)
         snprintf(ps->err, ps->errlen, "%s:%zu: key '%s': %s", ps->file, line, key, msg);
@@ -281,46 +286,129 @@ static int cfg_section_pair(struct cfg_parse *ps, void *arg, const char *key,
 static void default_pipeline(struct config_dataset *d)
 {
     char err[64];
-    step_init(&d->steps[0], "decode", NULL, err, sizeof(err));
-    step_init(&d->steps[1], "resize", "256", err, sizeof(err));
-    step_init(&d->steps[2], "center_crop", "224", err, sizeof(err));
-    step_init(&d->steps[3], "random_flip", "0.5", err, sizeof(err));
+    uint32_t bad;
+    step_init_simple(&d->steps[0], "decode", NULL, err, sizeof(err));
+    step_init_simple(&d->steps[1], "resize", "256", err, sizeof(err));
+    step_init_simple(&d->steps[2], "center_crop", "224", err, sizeof(err));
+    step_init_simple(&d->steps[3], "random_flip", "0.5", err, sizeof(err));
     d->nsteps = 4;
     d->split = 3;
+    step_chain_init(d->steps, d->nsteps, &bad, err, sizeof(err));
+}
+
+/* One parameter's value(s) into a: a scalar, or a list of scalars. */
+static int cfg_step_value(struct cfg_parse *ps, const char *key, const yaml_node_t *v,
+                          struct step_arg *a)
+{
+    a->n = 0;
+    a->list = v->type == YAML_SEQUENCE_NODE;
+    if (v->type == YAML_SCALAR_NODE) {
+        a->v[a->n++] = scalar(v);
+        return 0;
+    }
+    if (v->type != YAML_SEQUENCE_NODE)
+        return cfg_error(ps, v, key, "expected a value or a list of values, found %s",
+                         node_kind(v));
+    for (yaml_node_item_t *it = v->data.sequence.items.start;
+         it < v->data.sequence.items.top; it++) {
+        const yaml_node_t *e = yaml_document_get_node(ps->doc, *it);
+        if (!scalar(e))
+            return cfg_error(ps, e, key, "list values must be scalars, found %s",
+                             node_kind(e));
+        if (a->n == STEP_ARG_VALUES_MAX)
+            return cfg_error(ps, e, key, "more than %d values", STEP_ARG_VALUES_MAX);
+        a->v[a->n++] = scalar(e);
+    }
+    return 0;
+}
+
+/* A step's parameters: `- NAME: VALUE`, `- NAME: [V, ...]` or
+ * `- NAME: {KEY: VALUE, ...}` (v is what follows NAME). nodes[i] is where
+ * args->a[i] was written. */
+static int cfg_step_args(struct cfg_parse *ps, const char *name, const yaml_node_t *v,
+                         struct step_args *args, const yaml_node_t **nodes)
+{
+    char key[96];
+    args->n = 0;
+    if (v->type == YAML_SCALAR_NODE && v->data.scalar.length == 0)
+        return 0; /* `- NAME:` */
+    if (v->type != YAML_MAPPING_NODE) {
+        const char *param = step_main_param(name);
+        snprintf(key, sizeof(key), "steps.%s%s%s", name, param ? "." : "", param ? param : "");
+        nodes[0] = v;
+        args->n = 1;
+        args->a[0].key = NULL;
+        return cfg_step_value(ps, key, v, &args->a[0]);
+    }
+    for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top;
+         p++) {
+        const yaml_node_t *k = yaml_document_get_node(ps->doc, p->key);
+        const yaml_node_t *val = yaml_document_get_node(ps->doc, p->value);
+        const char *kname = scalar(k);
+        snprintf(key, sizeof(key), "steps.%s.%s", name, kname ? kname : "?");
+        if (!kname)
+            return cfg_error(ps, k, "steps", "parameter names must be scalars");
+        for (uint32_t i = 0; i < args->n; i++)
+            if (strcmp(args->a[i].key, kname) == 0)
+                return cfg_error(ps, k, key, "duplicate parameter");
+        if (args->n == STEP_ARGS_MAX)
+            return cfg_error(ps, k, key, "more than %d parameters", STEP_ARGS_MAX);
+        struct step_arg *a = &args->a[args->n];
+        a->key = kname;
+        nodes[args->n] = val;
+        int rc = cfg_step_value(ps, key, val, a);
+        if (rc < 0)
+            return rc;
+        args->n++;
+    }
+    return 0;
 }
 
 static int cfg_steps(struct cfg_parse *ps, struct config_dataset *d, const yaml_node_t *seq)
 {
-    char err[256];
+    char err[256], key[96];
+    const yaml_node_t *step_nodes[CONFIG_MAX_STEPS];
     if (seq->type != YAML_SEQUENCE_NODE)
         return cfg_error(ps, seq, "steps", "expected a list, found %s", node_kind(seq));
     d->nsteps = 0;
     for (yaml_node_item_t *it = seq->data.sequence.items.start;
          it < seq->data.sequence.items.top; it++) {
         const yaml_node_t *n = yaml_document_get_node(ps->doc, *it);
-        const char *name = scalar(n), *arg = NULL;
+        const char *name = scalar(n);
+        struct step_args args = {.n = 0};
+        const yaml_node_t *arg_nodes[STEP_ARGS_MAX];
+        int bad = -1, rc;
         if (d->nsteps == CONFIG_MAX_STEPS)
             return cfg_error(ps, n, "steps", "more than %d steps", CONFIG_MAX_STEPS);
         if (!name) {
             if (n->type != YAML_MAPPING_NODE ||
                 n->data.mapping.pairs.top - n->data.mapping.pairs.start != 1)
                 return cfg_error(ps, n, "steps",
-                                 "a step is NAME or a one-key mapping NAME: ARG");
+                                 "a step is NAME or a one-key mapping NAME: PARAMETERS");
             const yaml_node_pair_t *p = n->data.mapping.pairs.start;
             name = scalar(yaml_document_get_node(ps->doc, p->key));
-            const yaml_node_t *v = yaml_document_get_node(ps->doc, p->value);
-            arg = scalar(v);
-            if (!name || !arg)
-                return cfg_error(ps, n, "steps", "a step's name and argument are scalars");
+            if (!name)
+                return cfg_error(ps, n, "steps", "a step's name is a scalar");
+            rc = cfg_step_args(ps, name, yaml_document_get_node(ps->doc, p->value), &args,
+                               arg_nodes);
+            if (rc < 0)
+                return rc;
         }
-        if (step_init(&d->steps[d->nsteps], name, arg, err, sizeof(err)) < 0)
-            return cfg_error(ps, n, "steps", "%s", err);
-        d->nsteps++;
+        if (step_init(&d->steps[d->nsteps], name, &args, &bad, err, sizeof(err)) < 0) {
+            if (bad < 0)
+                return cfg_error(ps, n, "steps", "%s", err);
+            const char *pname = args.a[bad].key ? args.a[bad].key
+                                                : step_main_param(name);
+            snprintf(key, sizeof(key), "steps.%s.%s", name, pname ? pname : "?");
+            return cfg_error(ps, arg_nodes[bad], key, "%s", err);
+        }
+        step_nodes[d->nsteps++] = n;
     }
     if (d->nsteps == 0)
         return cfg_error(ps, seq, "steps", "the pipeline is empty");
-    if (d->steps[0].kind != STEP_DECODE)
-        return cfg_error(ps, seq, "steps", "the first step must be decode");
+    uint32_t bad;
+    if (step_chain_init(d->steps, d->nsteps, &bad, err, sizeof(err)) < 0)
+        return cfg_error(ps, step_nodes[bad], "steps", "%s", err);
     return 0;
 }
 
@@ -396,13 +484,16 @@ static int cfg_dataset_pair(struct cfg_parse *ps, void *arg, const char *key,
 }
 
 /* Split: a count of offline steps, or the name of the last offline step.
- * Absent: every step before the first random one runs offline. */
+ * Absent: every step before the first random or float32 one runs offline
+ * (uint8 is a quarter of the cache that float32 would take, and the float
+ * conversion costs less than reading 4x the bytes). */
 static int cfg_split(struct cfg_parse *ps, struct config_dataset *d, const yaml_node_t *n)
 {
     uint32_t split = d->nsteps;
     if (!n) {
         for (uint32_t i = 0; i < d->nsteps; i++)
-            if (step_is_random(&d->steps[i])) {
+            if (step_is_random(&d->steps[i]) ||
+                step_out_dtype(&d->steps[i], PROTO_DTYPE_U8) != PROTO_DTYPE_U8) {
                 split = i;
                 break;
             }
@@ -423,11 +514,9 @@ static int cfg_split(struct cfg_parse *ps, struct config_dataset *d, const yaml_
         if (split == UINT32_MAX)
             return cfg_error(ps, n, "split", "'%s' is not a step of this dataset", s);
     }
-    for (uint32_t i = 0; i < split; i++)
-        if (step_is_random(&d->steps[i]))
-            return cfg_error(ps, n, "split",
-                             "puts the random step %s offline; split before it",
-                             step_name(d->steps[i].kind));
+    char err[256];
+    if (step_split_check(d->steps, d->nsteps, split, err, sizeof(err)) < 0)
+        return cfg_error(ps, n, "split", "%s", err);
     d->split = split;
     return 0;
 }

@@ -14,7 +14,12 @@
  *     - name: NAME
  *       root: DIR                     # ImageFolder: DIR/CLASS/IMAGE.jpg
  *       steps: [decode, {resize: 256}, {center_crop: 224}, {random_flip: 0.5}]
- *       split: center_crop            # last offline step, or a count
+ *         # a step is NAME, NAME: VALUE (its main parameter), NAME: [V, ...]
+ *         # or NAME: {KEY: VALUE | [V, ...], ...}; see step.h for each step's
+ *         # parameters, e.g. - normalize: {mean: [0.485, 0.456, 0.406],
+ *         #                                std: [0.229, 0.224, 0.225], layout: nchw}
+ *       split: center_crop            # last offline step, or a count; absent:
+ *                                     # before the first random or float32 step
  *       on_error: skip | fail
  *       encoding: raw | zstd | zstd:LEVEL   # disk tier records
  */

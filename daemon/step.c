@@ -1,9 +1,11 @@
 /*
- * Pipeline steps: parsing and validation of step declarations, canonical
- * names and fingerprints, dispatch to the per-step modules, image buffers,
+ * Pipeline steps: parsing and validation of step declarations (a table of
+ * parameters per step), pipeline checks, canonical descriptions and
+ * fingerprints, shapes, dispatch to the per-step modules, image buffers,
  * and the splitmix64 helpers random steps draw their decisions from.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,15 +15,18 @@
 #include "step.h"
 #include "step_impl.h"
 
-#define STEP_SIZE_MAX 65535u
-#define STEP_FLIP_DEFAULT_P 0.5
-
 static const char *const step_names[STEP_KIND_MAX] = {
     [STEP_DECODE] = "decode",
     [STEP_RESIZE] = "resize",
     [STEP_CENTER_CROP] = "center_crop",
     [STEP_RANDOM_FLIP] = "random_flip",
+    [STEP_RANDOM_RESIZED_CROP] = "random_resized_crop",
+    [STEP_PAD] = "pad",
+    [STEP_NORMALIZE] = "normalize",
+    [STEP_TO_FLOAT] = "to_float",
 };
+
+static const char *const layout_names[] = {"nhwc", "nchw"};
 
 /* ---- image buffers ---- */
 
@@ -94,18 +99,20 @@ int step_out_pixels(struct step_ctx *ctx, struct img *out, uint32_t h,
                     uint32_t w, uint32_t c)
 {
     size_t len = (size_t)h * w * c;
-    if (img_reserve(out, len) < 0)
-        return step_fail(ctx, -ENOMEM, "out of memory for a %ux%ux%u image", h, w, c);
+    int rc = img_reserve(out, len);
+    if (rc < 0) /* -ENOSPC: a borrowed buffer (a batch slot) too small */
+        return step_fail(ctx, rc, "no room for a %ux%ux%u image", h, w, c);
     out->fmt = IMG_PIXELS;
     out->h = h;
     out->w = w;
     out->c = c;
     out->dtype = PROTO_DTYPE_U8;
     out->len = len;
+    out->src_h = out->src_w = out->scale_num = out->scale_den = 0;
     return 0;
 }
 
-/* ---- declarations ---- */
+/* ---- parameters ---- */
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -120,94 +127,463 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-/* A decimal integer in 1..STEP_SIZE_MAX, digits only. */
-static int parse_size(const char *s, uint32_t *out)
+/* A bounded string builder. */
+struct sbuf {
+    char *p;
+    size_t len, pos;
+};
+
+__attribute__((format(printf, 2, 3)))
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
 {
-    uint32_t v = 0;
+    if (b->pos >= b->len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->p + b->pos, b->len - b->pos, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        b->pos += (size_t)n;
+}
+
+enum param_type {
+    P_SIZE,    /* N | [H, W], each in 1..STEP_SIZE_MAX: h, w (and shorter) */
+    P_PROB,    /* a number in [0, 1]: p */
+    P_BOOL,    /* true | false: dct_scale */
+    P_MODE,    /* rgb | grey: channels */
+    P_LAYOUT,  /* nhwc | nchw: layout */
+    P_SCALE,   /* [lo, hi], 0 < lo <= hi: scale */
+    P_RATIO,   /* [lo, hi], 0 < lo <= hi: ratio */
+    P_PADDING, /* N | [LR, TB] | [L, T, R, B], each in 0..STEP_SIZE_MAX: pad */
+    P_FILL,    /* V | [V, ...] (up to STEP_CHANNELS_MAX), each in 0..255: fill */
+    P_MEAN,    /* X | [X, ...] (up to STEP_CHANNELS_MAX), finite: mean */
+    P_STD,     /* X | [X, ...] (up to STEP_CHANNELS_MAX), finite, not 0: std */
+};
+
+struct param {
+    const char *name;
+    enum param_type type;
+    int required;
+};
+
+#define PARAMS_MAX 3
+/* Per step: its parameters, the first one being `- NAME: VALUE`'s unless
+ * no_main. */
+static const struct step_params {
+    struct param p[PARAMS_MAX];
+    int no_main;
+} step_params[STEP_KIND_MAX] = {
+    [STEP_DECODE] = {{{"mode", P_MODE, 0}, {"dct_scale", P_BOOL, 0}}, 0},
+    [STEP_RESIZE] = {{{"size", P_SIZE, 1}}, 0},
+    [STEP_CENTER_CROP] = {{{"size", P_SIZE, 1}}, 0},
+    [STEP_RANDOM_FLIP] = {{{"p", P_PROB, 0}}, 0},
+    [STEP_RANDOM_RESIZED_CROP] = {{{"size", P_SIZE, 1}, {"scale", P_SCALE, 0},
+                                   {"ratio", P_RATIO, 0}}, 0},
+    [STEP_PAD] = {{{"padding", P_PADDING, 1}, {"fill", P_FILL, 0}}, 0},
+    [STEP_NORMALIZE] = {{{"mean", P_MEAN, 1}, {"std", P_STD, 1},
+                         {"layout", P_LAYOUT, 0}}, 1},
+    [STEP_TO_FLOAT] = {{{"layout", P_LAYOUT, 0}}, 0},
+};
+
+#define RRC_SCALE_LO 0.08
+#define RRC_SCALE_HI 1.0
+#define RRC_RATIO_LO (3.0 / 4.0)
+#define RRC_RATIO_HI (4.0 / 3.0)
+#define FLIP_DEFAULT_P 0.5
+
+/* A decimal integer in lo..hi, digits only. */
+static int parse_uint(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    uint64_t v = 0;
     if (*s == '\0')
         return -EINVAL;
     for (; *s; s++) {
         if (*s < '0' || *s > '9')
             return -EINVAL;
-        v = v * 10 + (uint32_t)(*s - '0');
-        if (v > STEP_SIZE_MAX)
+        v = v * 10 + (uint64_t)(*s - '0');
+        if (v > hi)
             return -EINVAL;
     }
-    if (v == 0)
+    if (v < lo)
         return -EINVAL;
-    *out = v;
+    *out = (uint32_t)v;
     return 0;
 }
 
-static int parse_prob(const char *s, double *out)
+/* A finite number, or a fraction A/B of two ("3/4"). */
+static int parse_number(const char *s, double *out)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end != '\0' || errno || !(v >= 0.0 && v <= 1.0))
+    if (end == s || errno || !isfinite(v))
         return -EINVAL;
-    *out = v + 0.0; /* -0 -> +0, so equal steps fingerprint alike */
+    if (*end == '/') {
+        const char *d = end + 1;
+        errno = 0;
+        double den = strtod(d, &end);
+        if (end == d || errno || !isfinite(den) || den == 0.0)
+            return -EINVAL;
+        v /= den;
+    }
+    if (*end != '\0' || !isfinite(v))
+        return -EINVAL;
+    *out = v + 0.0; /* -0 -> +0, so equal steps describe alike */
     return 0;
 }
 
-int step_init(struct step *s, const char *name, const char *arg, char *err,
-              size_t errlen)
+static int parse_name(const char *s, const char *const *names, size_t n, uint32_t *out)
 {
-    enum step_kind kind = STEP_KIND_MAX;
-
-    if (name != NULL) {
-        for (int k = 0; k < STEP_KIND_MAX; k++) {
-            if (strcmp(name, step_names[k]) == 0) {
-                kind = (enum step_kind)k;
-                break;
-            }
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = (uint32_t)i;
+            return 0;
         }
-    }
-    if (kind == STEP_KIND_MAX) {
-        set_err(err, errlen,
-                "unknown step '%s' (known steps: decode, resize, center_crop, random_flip)",
-                name ? name : "");
-        return -EINVAL;
-    }
-    if (arg != NULL && *arg == '\0')
-        arg = NULL; /* `- NAME:` with an empty value */
-
-    memset(s, 0, sizeof(*s));
-    s->kind = kind;
-    switch (kind) {
-    case STEP_DECODE:
-        if (arg != NULL) {
-            set_err(err, errlen, "step 'decode' takes no argument (got '%s')", arg);
-            return -EINVAL;
-        }
-        return 0;
-    case STEP_RESIZE:
-    case STEP_CENTER_CROP:
-        if (arg == NULL) {
-            set_err(err, errlen, "step '%s' needs a size in pixels (1..%u)",
-                    step_names[kind], STEP_SIZE_MAX);
-            return -EINVAL;
-        }
-        if (parse_size(arg, &s->size) < 0) {
-            set_err(err, errlen, "step '%s': size '%s' is not an integer in 1..%u",
-                    step_names[kind], arg, STEP_SIZE_MAX);
-            return -EINVAL;
-        }
-        return 0;
-    case STEP_RANDOM_FLIP:
-        s->p = STEP_FLIP_DEFAULT_P;
-        if (arg != NULL && parse_prob(arg, &s->p) < 0) {
-            set_err(err, errlen,
-                    "step 'random_flip': probability '%s' is not a number in [0, 1]",
-                    arg);
-            return -EINVAL;
-        }
-        return 0;
-    case STEP_KIND_MAX:
-        break;
     }
     return -EINVAL;
 }
+
+/* What a parameter is set to: for messages. */
+static void arg_text(const struct step_arg *a, char *buf, size_t len)
+{
+    struct sbuf b = {buf, len, 0};
+    buf[0] = '\0';
+    sb_printf(&b, "%s", a->list ? "[" : "");
+    for (uint32_t i = 0; i < a->n; i++)
+        sb_printf(&b, "%s%s", i ? ", " : "", a->v[i]);
+    sb_printf(&b, "%s", a->list ? "]" : "");
+}
+
+/* Sets the per-channel values of a P_FILL, P_MEAN or P_STD parameter. */
+static int parse_values(const struct step_arg *a, enum param_type t, struct step *s)
+{
+    if (a->n < 1 || a->n > STEP_CHANNELS_MAX)
+        return -EINVAL;
+    for (uint32_t i = 0; i < a->n; i++) {
+        uint32_t u;
+        double d;
+        if (t == P_FILL) {
+            if (parse_uint(a->v[i], 0, 255, &u) < 0)
+                return -EINVAL;
+            s->fill[i] = (uint8_t)u;
+            continue;
+        }
+        if (parse_number(a->v[i], &d) < 0 || fabs(d) > 3.0e38)
+            return -EINVAL;
+        float f = (float)d; /* torch takes mean and std as float32 */
+        if (t == P_STD && f == 0.0f)
+            return -EINVAL;
+        (t == P_MEAN ? s->mean : s->std)[i] = f + 0.0f;
+    }
+    if (t == P_FILL)
+        s->nfill = a->n;
+    return 0;
+}
+
+/* Why a value of type t is bad, for messages. */
+static const char *param_expects(enum param_type t)
+{
+    switch (t) {
+    case P_SIZE: return "a size N or [H, W] with each in 1..65535";
+    case P_PROB: return "a number in [0, 1]";
+    case P_BOOL: return "true or false";
+    case P_MODE: return "rgb or grey";
+    case P_LAYOUT: return "nhwc or nchw";
+    case P_SCALE:
+    case P_RATIO: return "a range [LO, HI] of numbers with 0 < LO <= HI";
+    case P_PADDING: return "N, [LR, TB] or [L, T, R, B] with each in 0..65535";
+    case P_FILL: return "a value in 0..255, or a list of up to 4 (one per channel)";
+    case P_MEAN: return "a number, or a list of up to 4 (one per channel)";
+    case P_STD: return "a non-zero number, or a list of up to 4 (one per channel)";
+    }
+    return "?";
+}
+
+/* Parses one parameter into s; -EINVAL when its value is bad. */
+static int parse_param(const struct param *p, const struct step_arg *a, struct step *s)
+{
+    uint32_t u[4];
+    double d[2];
+    static const char *const bools[] = {"false", "true"};
+    static const char *const modes[] = {"rgb", "grey", "gray", "l"};
+
+    switch (p->type) {
+    case P_SIZE:
+        if (a->n < 1 || a->n > 2 || (a->n == 2 && !a->list))
+            return -EINVAL;
+        for (uint32_t i = 0; i < a->n; i++)
+            if (parse_uint(a->v[i], 1, STEP_SIZE_MAX, &u[i]) < 0)
+                return -EINVAL;
+        s->h = u[0];
+        s->w = a->n == 2 ? u[1] : u[0];
+        /* Resize(int) keeps the aspect; Resize([N]) too, as torchvision. */
+        s->shorter = s->kind == STEP_RESIZE && a->n == 1;
+        return 0;
+    case P_PROB:
+        if (a->n != 1 || a->list || parse_number(a->v[0], &d[0]) < 0 ||
+            !(d[0] >= 0.0 && d[0] <= 1.0))
+            return -EINVAL;
+        s->p = d[0];
+        return 0;
+    case P_BOOL:
+        if (a->n != 1 || a->list || parse_name(a->v[0], bools, 2, &u[0]) < 0)
+            return -EINVAL;
+        s->dct_scale = (int)u[0];
+        return 0;
+    case P_MODE:
+        if (a->n != 1 || a->list || parse_name(a->v[0], modes, 4, &u[0]) < 0)
+            return -EINVAL;
+        s->channels = u[0] == 0 ? 3 : 1;
+        return 0;
+    case P_LAYOUT:
+        if (a->n != 1 || a->list || parse_name(a->v[0], layout_names, 2, &u[0]) < 0)
+            return -EINVAL;
+        s->layout = u[0];
+        return 0;
+    case P_SCALE:
+    case P_RATIO:
+        if (a->n != 2 || parse_number(a->v[0], &d[0]) < 0 ||
+            parse_number(a->v[1], &d[1]) < 0 || !(d[0] > 0.0 && d[0] <= d[1]))
+            return -EINVAL;
+        memcpy(p->type == P_SCALE ? s->scale : s->ratio, d, sizeof(d));
+        return 0;
+    case P_PADDING:
+        if (a->n != 1 && a->n != 2 && a->n != 4)
+            return -EINVAL;
+        for (uint32_t i = 0; i < a->n; i++)
+            if (parse_uint(a->v[i], 0, STEP_SIZE_MAX, &u[i]) < 0)
+                return -EINVAL;
+        if (a->n == 1)
+            u[1] = u[2] = u[3] = u[0];
+        else if (a->n == 2) { /* torchvision: [left/right, top/bottom] */
+            u[2] = u[0];
+            u[3] = u[1];
+        }
+        memcpy(s->pad, u, sizeof(u));
+        return 0;
+    case P_FILL:
+    case P_MEAN:
+    case P_STD:
+        return parse_values(a, p->type, s);
+    }
+    return -EINVAL;
+}
+
+static void step_defaults(struct step *s, enum step_kind kind)
+{
+    memset(s, 0, sizeof(*s));
+    s->kind = kind;
+    s->channels = 3;
+    s->p = FLIP_DEFAULT_P;
+    s->scale[0] = RRC_SCALE_LO;
+    s->scale[1] = RRC_SCALE_HI;
+    s->ratio[0] = RRC_RATIO_LO;
+    s->ratio[1] = RRC_RATIO_HI;
+    s->nfill = 1;
+    s->nmean = 1;
+    s->std[0] = 1.0f; /* to_float: (x / 255 - 0) / 1 */
+    s->layout = STEP_LAYOUT_NHWC;
+}
+
+static void list_params(const struct step_params *sp, char *buf, size_t len)
+{
+    struct sbuf b = {buf, len, 0};
+    buf[0] = '\0';
+    for (int i = 0; i < PARAMS_MAX && sp->p[i].name; i++)
+        sb_printf(&b, "%s%s", i ? ", " : "", sp->p[i].name);
+}
+
+int step_init(struct step *s, const char *name, const struct step_args *args,
+              int *bad_arg, char *err, size_t errlen)
+{
+    enum step_kind kind = STEP_KIND_MAX;
+    int dummy;
+    if (bad_arg == NULL)
+        bad_arg = &dummy;
+    *bad_arg = -1;
+
+    for (int k = 0; name != NULL && k < STEP_KIND_MAX; k++) {
+        if (strcmp(name, step_names[k]) == 0) {
+            kind = (enum step_kind)k;
+            break;
+        }
+    }
+    if (kind == STEP_KIND_MAX) {
+        char known[256];
+        struct sbuf b = {known, sizeof(known), 0};
+        for (int k = 0; k < STEP_KIND_MAX; k++)
+            sb_printf(&b, "%s%s", k ? ", " : "", step_names[k]);
+        set_err(err, errlen, "unknown step '%s' (known steps: %s)", name ? name : "", known);
+        return -EINVAL;
+    }
+
+    const struct step_params *sp = &step_params[kind];
+    char names[128];
+    list_params(sp, names, sizeof(names));
+    step_defaults(s, kind);
+    int seen[PARAMS_MAX] = {0};
+    int nstd = 0;
+    for (uint32_t i = 0; args != NULL && i < args->n; i++) {
+        const struct step_arg *a = &args->a[i];
+        const char *key = a->key;
+        *bad_arg = (int)i;
+        if (key == NULL && sp->no_main) {
+            set_err(err, errlen, "step '%s' takes a mapping of parameters (%s)", name, names);
+            return -EINVAL;
+        }
+        int j = 0;
+        if (key != NULL)
+            while (j < PARAMS_MAX && sp->p[j].name && strcmp(sp->p[j].name, key) != 0)
+                j++;
+        if (j == PARAMS_MAX || sp->p[j].name == NULL) {
+            set_err(err, errlen, "step '%s' has no parameter '%s' (it takes: %s)", name, key,
+                    names);
+            return -EINVAL;
+        }
+        if (seen[j]++) {
+            set_err(err, errlen, "step '%s': parameter '%s' is given twice", name,
+                    sp->p[j].name);
+            return -EINVAL;
+        }
+        if (parse_param(&sp->p[j], a, s) < 0) {
+            char val[128];
+            arg_text(a, val, sizeof(val));
+            set_err(err, errlen, "step '%s': %s '%s' is not %s", name, sp->p[j].name, val,
+                    param_expects(sp->p[j].type));
+            return -EINVAL;
+        }
+        if (sp->p[j].type == P_MEAN)
+            s->nmean = a->n;
+        if (sp->p[j].type == P_STD)
+            nstd = (int)a->n;
+    }
+    *bad_arg = -1;
+    for (int j = 0; j < PARAMS_MAX && sp->p[j].name; j++) {
+        if (sp->p[j].required && !seen[j]) {
+            set_err(err, errlen, "step '%s' needs %s (%s)", name, sp->p[j].name,
+                    param_expects(sp->p[j].type));
+            return -EINVAL;
+        }
+    }
+    if (kind == STEP_NORMALIZE) {
+        /* One value stands for every channel (torch broadcasts it). */
+        uint32_t n = (uint32_t)nstd > s->nmean ? (uint32_t)nstd : s->nmean;
+        if ((s->nmean != 1 && s->nmean != n) || (nstd != 1 && (uint32_t)nstd != n)) {
+            set_err(err, errlen, "step 'normalize': mean has %u values and std %d", s->nmean,
+                    nstd);
+            return -EINVAL;
+        }
+        for (uint32_t c = 1; c < n; c++) {
+            if (s->nmean == 1)
+                s->mean[c] = s->mean[0];
+            if (nstd == 1)
+                s->std[c] = s->std[0];
+        }
+        s->nmean = n;
+    }
+    return 0;
+}
+
+int step_init_simple(struct step *s, const char *name, const char *arg, char *err,
+                     size_t errlen)
+{
+    struct step_args args = {.n = 0};
+    if (arg != NULL && *arg != '\0') {
+        args.n = 1;
+        args.a[0].n = 1;
+        args.a[0].v[0] = arg;
+    }
+    return step_init(s, name, &args, NULL, err, errlen);
+}
+
+const char *step_main_param(const char *name)
+{
+    for (int k = 0; name != NULL && k < STEP_KIND_MAX; k++)
+        if (strcmp(name, step_names[k]) == 0)
+            return step_params[k].no_main ? NULL : step_params[k].p[0].name;
+    return NULL;
+}
+
+/* ---- pipelines ---- */
+
+static int step_makes_float(const struct step *s)
+{
+    return s->kind == STEP_NORMALIZE || s->kind == STEP_TO_FLOAT;
+}
+
+int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
+                    size_t errlen)
+{
+    uint32_t c = 0;
+    *bad = 0;
+    if (n == 0) {
+        set_err(err, errlen, "the pipeline is empty");
+        return -EINVAL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        struct step *s = &steps[i];
+        *bad = i;
+        if (i == 0 && s->kind != STEP_DECODE) {
+            set_err(err, errlen, "the first step must be decode, not %s", step_name(s->kind));
+            return -EINVAL;
+        }
+        if (i > 0 && s->kind == STEP_DECODE) {
+            set_err(err, errlen, "decode can only be the first step");
+            return -EINVAL;
+        }
+        if (i > 0 && step_makes_float(&steps[i - 1])) {
+            set_err(err, errlen, "%s cannot follow %s: steps read uint8 images, so %s "
+                    "must be the last step", step_name(s->kind),
+                    step_name(steps[i - 1].kind), step_name(steps[i - 1].kind));
+            return -EINVAL;
+        }
+        if (s->kind == STEP_DECODE) {
+            c = s->channels;
+            s->dct_h = s->dct_w = 0;
+            s->dct_shorter = 0;
+            if (s->dct_scale) {
+                if (n < 2 || steps[1].kind != STEP_RESIZE) {
+                    set_err(err, errlen, "decode with dct_scale needs a resize right after "
+                            "it (it decodes to the size that resize needs)");
+                    return -EINVAL;
+                }
+                s->dct_h = steps[1].h;
+                s->dct_w = steps[1].w;
+                s->dct_shorter = steps[1].shorter;
+            }
+        }
+        if (s->kind == STEP_PAD && s->nfill != 1 && s->nfill != c) {
+            set_err(err, errlen, "pad: fill has %u values for %u channels", s->nfill, c);
+            return -EINVAL;
+        }
+        if (s->kind == STEP_NORMALIZE && s->nmean != 1 && s->nmean != c) {
+            set_err(err, errlen, "normalize: mean and std have %u values for %u channels",
+                    s->nmean, c);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+int step_split_check(const struct step *steps, uint32_t n, uint32_t split, char *err,
+                     size_t errlen)
+{
+    for (uint32_t i = 0; i < split && i < n; i++) {
+        if (step_is_random(&steps[i])) {
+            set_err(err, errlen, "puts the random step %s offline; split before it",
+                    step_name(steps[i].kind));
+            return -EINVAL;
+        }
+    }
+    if (n > 1 && split == 1 && steps[0].kind == STEP_DECODE && steps[0].dct_scale) {
+        set_err(err, errlen, "separates decode (dct_scale) from the resize it decodes for; "
+                "split after the resize, or before decode");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* ---- names, descriptions, fingerprints ---- */
 
 const char *step_name(enum step_kind kind)
 {
@@ -218,99 +594,233 @@ const char *step_name(enum step_kind kind)
 
 int step_is_random(const struct step *s)
 {
-    return s->kind == STEP_RANDOM_FLIP;
+    return s->kind == STEP_RANDOM_FLIP || s->kind == STEP_RANDOM_RESIZED_CROP;
+}
+
+/* The shortest text that reads back as v: doubles, and floats when single. */
+static void sb_number(struct sbuf *b, double v, int single)
+{
+    char t[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(t, sizeof(t), "%.*g", prec, v);
+        double back = strtod(t, NULL);
+        if (single ? (float)back == (float)v : back == v)
+            break;
+    }
+    sb_printf(b, "%s", t);
+}
+
+/* A value list: "v" when it is one value (or all equal and single is
+ * allowed), "[a,b,..]" otherwise. */
+static void sb_floats(struct sbuf *b, const float *v, uint32_t n)
+{
+    if (n == 1) {
+        sb_number(b, v[0], 1);
+        return;
+    }
+    sb_printf(b, "[");
+    for (uint32_t i = 0; i < n; i++) {
+        if (i)
+            sb_printf(b, ",");
+        sb_number(b, v[i], 1);
+    }
+    sb_printf(b, "]");
+}
+
+static void sb_size(struct sbuf *b, const struct step *s)
+{
+    if (s->shorter || (s->kind != STEP_RESIZE && s->h == s->w))
+        sb_printf(b, "%u", s->h);
+    else
+        sb_printf(b, "[%u,%u]", s->h, s->w);
+}
+
+static void sb_range(struct sbuf *b, const char *key, const double *r)
+{
+    sb_printf(b, ",%s=[", key);
+    sb_number(b, r[0], 0);
+    sb_printf(b, ",");
+    sb_number(b, r[1], 0);
+    sb_printf(b, "]");
+}
+
+/* name(args); full: every parameter, defaults included (fingerprints). */
+static void describe(const struct step *s, char *buf, size_t len, int full)
+{
+    struct sbuf b = {buf, len, 0};
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    sb_printf(&b, "%s", step_name(s->kind));
+    switch (s->kind) {
+    case STEP_DECODE: {
+        int grey = s->channels == 1;
+        if (full || grey || s->dct_scale)
+            sb_printf(&b, "(");
+        if (full || grey)
+            sb_printf(&b, "mode=%s%s", grey ? "grey" : "rgb", full || s->dct_scale ? "," : "");
+        if (full || s->dct_scale)
+            sb_printf(&b, "dct_scale=%s", s->dct_scale ? "true" : "false");
+        if (full || grey || s->dct_scale)
+            sb_printf(&b, ")");
+        break;
+    }
+    case STEP_RESIZE:
+    case STEP_CENTER_CROP:
+        sb_printf(&b, "(");
+        sb_size(&b, s);
+        sb_printf(&b, ")");
+        break;
+    case STEP_RANDOM_RESIZED_CROP:
+        sb_printf(&b, "(");
+        sb_size(&b, s);
+        if (full || s->scale[0] != RRC_SCALE_LO || s->scale[1] != RRC_SCALE_HI)
+            sb_range(&b, "scale", s->scale);
+        if (full || s->ratio[0] != RRC_RATIO_LO || s->ratio[1] != RRC_RATIO_HI)
+            sb_range(&b, "ratio", s->ratio);
+        sb_printf(&b, ")");
+        break;
+    case STEP_RANDOM_FLIP:
+        sb_printf(&b, "(");
+        sb_number(&b, s->p, 0);
+        sb_printf(&b, ")");
+        break;
+    case STEP_PAD: {
+        const uint32_t *p = s->pad;
+        if (p[0] == p[1] && p[0] == p[2] && p[0] == p[3])
+            sb_printf(&b, "(%u", p[0]);
+        else
+            sb_printf(&b, "([%u,%u,%u,%u]", p[0], p[1], p[2], p[3]);
+        int zero = 1;
+        for (uint32_t i = 0; i < s->nfill; i++)
+            zero &= s->fill[i] == 0;
+        if (full || !zero) {
+            sb_printf(&b, ",fill=");
+            if (s->nfill > 1)
+                sb_printf(&b, "[");
+            for (uint32_t i = 0; i < s->nfill; i++)
+                sb_printf(&b, "%s%u", i ? "," : "", s->fill[i]);
+            if (s->nfill > 1)
+                sb_printf(&b, "]");
+        }
+        sb_printf(&b, ")");
+        break;
+    }
+    case STEP_NORMALIZE:
+        sb_printf(&b, "(mean=");
+        sb_floats(&b, s->mean, s->nmean);
+        sb_printf(&b, ",std=");
+        sb_floats(&b, s->std, s->nmean);
+        if (full || s->layout != STEP_LAYOUT_NHWC)
+            sb_printf(&b, ",layout=%s", layout_names[s->layout & 1]);
+        sb_printf(&b, ")");
+        break;
+    case STEP_TO_FLOAT:
+        if (full || s->layout != STEP_LAYOUT_NHWC)
+            sb_printf(&b, "(layout=%s)", layout_names[s->layout & 1]);
+        break;
+    case STEP_KIND_MAX:
+        break;
+    }
 }
 
 void step_describe(const struct step *s, char *buf, size_t len)
 {
-    if (len == 0)
-        return;
-    switch (s->kind) {
-    case STEP_RESIZE:
-    case STEP_CENTER_CROP:
-        snprintf(buf, len, "%s(%u)", step_names[s->kind], s->size);
-        break;
-    case STEP_RANDOM_FLIP:
-        snprintf(buf, len, "%s(%g)", step_names[s->kind], s->p);
-        break;
-    default:
-        snprintf(buf, len, "%s", step_name(s->kind));
-        break;
-    }
+    describe(s, buf, len, 0);
 }
 
 uint64_t step_fingerprint(const struct step *s, uint64_t h)
 {
+    /* The full description names every parameter at a precision that reads
+     * back exactly, so two steps share it only when they compute alike. */
+    char text[512];
+    describe(s, text, sizeof(text), 1);
     h = step_mix64(h + 0x9e3779b97f4a7c15ULL * ((uint64_t)s->kind + 1));
-    switch (s->kind) {
-    case STEP_RESIZE:
-    case STEP_CENTER_CROP:
-        h = step_mix64(h ^ s->size);
-        break;
-    case STEP_RANDOM_FLIP: {
-        uint64_t bits;
-        double p = s->p + 0.0;
-        memcpy(&bits, &p, sizeof(bits));
-        h = step_mix64(h ^ bits);
-        break;
-    }
-    default:
-        break;
-    }
-    return h;
+    for (const char *p = text; *p; p++)
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
+    return step_mix64(h);
 }
+
+/* ---- shapes ---- */
 
 uint32_t step_out_dtype(const struct step *s, uint32_t in_dtype)
 {
-    /* Every step so far keeps uint8; decode makes it. */
+    if (step_makes_float(s))
+        return PROTO_DTYPE_F32;
     return s->kind == STEP_DECODE ? PROTO_DTYPE_U8 : in_dtype;
+}
+
+uint32_t step_out_layout(const struct step *s, uint32_t in_layout)
+{
+    if (step_makes_float(s))
+        return s->layout;
+    return s->kind == STEP_DECODE ? STEP_LAYOUT_NHWC : in_layout;
 }
 
 void step_out_shape(const struct step *s, uint32_t in_h, uint32_t in_w,
                     uint32_t in_c, uint32_t *h, uint32_t *w, uint32_t *c)
 {
+    *h = in_h;
+    *w = in_w;
+    *c = in_c;
     switch (s->kind) {
     case STEP_DECODE:
         *h = 0;
         *w = 0;
-        *c = 3;
+        *c = s->channels;
         return;
-    case STEP_RESIZE: {
-        uint64_t rh = 0, rw = 0;
-        if (in_h && in_w)
-            step_resize_shape(s->size, in_h, in_w, &rh, &rw);
-        if (rh > UINT32_MAX || rw > UINT32_MAX)
-            rh = rw = 0;
-        *h = (uint32_t)rh;
-        *w = (uint32_t)rw;
-        *c = in_c;
+    case STEP_RESIZE:
+        if (s->shorter) {
+            uint64_t rh = 0, rw = 0;
+            if (in_h && in_w)
+                step_resize_shape(s->h, in_h, in_w, &rh, &rw);
+            if (rh > UINT32_MAX || rw > UINT32_MAX)
+                rh = rw = 0;
+            *h = (uint32_t)rh;
+            *w = (uint32_t)rw;
+            return;
+        }
+        *h = s->h;
+        *w = s->w;
+        return;
+    case STEP_CENTER_CROP:
+    case STEP_RANDOM_RESIZED_CROP:
+        *h = s->h;
+        *w = s->w;
+        return;
+    case STEP_PAD: {
+        uint64_t ph = (uint64_t)in_h + s->pad[1] + s->pad[3];
+        uint64_t pw = (uint64_t)in_w + s->pad[0] + s->pad[2];
+        *h = in_h && in_w && ph <= UINT32_MAX ? (uint32_t)ph : 0;
+        *w = in_h && in_w && pw <= UINT32_MAX ? (uint32_t)pw : 0;
         return;
     }
-    case STEP_CENTER_CROP:
-        *h = s->size;
-        *w = s->size;
-        *c = in_c;
-        return;
     default:
-        *h = in_h;
-        *w = in_w;
-        *c = in_c;
         return;
     }
 }
+
+/* ---- dispatch ---- */
 
 int step_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                struct img *out)
 {
     switch (s->kind) {
     case STEP_DECODE:
-        return step_decode_apply(ctx, in, out);
+        return step_decode_apply(s, ctx, in, out);
     case STEP_RESIZE:
-        return step_resize_apply(s->size, ctx, in, out);
+        return step_resize_apply(s, ctx, in, out);
     case STEP_CENTER_CROP:
-        return step_crop_apply(s->size, ctx, in, out);
+        return step_crop_apply(s, ctx, in, out);
     case STEP_RANDOM_FLIP:
         return step_flip_apply(s->p, ctx, in, out);
+    case STEP_RANDOM_RESIZED_CROP:
+        return step_rrc_apply(s, ctx, in, out);
+    case STEP_PAD:
+        return step_pad_apply(s, ctx, in, out);
+    case STEP_NORMALIZE:
+    case STEP_TO_FLOAT:
+        return step_normalize_apply(s, ctx, in, out);
     default:
         return step_fail(ctx, -EINVAL, "unknown step kind %d", (int)s->kind);
     }

@@ -1,15 +1,36 @@
 /*
  * Pipeline steps: pure functions of one sample.
  *
- * A step is declared in the config as `- NAME` or `- NAME: ARG` and
- * validated by step_init() at config load. Deterministic steps may run
- * offline (before the split point, once per sample, result cached); random
- * steps (step_is_random) draw every decision from the per-sample seed in
- * struct step_ctx, so (stream seed, epoch, sample id) fixes the output.
+ * A step is declared in the config as `- NAME`, `- NAME: VALUE` (its main
+ * parameter), `- NAME: [V, ...]` or `- NAME: {KEY: VALUE | [V, ...], ...}`;
+ * config.c turns that into struct step_args and step_init() validates it
+ * at config load. step_chain_init() then checks the pipeline as a whole and
+ * links neighbours (decode's dct_scale learns the size of the resize after
+ * it). Deterministic steps may run offline (before the split point, once
+ * per sample, result cached); random steps (step_is_random) draw every
+ * decision from the per-sample seed in struct step_ctx, so (stream seed,
+ * epoch, sample id) fixes the output whatever the workers, ranks or cache.
+ *
+ * The steps, their parameters (default) and what they match:
+ *   decode               mode: rgb | grey (rgb), dct_scale: false | true
+ *                        PIL Image.open(f).convert('RGB' | 'L'), bit-exact
+ *                        (dct_scale: TurboJPEG's scaled IDCT, see step_decode.c)
+ *   resize               size: N (shorter side) | [H, W]
+ *                        torchvision Resize on PIL (bilinear, antialias), bit-exact
+ *   center_crop          size: N | [H, W]          torchvision CenterCrop (pads)
+ *   random_resized_crop  size: N | [H, W], scale: [0.08, 1], ratio: [3/4, 4/3]
+ *                        torchvision RandomResizedCrop on PIL
+ *   random_flip          p: 0.5                    RandomHorizontalFlip
+ *   pad                  padding: N | [LR, TB] | [L, T, R, B], fill: 0 | [R, G, B]
+ *                        torchvision Pad (constant)
+ *   normalize            mean: [..], std: [..], layout: nhwc | nchw (nhwc)
+ *                        ToTensor + Normalize, float32, bit-exact
+ *   to_float             layout: nhwc | nchw       ToTensor (x / 255), float32
  *
  * Images are HWC, row-major, uint8 (dtype PROTO_DTYPE_U8) unless a step says
- * otherwise. An encoded image (the source file's bytes) has fmt IMG_ENCODED
- * and its byte count in len.
+ * otherwise: normalize and to_float make float32 in the layout they are
+ * given, and are the last step (no step reads float32). An encoded image
+ * (the source file's bytes) has fmt IMG_ENCODED and its byte count in len.
  */
 #ifndef PRESTO_STEP_H
 #define PRESTO_STEP_H
@@ -21,12 +42,16 @@ enum img_fmt { IMG_ENCODED = 0, IMG_PIXELS = 1 };
 
 struct img {
     enum img_fmt fmt;
-    uint32_t h, w, c;  /* IMG_PIXELS only */
+    uint32_t h, w, c;  /* IMG_PIXELS only; logical sizes whatever the layout */
     uint32_t dtype;    /* PROTO_DTYPE_*; IMG_PIXELS only */
     uint8_t *data;
     size_t len;        /* bytes of data in use */
     size_t cap;        /* bytes allocated (owned buffers only) */
     int borrowed;      /* data is someone else's, cap bytes long: never grown */
+    /* Set by decode with dct_scale only: the pixels are the src_h x src_w
+     * original scaled by scale_num / scale_den (src_h 0: not scaled). The
+     * resize after it reads this; every step's output clears it. */
+    uint32_t src_h, src_w, scale_num, scale_den;
 };
 
 /* Makes sure img->data can hold len bytes (reallocating an owned buffer);
@@ -36,16 +61,61 @@ void img_free(struct img *im);
 
 enum step_kind {
     STEP_DECODE,
-    STEP_RESIZE,      /* ARG: shorter side in pixels */
-    STEP_CENTER_CROP, /* ARG: square side in pixels */
-    STEP_RANDOM_FLIP, /* ARG: probability of a horizontal flip, default 0.5 */
+    STEP_RESIZE,
+    STEP_CENTER_CROP,
+    STEP_RANDOM_FLIP,
+    STEP_RANDOM_RESIZED_CROP,
+    STEP_PAD,
+    STEP_NORMALIZE,
+    STEP_TO_FLOAT,
     STEP_KIND_MAX
 };
 
+/* Memory order of a float32 output (uint8 images are always NHWC). The
+ * wire protocol's layout field takes these values. */
+enum step_layout { STEP_LAYOUT_NHWC = 0, STEP_LAYOUT_NCHW = 1 };
+
+#define STEP_CHANNELS_MAX 4 /* per-channel values: pad fill, normalize */
+#define STEP_SIZE_MAX 65535u
+
 struct step {
     enum step_kind kind;
-    uint32_t size; /* resize, center_crop */
-    double p;      /* random_flip */
+    /* resize, center_crop, random_resized_crop: the output h x w; resize
+     * with shorter set: the shorter side becomes h (== w), torchvision's
+     * Resize(int). */
+    uint32_t h, w;
+    int shorter;
+    /* decode: 3 (rgb) or 1 (grey) channels; dct_scale; and, set by
+     * step_chain_init, the resize that follows (dct_h x dct_w, shorter
+     * side when dct_shorter). */
+    uint32_t channels;
+    int dct_scale;
+    uint32_t dct_h, dct_w;
+    int dct_shorter;
+    double p;                /* random_flip */
+    double scale[2];         /* random_resized_crop: area fraction range */
+    double ratio[2];         /* random_resized_crop: aspect (w / h) range */
+    uint32_t pad[4];         /* pad: left, top, right, bottom */
+    uint32_t nfill;          /* pad: 1 value for every channel, or one each */
+    uint8_t fill[STEP_CHANNELS_MAX];
+    uint32_t nmean;          /* normalize: 1 value for every channel, or one each */
+    float mean[STEP_CHANNELS_MAX], std[STEP_CHANNELS_MAX];
+    uint32_t layout;         /* normalize, to_float: enum step_layout */
+};
+
+/* A step's parameters as written in the config (strings, parsed by
+ * step_init). key NULL: the step's main parameter (`- resize: 256`). */
+#define STEP_ARGS_MAX 8
+#define STEP_ARG_VALUES_MAX 8
+struct step_arg {
+    const char *key;
+    const char *v[STEP_ARG_VALUES_MAX];
+    uint32_t n;  /* values in v */
+    int list;    /* written as a list (even of one value) */
+};
+struct step_args {
+    struct step_arg a[STEP_ARGS_MAX];
+    uint32_t n;
 };
 
 /* Per-worker-thread state a step may use; one per thread, never shared. */
@@ -59,24 +129,50 @@ struct step_ctx {
 void step_ctx_init(struct step_ctx *ctx);
 void step_ctx_free(struct step_ctx *ctx);
 
-/* Parses NAME with optional ARG (NULL when absent). Returns 0, or -EINVAL
- * with a message in err naming what is wrong. */
-int step_init(struct step *s, const char *name, const char *arg, char *err,
-              size_t errlen);
+/* Parses step NAME with its parameters (args NULL or empty: defaults).
+ * Returns 0, or -EINVAL with a message in err; *bad_arg (when not NULL) is
+ * then the index in args of the parameter at fault, or -1 when it is the
+ * step itself (unknown name, missing parameter). */
+int step_init(struct step *s, const char *name, const struct step_args *args,
+              int *bad_arg, char *err, size_t errlen);
+/* step_init with at most the main parameter, as one scalar (arg NULL or
+ * "": none). */
+int step_init_simple(struct step *s, const char *name, const char *arg, char *err,
+                     size_t errlen);
+/* The name of the parameter `- NAME: VALUE` sets for step NAME, or NULL
+ * when it has none (normalize) or there is no such step. */
+const char *step_main_param(const char *name);
+
+/* Checks a whole pipeline: decode first and only there, nothing after a
+ * float32 step, per-channel values matching the channels, dct_scale
+ * followed by a resize (whose size it then records). Returns 0, or -EINVAL
+ * with err and *bad the index of the step at fault. */
+int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
+                    size_t errlen);
+/* Checks a split point (steps[0..split) offline): no random step offline,
+ * and a dct_scale decode on the same side as its resize. Returns 0, or
+ * -EINVAL with err. */
+int step_split_check(const struct step *steps, uint32_t n, uint32_t split, char *err,
+                     size_t errlen);
+
 const char *step_name(enum step_kind kind);
 int step_is_random(const struct step *s);
-/* Writes a canonical "name(arg)" text of the step, for logs and fingerprints. */
+/* Writes a canonical "name(args)" text of the step for logs and the
+ * datasets JSON: parameters at their defaults are left out. */
 void step_describe(const struct step *s, char *buf, size_t len);
-/* Mixes the step's kind and parameters into a 64-bit fingerprint. */
+/* Mixes the step's kind and every parameter into a 64-bit fingerprint. */
 uint64_t step_fingerprint(const struct step *s, uint64_t h);
 
 /* Output shape for a given input shape; 0 in h/w means "depends on the
- * image" (decode, resize). c is 3 after decode. */
+ * image" (decode, resize to a shorter side, pad of an unknown size). */
 void step_out_shape(const struct step *s, uint32_t in_h, uint32_t in_w,
                     uint32_t in_c, uint32_t *h, uint32_t *w, uint32_t *c);
 
 /* Output dtype (PROTO_DTYPE_*) for a given input dtype. */
 uint32_t step_out_dtype(const struct step *s, uint32_t in_dtype);
+
+/* Output layout (enum step_layout) for a given input layout. */
+uint32_t step_out_layout(const struct step *s, uint32_t in_layout);
 
 /* Runs the step: reads in, writes out (out is reused between calls and grown
  * with img_reserve). Returns 0, or a negative errno with ctx->err set

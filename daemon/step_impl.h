@@ -1,7 +1,9 @@
 /*
  * Private interface between step.c (parsing, dispatch) and the per-step
- * modules step_decode.c, step_resize.c, step_crop.c, step_flip.c. Not for
- * use outside the step modules; the public contract is step.h.
+ * modules: step_decode.c, step_resize.c (resize and the resampler
+ * random_resized_crop uses), step_crop.c (center_crop, pad), step_rrc.c,
+ * step_flip.c, step_normalize.c (normalize, to_float). Not for use outside
+ * the step modules and their tests; the public contract is step.h.
  */
 #ifndef PRESTO_STEP_IMPL_H
 #define PRESTO_STEP_IMPL_H
@@ -20,26 +22,37 @@ int step_fail(struct step_ctx *ctx, int rc, const char *fmt, ...)
 int step_check_pixels(struct step_ctx *ctx, const struct img *in,
                       const char *step);
 
-/* Makes out an h x w x c uint8 image with room for its pixels. */
+/* Makes out an h x w x c uint8 image with room for its pixels (and clears
+ * the dct_scale fields). -ENOMEM, or -ENOSPC when out is borrowed and too
+ * small. */
 int step_out_pixels(struct step_ctx *ctx, struct img *out, uint32_t h,
                     uint32_t w, uint32_t c);
 
-int step_decode_apply(struct step_ctx *ctx, const struct img *in,
+/* ---- decode ---- */
+
+int step_decode_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                       struct img *out);
 /* Releases the TurboJPEG handle in ctx->tj, if any. */
 void step_decode_ctx_free(struct step_ctx *ctx);
+/* The TurboJPEG scaling factor decode with dct_scale uses for an h x w
+ * JPEG: the smallest of 1/8, 1/4, 3/8, 1/2 whose output still covers 5/4
+ * of what the resize after it makes, else 1/1. */
+void step_decode_scale(const struct step *s, uint32_t h, uint32_t w, uint32_t *num,
+                       uint32_t *den);
+
+/* ---- resize and resampling ---- */
 
 /* torchvision's Resize(size) rule: the shorter side becomes size, the longer
  * int(size * long / short). Results above UINT32_MAX are returned as is
  * (64-bit) for the caller to reject. */
 void step_resize_shape(uint32_t size, uint32_t in_h, uint32_t in_w,
                        uint64_t *h, uint64_t *w);
-int step_resize_apply(uint32_t size, struct step_ctx *ctx,
-                      const struct img *in, struct img *out);
+int step_resize_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
+                      struct img *out);
 
 /* Kernels resize can run; all give the same bytes. AUTO is the fastest the
- * CPU supports (what step_resize_apply uses); the others exist so tests can
- * check each path. */
+ * CPU supports (what the steps use); the others exist so tests can check
+ * each path. */
 enum step_resize_isa {
     STEP_RESIZE_ISA_AUTO = 0,
     STEP_RESIZE_ISA_SCALAR, /* portable C */
@@ -47,16 +60,65 @@ enum step_resize_isa {
 };
 /* Whether this build and CPU can run isa (AUTO and SCALAR always can). */
 int step_resize_isa_supported(enum step_resize_isa isa);
-/* step_resize_apply with a chosen kernel; -ENOTSUP (ctx->err set) when
- * step_resize_isa_supported(isa) is false. */
+/* Resize to a shorter side of size with a chosen kernel; -ENOTSUP (ctx->err
+ * set) when step_resize_isa_supported(isa) is false. */
 int step_resize_apply_isa(uint32_t size, enum step_resize_isa isa,
                           struct step_ctx *ctx, const struct img *in,
                           struct img *out);
 
-int step_crop_apply(uint32_t size, struct step_ctx *ctx, const struct img *in,
+/* What a resampling reads: an h x w x c uint8 view whose rows are stride
+ * bytes apart, and the box of it that maps onto the output, in Pillow's
+ * terms (Image.resize(size, BILINEAR, box)): 0 <= x0 < x1 <= w and
+ * 0 <= y0 < y1 <= h, fractional allowed; the filter reads pixels outside
+ * the box but inside the view. */
+struct step_resample_src {
+    const uint8_t *data;
+    size_t stride;
+    uint32_t h, w, c;
+    double x0, y0, x1, y1;
+};
+/* The whole of in, box and all. */
+void step_resample_src_img(struct step_resample_src *src, const struct img *in);
+/* Pillow's antialiased bilinear resampling of src to out_h x out_w, bit-
+ * exact, with a chosen kernel. who names the step in messages. */
+int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
+                  const struct step_resample_src *src, uint32_t out_h, uint32_t out_w,
+                  struct img *out, const char *who);
+
+/* ---- center_crop, pad ---- */
+
+int step_crop_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                     struct img *out);
+int step_pad_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
+                   struct img *out);
+
+/* ---- random_resized_crop ---- */
+
+/* A crop box: top-left corner (top, left) and size h x w. */
+struct step_box {
+    uint32_t top, left, h, w;
+};
+/* torchvision's RandomResizedCrop.get_params for an h x w image, drawing
+ * from seed: up to 10 attempts (area fraction uniform in scale, aspect
+ * ratio log-uniform in ratio, rounded half to even, kept when it fits,
+ * then a uniform position), else the centre crop of the whole image with
+ * its ratio clamped into ratio. Returns the attempts it took (1..10; 11:
+ * the fallback). */
+int step_rrc_params(const struct step *s, uint64_t seed, uint32_t h, uint32_t w,
+                    struct step_box *box);
+int step_rrc_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
+                   struct img *out);
+
+/* ---- random_flip ---- */
 
 int step_flip_apply(double p, struct step_ctx *ctx, const struct img *in,
                     struct img *out);
+
+/* ---- normalize, to_float ---- */
+
+/* float32 ((x / 255) - mean[ch]) / std[ch] in s->layout; to_float is
+ * mean 0, std 1 (exactly x / 255). */
+int step_normalize_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
+                         struct img *out);
 
 #endif

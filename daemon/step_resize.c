@@ -75,15 +75,22 @@ static inline double rs_triangle(double x)
     return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-static double rs_filterscale(uint32_t in, uint32_t out, double *scale)
+/* An axis of the resampling: in pixels of input, of which [in0, in1) map
+ * onto out pixels of output (Pillow's box; in0 = 0, in1 = in without one). */
+struct rs_span {
+    uint32_t in, out;
+    double in0, in1;
+};
+
+static double rs_filterscale(const struct rs_span *sp, double *scale)
 {
-    *scale = (double)in / out;
+    *scale = (sp->in1 - sp->in0) / sp->out;
     return *scale < 1.0 ? 1.0 : *scale;
 }
 
-static uint32_t rs_ksize(uint32_t in, uint32_t out)
+static uint32_t rs_ksize(const struct rs_span *sp)
 {
-    double scale, support = rs_filterscale(in, out, &scale); /* support 1.0 */
+    double scale, support = rs_filterscale(sp, &scale); /* support 1.0 */
     uint32_t whole = (uint32_t)support;
     if (whole < support)
         whole++; /* ceil */
@@ -98,15 +105,16 @@ static inline uint8_t rs_clip8(int32_t v)
 
 /* Fills a->k, a->first, a->count, a->most; a->ksize is set. */
 RS_NO_CONTRACT
-static void rs_coeffs(struct rs_axis *a, uint32_t in, uint32_t out)
+static void rs_coeffs(struct rs_axis *a, const struct rs_span *sp)
 {
-    double scale, filterscale = rs_filterscale(in, out, &scale);
+    double scale, filterscale = rs_filterscale(sp, &scale);
+    uint32_t in = sp->in, out = sp->out;
     double support = 1.0 * filterscale;
     double ss = 1.0 / filterscale;
 
     a->most = 0;
     for (uint32_t i = 0; i < out; i++) {
-        double center = (i + 0.5) * scale;
+        double center = sp->in0 + (i + 0.5) * scale;
         int xmin = (int)(center - support + 0.5);
         int xmax = (int)(center + support + 0.5);
         if (xmin < 0)
@@ -510,21 +518,21 @@ void step_resize_shape(uint32_t size, uint32_t in_h, uint32_t in_w,
 }
 
 /* Carves the axis tables out of *p and fills them. */
-static void rs_axis_make(struct rs_axis *a, uint8_t **p, uint32_t in, uint32_t out)
+static void rs_axis_make(struct rs_axis *a, uint8_t **p, const struct rs_span *sp)
 {
-    a->ksize = rs_ksize(in, out);
+    a->ksize = rs_ksize(sp);
     a->k = (int32_t *)*p;
-    *p += (size_t)out * a->ksize * sizeof(int32_t);
+    *p += (size_t)sp->out * a->ksize * sizeof(int32_t);
     a->first = (uint32_t *)*p;
-    *p += (size_t)out * sizeof(uint32_t);
+    *p += (size_t)sp->out * sizeof(uint32_t);
     a->count = (uint32_t *)*p;
-    *p += (size_t)out * sizeof(uint32_t);
-    rs_coeffs(a, in, out);
+    *p += (size_t)sp->out * sizeof(uint32_t);
+    rs_coeffs(a, sp);
 }
 
-static size_t rs_axis_bytes(uint32_t in, uint32_t out)
+static size_t rs_axis_bytes(const struct rs_span *sp)
 {
-    return (size_t)out * (rs_ksize(in, out) + 2) * sizeof(int32_t);
+    return (size_t)sp->out * (rs_ksize(sp) + 2) * sizeof(int32_t);
 }
 
 int step_resize_isa_supported(enum step_resize_isa isa)
@@ -577,36 +585,53 @@ static void rs_run_vrow(const struct rs_run *r, const uint8_t *const *rows, uint
     rs_vrow(rows, k, r->av.count[yy], d, rowbytes);
 }
 
-int step_resize_apply_isa(uint32_t size, enum step_resize_isa isa,
-                          struct step_ctx *ctx, const struct img *in, struct img *out)
+void step_resample_src_img(struct step_resample_src *src, const struct img *in)
 {
-    uint64_t oh64, ow64;
-    int rc = step_check_pixels(ctx, in, "resize");
-    if (rc < 0)
-        return rc;
+    src->data = in->data;
+    src->stride = (size_t)in->w * in->c;
+    src->h = in->h;
+    src->w = in->w;
+    src->c = in->c;
+    src->x0 = 0.0;
+    src->y0 = 0.0;
+    src->x1 = in->w;
+    src->y1 = in->h;
+}
+
+int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
+                  const struct step_resample_src *src, uint32_t out_h, uint32_t out_w,
+                  struct img *out, const char *who)
+{
     if (isa == STEP_RESIZE_ISA_AUTO)
         isa = step_resize_isa_supported(STEP_RESIZE_ISA_AVX2) ? STEP_RESIZE_ISA_AVX2
                                                               : STEP_RESIZE_ISA_SCALAR;
     else if (!step_resize_isa_supported(isa))
-        return step_fail(ctx, -ENOTSUP, "resize: kernel %d is not supported here",
+        return step_fail(ctx, -ENOTSUP, "%s: kernel %d is not supported here", who,
                          (int)isa);
+    if (src->h > RS_DIM_MAX || src->w > RS_DIM_MAX || out_h > RS_DIM_MAX ||
+        out_w > RS_DIM_MAX || out_h == 0 || out_w == 0 ||
+        (ctx->max_pixels && (uint64_t)out_h * out_w > ctx->max_pixels))
+        return step_fail(ctx, -E2BIG, "%s: %ux%u to %ux%u is too large", who, src->w,
+                         src->h, out_w, out_h);
+    if (!(src->x0 >= 0.0 && src->x0 < src->x1 && src->x1 <= src->w && src->y0 >= 0.0 &&
+          src->y0 < src->y1 && src->y1 <= src->h))
+        return step_fail(ctx, -EINVAL, "%s: box (%g, %g, %g, %g) is not inside %ux%u", who,
+                         src->x0, src->y0, src->x1, src->y1, src->w, src->h);
 
-    step_resize_shape(size, in->h, in->w, &oh64, &ow64);
-    if (in->h > RS_DIM_MAX || in->w > RS_DIM_MAX || oh64 > RS_DIM_MAX ||
-        ow64 > RS_DIM_MAX || (ctx->max_pixels && oh64 * ow64 > ctx->max_pixels))
-        return step_fail(ctx, -E2BIG, "resize: %ux%u to %llux%llu is too large",
-                         in->w, in->h, (unsigned long long)ow64,
-                         (unsigned long long)oh64);
+    uint32_t in_h = src->h, in_w = src->w, c = src->c;
+    struct rs_span sh = {in_w, out_w, src->x0, src->x1};
+    struct rs_span sv = {in_h, out_h, src->y0, src->y1};
+    /* As Pillow: a pass runs unless its axis keeps its size and box. */
+    int need_h = out_w != in_w || src->x0 != 0.0 || src->x1 != out_w;
+    int need_v = out_h != in_h || src->y0 != 0.0 || src->y1 != out_h;
 
-    uint32_t in_h = in->h, in_w = in->w, c = in->c;
-    uint32_t out_h = (uint32_t)oh64, out_w = (uint32_t)ow64;
-    int need_h = out_w != in_w, need_v = out_h != in_h;
-
-    rc = step_out_pixels(ctx, out, out_h, out_w, c);
+    int rc = step_out_pixels(ctx, out, out_h, out_w, c);
     if (rc < 0)
         return rc;
+    size_t in_row = src->stride, mid_row = (size_t)out_w * c;
     if (!need_h && !need_v) {
-        memcpy(out->data, in->data, out->len);
+        for (uint32_t y = 0; y < in_h; y++)
+            memcpy(out->data + y * mid_row, src->data + y * in_row, mid_row);
         return 0;
     }
 
@@ -618,16 +643,15 @@ int step_resize_apply_isa(uint32_t size, enum step_resize_isa isa,
 
     /* One block: the vertical pass' row pointers, the coefficient tables,
      * the AVX2 plan and the ring of horizontally resized rows. */
-    size_t in_row = (size_t)in_w * c, mid_row = (size_t)out_w * c;
-    uint32_t vtaps = need_v ? rs_ksize(in_h, out_h) : 0;
+    uint32_t vtaps = need_v ? rs_ksize(&sv) : 0;
     size_t bytes = vtaps * sizeof(const uint8_t *);
     if (need_v)
-        bytes += rs_axis_bytes(in_h, out_h);
+        bytes += rs_axis_bytes(&sv);
     if (need_h)
-        bytes += rs_axis_bytes(in_w, out_w);
+        bytes += rs_axis_bytes(&sh);
 #if RS_HAVE_AVX2
     if (r.avx2_h) {
-        r.ah.ksize = rs_ksize(in_w, out_w);
+        r.ah.ksize = rs_ksize(&sh);
         bytes += rs_hplan_bytes(&r.ah, in_w, out_w, c);
     }
 #endif
@@ -635,14 +659,15 @@ int step_resize_apply_isa(uint32_t size, enum step_resize_isa isa,
         bytes += mid_row * vtaps;
     uint8_t *block = malloc(bytes), *p = block;
     if (block == NULL)
-        return step_fail(ctx, -ENOMEM, "resize: out of memory (%zu bytes of scratch)", bytes);
+        return step_fail(ctx, -ENOMEM, "%s: out of memory (%zu bytes of scratch)", who,
+                         bytes);
 
     const uint8_t **rows = (const uint8_t **)(void *)p;
     p += vtaps * sizeof(const uint8_t *);
     if (need_v)
-        rs_axis_make(&r.av, &p, in_h, out_h);
+        rs_axis_make(&r.av, &p, &sv);
     if (need_h)
-        rs_axis_make(&r.ah, &p, in_w, out_w);
+        rs_axis_make(&r.ah, &p, &sh);
 #if RS_HAVE_AVX2
     if (r.avx2_h)
         rs_hplan_make(&r.hplan, &p, &r.ah, in_w, out_w, c);
@@ -650,11 +675,11 @@ int step_resize_apply_isa(uint32_t size, enum step_resize_isa isa,
 
     if (!need_v) {
         for (uint32_t y = 0; y < in_h; y++)
-            rs_run_hrow(&r, in->data + y * in_row, out->data + y * mid_row);
+            rs_run_hrow(&r, src->data + y * in_row, out->data + y * mid_row);
     } else if (!need_h) {
         for (uint32_t yy = 0; yy < out_h; yy++) {
             for (uint32_t t = 0; t < r.av.count[yy]; t++)
-                rows[t] = in->data + (size_t)(r.av.first[yy] + t) * in_row;
+                rows[t] = src->data + (size_t)(r.av.first[yy] + t) * in_row;
             rs_run_vrow(&r, rows, yy, out->data + yy * mid_row, mid_row);
         }
     } else {
@@ -668,7 +693,7 @@ int step_resize_apply_isa(uint32_t size, enum step_resize_isa isa,
             if (next < first)
                 next = first;
             for (; next < end; next++)
-                rs_run_hrow(&r, in->data + next * in_row,
+                rs_run_hrow(&r, src->data + next * in_row,
                             ring + (size_t)(next % slots) * mid_row);
             for (uint32_t y = first; y < end; y++)
                 rows[y - first] = ring + (size_t)(y % slots) * mid_row;
@@ -679,8 +704,48 @@ int step_resize_apply_isa(uint32_t size, enum step_resize_isa isa,
     return 0;
 }
 
-int step_resize_apply(uint32_t size, struct step_ctx *ctx, const struct img *in,
+/* The resize of in for s (NULL: a shorter side of size), with kernel isa.
+ * After a dct_scale decode the output shape comes from the original size
+ * and the box covers the original's extent in the scaled pixels. */
+static int rs_resize(const struct step *s, uint32_t size, enum step_resize_isa isa,
+                     struct step_ctx *ctx, const struct img *in, struct img *out)
+{
+    struct step_resample_src src;
+    uint64_t oh, ow;
+    int rc = step_check_pixels(ctx, in, "resize");
+    if (rc < 0)
+        return rc;
+    step_resample_src_img(&src, in);
+    uint32_t h = in->h, w = in->w;
+    if (in->src_h && in->src_w && in->scale_den) {
+        h = in->src_h;
+        w = in->src_w;
+        src.x1 = (double)w * in->scale_num / in->scale_den;
+        src.y1 = (double)h * in->scale_num / in->scale_den;
+        if (src.x1 > in->w || src.y1 > in->h)
+            return step_fail(ctx, -EINVAL, "resize: %ux%u is not %ux%u scaled by %u/%u",
+                             in->w, in->h, w, h, in->scale_num, in->scale_den);
+    }
+    if (s == NULL || s->shorter) {
+        step_resize_shape(s ? s->h : size, h, w, &oh, &ow);
+    } else {
+        oh = s->h;
+        ow = s->w;
+    }
+    if (oh > RS_DIM_MAX || ow > RS_DIM_MAX)
+        return step_fail(ctx, -E2BIG, "resize: %ux%u to %llux%llu is too large", w, h,
+                         (unsigned long long)ow, (unsigned long long)oh);
+    return step_resample(ctx, isa, &src, (uint32_t)oh, (uint32_t)ow, out, "resize");
+}
+
+int step_resize_apply_isa(uint32_t size, enum step_resize_isa isa,
+                          struct step_ctx *ctx, const struct img *in, struct img *out)
+{
+    return rs_resize(NULL, size, isa, ctx, in, out);
+}
+
+int step_resize_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                       struct img *out)
 {
-    return step_resize_apply_isa(size, STEP_RESIZE_ISA_AUTO, ctx, in, out);
+    return rs_resize(s, 0, STEP_RESIZE_ISA_AUTO, ctx, in, out);
 }

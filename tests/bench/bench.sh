@@ -4,10 +4,26 @@
 #
 # Env: BUILD (default build), PYTHON (default /usr/bin/python3), PRESTO_PHOTOS.
 #
-# Adding a case: pull epochs with presto_ctl (or anything printing the same JSON line)
-# and pass the result lines to bench_case NAME TARGET_RATIO RUN_JSON...; the case's
-# figure is the median of its runs. Exits non-zero only when something crashed; a
-# missed target is printed as MISS.
+# Two torchvision baselines, measured in this run:
+#   eval   Resize(256), CenterCrop(224), RandomHorizontalFlip, PILToTensor (uint8)
+#   train  RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize (float32)
+# and presto's cases, each the same work as its baseline:
+#   cold-c, warm-c        the default pipeline (prestod -d), first epoch / from the cache
+#   warm-split-decode     eval's transforms, cached after decode (resize, crop, flip online)
+#   warm-split-resize     ... cached after resize (crop, flip online)
+#   warm-split-crop       ... cached after center_crop (flip online)
+#   cold-train, warm-train  resize 256 cached; random_resized_crop 224, flip and normalize
+#                         (float32 NCHW) online
+# Each pipeline runs in its own prestod (default workers, default cache budget), so a
+# cold epoch finds the cache empty and warm epochs see only their own data set.
+#
+# Adding a case: pull epochs with bench_epoch (or anything printing prestoctl epoch's
+# JSON line) and pass the result lines to bench_case NAME TARGET_RATIO RUN_JSON... (ratio
+# to the eval baseline) or bench_case_vs BASELINE NAME TARGET_RATIO RUN_JSON...; the
+# case's figure is the median of its runs (runs carrying reference_samples_per_s are
+# measured against that instead). tests/bench/cases_disk.sh, when present, may define
+# bench_disk_cases, called last with the data set's directory and no prestod running.
+# Exits non-zero only when something crashed; a missed target is printed as MISS.
 set -euo pipefail
 
 # shellcheck source-path=SCRIPTDIR source=../tools/demo.sh
@@ -17,70 +33,158 @@ cd "$PRESTO_ROOT"
 BENCH_SAMPLES=3200
 BENCH_CLASSES=10
 BENCH_WARM_EPOCHS=(1 2 3)
+BENCH_DATASET=bench # what bench_epoch pulls
+MEAN="[0.485, 0.456, 0.406]"
+STD="[0.229, 0.224, 0.225]"
 
 bench_case() {
     "$PYTHON" tests/bench/report.py case "$BENCH_CASES" "$@"
 }
 
-# bench_epoch EPOCH [ARGS...]: pulls one epoch of the bench data set, prints a
-# summary line and leaves prestoctl's JSON line in BENCH_RESULT.
+# bench_case_vs BASELINE NAME TARGET RUN_JSON...: a case measured against another
+# baseline (train).
+bench_case_vs() {
+    local baseline=$1
+    shift
+    "$PYTHON" tests/bench/report.py case --baseline "$baseline" "$BENCH_CASES" "$@"
+}
+
+# bench_epoch EPOCH [ARGS...]: pulls one epoch of $BENCH_DATASET, prints a summary
+# line and leaves prestoctl's JSON line in BENCH_RESULT.
 bench_epoch() {
     local epoch=$1
     shift
-    BENCH_RESULT=$(presto_ctl epoch bench -e "$epoch" --json "$@")
+    BENCH_RESULT=$(presto_ctl epoch "$BENCH_DATASET" -e "$epoch" --json "$@")
     "$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[1]); print(
         "  epoch %d: %.1f samples/s (%d samples, %.2f s, %d skipped)"
         % (r["epoch"], r["samples_per_s"], r["samples"], r["seconds"], r["skipped"]))' \
         "$BENCH_RESULT"
 }
 
-bench_main() {
-    local data="$BUILD/bench-data" stats
-    local warm=()
-    for prog in prestod prestoctl; do
-        [[ -x $BUILD/$prog ]] || { echo "error: $BUILD/$prog is missing; run make" >&2; exit 1; }
+# bench_warm_epochs: pulls BENCH_WARM_EPOCHS, leaving the JSON lines in BENCH_WARM.
+bench_warm_epochs() {
+    BENCH_WARM=()
+    for e in "${BENCH_WARM_EPOCHS[@]}"; do
+        bench_epoch "$e"
+        BENCH_WARM+=("$BENCH_RESULT")
     done
+}
 
-    echo "== data set: $BENCH_SAMPLES JPEGs in $BENCH_CLASSES classes, made from real photos"
-    "$PYTHON" tests/tools/mkdataset.py --out "$data" --count "$BENCH_SAMPLES" \
-        --classes "$BENCH_CLASSES"
-    data=$(cd "$data" && pwd)
+# bench_config NAME SPLIT STEPS...: writes a config serving the bench data set as
+# NAME with those steps (YAML flow items) and split; prints its path.
+bench_config() {
+    local name=$1 split=$2 file="$PRESTO_TMP/$1.yaml"
+    shift 2
+    local IFS=,
+    printf 'datasets:\n  - name: %s\n    root: "%s"\n    steps: [%s]\n    split: %s\n' \
+        "$name" "$BENCH_DATA" "$*" "$split" >"$file"
+    printf '%s\n' "$file"
+}
 
-    presto_init
-    BENCH_CASES=$PRESTO_TMP/cases.jsonl
-    : >"$BENCH_CASES"
-
-    echo "== baseline: torchvision ImageFolder + DataLoader ($(nproc) workers, batch 64)"
-    "$PYTHON" tests/bench/torch_baseline.py "$data" >"$PRESTO_TMP/baseline.json" \
-        || presto_fail "the torchvision baseline failed"
-    "$PYTHON" - "$PRESTO_TMP/baseline.json" <<'EOF'
+bench_baseline() {
+    local name=$1 file="$PRESTO_TMP/baseline-$1.json"
+    shift
+    "$PYTHON" tests/bench/torch_baseline.py "$BENCH_DATA" "$@" >"$file" \
+        || presto_fail "the torchvision $name baseline failed"
+    "$PYTHON" - "$file" <<'EOF'
 import json, sys
 b = json.load(open(sys.argv[1]))
 for i, e in enumerate(b["epochs"]):
     print("  epoch %d: %.1f samples/s (%d samples, %.2f s)"
           % (i, e["samples_per_s"], e["samples"], e["seconds"]))
 EOF
+}
 
-    echo "== presto: prestod -d bench=$data (default workers)"
-    presto_start -d "bench=$data"
-
+# The default pipeline, as `prestod -d` serves it: cold-c, warm-c.
+bench_default_cases() {
+    echo "== presto: prestod -d bench=$BENCH_DATA (default workers)"
+    BENCH_DATASET=bench
+    presto_start -d "bench=$BENCH_DATA"
     echo "== cold-c: epoch 0, cache empty"
     bench_epoch 0
     bench_case cold-c 2 "$BENCH_RESULT"
-
     echo "== warm-c: epochs ${BENCH_WARM_EPOCHS[*]} from the cache (median reported)"
-    for e in "${BENCH_WARM_EPOCHS[@]}"; do
-        bench_epoch "$e"
-        warm+=("$BENCH_RESULT")
-    done
-    bench_case warm-c 20 "${warm[@]}"
-
-    stats=$(presto_ctl stats)
-    printf '%s\n' "$stats" >"$PRESTO_TMP/stats.json"
+    bench_warm_epochs
+    bench_case warm-c 20 "${BENCH_WARM[@]}"
+    presto_ctl stats >"$PRESTO_TMP/stats.json"
     presto_stop
+}
 
-    "$PYTHON" tests/bench/report.py write --baseline "$PRESTO_TMP/baseline.json" \
-        --cases "$BENCH_CASES" --stats "$PRESTO_TMP/stats.json" --data "$data" \
+# The eval transforms split after decode, resize and center_crop.
+bench_split_cases() {
+    local split target config
+    for split in decode resize center_crop; do
+        target=0
+        [[ $split == center_crop ]] && target=20
+        config=$(bench_config "split-$split" "$split" decode "{resize: 256}" \
+            "{center_crop: 224}" "{random_flip: 0.5}")
+        echo "== warm-split-${split#center_}: Resize(256)+CenterCrop(224)+flip, cached after $split"
+        BENCH_DATASET=split-$split
+        presto_start -c "$config"
+        echo "  (epoch 0 fills the cache)"
+        bench_epoch 0
+        bench_warm_epochs
+        bench_case "warm-split-${split#center_}" "$target" "${BENCH_WARM[@]}"
+        presto_stop
+    done
+}
+
+# torchvision's ImageNet training transforms: cold-train, warm-train.
+bench_train_cases() {
+    local config
+    config=$(bench_config train resize decode "{resize: 256}" \
+        "{random_resized_crop: 224}" "{random_flip: 0.5}" \
+        "{normalize: {mean: $MEAN, std: $STD, layout: nchw}}")
+    echo "== cold-train, warm-train: resize 256 cached; random_resized_crop 224, flip," \
+        "normalize (float32 NCHW) online"
+    BENCH_DATASET=train
+    presto_start -c "$config"
+    bench_epoch 0
+    bench_case_vs train cold-train 1 "$BENCH_RESULT"
+    bench_warm_epochs
+    bench_case_vs train warm-train 15 "${BENCH_WARM[@]}"
+    presto_stop
+}
+
+bench_main() {
+    for prog in prestod prestoctl; do
+        [[ -x $BUILD/$prog ]] || { echo "error: $BUILD/$prog is missing; run make" >&2; exit 1; }
+    done
+
+    BENCH_DATA="$BUILD/bench-data"
+    echo "== data set: $BENCH_SAMPLES JPEGs in $BENCH_CLASSES classes, made from real photos"
+    "$PYTHON" tests/tools/mkdataset.py --out "$BENCH_DATA" --count "$BENCH_SAMPLES" \
+        --classes "$BENCH_CLASSES"
+    BENCH_DATA=$(cd "$BENCH_DATA" && pwd)
+    local data=$BENCH_DATA # the name hooks written for the earlier script use
+
+    presto_init
+    BENCH_CASES=$PRESTO_TMP/cases.jsonl
+    : >"$BENCH_CASES"
+
+    echo "== baseline eval: torchvision ImageFolder + DataLoader ($(nproc) workers, batch 64):" \
+        "Resize(256), CenterCrop(224), RandomHorizontalFlip, PILToTensor"
+    bench_baseline eval --transforms eval
+    echo "== baseline train: RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize"
+    bench_baseline train --transforms train
+
+    bench_default_cases
+    bench_split_cases
+    bench_train_cases
+
+    BENCH_DATASET=bench
+    local disk_cases=tests/bench/cases_disk.sh
+    if [[ -f $disk_cases ]]; then
+        # shellcheck source=/dev/null
+        source "$disk_cases"
+    fi
+    if declare -F bench_disk_cases >/dev/null; then
+        bench_disk_cases "$BENCH_DATA"
+    fi
+
+    "$PYTHON" tests/bench/report.py write --baseline "$PRESTO_TMP/baseline-eval.json" \
+        --extra-baseline "train=$PRESTO_TMP/baseline-train.json" \
+        --cases "$BENCH_CASES" --stats "$PRESTO_TMP/stats.json" --data "$BENCH_DATA" \
         --out "$BUILD/bench.json"
 }
 

@@ -1,17 +1,22 @@
 #!/usr/bin/python3
 """Collects benchmark cases and writes bench.json plus a table (stdlib only).
 
-    report.py case CASES NAME TARGET RUN_JSON [RUN_JSON...]
+    report.py case [--baseline NAME] CASES NAME TARGET RUN_JSON [RUN_JSON...]
         Appends one case to the JSON-lines file CASES. Each RUN_JSON is one result
         line of `prestoctl epoch --json` (or anything with samples_per_s, seconds and
         samples); the case's figure is the median run, every run is kept. TARGET is the
-        ratio to the baseline the case should reach (0: none).
+        ratio to the baseline (default "eval") the case should reach (0: none). Runs
+        that carry their own reference (reference_samples_per_s, named by "reference")
+        are measured against it instead: the ratio is the median run over the median
+        reference.
 
-    report.py write --baseline FILE --cases CASES --out BENCH_JSON [--stats FILE]
-                    [--data DIR]
-        FILE is torch_baseline.py's output line, --stats a `prestoctl stats` document.
-        Writes BENCH_JSON and prints the table. Always exits 0 once written: a missed
-        target is reported, not an error.
+    report.py write --baseline FILE [--extra-baseline NAME=FILE]... --cases CASES
+                    --out BENCH_JSON [--stats FILE] [--data DIR]
+        Each FILE is torch_baseline.py's output line: --baseline the "eval" one (also
+        bench.json's "baseline"), --extra-baseline others that cases name (all are in
+        bench.json's "baselines"). --stats is a `prestoctl stats` document. Writes
+        BENCH_JSON and prints the table. Always exits 0 once written: a missed target
+        is reported, not an error.
 """
 
 import argparse
@@ -22,12 +27,17 @@ import statistics
 import sys
 
 BASELINE_NAME = "torchvision ImageFolder+DataLoader"
+DEFAULT_BASELINE = "eval"
 COMMAND = "make bench"
 
 
 def cmd_case(argv):
+    baseline = DEFAULT_BASELINE
+    if len(argv) >= 2 and argv[0] == "--baseline":
+        baseline, argv = argv[1], argv[2:]
     if len(argv) < 4:
-        sys.exit("usage: report.py case CASES NAME TARGET RUN_JSON [RUN_JSON...]")
+        sys.exit("usage: report.py case [--baseline NAME] CASES NAME TARGET RUN_JSON "
+                 "[RUN_JSON...]")
     cases_file, name, target = argv[0], argv[1], float(argv[2])
     runs = [json.loads(r) for r in argv[3:]]
     for r in runs:
@@ -42,7 +52,12 @@ def cmd_case(argv):
         "samples": max(r["samples"] for r in runs),
         "skipped": sum(r.get("skipped", 0) for r in runs),
         "target": target,
+        "baseline": baseline,
     }
+    refs = [r["reference_samples_per_s"] for r in runs if "reference_samples_per_s" in r]
+    if refs:
+        case["baseline"] = runs[0].get("reference", "reference")
+        case["reference_samples_per_s"] = statistics.median(refs)
     if len(runs) > 1:
         case["runs"] = runs
     with open(cases_file, "a") as f:
@@ -73,6 +88,19 @@ def read_cases(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def baseline_doc(b):
+    return {
+        "name": BASELINE_NAME,
+        "transforms": b.get("transforms", DEFAULT_BASELINE),
+        "samples_per_s": b["samples_per_s"],
+        "epochs": b["epochs"],
+        "num_workers": b["num_workers"],
+        "batch_size": b.get("batch_size"),
+        "torch": b.get("torch"),
+        "torchvision": b.get("torchvision"),
+    }
+
+
 def fmt_ratio(r):
     return "%.2fx" % r
 
@@ -80,29 +108,37 @@ def fmt_ratio(r):
 def cmd_write(argv):
     p = argparse.ArgumentParser(prog="report.py write")
     p.add_argument("--baseline", required=True)
+    p.add_argument("--extra-baseline", action="append", default=[], metavar="NAME=FILE")
     p.add_argument("--cases", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--stats", help="prestoctl stats JSON")
     p.add_argument("--data", help="the data set's directory")
     a = p.parse_args(argv)
 
-    base = read_json(a.baseline)
-    base_rate = base["samples_per_s"]
+    files = {DEFAULT_BASELINE: a.baseline}
+    for item in a.extra_baseline:
+        name, sep, path = item.partition("=")
+        if not sep or not name:
+            sys.exit("report.py: --extra-baseline wants NAME=FILE, not %r" % item)
+        files[name] = path
+    baselines = {name: baseline_doc(read_json(path)) for name, path in files.items()}
+    base = baselines[DEFAULT_BASELINE]
     cases = read_cases(a.cases)
     for c in cases:
-        c["ratio"] = round(c["samples_per_s"] / base_rate, 3) if base_rate > 0 else 0.0
+        c.setdefault("baseline", DEFAULT_BASELINE)
+        if "reference_samples_per_s" in c:
+            rate = c["reference_samples_per_s"]
+        elif c["baseline"] in baselines:
+            rate = baselines[c["baseline"]]["samples_per_s"]
+        else:
+            sys.exit("report.py: case %s wants baseline %r, not given"
+                     % (c["case"], c["baseline"]))
+        c["ratio"] = round(c["samples_per_s"] / rate, 3) if rate > 0 else 0.0
     doc = {
         "machine": machine(),
         "command": COMMAND,
-        "baseline": {
-            "name": BASELINE_NAME,
-            "samples_per_s": base_rate,
-            "epochs": base["epochs"],
-            "num_workers": base["num_workers"],
-            "batch_size": base.get("batch_size"),
-            "torch": base.get("torch"),
-            "torchvision": base.get("torchvision"),
-        },
+        "baseline": base,
+        "baselines": baselines,
         "cases": cases,
     }
     if a.data:
@@ -129,12 +165,15 @@ def print_table(doc):
     m = doc["machine"]
     print()
     print("machine: %s, %d cores, kernel %s" % (m["cpu"], m["cores"], m["kernel"]))
-    print("baseline: %s, %d workers, batch %s (best of %d epochs)"
+    print("baselines: %s, %d workers, batch %s (best of %d epochs)"
           % (base["name"], base["num_workers"], base["batch_size"], len(base["epochs"])))
     print()
-    row = "%-12s %12s %9s  %-8s %s"
-    print(row % ("case", "samples/s", "ratio", "target", ""))
-    print(row % ("baseline", "%.1f" % base["samples_per_s"], fmt_ratio(1.0), "", ""))
+    row = "%-18s %12s %9s  %-9s %-8s %s"
+    print(row % ("case", "samples/s", "ratio", "vs", "target", ""))
+    baselines = doc.get("baselines", {DEFAULT_BASELINE: base})
+    for name, b in baselines.items():
+        print(row % ("baseline " + name, "%.1f" % b["samples_per_s"], fmt_ratio(1.0), "",
+                     "", ""))
     base_samples = base["epochs"][0]["samples"] if base["epochs"] else None
     for c in doc["cases"]:
         target, verdict = "", ""
@@ -142,7 +181,7 @@ def print_table(doc):
             target = ">= %gx" % c["target"]
             verdict = "PASS" if c["ratio"] >= c["target"] else "MISS"
         print(row % (c["case"], "%.1f" % c["samples_per_s"], fmt_ratio(c["ratio"]),
-                     target, verdict))
+                     c.get("baseline", DEFAULT_BASELINE), target, verdict))
         if base_samples is not None and c["samples"] != base_samples:
             print("  note: %s served %d samples per epoch, the baseline %d"
                   % (c["case"], c["samples"], base_samples))

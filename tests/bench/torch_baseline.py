@@ -1,13 +1,17 @@
 #!/usr/bin/python3
 """The baseline presto is measured against: torchvision ImageFolder + DataLoader.
 
-    torch_baseline.py DATA_DIR [--epochs 2] [--batch-size 64] [--workers os.cpu_count()]
+    torch_baseline.py DATA_DIR [--transforms eval|train] [--epochs 2] [--batch-size 64]
+                      [--workers os.cpu_count()]
 
-Same work as prestod's default pipeline (decode, Resize(256), CenterCrop(224),
-RandomHorizontalFlip) ending in uint8 tensors (PILToTensor, no float conversion, so
-the comparison is fair). Every epoch is timed from creating its iterator (worker
-start-up included, persistent_workers=False) to the last batch, and each batch is
-touched. Prints one JSON line.
+--transforms eval (the default): the same work as prestod's default pipeline
+(decode, Resize(256), CenterCrop(224), RandomHorizontalFlip) ending in uint8 tensors
+(PILToTensor, no float conversion, so the comparison is fair).
+--transforms train: torchvision's ImageNet training transforms, RandomResizedCrop(224),
+RandomHorizontalFlip, ToTensor, Normalize (float32).
+Every epoch is timed from creating its iterator (worker start-up included,
+persistent_workers=False) to the last batch, and each batch is touched. Prints one
+JSON line.
 """
 
 import argparse
@@ -22,9 +26,27 @@ from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
 
 
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+TRANSFORMS = {
+    "eval": lambda: transforms.Compose([
+        transforms.Resize(256),
+        transforms.CenterCrop(224),
+        transforms.RandomHorizontalFlip(),
+        transforms.PILToTensor(),
+    ]),
+    "train": lambda: transforms.Compose([
+        transforms.RandomResizedCrop(224),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        transforms.Normalize(MEAN, STD),
+    ]),
+}
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("data", help="ImageFolder root (DIR/CLASS/*.jpg)")
+    p.add_argument("--transforms", choices=sorted(TRANSFORMS), default="eval")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -41,7 +63,7 @@ def run_epoch(loader):
     start = time.perf_counter()
     for images, labels in loader:
         # Touch the batch so that nothing is left lazily unread.
-        touched += int(images[-1, 0, 0, 0]) + int(labels[-1])
+        touched += float(images[-1, 0, 0, 0]) + int(labels[-1])
         samples += images.shape[0]
     return time.perf_counter() - start, samples
 
@@ -49,13 +71,7 @@ def run_epoch(loader):
 def main(argv):
     a = parse_args(argv)
     torch.set_num_threads(1)
-    tf = transforms.Compose([
-        transforms.Resize(256),
-        transforms.CenterCrop(224),
-        transforms.RandomHorizontalFlip(),
-        transforms.PILToTensor(),
-    ])
-    ds = datasets.ImageFolder(a.data, transform=tf)
+    ds = datasets.ImageFolder(a.data, transform=TRANSFORMS[a.transforms]())
     loader = DataLoader(ds, batch_size=a.batch_size, shuffle=True,
                         num_workers=a.workers, persistent_workers=False)
     epochs = []
@@ -64,6 +80,7 @@ def main(argv):
         epochs.append({"seconds": round(seconds, 4), "samples": samples,
                        "samples_per_s": round(samples / seconds, 2)})
     print(json.dumps({
+        "transforms": a.transforms,
         "epochs": epochs,
         "samples_per_s": max(e["samples_per_s"] for e in epochs),
         "num_workers": a.workers,

@@ -44,12 +44,14 @@ def tempdir():
     return tempfile.mkdtemp(prefix="presto-py.")
 
 
-def make_dataset(out, count, classes, seed=1, min_side=48, max_side=96):
+def make_dataset(out, count, classes, seed=1, min_side=48, max_side=96, grey_every=0,
+                 subsampling="mixed", jobs=1):
     """An ImageFolder data set made by tests/tools/mkdataset.py."""
     subprocess.run([PYTHON, os.path.join(SRC, "tests", "tools", "mkdataset.py"),
                     "--out", out, "--count", str(count), "--classes", str(classes),
                     "--seed", str(seed), "--min", str(min_side), "--max", str(max_side),
-                    "--jobs", "1"],
+                    "--grey-every", str(grey_every), "--subsampling", subsampling,
+                    "--jobs", str(jobs)],
                    check=True, stdout=subprocess.DEVNULL)
     return out
 

@@ -125,7 +125,7 @@ static void check_step(const struct step *s, enum step_kind kind, uint32_t size)
 {
     ck_assert_int_eq(s->kind, kind);
     if (kind == STEP_RESIZE || kind == STEP_CENTER_CROP)
-        ck_assert_uint_eq(s->size, size);
+        ck_assert(s->h == size && s->w == size);
 }
 
 static void check_full(const struct config *c)
@@ -263,7 +263,50 @@ static const struct bad_case bad_cases[] = {
     {"unknown step in block list", DS "    steps:\n      - decode\n      - sharpen: 2\n",
      6, {"steps", "sharpen"}},
     {"bad step argument", DS "    steps:\n      - decode\n      - resize: -3\n", 6,
-     {"steps", "resize"}},
+     {"steps.resize.size", "'-3'"}},
+    {"unknown step parameter", DS "    steps:\n      - decode\n      - resize: {sise: 3}\n",
+     6, {"steps.resize.sise", "it takes: size"}},
+    {"bad value in a parameter list", DS "    steps:\n      - decode\n"
+                                         "      - resize:\n          size: [1, 2, 3]\n",
+     7, {"steps.resize.size", "[1, 2, 3]"}},
+    {"nested list", DS "    steps:\n      - decode\n      - resize: [[1, 2]]\n", 6,
+     {"steps.resize.size", "scalars"}},
+    {"mapping as a value", DS "    steps:\n      - decode\n      - resize: {size: {a: 1}}\n",
+     6, {"steps.resize.size", "a mapping"}},
+    {"duplicate step parameter", DS "    steps:\n      - decode\n"
+                                    "      - resize: {size: 3, size: 4}\n",
+     6, {"steps.resize.size", "duplicate"}},
+    {"missing required parameter", DS "    steps:\n      - decode\n"
+                                      "      - normalize: {mean: [0.5, 0.5, 0.5]}\n",
+     6, {"steps", "needs std"}},
+    {"normalize without a mapping", DS "    steps:\n      - decode\n      - normalize: 0.5\n",
+     6, {"steps.normalize", "mapping"}},
+    {"zero std", DS "    steps:\n      - decode\n"
+                    "      - normalize:\n          mean: 0\n          std: [1, 0, 1]\n",
+     8, {"steps.normalize.std", "non-zero"}},
+    {"bad layout", DS "    steps: [decode, {to_float: {layout: chw}}]\n", 4,
+     {"steps.to_float.layout", "chw"}},
+    {"bad decode mode", DS "    steps: [{decode: cmyk}]\n", 4, {"steps.decode.mode", "cmyk"}},
+    {"bad scale range", DS "    steps:\n      - decode\n"
+                           "      - random_resized_crop: {size: 8, scale: [1, 0.5]}\n",
+     6, {"steps.random_resized_crop.scale", "LO <= HI"}},
+    {"step after normalize", DS "    steps:\n      - decode\n"
+                                "      - normalize: {mean: 0, std: 1}\n      - resize: 8\n",
+     7, {"steps", "must be the last step"}},
+    {"decode not first", DS "    steps:\n      - resize: 8\n      - decode\n", 5,
+     {"steps", "first step must be decode"}},
+    {"dct_scale without a resize", DS "    steps:\n      - decode: {dct_scale: true}\n"
+                                      "      - center_crop: 8\n",
+     5, {"steps", "dct_scale"}},
+    {"normalize values for other channels", DS "    steps:\n      - decode: grey\n"
+                                               "      - normalize: {mean: [1, 2, 3], std: 1}\n",
+     6, {"steps", "3 values for 1 channels"}},
+    {"random_resized_crop offline", DS "    steps: [decode, {random_resized_crop: 8}]\n"
+                                       "    split: random_resized_crop\n", 5,
+     {"split", "random_resized_crop"}},
+    {"dct_scale split from its resize", DS "    steps: [{decode: {dct_scale: true}}, {resize: 8}]\n"
+                                           "    split: decode\n", 5,
+     {"split", "dct_scale"}},
     {"split names a missing step", DS "    steps: [decode, {resize: 64}]\n"
                                       "    split: center_crop\n", 5,
      {"split", "center_crop"}},
@@ -299,6 +342,116 @@ START_TEST(test_bad)
     for (size_t w = 0; w < NELEM(bc->words) && bc->words[w]; w++)
         ck_assert_msg(strstr(err, bc->words[w]) != NULL, "%s: error '%s' lacks '%s'",
                       bc->what, err, bc->words[w]);
+}
+END_TEST
+
+/* Every way of writing a step's parameters, as the header documents. */
+static const char params_yaml[] =
+    "datasets:\n"
+    "  - name: train\n"
+    "    root: /d\n"
+    "    steps:\n"
+    "      - decode: {mode: rgb, dct_scale: true}\n"
+    "      - resize: {size: [256, 320]}\n"
+    "      - random_resized_crop: {size: 224, scale: [0.08, 1.0], ratio: [3/4, 4/3]}\n"
+    "      - random_flip:\n"
+    "      - normalize:\n"
+    "          mean: [0.485, 0.456, 0.406]\n"
+    "          std: [0.229, 0.224, 0.225]\n"
+    "          layout: nchw\n"
+    "  - name: eval\n"
+    "    root: /d\n"
+    "    steps: [{decode: grey}, {resize: [128]}, {center_crop: [112, 100]},\n"
+    "            {pad: {padding: [1, 2], fill: 7}}, {to_float: nchw}]\n";
+
+static void describe_is(const struct step *s, const char *want)
+{
+    char buf[256];
+    step_describe(s, buf, sizeof(buf));
+    ck_assert_msg(strcmp(buf, want) == 0, "described as '%s', want '%s'", buf, want);
+}
+
+START_TEST(test_step_params)
+{
+    struct config c;
+    char err[512];
+    ck_assert_msg(load(&c, params_yaml, err, sizeof(err)) == 0, "%s", err);
+    const struct config_dataset *t = config_find_dataset(&c, "train");
+    ck_assert_uint_eq(t->nsteps, 5);
+    describe_is(&t->steps[0], "decode(dct_scale=true)");
+    ck_assert(t->steps[0].dct_h == 256 && t->steps[0].dct_w == 320); /* linked */
+    describe_is(&t->steps[1], "resize([256,320])");
+    describe_is(&t->steps[2], "random_resized_crop(224)");
+    describe_is(&t->steps[3], "random_flip(0.5)");
+    describe_is(&t->steps[4],
+                "normalize(mean=[0.485,0.456,0.406],std=[0.229,0.224,0.225],layout=nchw)");
+    ck_assert_uint_eq(t->split, 2); /* before the first random step */
+
+    const struct config_dataset *e = config_find_dataset(&c, "eval");
+    ck_assert_uint_eq(e->nsteps, 5);
+    describe_is(&e->steps[0], "decode(mode=grey)");
+    describe_is(&e->steps[1], "resize(128)");
+    describe_is(&e->steps[2], "center_crop([112,100])");
+    describe_is(&e->steps[3], "pad([1,2,1,2],fill=7)");
+    describe_is(&e->steps[4], "to_float(layout=nchw)");
+    /* No random step: offline up to the float conversion, which stays online
+     * (the cache keeps uint8). */
+    ck_assert_uint_eq(e->split, 4);
+    config_free(&c);
+}
+END_TEST
+
+/* The cache key's fingerprint, folded over the offline steps as dataset.c
+ * does: it changes with an offline step's parameters, not an online one's. */
+static uint64_t offline_fingerprint(const char *steps, const char *split)
+{
+    char yaml[1024], err[512];
+    struct config c;
+    snprintf(yaml, sizeof(yaml),
+             "datasets:\n  - name: a\n    root: /d\n    steps: %s\n    split: %s\n", steps,
+             split);
+    ck_assert_msg(load(&c, yaml, err, sizeof(err)) == 0, "%s", err);
+    const struct config_dataset *d = &c.datasets[0];
+    uint64_t fp = 0xcbf29ce484222325ull;
+    for (uint32_t i = 0; i < d->split; i++)
+        fp = step_fingerprint(&d->steps[i], fp);
+    config_free(&c);
+    return fp;
+}
+
+START_TEST(test_offline_fingerprint)
+{
+    static const char *const base =
+        "[decode, {resize: 256}, {center_crop: 224}, {random_flip: 0.5}]";
+    uint64_t fp = offline_fingerprint(base, "center_crop");
+    /* The same pipeline written otherwise. */
+    ck_assert_uint_eq(fp, offline_fingerprint(
+        "[{decode: {mode: rgb}}, {resize: [256]}, {center_crop: [224, 224]}, random_flip]",
+        "3"));
+    /* Online parameters do not matter, nor steps added online. */
+    ck_assert_uint_eq(fp, offline_fingerprint(
+        "[decode, {resize: 256}, {center_crop: 224}, {random_flip: 0.1}]", "center_crop"));
+    ck_assert_uint_eq(fp, offline_fingerprint(
+        "[decode, {resize: 256}, {center_crop: 224}, {random_flip: 0.5}, "
+        "{normalize: {mean: 0.5, std: 0.5}}]", "center_crop"));
+    /* An offline parameter does; so does moving the split. */
+    ck_assert_uint_ne(fp, offline_fingerprint(
+        "[decode, {resize: 256}, {center_crop: 200}, {random_flip: 0.5}]", "center_crop"));
+    ck_assert_uint_ne(fp, offline_fingerprint(
+        "[decode, {resize: [256, 256]}, {center_crop: 224}, {random_flip: 0.5}]",
+        "center_crop"));
+    ck_assert_uint_ne(fp, offline_fingerprint(
+        "[{decode: grey}, {resize: 256}, {center_crop: 224}, {random_flip: 0.5}]",
+        "center_crop"));
+    ck_assert_uint_ne(fp, offline_fingerprint(
+        "[{decode: {dct_scale: true}}, {resize: 256}, {center_crop: 224}, random_flip]",
+        "center_crop"));
+    ck_assert_uint_ne(fp, offline_fingerprint(base, "resize"));
+    /* A parameter of a step that moved online stops mattering. */
+    ck_assert_uint_eq(offline_fingerprint(base, "resize"),
+                      offline_fingerprint(
+                          "[decode, {resize: 256}, {center_crop: 200}, random_flip]",
+                          "resize"));
 }
 END_TEST
 
@@ -410,6 +563,8 @@ static Suite *config_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("misc");
+    tcase_add_test(tc, test_step_params);
+    tcase_add_test(tc, test_offline_fingerprint);
     tcase_add_test(tc, test_dataset_arg);
     tcase_add_test(tc, test_dataset_arg_after_file);
     tcase_add_test(tc, test_parse_size);

@@ -203,17 +203,76 @@ static void apply_ok(const struct step *s, struct step_ctx *ctx, const struct im
     int rc = step_apply(s, ctx, in, out);
     ck_assert_msg(rc == 0, "%s failed: %d (%s)", desc, rc, ctx->err);
     ck_assert_int_eq(out->fmt, IMG_PIXELS);
-    ck_assert_uint_eq(out->dtype, PROTO_DTYPE_U8);
-    ck_assert_uint_eq(out->len, (size_t)out->h * out->w * out->c);
+    ck_assert_uint_eq(out->dtype, step_out_dtype(s, in->dtype));
+    ck_assert_uint_eq(out->len, (size_t)out->h * out->w * out->c * proto_dtype_size(out->dtype));
 }
 
 static struct step make_step(const char *name, const char *arg)
 {
     struct step s;
     char err[256] = "";
-    int rc = step_init(&s, name, arg, err, sizeof(err));
+    int rc = step_init_simple(&s, name, arg, err, sizeof(err));
     ck_assert_msg(rc == 0, "step_init(%s, %s): %d %s", name, arg ? arg : "NULL", rc, err);
     return s;
+}
+
+/* Parameters written as "KEY=VALUE;KEY=[V,V]" (no KEY=: the main one),
+ * as config.c would hand them to step_init. */
+struct spec {
+    struct step_args args;
+    char buf[512];
+};
+
+static void spec_parse(struct spec *sp, const char *text)
+{
+    memset(sp, 0, sizeof(*sp));
+    ck_assert_uint_lt(strlen(text), sizeof(sp->buf));
+    strcpy(sp->buf, text);
+    char *save = NULL;
+    for (char *item = strtok_r(sp->buf, ";", &save); item; item = strtok_r(NULL, ";", &save)) {
+        ck_assert_uint_lt(sp->args.n, STEP_ARGS_MAX);
+        struct step_arg *a = &sp->args.a[sp->args.n++];
+        char *eq = strchr(item, '='), *v = item;
+        if (eq) {
+            *eq = '\0';
+            a->key = item;
+            v = eq + 1;
+        }
+        if (*v == '[') {
+            a->list = 1;
+            v++;
+            char *end = strchr(v, ']');
+            ck_assert_ptr_nonnull(end);
+            *end = '\0';
+            char *save2 = NULL;
+            for (char *e = strtok_r(v, ",", &save2); e; e = strtok_r(NULL, ",", &save2)) {
+                ck_assert_uint_lt(a->n, STEP_ARG_VALUES_MAX);
+                a->v[a->n++] = e;
+            }
+        } else {
+            a->v[a->n++] = v;
+        }
+    }
+}
+
+static struct step make_stepv(const char *name, const char *text)
+{
+    struct spec sp;
+    struct step s;
+    char err[256] = "";
+    int bad = 99;
+    spec_parse(&sp, text);
+    int rc = step_init(&s, name, &sp.args, &bad, err, sizeof(err));
+    ck_assert_msg(rc == 0, "step_init(%s, %s): %d %s", name, text, rc, err);
+    ck_assert_int_eq(bad, -1);
+    return s;
+}
+
+static void describe_is(const struct step *s, const char *want)
+{
+    char buf[256];
+    step_describe(s, buf, sizeof(buf));
+    ck_assert_msg(strcmp(buf, want) == 0, "described as '%s', want '%s'", buf, want);
 }
 
 static void decode_photo(const struct photo *ph, struct step_ctx *ctx, struct img *out)
@@ -287,20 +346,20 @@ START_TEST(test_init_valid)
 
     s = make_step("resize", "256");
     ck_assert_int_eq(s.kind, STEP_RESIZE);
-    ck_assert_uint_eq(s.size, 256);
+    ck_assert(s.h == 256 && s.w == 256 && s.shorter);
     step_describe(&s, buf, sizeof(buf));
     ck_assert_str_eq(buf, "resize(256)");
 
     s = make_step("center_crop", "224");
     ck_assert_int_eq(s.kind, STEP_CENTER_CROP);
-    ck_assert_uint_eq(s.size, 224);
+    ck_assert(s.h == 224 && s.w == 224 && !s.shorter);
     step_describe(&s, buf, sizeof(buf));
     ck_assert_str_eq(buf, "center_crop(224)");
 
     s = make_step("resize", "65535");
-    ck_assert_uint_eq(s.size, 65535);
+    ck_assert_uint_eq(s.h, 65535);
     s = make_step("center_crop", "1");
-    ck_assert_uint_eq(s.size, 1);
+    ck_assert_uint_eq(s.h, 1);
 
     s = make_step("random_flip", NULL);
     ck_assert_int_eq(s.kind, STEP_RANDOM_FLIP);
@@ -320,14 +379,23 @@ START_TEST(test_init_valid)
     ck_assert(s.p == 0.5);
 
     ck_assert(!step_is_random(&(struct step){.kind = STEP_DECODE}));
-    ck_assert(!step_is_random(&(struct step){.kind = STEP_RESIZE, .size = 8}));
-    ck_assert(!step_is_random(&(struct step){.kind = STEP_CENTER_CROP, .size = 8}));
+    ck_assert(!step_is_random(&(struct step){.kind = STEP_RESIZE, .h = 8}));
+    ck_assert(!step_is_random(&(struct step){.kind = STEP_CENTER_CROP, .h = 8}));
     ck_assert(step_is_random(&(struct step){.kind = STEP_RANDOM_FLIP, .p = 0.5}));
+    ck_assert(step_is_random(&(struct step){.kind = STEP_RANDOM_RESIZED_CROP, .h = 8}));
+    ck_assert(!step_is_random(&(struct step){.kind = STEP_PAD}));
+    ck_assert(!step_is_random(&(struct step){.kind = STEP_NORMALIZE}));
+    ck_assert(!step_is_random(&(struct step){.kind = STEP_TO_FLOAT}));
 
     ck_assert_str_eq(step_name(STEP_DECODE), "decode");
     ck_assert_str_eq(step_name(STEP_RESIZE), "resize");
     ck_assert_str_eq(step_name(STEP_CENTER_CROP), "center_crop");
     ck_assert_str_eq(step_name(STEP_RANDOM_FLIP), "random_flip");
+    ck_assert_str_eq(step_name(STEP_RANDOM_RESIZED_CROP), "random_resized_crop");
+    ck_assert_str_eq(step_name(STEP_PAD), "pad");
+    ck_assert_str_eq(step_name(STEP_NORMALIZE), "normalize");
+    ck_assert_str_eq(step_name(STEP_TO_FLOAT), "to_float");
+    ck_assert_str_eq(step_name(STEP_KIND_MAX), "unknown");
 }
 END_TEST
 
@@ -335,7 +403,7 @@ static void init_fails(const char *name, const char *arg, const char *want)
 {
     struct step s;
     char err[256] = "";
-    int rc = step_init(&s, name, arg, err, sizeof(err));
+    int rc = step_init_simple(&s, name, arg, err, sizeof(err));
     ck_assert_msg(rc == -EINVAL, "step_init(%s, %s) = %d, want -EINVAL", name,
                   arg ? arg : "NULL", rc);
     ck_assert_msg(strstr(err, want) != NULL, "step_init(%s, %s): message '%s' lacks '%s'",
@@ -347,14 +415,15 @@ START_TEST(test_init_errors)
     init_fails("rotate", NULL, "unknown step 'rotate'");
     init_fails("rotate", NULL, "decode, resize, center_crop, random_flip");
     init_fails("Decode", NULL, "unknown step");
-    init_fails("decode", "1", "takes no argument");
-    init_fails("resize", NULL, "needs a size");
-    init_fails("center_crop", NULL, "needs a size");
+    init_fails("rotate", NULL, "random_resized_crop, pad, normalize, to_float");
+    init_fails("decode", "1", "mode '1' is not rgb or grey");
+    init_fails("resize", NULL, "needs size");
+    init_fails("center_crop", NULL, "needs size");
     const char *bad_sizes[] = {"0", "65536", "100000000000", "-5", "+5", "abc",
                                "12x", "1.5", " 12", "0x10"};
     for (size_t i = 0; i < NELEM(bad_sizes); i++) {
-        init_fails("resize", bad_sizes[i], "is not an integer in 1..65535");
-        init_fails("center_crop", bad_sizes[i], "is not an integer in 1..65535");
+        init_fails("resize", bad_sizes[i], "with each in 1..65535");
+        init_fails("center_crop", bad_sizes[i], "with each in 1..65535");
     }
     const char *bad_p[] = {"1.5", "-0.1", "nan", "inf", "abc", "0.5x", "2"};
     for (size_t i = 0; i < NELEM(bad_p); i++)
@@ -362,7 +431,8 @@ START_TEST(test_init_errors)
 
     /* A NULL or zero-length err buffer is fine. */
     struct step s;
-    ck_assert_int_eq(step_init(&s, "nope", NULL, NULL, 0), -EINVAL);
+    ck_assert_int_eq(step_init(&s, "nope", NULL, NULL, NULL, 0), -EINVAL);
+    ck_assert_int_eq(step_init_simple(&s, "resize", "x", NULL, 0), -EINVAL);
 }
 END_TEST
 
@@ -998,40 +1068,46 @@ static void make_coords(struct img *im, uint32_t h, uint32_t w, uint32_t c)
                 im->data[((size_t)y * w + x) * c + ch] = px_at(y, x, ch);
 }
 
-/* Crops an h x w image to n and checks every output pixel: output (y, x)
- * is input (y - pad_top + top, x - pad_left + left), zero outside. */
-static void check_crop(uint32_t h, uint32_t w, uint32_t c, uint32_t n, uint32_t top,
-                       uint32_t left, uint32_t pad_top, uint32_t pad_left)
+/* Crops an h x w image to nh x nw and checks every output pixel: output
+ * (y, x) is input (y - pad_top + top, x - pad_left + left), zero outside. */
+static void check_crop_hw(uint32_t h, uint32_t w, uint32_t c, uint32_t nh, uint32_t nw,
+                          uint32_t top, uint32_t left, uint32_t pad_top, uint32_t pad_left)
 {
     struct step_ctx ctx;
     struct img in, out = {0};
-    char arg[16];
-    snprintf(arg, sizeof(arg), "%u", n);
-    struct step cc = make_step("center_crop", arg);
+    char arg[32];
+    snprintf(arg, sizeof(arg), "[%u,%u]", nh, nw);
+    struct step cc = make_stepv("center_crop", arg);
     step_ctx_init(&ctx);
     make_coords(&in, h, w, c);
     memset(&out, 0, sizeof(out));
-    ck_assert_int_eq(img_reserve(&out, (size_t)n * n * c), 0);
-    memset(out.data, 0xee, (size_t)n * n * c); /* padding must be written */
+    ck_assert_int_eq(img_reserve(&out, (size_t)nh * nw * c), 0);
+    memset(out.data, 0xee, (size_t)nh * nw * c); /* padding must be written */
     apply_ok(&cc, &ctx, &in, &out);
-    ck_assert(out.h == n && out.w == n && out.c == c);
-    for (uint32_t y = 0; y < n; y++) {
-        for (uint32_t x = 0; x < n; x++) {
+    ck_assert(out.h == nh && out.w == nw && out.c == c);
+    for (uint32_t y = 0; y < nh; y++) {
+        for (uint32_t x = 0; x < nw; x++) {
             for (uint32_t ch = 0; ch < c; ch++) {
                 int64_t sy = (int64_t)y - pad_top + top, sx = (int64_t)x - pad_left + left;
                 uint8_t want = sy >= 0 && sy < h && sx >= 0 && sx < w
                                    ? px_at((uint32_t)sy, (uint32_t)sx, ch)
                                    : 0;
-                uint8_t got = out.data[((size_t)y * n + x) * c + ch];
+                uint8_t got = out.data[((size_t)y * nw + x) * c + ch];
                 if (got != want)
-                    ck_abort_msg("%ux%u crop %u: (%u,%u,%u) is %u, want %u", h, w, n, y,
-                                 x, ch, got, want);
+                    ck_abort_msg("%ux%u crop %ux%u: (%u,%u,%u) is %u, want %u", h, w, nh, nw,
+                                 y, x, ch, got, want);
             }
         }
     }
     img_free(&in);
     img_free(&out);
     step_ctx_free(&ctx);
+}
+
+static void check_crop(uint32_t h, uint32_t w, uint32_t c, uint32_t n, uint32_t top,
+                       uint32_t left, uint32_t pad_top, uint32_t pad_left)
+{
+    check_crop_hw(h, w, c, n, n, top, left, pad_top, pad_left);
 }
 
 START_TEST(test_crop_offsets)
@@ -1062,6 +1138,17 @@ START_TEST(test_crop_padding)
     /* Wider than n but shorter: columns cropped (d=3 -> 2), rows padded 0
      * before and 1 after. */
     check_crop(3, 7, 3, 4, 0, 2, 0, 0);
+}
+END_TEST
+
+START_TEST(test_crop_hw)
+{
+    /* [H, W]: each dimension on its own (d=4 -> 2; d=3 -> 1.5 -> 2). */
+    check_crop_hw(8, 6, 3, 4, 3, 2, 2, 0, 0);
+    /* Taller crop than the image, narrower than it: rows padded 1 + 2,
+     * columns cropped (d=5 -> 2.5 -> 2). */
+    check_crop_hw(3, 9, 3, 6, 4, 0, 2, 1, 0);
+    check_crop_hw(256, 383, 1, 224, 200, 16, 92, 0, 0);
 }
 END_TEST
 
@@ -1142,6 +1229,874 @@ START_TEST(test_flip_rate)
 }
 END_TEST
 
+/* ---- parameters, pipelines, shapes ---- */
+
+START_TEST(test_params_valid)
+{
+    struct step s;
+
+    s = make_stepv("resize", "[256,320]");
+    ck_assert(s.h == 256 && s.w == 320 && !s.shorter);
+    describe_is(&s, "resize([256,320])");
+    s = make_stepv("resize", "[256]"); /* torchvision: a 1-list is the shorter side */
+    ck_assert(s.h == 256 && s.shorter);
+    describe_is(&s, "resize(256)");
+    s = make_stepv("resize", "size=[128,128]");
+    ck_assert(!s.shorter);
+    describe_is(&s, "resize([128,128])");
+    s = make_stepv("center_crop", "size=[224,200]");
+    ck_assert(s.h == 224 && s.w == 200);
+    describe_is(&s, "center_crop([224,200])");
+
+    s = make_stepv("random_resized_crop", "224");
+    ck_assert(s.h == 224 && s.w == 224);
+    ck_assert(s.scale[0] == 0.08 && s.scale[1] == 1.0);
+    ck_assert(s.ratio[0] == 3.0 / 4.0 && s.ratio[1] == 4.0 / 3.0);
+    describe_is(&s, "random_resized_crop(224)");
+    s = make_stepv("random_resized_crop", "size=[96,128];scale=[0.5,1];ratio=[3/4,4/3]");
+    ck_assert(s.h == 96 && s.w == 128 && s.scale[0] == 0.5);
+    describe_is(&s, "random_resized_crop([96,128],scale=[0.5,1])");
+    s = make_stepv("random_resized_crop", "size=8;ratio=[0.5,2]");
+    describe_is(&s, "random_resized_crop(8,ratio=[0.5,2])");
+
+    s = make_stepv("decode", "mode=grey");
+    ck_assert(s.channels == 1 && !s.dct_scale);
+    describe_is(&s, "decode(mode=grey)");
+    s = make_stepv("decode", "gray");
+    ck_assert_uint_eq(s.channels, 1);
+    s = make_stepv("decode", "mode=rgb;dct_scale=true");
+    ck_assert(s.channels == 3 && s.dct_scale);
+    describe_is(&s, "decode(dct_scale=true)");
+    s = make_stepv("decode", "dct_scale=false");
+    describe_is(&s, "decode");
+
+    s = make_stepv("pad", "4");
+    ck_assert(s.pad[0] == 4 && s.pad[1] == 4 && s.pad[2] == 4 && s.pad[3] == 4);
+    describe_is(&s, "pad(4)");
+    s = make_stepv("pad", "padding=[1,2]");
+    ck_assert(s.pad[0] == 1 && s.pad[1] == 2 && s.pad[2] == 1 && s.pad[3] == 2);
+    s = make_stepv("pad", "padding=[1,2,3,4];fill=[1,2,3]");
+    ck_assert(s.pad[0] == 1 && s.pad[1] == 2 && s.pad[2] == 3 && s.pad[3] == 4);
+    ck_assert(s.nfill == 3 && s.fill[2] == 3);
+    describe_is(&s, "pad([1,2,3,4],fill=[1,2,3])");
+    s = make_stepv("pad", "padding=0;fill=255");
+    describe_is(&s, "pad(0,fill=255)");
+
+    s = make_stepv("normalize", "mean=[0.485,0.456,0.406];std=[0.229,0.224,0.225];layout=nchw");
+    ck_assert(s.nmean == 3 && s.mean[1] == 0.456f && s.std[2] == 0.225f);
+    ck_assert_uint_eq(s.layout, STEP_LAYOUT_NCHW);
+    describe_is(&s, "normalize(mean=[0.485,0.456,0.406],std=[0.229,0.224,0.225],layout=nchw)");
+    s = make_stepv("normalize", "mean=0.5;std=[0.1,0.2,0.3]");
+    ck_assert(s.nmean == 3 && s.mean[2] == 0.5f && s.std[1] == 0.2f);
+    ck_assert_uint_eq(s.layout, STEP_LAYOUT_NHWC);
+    describe_is(&s, "normalize(mean=[0.5,0.5,0.5],std=[0.1,0.2,0.3])");
+    s = make_stepv("normalize", "mean=[0.5];std=0.25");
+    ck_assert(s.nmean == 1);
+    describe_is(&s, "normalize(mean=0.5,std=0.25)");
+
+    s = make_stepv("to_float", "");
+    describe_is(&s, "to_float");
+    s = make_stepv("to_float", "nchw");
+    ck_assert_uint_eq(s.layout, STEP_LAYOUT_NCHW);
+    describe_is(&s, "to_float(layout=nchw)");
+    s = make_stepv("random_flip", "p=0.25");
+    describe_is(&s, "random_flip(0.25)");
+
+    ck_assert_str_eq(step_main_param("resize"), "size");
+    ck_assert_str_eq(step_main_param("decode"), "mode");
+    ck_assert_str_eq(step_main_param("random_flip"), "p");
+    ck_assert_str_eq(step_main_param("pad"), "padding");
+    ck_assert_str_eq(step_main_param("to_float"), "layout");
+    ck_assert_ptr_null(step_main_param("normalize"));
+    ck_assert_ptr_null(step_main_param("nope"));
+    ck_assert_ptr_null(step_main_param(NULL));
+}
+END_TEST
+
+/* step_init(name, spec) fails naming want, at parameter bad (-1: the step). */
+static void initv_fails(const char *name, const char *text, int bad, const char *want)
+{
+    struct spec sp;
+    struct step s;
+    char err[256] = "";
+    int got_bad = 99;
+    spec_parse(&sp, text);
+    int rc = step_init(&s, name, &sp.args, &got_bad, err, sizeof(err));
+    ck_assert_msg(rc == -EINVAL, "step_init(%s, %s) = %d, want -EINVAL", name, text, rc);
+    ck_assert_msg(got_bad == bad, "step_init(%s, %s): bad parameter %d, want %d (%s)", name,
+                  text, got_bad, bad, err);
+    ck_assert_msg(strstr(err, want) != NULL, "step_init(%s, %s): message '%s' lacks '%s'",
+                  name, text, err, want);
+}
+
+START_TEST(test_params_errors)
+{
+    initv_fails("resize", "sise=3", 0, "no parameter 'sise' (it takes: size)");
+    initv_fails("resize", "size=3;size=4", 1, "given twice");
+    initv_fails("resize", "[1,2,3]", 0, "size '[1, 2, 3]'");
+    initv_fails("resize", "[0,2]", 0, "1..65535");
+    initv_fails("resize", "[]", 0, "size");
+    initv_fails("center_crop", "size=[2,x]", 0, "size");
+    initv_fails("decode", "mode=cmyk", 0, "mode 'cmyk' is not rgb or grey");
+    initv_fails("decode", "mode=rgb;dct_scale=yes", 1, "dct_scale 'yes' is not true or false");
+    initv_fails("decode", "mode=[rgb]", 0, "mode");
+    initv_fails("random_flip", "[0.5,0.5]", 0, "is not a number in [0, 1]");
+    initv_fails("random_resized_crop", "scale=[0.1,1]", -1, "needs size");
+    initv_fails("random_resized_crop", "size=8;scale=[1,0.5]", 1, "0 < LO <= HI");
+    initv_fails("random_resized_crop", "size=8;scale=[0,0.5]", 1, "scale '[0, 0.5]'");
+    initv_fails("random_resized_crop", "size=8;ratio=[0.5]", 1, "ratio");
+    initv_fails("random_resized_crop", "size=8;ratio=[1/0,2]", 1, "ratio");
+    initv_fails("random_resized_crop", "size=8;ratio=[nan,2]", 1, "ratio");
+    initv_fails("pad", "[1,2,3]", 0, "[LR, TB] or [L, T, R, B]");
+    initv_fails("pad", "-1", 0, "padding");
+    initv_fails("pad", "padding=1;fill=256", 1, "fill '256'");
+    initv_fails("pad", "padding=1;fill=[1,2,3,4,5]", 1, "up to 4");
+    initv_fails("pad", "fill=1", -1, "needs padding");
+    initv_fails("normalize", "0.5", 0, "takes a mapping of parameters (mean, std, layout)");
+    initv_fails("normalize", "mean=[0.5,0.5,0.5]", -1, "needs std");
+    initv_fails("normalize", "std=1", -1, "needs mean");
+    initv_fails("normalize", "mean=0;std=[1,0,1]", 1, "non-zero");
+    initv_fails("normalize", "mean=[0,1];std=[1,2,3]", -1, "mean has 2 values and std 3");
+    initv_fails("normalize", "mean=1e99;std=1", 0, "mean");
+    initv_fails("normalize", "mean=0;std=1;layout=chw", 2, "nhwc or nchw");
+    initv_fails("to_float", "layout=nhwc;scale=2", 1, "no parameter 'scale'");
+}
+END_TEST
+
+/* Fingerprints of steps written two ways are equal when they compute
+ * alike, and different whenever a parameter differs. */
+START_TEST(test_fingerprint_params)
+{
+    static const struct {
+        const char *name, *a, *b;
+        int same;
+    } cases[] = {
+        {"resize", "256", "[256]", 1},
+        {"resize", "256", "[256,256]", 0},
+        {"center_crop", "224", "[224,224]", 1},
+        {"center_crop", "[224,200]", "[200,224]", 0},
+        {"decode", "", "mode=rgb;dct_scale=false", 1},
+        {"decode", "", "grey", 0},
+        {"decode", "", "dct_scale=true", 0},
+        {"random_resized_crop", "224", "size=224;scale=[0.08,1];ratio=[3/4,4/3]", 1},
+        {"random_resized_crop", "224", "size=224;scale=[0.08,0.9]", 0},
+        {"random_resized_crop", "224", "size=224;ratio=[0.75,1.3333]", 0},
+        {"pad", "4", "[4,4,4,4]", 1},
+        {"pad", "4", "padding=4;fill=1", 0},
+        {"pad", "padding=4;fill=[1,1,1]", "padding=4;fill=[1,1,2]", 0},
+        {"pad", "[1,2]", "[2,1]", 0},
+        {"normalize", "mean=0.5;std=0.25", "mean=0.5;std=0.25;layout=nhwc", 1},
+        {"normalize", "mean=0.5;std=0.25", "mean=0.5;std=0.25;layout=nchw", 0},
+        {"normalize", "mean=[0.485,0.456,0.406];std=0.2", "mean=[0.485,0.456,0.407];std=0.2",
+         0},
+        {"normalize", "mean=0.1;std=0.2", "mean=0.1;std=0.2000001", 0},
+        {"to_float", "", "nhwc", 1},
+        {"to_float", "", "nchw", 0},
+        {"random_flip", "0.5", "p=0.5", 1},
+    };
+    for (size_t i = 0; i < NELEM(cases); i++) {
+        struct step a = make_stepv(cases[i].name, cases[i].a);
+        struct step b = make_stepv(cases[i].name, cases[i].b);
+        int same = step_fingerprint(&a, 42) == step_fingerprint(&b, 42);
+        ck_assert_msg(same == cases[i].same, "%s(%s) vs %s(%s): fingerprints %s",
+                      cases[i].name, cases[i].a, cases[i].name, cases[i].b,
+                      same ? "equal" : "differ");
+    }
+    /* to_float is not normalize(mean=0, std=1) by name, even if it computes
+     * the same. */
+    struct step tf = make_stepv("to_float", ""), nz = make_stepv("normalize", "mean=0;std=1");
+    ck_assert_uint_ne(step_fingerprint(&tf, 0), step_fingerprint(&nz, 0));
+}
+END_TEST
+
+static void chain_fails(const char *const *names, const char *const *specs, uint32_t n,
+                        uint32_t want_bad, const char *want)
+{
+    struct step steps[8];
+    char err[256] = "";
+    uint32_t bad = 99;
+    for (uint32_t i = 0; i < n; i++)
+        steps[i] = make_stepv(names[i], specs[i]);
+    int rc = step_chain_init(steps, n, &bad, err, sizeof(err));
+    ck_assert_msg(rc == -EINVAL, "%s...: chain accepted", names[0]);
+    ck_assert_msg(bad == want_bad, "bad step %u, want %u (%s)", bad, want_bad, err);
+    ck_assert_msg(strstr(err, want) != NULL, "message '%s' lacks '%s'", err, want);
+}
+
+START_TEST(test_chain)
+{
+    struct step steps[4];
+    char err[256];
+    uint32_t bad = 99;
+
+    steps[0] = make_stepv("decode", "dct_scale=true");
+    steps[1] = make_stepv("resize", "[200,300]");
+    steps[2] = make_stepv("center_crop", "128");
+    steps[3] = make_stepv("normalize", "mean=0;std=1;layout=nchw");
+    ck_assert_msg(step_chain_init(steps, 4, &bad, err, sizeof(err)) == 0, "%s", err);
+    ck_assert(steps[0].dct_h == 200 && steps[0].dct_w == 300 && !steps[0].dct_shorter);
+    steps[1] = make_stepv("resize", "256");
+    ck_assert_int_eq(step_chain_init(steps, 4, &bad, err, sizeof(err)), 0);
+    ck_assert(steps[0].dct_h == 256 && steps[0].dct_shorter);
+    /* dct_scale off: nothing recorded (so it does not reach fingerprints). */
+    steps[0] = make_stepv("decode", "");
+    ck_assert_int_eq(step_chain_init(steps, 4, &bad, err, sizeof(err)), 0);
+    ck_assert(steps[0].dct_h == 0 && steps[0].dct_w == 0);
+
+    ck_assert_int_eq(step_chain_init(steps, 0, &bad, err, sizeof(err)), -EINVAL);
+    chain_fails((const char *[]){"resize", "decode"}, (const char *[]){"8", ""}, 2, 0,
+                "first step must be decode");
+    chain_fails((const char *[]){"decode", "decode"}, (const char *[]){"", ""}, 2, 1,
+                "only be the first");
+    chain_fails((const char *[]){"decode", "to_float", "random_flip"},
+                (const char *[]){"", "", ""}, 3, 2,
+                "random_flip cannot follow to_float");
+    chain_fails((const char *[]){"decode", "normalize", "to_float"},
+                (const char *[]){"", "mean=0;std=1", ""}, 3, 2, "must be the last step");
+    chain_fails((const char *[]){"decode", "center_crop"},
+                (const char *[]){"dct_scale=true", "8"}, 2, 0, "needs a resize right after");
+    chain_fails((const char *[]){"decode"}, (const char *[]){"dct_scale=true"}, 1, 0,
+                "dct_scale");
+    chain_fails((const char *[]){"decode", "pad"}, (const char *[]){"grey", "padding=1;fill=[1,2,3]"},
+                2, 1, "fill has 3 values for 1 channels");
+    chain_fails((const char *[]){"decode", "normalize"},
+                (const char *[]){"grey", "mean=[1,2,3];std=1"}, 2, 1,
+                "3 values for 1 channels");
+
+    /* Split points. */
+    struct step tr[5] = {make_stepv("decode", ""), make_stepv("resize", "256"),
+                         make_stepv("random_resized_crop", "224"),
+                         make_stepv("random_flip", ""),
+                         make_stepv("normalize", "mean=0;std=1")};
+    ck_assert_int_eq(step_chain_init(tr, 5, &bad, err, sizeof(err)), 0);
+    for (uint32_t split = 0; split <= 5; split++) {
+        int rc = step_split_check(tr, 5, split, err, sizeof(err));
+        ck_assert_int_eq(rc, split <= 2 ? 0 : -EINVAL);
+        if (rc < 0)
+            ck_assert_msg(strstr(err, "random_resized_crop") != NULL, "%s", err);
+    }
+    struct step dct[3] = {make_stepv("decode", "dct_scale=true"), make_stepv("resize", "64"),
+                          make_stepv("random_flip", "")};
+    ck_assert_int_eq(step_chain_init(dct, 3, &bad, err, sizeof(err)), 0);
+    ck_assert_int_eq(step_split_check(dct, 3, 0, err, sizeof(err)), 0);
+    ck_assert_int_eq(step_split_check(dct, 3, 2, err, sizeof(err)), 0);
+    ck_assert_int_eq(step_split_check(dct, 3, 1, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "dct_scale") != NULL, "%s", err);
+    ck_assert_int_eq(step_split_check(dct, 3, 3, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "random_flip") != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(test_out_shape_params)
+{
+    uint32_t h, w, c;
+    struct step s = make_stepv("decode", "grey");
+    step_out_shape(&s, 0, 0, 0, &h, &w, &c);
+    ck_assert(h == 0 && w == 0 && c == 1);
+    ck_assert_uint_eq(step_out_dtype(&s, PROTO_DTYPE_F32), PROTO_DTYPE_U8);
+
+    s = make_stepv("resize", "[100,50]"); /* fixed, even from an unknown size */
+    step_out_shape(&s, 0, 0, 3, &h, &w, &c);
+    ck_assert(h == 100 && w == 50 && c == 3);
+    s = make_stepv("random_resized_crop", "[20,30]");
+    step_out_shape(&s, 0, 0, 1, &h, &w, &c);
+    ck_assert(h == 20 && w == 30 && c == 1);
+    s = make_stepv("center_crop", "[20,30]");
+    step_out_shape(&s, 7, 9, 3, &h, &w, &c);
+    ck_assert(h == 20 && w == 30 && c == 3);
+    s = make_stepv("pad", "[1,2,3,4]");
+    step_out_shape(&s, 10, 20, 3, &h, &w, &c);
+    ck_assert_msg(h == 16 && w == 24 && c == 3, "pad: %ux%u", w, h);
+    step_out_shape(&s, 0, 0, 3, &h, &w, &c);
+    ck_assert(h == 0 && w == 0);
+
+    s = make_stepv("normalize", "mean=0;std=1;layout=nchw");
+    step_out_shape(&s, 10, 20, 3, &h, &w, &c);
+    ck_assert(h == 10 && w == 20 && c == 3);
+    ck_assert_uint_eq(step_out_dtype(&s, PROTO_DTYPE_U8), PROTO_DTYPE_F32);
+    ck_assert_uint_eq(step_out_layout(&s, STEP_LAYOUT_NHWC), STEP_LAYOUT_NCHW);
+    s = make_stepv("to_float", "");
+    ck_assert_uint_eq(step_out_dtype(&s, PROTO_DTYPE_U8), PROTO_DTYPE_F32);
+    ck_assert_uint_eq(step_out_layout(&s, STEP_LAYOUT_NCHW), STEP_LAYOUT_NHWC);
+    s = make_stepv("random_flip", "");
+    ck_assert_uint_eq(step_out_dtype(&s, PROTO_DTYPE_U8), PROTO_DTYPE_U8);
+    ck_assert_uint_eq(step_out_layout(&s, STEP_LAYOUT_NHWC), STEP_LAYOUT_NHWC);
+    s = make_stepv("decode", "");
+    ck_assert_uint_eq(step_out_layout(&s, STEP_LAYOUT_NCHW), STEP_LAYOUT_NHWC);
+}
+END_TEST
+
+/* ---- decode: grey, dct_scale ---- */
+
+#define PY_DECODE_L                                                         \
+    "from PIL import Image;import sys;"                                     \
+    "sys.stdout.buffer.write(Image.open(sys.argv[1]).convert(\"L\").tobytes())"
+
+static void decode_file(const struct step *dec, const char *path, struct step_ctx *ctx,
+                        struct img *out)
+{
+    struct img enc;
+    read_encoded(path, &enc);
+    apply_ok(dec, ctx, &enc, out);
+    img_free(&enc);
+}
+
+/* decode(mode=grey) of a file equals PIL's convert("L"), byte for byte. */
+static void check_grey_file(const char *path, const char *what)
+{
+    struct step_ctx ctx;
+    struct img px = {0};
+    struct step dec = make_stepv("decode", "grey");
+    step_ctx_init(&ctx);
+    decode_file(&dec, path, &ctx, &px);
+    ck_assert_uint_eq(px.c, 1);
+    uint8_t *ref = malloc(px.len);
+    ck_assert_ptr_nonnull(ref);
+    char args[4200];
+    snprintf(args, sizeof(args), "'%s'", path);
+    python_bytes(PY_DECODE_L, args, ref, px.len);
+    struct diff d = compare(px.data, ref, px.len);
+    printf("decode(mode=grey) %s vs PIL convert(\"L\"): %zu of %zu bytes differ\n", what,
+           d.differing, px.len);
+    ck_assert_msg(d.differing == 0, "%s: grey decode differs from PIL in %zu bytes (max %u)",
+                  what, d.differing, d.max);
+    free(ref);
+    img_free(&px);
+    step_ctx_free(&ctx);
+}
+
+/* Writes pixels (h x w, RGB or CMYK by pf) as a JPEG with subsampling samp
+ * to a new temporary file named in path. */
+static void write_jpeg(const uint8_t *px, uint32_t w, uint32_t h, int pf, int samp,
+                       char *path, size_t pathlen)
+{
+    tjhandle tj = tjInitCompress();
+    ck_assert_ptr_nonnull(tj);
+    unsigned char *jpeg = NULL;
+    unsigned long jlen = 0;
+    ck_assert_msg(tjCompress2(tj, px, (int)w, 0, (int)h, pf, &jpeg, &jlen, samp, 90, 0) == 0,
+                  "tjCompress2: %s", tjGetErrorStr2(tj));
+    temp_path(path, pathlen);
+    write_file(path, jpeg, jlen);
+    tjFree(jpeg);
+    tjDestroy(tj);
+}
+
+START_TEST(test_decode_grey_matches_pil)
+{
+    if (!pil_available())
+        return;
+    char path[4096];
+    for (size_t i = 0; i < NELEM(photos); i++) {
+        photo_path(photos[i].name, path, sizeof(path));
+        check_grey_file(path, photos[i].name);
+    }
+    /* A greyscale JPEG and a CMYK one. */
+    struct step_ctx ctx;
+    struct img src = {0};
+    step_ctx_init(&ctx);
+    decode_photo(&photos[2], &ctx, &src);
+    write_jpeg(src.data, src.w, src.h, TJPF_RGB, TJSAMP_GRAY, path, sizeof(path));
+    check_grey_file(path, "greyscale JPEG");
+    unlink(path);
+    size_t pixels = (size_t)src.w * src.h;
+    uint8_t *cmyk = malloc(pixels * 4);
+    ck_assert_ptr_nonnull(cmyk);
+    for (size_t i = 0; i < pixels; i++) {
+        memcpy(cmyk + i * 4, src.data + i * 3, 3);
+        cmyk[i * 4 + 3] = (uint8_t)(i * 7);
+    }
+    write_jpeg(cmyk, src.w, src.h, TJPF_CMYK, TJSAMP_420, path, sizeof(path));
+    check_grey_file(path, "CMYK JPEG");
+    unlink(path);
+    free(cmyk);
+    img_free(&src);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
+static double psnr(const uint8_t *a, const uint8_t *b, size_t len)
+{
+    double se = 0;
+    for (size_t i = 0; i < len; i++) {
+        double d = (double)a[i] - b[i];
+        se += d * d;
+    }
+    return se == 0 ? INFINITY : 10.0 * log10(255.0 * 255.0 * len / se);
+}
+
+/* A pipeline of decode (with dct) and resize (spec) run by hand, as the
+ * worker does. */
+static void decode_resize(const char *path, const char *dec_spec, const char *rs_spec,
+                          struct step_ctx *ctx, struct img *mid, struct img *out)
+{
+    struct step st[2] = {make_stepv("decode", dec_spec), make_stepv("resize", rs_spec)};
+    char err[256];
+    uint32_t bad;
+    ck_assert_msg(step_chain_init(st, 2, &bad, err, sizeof(err)) == 0, "%s", err);
+    decode_file(&st[0], path, ctx, mid);
+    apply_ok(&st[1], ctx, mid, out);
+}
+
+START_TEST(test_decode_dct_scale)
+{
+    static const struct {
+        const char *rs;     /* the resize after decode */
+        uint32_t num, den;  /* the factor for 640x427 */
+    } cases[] = {
+        /* 5/4 of what resize makes must fit: */
+        {"256", 1, 1},       /* 479x320 for 383x256: 1/2 gives only 320x214 */
+        {"100", 3, 8},       /* 187x125 for 149x100: 3/8 gives 240x161, 1/4 160x107 */
+        {"80", 1, 4},        /* 149x100 for 119x80: 1/4 gives 160x107 */
+        {"20", 1, 8},        /* 37x25 for 29x20: 1/8 (80x54) is the smallest */
+        {"427", 1, 1},       /* nothing smaller covers it */
+        {"[160,240]", 1, 2}, /* 300x200: 1/2 gives 320x214 */
+        {"[171,256]", 1, 2}, /* 320x214 */
+        {"[172,256]", 1, 1}, /* 320x215: 5/8 would, but is no faster than 1/1 */
+    };
+    struct step_ctx ctx;
+    struct img mid = {0}, out = {0}, ref_mid = {0}, ref = {0};
+    char path[4096];
+    step_ctx_init(&ctx);
+    photo_path(photos[0].name, path, sizeof(path));
+    for (size_t i = 0; i < NELEM(cases); i++) {
+        struct step st[2] = {make_stepv("decode", "dct_scale=true"),
+                             make_stepv("resize", cases[i].rs)};
+        uint32_t num, den, bad;
+        char err[256];
+        ck_assert_int_eq(step_chain_init(st, 2, &bad, err, sizeof(err)), 0);
+        step_decode_scale(&st[0], photos[0].h, photos[0].w, &num, &den);
+        ck_assert_msg(num * cases[i].den == den * cases[i].num,
+                      "resize(%s) of 640x427: factor %u/%u, want %u/%u", cases[i].rs, num,
+                      den, cases[i].num, cases[i].den);
+        decode_resize(path, "dct_scale=true", cases[i].rs, &ctx, &mid, &out);
+        ck_assert_uint_eq(mid.w, (photos[0].w * num + den - 1) / den);
+        ck_assert_uint_eq(mid.h, (photos[0].h * num + den - 1) / den);
+        ck_assert_uint_eq(mid.src_w, num == den ? 0 : photos[0].w);
+        decode_resize(path, "", cases[i].rs, &ctx, &ref_mid, &ref);
+        ck_assert_msg(out.w == ref.w && out.h == ref.h,
+                      "resize(%s) after dct_scale: %ux%u, exact path %ux%u", cases[i].rs,
+                      out.w, out.h, ref.w, ref.h);
+    }
+    /* The deviation from the exact path, per photo, colour and grey, when
+     * decode scales (an unscaled decode is exact). */
+    static const char *const sizes[] = {"256", "128", "64"};
+    for (size_t i = 0; i < NELEM(photos); i++) {
+        photo_path(photos[i].name, path, sizeof(path));
+        for (size_t k = 0; k < NELEM(sizes) * 2; k++) {
+            int grey = k & 1;
+            const char *size = sizes[k / 2];
+            decode_resize(path, grey ? "grey;dct_scale=true" : "dct_scale=true", size, &ctx,
+                          &mid, &out);
+            decode_resize(path, grey ? "grey" : "", size, &ctx, &ref_mid, &ref);
+            ck_assert(out.w == ref.w && out.h == ref.h && out.c == ref.c);
+            struct diff d = compare(out.data, ref.data, out.len);
+            double p = psnr(out.data, ref.data, out.len);
+            if (mid.w == ref_mid.w) {
+                ck_assert_msg(d.differing == 0, "%s: unscaled decode differs", photos[i].name);
+                continue;
+            }
+            printf("dct_scale: %s%s %ux%u decoded at %ux%u, resize(%s) -> %ux%u: "
+                   "PSNR %.2f dB, mean abs diff %.3f, max %u vs the exact path\n",
+                   photos[i].name, grey ? " (grey)" : "", ref_mid.w, ref_mid.h, mid.w, mid.h,
+                   size, out.w, out.h, p, d.mean, d.max);
+            ck_assert_msg(p >= 30.0, "%s: PSNR %.2f dB", photos[i].name, p);
+        }
+    }
+    img_free(&mid);
+    img_free(&out);
+    img_free(&ref_mid);
+    img_free(&ref);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
+/* ---- resize to [H, W], boxes ---- */
+
+#define PY_RESIZE_BOX                                                       \
+    "from PIL import Image;import sys;a=sys.argv[2:];"                      \
+    "im=Image.frombytes({\"1\":\"L\",\"3\":\"RGB\"}[a[2]],(int(a[0]),int(a[1])),"\
+    "open(sys.argv[1],\"rb\").read());"                                     \
+    "sys.stdout.buffer.write(im.resize((int(a[3]),int(a[4]))," PY_BILINEAR   \
+    ",box=tuple(float(v) for v in a[5:9])).tobytes())"
+
+/* Pillow's resize of in to out_w x out_h with box, into ref. */
+static void pil_resize_box(const struct img *in, uint32_t out_w, uint32_t out_h,
+                           const double box[4], uint8_t *ref)
+{
+    char path[4096], args[4400];
+    temp_path(path, sizeof(path));
+    write_file(path, in->data, in->len);
+    snprintf(args, sizeof(args), "'%s' %u %u %u %u %u %.17g %.17g %.17g %.17g", path, in->w,
+             in->h, in->c, out_w, out_h, box[0], box[1], box[2], box[3]);
+    python_bytes(PY_RESIZE_BOX, args, ref, (size_t)out_w * out_h * in->c);
+    unlink(path);
+}
+
+START_TEST(test_resize_hw_matches_pil)
+{
+    static const struct {
+        uint32_t h, w, c;
+        const char *size;
+    } cases[] = {
+        {427, 640, 3, "[256,320]"}, {60, 40, 3, "[100,10]"}, {33, 35, 1, "[34,33]"},
+        {50, 50, 3, "[50,50]"},     {7, 300, 3, "[7,299]"},   {1, 1, 3, "[3,2]"},
+    };
+    if (!pil_available())
+        return;
+    struct step_ctx ctx;
+    struct img in = {0}, out = {0};
+    step_ctx_init(&ctx);
+    for (size_t i = 0; i < NELEM(cases); i++) {
+        struct step rs = make_stepv("resize", cases[i].size);
+        make_pixels(&in, cases[i].h, cases[i].w, cases[i].c);
+        fill_pattern(&in, i + 100);
+        apply_ok(&rs, &ctx, &in, &out);
+        ck_assert(out.h == rs.h && out.w == rs.w && out.c == in.c);
+        uint8_t *ref = malloc(out.len);
+        ck_assert_ptr_nonnull(ref);
+        pil_resize_raw(&in, out.w, out.h, ref);
+        struct diff d = compare(out.data, ref, out.len);
+        ck_assert_msg(d.differing == 0, "%ux%u resize(%s): %zu bytes differ from PIL",
+                      in.w, in.h, cases[i].size, d.differing);
+        free(ref);
+        img_free(&in);
+    }
+    img_free(&out);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
+/* Pillow's box (fractional, anywhere in the image) through every kernel. */
+START_TEST(test_resample_box_matches_pil)
+{
+    if (!pil_available())
+        return;
+    struct step_ctx ctx;
+    struct img in = {0}, out = {0};
+    unsigned usable = resize_isas_usable();
+    step_ctx_init(&ctx);
+    for (uint64_t n = 0; n < 12; n++) {
+        uint64_t r = step_mix64(n + 77);
+        uint32_t h = 8 + r % 90, w = 8 + (r >> 8) % 90, c = n % 3 == 2 ? 1 : 3;
+        uint32_t oh = 1 + (r >> 16) % 60, ow = 1 + (r >> 24) % 60;
+        /* Box corners on 1/8 steps: exact in Pillow's float box. */
+        double x0 = (double)((r >> 32) % (w * 4)) / 8, y0 = (double)((r >> 40) % (h * 4)) / 8;
+        double x1 = x0 + 0.125 + (double)((r >> 48) % (uint64_t)((w - x0) * 8 - 1)) / 8;
+        double y1 = y0 + 0.125 + (double)((r >> 56) % (uint64_t)((h - y0) * 8 - 1)) / 8;
+        if (n == 0) { /* the whole image: one pass skipped */
+            x0 = y0 = 0;
+            x1 = w;
+            y1 = h;
+            oh = h;
+        }
+        make_pixels(&in, h, w, c);
+        fill_pattern(&in, n);
+        const double box[4] = {x0, y0, x1, y1};
+        uint8_t *ref = malloc((size_t)oh * ow * c);
+        ck_assert_ptr_nonnull(ref);
+        pil_resize_box(&in, ow, oh, box, ref);
+        struct step_resample_src src;
+        step_resample_src_img(&src, &in);
+        src.x0 = x0;
+        src.y0 = y0;
+        src.x1 = x1;
+        src.y1 = y1;
+        for (size_t k = 0; k < NELEM(resize_isas); k++) {
+            if (!(usable >> k & 1))
+                continue;
+            int rc = step_resample(&ctx, resize_isas[k].isa, &src, oh, ow, &out, "test");
+            ck_assert_msg(rc == 0, "step_resample: %d %s", rc, ctx.err);
+            struct diff d = compare(out.data, ref, out.len);
+            ck_assert_msg(d.differing == 0,
+                          "%ux%ux%u box (%g,%g,%g,%g) -> %ux%u, %s kernel: %zu bytes differ "
+                          "from PIL, max %u",
+                          w, h, c, x0, y0, x1, y1, ow, oh, resize_isas[k].name, d.differing,
+                          d.max);
+        }
+        free(ref);
+        img_free(&in);
+    }
+    /* Boxes outside the view are refused. */
+    make_pixels(&in, 10, 10, 3);
+    struct step_resample_src src;
+    step_resample_src_img(&src, &in);
+    src.x1 = 10.5;
+    ck_assert_int_eq(step_resample(&ctx, STEP_RESIZE_ISA_AUTO, &src, 5, 5, &out, "t"),
+                     -EINVAL);
+    src.x1 = 10;
+    src.y0 = src.y1 = 3;
+    ck_assert_int_eq(step_resample(&ctx, STEP_RESIZE_ISA_AUTO, &src, 5, 5, &out, "t"),
+                     -EINVAL);
+    img_free(&in);
+    img_free(&out);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
+/* ---- random_resized_crop ---- */
+
+START_TEST(test_rrc_params)
+{
+    struct step s = make_stepv("random_resized_crop", "224");
+    struct step_box b, b2;
+    const uint32_t h = 256, w = 341;
+    int n = 20000, fallbacks = 0;
+    double area_sum = 0, lratio_sum = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t seed = step_mix64((uint64_t)i);
+        int at = step_rrc_params(&s, seed, h, w, &b);
+        ck_assert(at >= 1 && at <= 11);
+        step_rrc_params(&s, seed, h, w, &b2);
+        ck_assert(memcmp(&b, &b2, sizeof(b)) == 0); /* same seed, same box */
+        ck_assert(b.h >= 1 && b.w >= 1 && b.top + b.h <= h && b.left + b.w <= w);
+        if (at == 11) {
+            fallbacks++;
+            continue;
+        }
+        double area = (double)b.h * b.w / (h * w), ratio = (double)b.w / b.h;
+        /* Rounding moves the box by at most half a pixel a side. */
+        ck_assert_msg(area >= 0.08 * 0.97 && area <= 1.0, "area fraction %f", area);
+        ck_assert_msg(ratio >= 0.75 * 0.97 && ratio <= 4.0 / 3.0 * 1.03, "ratio %f", ratio);
+        area_sum += area;
+        lratio_sum += log(ratio);
+    }
+    int kept = n - fallbacks;
+    /* With scale [0.08, 1] on a 4:3 image nearly every draw fits at the
+     * first or second attempt; accepted draws are biased to smaller areas
+     * (large areas at extreme ratios do not fit) and, the image being wide,
+     * to wide crops. torchvision's get_params on 341x256 gives a mean area
+     * fraction of 0.4355 and a mean log ratio of 0.031 over 20000 draws;
+     * tests/python/test_fidelity.py compares the distributions. */
+    ck_assert_msg(fallbacks < n / 1000, "%d fallbacks in %d", fallbacks, n);
+    ck_assert_msg(fabs(area_sum / kept - 0.4355) < 0.01, "mean area fraction %f",
+                  area_sum / kept);
+    ck_assert_msg(fabs(lratio_sum / kept - 0.031) < 0.01, "mean log ratio %f",
+                  lratio_sum / kept);
+    printf("random_resized_crop(224) of %ux%u over %d seeds: mean area fraction %.4f, mean "
+           "log ratio %.4f, %d fallbacks\n", w, h, n, area_sum / kept, lratio_sum / kept,
+           fallbacks);
+
+    /* The fallback: no draw fits (scale above 1), so the whole image, its
+     * ratio clamped into [3/4, 4/3], centred. */
+    struct step never = make_stepv("random_resized_crop", "size=8;scale=[2,3]");
+    ck_assert_int_eq(step_rrc_params(&never, 1, 256, 341, &b), 11);
+    ck_assert(b.top == 0 && b.left == 0 && b.h == 256 && b.w == 341);
+    ck_assert_int_eq(step_rrc_params(&never, 1, 100, 400, &b), 11);
+    ck_assert(b.h == 100 && b.w == 133 && b.top == 0 && b.left == 133); /* round(133.3) */
+    ck_assert_int_eq(step_rrc_params(&never, 1, 401, 100, &b), 11);
+    ck_assert(b.w == 100 && b.h == 133 && b.left == 0 && b.top == 134); /* round(133.3) */
+    ck_assert_int_eq(step_rrc_params(&never, 1, 1, 1, &b), 11);
+    ck_assert(b.w == 1 && b.h == 1);
+    /* scale [1, 1] and ratio [1, 1] on a square: the whole image. */
+    struct step whole = make_stepv("random_resized_crop", "size=8;scale=[1,1];ratio=[1,1]");
+    ck_assert_int_eq(step_rrc_params(&whole, 5, 64, 64, &b), 1);
+    ck_assert(b.h == 64 && b.w == 64 && b.top == 0 && b.left == 0);
+}
+END_TEST
+
+#define PY_CROP_RESIZE                                                      \
+    "from PIL import Image;import sys;a=[int(v) for v in sys.argv[2:]];"    \
+    "im=Image.frombytes({1:\"L\",3:\"RGB\"}[a[2]],(a[0],a[1]),"             \
+    "open(sys.argv[1],\"rb\").read());"                                     \
+    "im=im.crop((a[6],a[5],a[6]+a[8],a[5]+a[7]));"                          \
+    "sys.stdout.buffer.write(im.resize((a[3],a[4])," PY_BILINEAR ").tobytes())"
+
+/* random_resized_crop is F.resized_crop with its box: crop, then resize. */
+START_TEST(test_rrc_matches_pil)
+{
+    if (!pil_available())
+        return;
+    struct step_ctx ctx;
+    struct img px = {0}, in = {0}, out = {0};
+    char path[4096], args[4400];
+    step_ctx_init(&ctx);
+    decode_photo(&photos[2], &ctx, &px);
+    struct step rs = make_step("resize", "256");
+    apply_ok(&rs, &ctx, &px, &in);
+    static const char *const specs[] = {"224", "size=[64,96];scale=[0.01,0.05]",
+                                        "size=[300,200];scale=[0.9,1]"};
+    for (int grey = 0; grey < 2; grey++) {
+        if (grey) { /* the same through one channel */
+            struct step dg = make_stepv("decode", "grey");
+            char ppath[4096];
+            photo_path(photos[2].name, ppath, sizeof(ppath));
+            decode_file(&dg, ppath, &ctx, &px);
+            apply_ok(&rs, &ctx, &px, &in);
+        }
+        temp_path(path, sizeof(path));
+        write_file(path, in.data, in.len);
+        for (size_t i = 0; i < NELEM(specs); i++) {
+            struct step s = make_stepv("random_resized_crop", specs[i]);
+            for (uint64_t seed = 1; seed <= 3; seed++) {
+                struct step_box b;
+                ctx.seed = step_mix64(seed * 1000 + i);
+                step_rrc_params(&s, ctx.seed, in.h, in.w, &b);
+                apply_ok(&s, &ctx, &in, &out);
+                ck_assert(out.h == s.h && out.w == s.w && out.c == in.c);
+                uint8_t *ref = malloc(out.len);
+                ck_assert_ptr_nonnull(ref);
+                snprintf(args, sizeof(args), "'%s' %u %u %u %u %u %u %u %u %u", path, in.w,
+                         in.h, in.c, out.w, out.h, b.top, b.left, b.h, b.w);
+                python_bytes(PY_CROP_RESIZE, args, ref, out.len);
+                struct diff d = compare(out.data, ref, out.len);
+                ck_assert_msg(d.differing == 0,
+                              "random_resized_crop(%s) box %ux%u at (%u,%u) of %ux%ux%u: %zu "
+                              "bytes differ from PIL crop+resize, max %u",
+                              specs[i], b.w, b.h, b.left, b.top, in.w, in.h, in.c,
+                              d.differing, d.max);
+                free(ref);
+            }
+        }
+        unlink(path);
+    }
+    img_free(&px);
+    img_free(&in);
+    img_free(&out);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
+/* ---- pad ---- */
+
+START_TEST(test_pad)
+{
+    struct step_ctx ctx;
+    struct img in, out = {0};
+    step_ctx_init(&ctx);
+    static const struct {
+        const char *spec;
+        uint32_t c;
+        uint32_t l, t, r, b;
+        uint8_t fill[3];
+    } cases[] = {
+        {"2", 3, 2, 2, 2, 2, {0, 0, 0}},
+        {"padding=[1,3];fill=9", 1, 1, 3, 1, 3, {9, 9, 9}},
+        {"padding=[0,1,2,3];fill=[10,20,30]", 3, 0, 1, 2, 3, {10, 20, 30}},
+        {"padding=0", 3, 0, 0, 0, 0, {0, 0, 0}},
+    };
+    for (size_t i = 0; i < NELEM(cases); i++) {
+        struct step s = make_stepv("pad", cases[i].spec);
+        make_coords(&in, 3, 4, cases[i].c);
+        apply_ok(&s, &ctx, &in, &out);
+        uint32_t oh = 3 + cases[i].t + cases[i].b, ow = 4 + cases[i].l + cases[i].r;
+        ck_assert(out.h == oh && out.w == ow && out.c == in.c);
+        for (uint32_t y = 0; y < oh; y++)
+            for (uint32_t x = 0; x < ow; x++)
+                for (uint32_t ch = 0; ch < in.c; ch++) {
+                    int64_t sy = (int64_t)y - cases[i].t, sx = (int64_t)x - cases[i].l;
+                    uint8_t want = sy >= 0 && sy < 3 && sx >= 0 && sx < 4
+                                       ? px_at((uint32_t)sy, (uint32_t)sx, ch)
+                                       : cases[i].fill[ch];
+                    uint8_t got = out.data[((size_t)y * ow + x) * in.c + ch];
+                    if (got != want)
+                        ck_abort_msg("pad(%s): (%u,%u,%u) is %u, want %u", cases[i].spec, y,
+                                     x, ch, got, want);
+                }
+        img_free(&in);
+    }
+    /* Per-channel fill on an image of other channels; too large. */
+    struct step s = make_stepv("pad", "padding=1;fill=[1,2,3]");
+    make_coords(&in, 3, 4, 1);
+    ck_assert_int_eq(step_apply(&s, &ctx, &in, &out), -EINVAL);
+    s = make_stepv("pad", "65535");
+    ctx.max_pixels = 1000000;
+    ck_assert_int_eq(step_apply(&s, &ctx, &in, &out), -E2BIG);
+    img_free(&in);
+    img_free(&out);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
+/* ---- normalize, to_float ---- */
+
+/* torchvision's arithmetic, one float32 operation at a time. */
+static float tv_normalize(uint8_t v, float mean, float std)
+{
+    volatile float x = (float)v / 255.0f;
+    volatile float d = x - mean;
+    return d / std;
+}
+
+static float f32_at(const struct img *im, size_t i)
+{
+    float f;
+    memcpy(&f, im->data + i * 4, 4);
+    return f;
+}
+
+START_TEST(test_normalize)
+{
+    struct step_ctx ctx;
+    struct img in = {0}, out = {0};
+    step_ctx_init(&ctx);
+    static const struct {
+        const char *name, *spec;
+        uint32_t c;
+    } cases[] = {
+        {"normalize", "mean=[0.485,0.456,0.406];std=[0.229,0.224,0.225]", 3},
+        {"normalize", "mean=[0.485,0.456,0.406];std=[0.229,0.224,0.225];layout=nchw", 3},
+        {"normalize", "mean=0.5;std=0.5;layout=nchw", 1},
+        {"normalize", "mean=[0.1,0.2,0.3,0.4];std=[1,2,3,4];layout=nchw", 4},
+        {"normalize", "mean=[0.1,0.2,0.3,0.4];std=[1,2,3,4]", 4},
+        {"to_float", "", 3},
+        {"to_float", "nchw", 3},
+    };
+    for (size_t i = 0; i < NELEM(cases); i++) {
+        struct step s = make_stepv(cases[i].name, cases[i].spec);
+        uint32_t h = 5, w = 7, c = cases[i].c;
+        make_pixels(&in, h, w, c);
+        for (size_t k = 0; k < in.len; k++)
+            in.data[k] = (uint8_t)(k * 37 + (k >> 8));
+        in.data[0] = 0;
+        in.data[1] = 255;
+        /* Into a borrowed buffer at an odd address, as a batch slot may be. */
+        size_t len = (size_t)h * w * c * 4;
+        uint8_t *mem = malloc(len + 1);
+        ck_assert_ptr_nonnull(mem);
+        struct img slot = {.fmt = IMG_PIXELS, .data = mem + 1, .cap = len, .borrowed = 1};
+        int rc = step_apply(&s, &ctx, &in, &slot);
+        ck_assert_msg(rc == 0, "%s(%s): %d %s", cases[i].name, cases[i].spec, rc, ctx.err);
+        ck_assert(slot.data == mem + 1 && slot.len == len && slot.dtype == PROTO_DTYPE_F32);
+        ck_assert(slot.h == h && slot.w == w && slot.c == c);
+        int nchw = s.layout == STEP_LAYOUT_NCHW;
+        for (uint32_t y = 0; y < h; y++)
+            for (uint32_t x = 0; x < w; x++)
+                for (uint32_t ch = 0; ch < c; ch++) {
+                    size_t pix = (size_t)y * w + x;
+                    uint8_t v = in.data[pix * c + ch];
+                    uint32_t k = s.nmean == 1 ? 0 : ch;
+                    float want = tv_normalize(v, s.mean[k], s.std[k]);
+                    float got = f32_at(&slot, nchw ? (size_t)ch * h * w + pix : pix * c + ch);
+                    if (memcmp(&got, &want, 4) != 0)
+                        ck_abort_msg("%s(%s): (%u,%u,%u) = %.9g, want %.9g", cases[i].name,
+                                     cases[i].spec, y, x, ch, got, want);
+                }
+        if (s.kind == STEP_TO_FLOAT) /* pixel 0 is (0, 255, ...) */
+            ck_assert(f32_at(&slot, 0) == 0.0f && f32_at(&slot, nchw ? h * w : 1) == 1.0f);
+        /* An owned output grows to fit. */
+        apply_ok(&s, &ctx, &in, &out);
+        ck_assert(memcmp(out.data, slot.data, len) == 0);
+        /* A slot too small is -ENOSPC. */
+        slot.cap = len - 1;
+        ck_assert_int_eq(step_apply(&s, &ctx, &in, &slot), -ENOSPC);
+        free(mem);
+        img_free(&in);
+    }
+    /* Channels the values do not fit; float input. */
+    struct step s = make_stepv("normalize", "mean=[0,0,0];std=[1,1,1]");
+    make_pixels(&in, 2, 2, 1);
+    ck_assert_int_eq(step_apply(&s, &ctx, &in, &out), -EINVAL);
+    img_free(&in);
+    make_pixels(&in, 2, 2, 3);
+    in.dtype = PROTO_DTYPE_F32;
+    ck_assert_int_eq(step_apply(&s, &ctx, &in, &out), -EINVAL);
+    img_free(&in);
+    img_free(&out);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
 /* ---- throughput (informational) ---- */
 
 static double now_s(void)
@@ -1151,50 +2106,101 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* Runs steps st[0..n) over every input iters times, with ctx's seed
+ * changing per run, and prints the time per image of each step; out is
+ * the last output. */
+static void time_pipeline(const char *label, const struct step *st, size_t n,
+                          const struct img *inputs, size_t ninputs, int iters,
+                          struct step_ctx *ctx, struct img *out)
+{
+    double t[8] = {0};
+    struct img mid[2] = {{0}, {0}};
+    int rc = 0;
+    ck_assert_uint_le(n, NELEM(t));
+    double t0 = now_s();
+    for (int it = 0; it < iters; it++) {
+        for (size_t i = 0; i < ninputs; i++) {
+            const struct img *cur = &inputs[i];
+            ctx->seed = step_mix64((uint64_t)it * ninputs + i);
+            for (size_t k = 0; k < n; k++) {
+                struct img *o = k + 1 == n ? out : &mid[k % 2];
+                double t1 = now_s();
+                rc |= step_apply(&st[k], ctx, cur, o);
+                t[k] += now_s() - t1;
+                cur = o;
+            }
+        }
+    }
+    double total = now_s() - t0;
+    ck_assert_msg(rc == 0, "%s: a step failed: %s", label, ctx->err);
+    int images = iters * (int)ninputs;
+    char line[512];
+    size_t pos = (size_t)snprintf(line, sizeof(line), "throughput: %s, %d images: %.1f/s on "
+                                  "one thread (", label, images, images / total);
+    for (size_t k = 0; k < n && pos < sizeof(line); k++) {
+        char desc[128];
+        step_describe(&st[k], desc, sizeof(desc));
+        pos += (size_t)snprintf(line + pos, sizeof(line) - pos, "%s%s %.3f ms", k ? ", " : "",
+                                desc, t[k] * 1e3 / images);
+    }
+    printf("%s per image)\n", line);
+    img_free(&mid[0]);
+    img_free(&mid[1]);
+}
+
 START_TEST(test_throughput)
 {
-    /* Repeated use of one context; the figure printed is informational
+    /* Repeated use of one context; the figures printed are informational
      * (speed is measured by `make bench`, not by unit tests). */
     const char *env = getenv("PRESTO_STEP_ITERS");
     int iters = env ? atoi(env) : 5;
     struct step_ctx ctx;
-    struct img enc[NELEM(photos)], a = {0}, b = {0}, c = {0};
-    struct step dec = make_step("decode", NULL), rs = make_step("resize", "256");
-    struct step cc = make_step("center_crop", "224");
-    double t_dec = 0, t_rs = 0, t_cc = 0;
+    struct img enc[NELEM(photos)], resized[NELEM(photos)], out = {0};
+    char err[256];
+    uint32_t bad;
     step_ctx_init(&ctx);
     for (size_t i = 0; i < NELEM(photos); i++)
         read_photo(&photos[i], &enc[i]);
 
-    int rc = 0;
-    double t0 = now_s();
-    for (int it = 0; it < iters; it++) {
-        for (size_t i = 0; i < NELEM(photos); i++) {
-            double t1 = now_s();
-            rc |= step_apply(&dec, &ctx, &enc[i], &a);
-            double t2 = now_s();
-            rc |= step_apply(&rs, &ctx, &a, &b);
-            double t3 = now_s();
-            rc |= step_apply(&cc, &ctx, &b, &c);
-            t_cc += now_s() - t3;
-            t_rs += t3 - t2;
-            t_dec += t2 - t1;
-        }
+    struct step eval[3] = {make_step("decode", NULL), make_step("resize", "256"),
+                           make_step("center_crop", "224")};
+    time_pipeline("decode+resize(256)+center_crop(224)", eval, 3, enc, NELEM(photos), iters,
+                  &ctx, &out);
+    ck_assert(out.w == 224 && out.h == 224 && out.c == 3);
+    /* dct_scale pays for large images: here to 112 (1/2 or 3/8). */
+    eval[1] = make_step("resize", "128");
+    eval[2] = make_step("center_crop", "112");
+    time_pipeline("decode+resize(128)+center_crop(112)", eval, 3, enc, NELEM(photos), iters,
+                  &ctx, &out);
+    eval[0] = make_stepv("decode", "dct_scale=true");
+    ck_assert_int_eq(step_chain_init(eval, 3, &bad, err, sizeof(err)), 0);
+    time_pipeline("the same with dct_scale", eval, 3, enc, NELEM(photos), iters, &ctx, &out);
+    ck_assert(out.w == 112 && out.h == 112 && out.c == 3);
+    eval[1] = make_step("resize", "256");
+
+    /* The online part of the ImageNet training transforms, from the
+     * resize(256) a cache would hold. */
+    struct img px = {0};
+    eval[0] = make_step("decode", NULL);
+    for (size_t i = 0; i < NELEM(photos); i++) {
+        memset(&resized[i], 0, sizeof(resized[i]));
+        apply_ok(&eval[0], &ctx, &enc[i], &px);
+        apply_ok(&eval[1], &ctx, &px, &resized[i]);
     }
-    double total = now_s() - t0;
-    ck_assert_msg(rc == 0, "a step failed: %s", ctx.err);
-    int images = iters * (int)NELEM(photos);
-    ck_assert(c.w == 224 && c.h == 224 && c.c == 3);
-    printf("throughput: decode+resize(256)+center_crop(224), %d images in %.3f s: "
-           "%.1f images/s on one thread (decode %.3f ms, resize %.3f ms, "
-           "center_crop %.3f ms per image)\n",
-           images, total, images / total, t_dec * 1e3 / images, t_rs * 1e3 / images,
-           t_cc * 1e3 / images);
-    for (size_t i = 0; i < NELEM(photos); i++)
+    img_free(&px);
+    struct step train[3] = {
+        make_step("random_resized_crop", "224"), make_step("random_flip", NULL),
+        make_stepv("normalize", "mean=[0.485,0.456,0.406];std=[0.229,0.224,0.225];"
+                                "layout=nchw")};
+    time_pipeline("random_resized_crop(224)+random_flip+normalize", train, 3, resized,
+                  NELEM(photos), iters * 20, &ctx, &out);
+    ck_assert(out.w == 224 && out.h == 224 && out.dtype == PROTO_DTYPE_F32);
+
+    for (size_t i = 0; i < NELEM(photos); i++) {
         img_free(&enc[i]);
-    img_free(&a);
-    img_free(&b);
-    img_free(&c);
+        img_free(&resized[i]);
+    }
+    img_free(&out);
     step_ctx_free(&ctx);
 }
 END_TEST
@@ -1209,6 +2215,11 @@ static Suite *steps_suite(void)
     tcase_add_test(tc, test_fingerprint);
     tcase_add_test(tc, test_out_shape);
     tcase_add_test(tc, test_splitmix);
+    tcase_add_test(tc, test_params_valid);
+    tcase_add_test(tc, test_params_errors);
+    tcase_add_test(tc, test_fingerprint_params);
+    tcase_add_test(tc, test_chain);
+    tcase_add_test(tc, test_out_shape_params);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("decode");
@@ -1219,6 +2230,8 @@ static Suite *steps_suite(void)
     tcase_add_test(tc, test_decode_cmyk_matches_pil);
     tcase_add_test(tc, test_decode_errors);
     tcase_add_test(tc, test_decode_max_pixels);
+    tcase_add_test(tc, test_decode_grey_matches_pil);
+    tcase_add_test(tc, test_decode_dct_scale);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("resize");
@@ -1230,11 +2243,25 @@ static Suite *steps_suite(void)
     tcase_add_test(tc, test_resize_isa_errors);
     tcase_add_test(tc, test_resize_constant);
     tcase_add_test(tc, test_resize_shapes);
+    tcase_add_test(tc, test_resize_hw_matches_pil);
+    tcase_add_test(tc, test_resample_box_matches_pil);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("center_crop");
     tcase_add_test(tc, test_crop_offsets);
     tcase_add_test(tc, test_crop_padding);
+    tcase_add_test(tc, test_crop_hw);
+    tcase_add_test(tc, test_pad);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("random_resized_crop");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_rrc_params);
+    tcase_add_test(tc, test_rrc_matches_pil);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("normalize");
+    tcase_add_test(tc, test_normalize);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("random_flip");

@@ -44,7 +44,7 @@ static int run_step(const char *name, const char *arg, struct step_ctx *ctx,
 {
     struct step s;
     char err[256];
-    if (step_init(&s, name, arg, err, sizeof(err)) < 0) {
+    if (step_init_simple(&s, name, arg, err, sizeof(err)) < 0) {
         printf("step %s: %s\n", name, err);
         return -1;
     }
