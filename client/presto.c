@@ -381,6 +381,82 @@ PRESTO_API int presto_datasets(presto_t *p, char **json)
     return presto_call_json(p, PROTO_DATASETS, PROTO_DATASETS_REPLY, json);
 }
 
+/* ---- warm ---- */
+
+/* Reads one PROGRESS or DONE body into *pr. */
+static int warm_recv_progress(struct conn *c, const struct proto_header *h,
+                              presto_progress_t *pr)
+{
+    uint8_t body[SMALL_BODY_MAX];
+    struct proto_rbuf r;
+    struct proto_progress m;
+    int rc = conn_recv_small(c, h, body, sizeof(body));
+    if (rc < 0)
+        return rc;
+    proto_rbuf_init(&r, body, h->body_len);
+    if (proto_get_progress(&r, &m) < 0)
+        return conn_fail(c, PRESTO_E_PROTO, "malformed %s from prestod",
+                         proto_type_name(h->type));
+    pr->done = m.done;
+    pr->total = m.total;
+    pr->bytes = m.bytes;
+    pr->failed = m.failed;
+    pr->computed = m.computed;
+    return 0;
+}
+
+static int warm_run(struct conn *c, uint32_t req, const char *dataset, presto_progress_fn cb,
+                    void *arg)
+{
+    struct proto_wbuf w;
+    struct proto_warm m;
+    struct proto_header h;
+    presto_progress_t pr;
+    int rc;
+
+    memset(&m, 0, sizeof(m));
+    memcpy(m.dataset, dataset, strlen(dataset));
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, PROTO_WARM, req);
+    proto_put_warm(&w, &m);
+    proto_frame_finish(&w);
+    rc = w.failed ? conn_fail(c, PRESTO_E_NOMEM, "cannot build WARM request")
+                  : conn_send(c, w.data, w.len);
+    proto_wbuf_free(&w);
+    while (rc == 0) {
+        if ((rc = conn_recv_header(c, req, &h)) < 0)
+            break;
+        if (h.type == PROTO_ERROR)
+            return conn_recv_error(c, &h);
+        if (h.type != PROTO_PROGRESS && h.type != PROTO_DONE)
+            return conn_unexpected(c, &h);
+        if ((rc = warm_recv_progress(c, &h, &pr)) < 0)
+            break;
+        if (cb)
+            cb(&pr, h.type == PROTO_DONE, arg);
+        if (h.type == PROTO_DONE)
+            return 0;
+    }
+    return rc;
+}
+
+PRESTO_API int presto_warm(presto_t *p, const char *dataset, presto_progress_fn cb, void *arg)
+{
+    struct conn c = {.fd = -1};
+    int rc;
+    if (!dataset || !*dataset || strlen(dataset) >= sizeof(((struct proto_warm *)0)->dataset))
+        return conn_fail(&p->ctl, PRESTO_E_INVAL, "bad dataset name (1 to %zu bytes)",
+                         sizeof(((struct proto_warm *)0)->dataset) - 1);
+    if ((rc = conn_open(&c, p->path)) == 0)
+        rc = warm_run(&c, presto_req_id(p), dataset, cb, arg);
+    conn_close(&c);
+    if (rc < 0)
+        memcpy(p->ctl.err, c.err, sizeof(p->ctl.err));
+    else
+        p->ctl.err[0] = '\0';
+    return rc;
+}
+
 /* ---- streams ---- */
 
 PRESTO_API void presto_stream_opts_init(presto_stream_opts_t *o)

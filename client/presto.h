@@ -106,6 +106,25 @@ const char *presto_errmsg(const presto_t *p);
 int presto_stats(presto_t *p, char **json);
 int presto_datasets(presto_t *p, char **json);
 
+/* Progress of a warm. */
+typedef struct presto_progress {
+    uint64_t done;     /* samples handled so far, bad ones included */
+    uint64_t total;    /* samples of the dataset */
+    uint64_t bytes;    /* materialized bytes of the good ones */
+    uint64_t failed;   /* bad samples (skipped, counted, logged by the daemon) */
+    uint64_t computed; /* samples that had to be computed (the rest were cached) */
+} presto_progress_t;
+
+typedef void (*presto_progress_fn)(const presto_progress_t *progress, int final, void *arg);
+
+/* Materializes a whole dataset through its offline steps into the daemon's
+ * cache tiers (disk, and memory as its policy admits), ahead of training.
+ * Blocks until it is done, calling cb (if not NULL) with each progress
+ * report the daemon sends (about ten a second), and a last time with
+ * final = 1. Runs on a connection of its own. Returns 0, or a negative
+ * code (-PRESTO_E_LIMIT: that dataset is being warmed already). */
+int presto_warm(presto_t *p, const char *dataset, presto_progress_fn cb, void *arg);
+
 void presto_stream_opts_init(presto_stream_opts_t *o);
 /* Opens a stream on its own connection to the daemon. */
 int presto_stream_open(presto_t *p, const presto_stream_opts_t *o,

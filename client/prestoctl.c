@@ -1,7 +1,8 @@
 /*
  * prestoctl: talks to prestod through libprestoclient's public API only.
  *
- *   prestoctl [-s SOCKET] stats | datasets | epoch DATASET [options]
+ *   prestoctl [-s SOCKET] stats | datasets | epoch DATASET [options] |
+ *             warm DATASET [--json]
  *
  * Usage errors print one line and exit 2; failures print one line
  * ("prestoctl: ...") and exit 1. `epoch` is also the C benchmark client,
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXIT_USAGE 2
 
@@ -27,6 +29,7 @@ static const char usage_text[] =
     "  stats                 print the daemon's statistics (JSON)\n"
     "  datasets              print the datasets the daemon serves (JSON)\n"
     "  epoch DATASET         pull one epoch and report its throughput\n"
+    "  warm DATASET          materialize a dataset into the cache ahead of training\n"
     "\n"
     "Global options:\n"
     "  -s, --socket SOCKET   daemon socket (default: $PRESTO_SOCKET, else\n"
@@ -45,7 +48,11 @@ static const char usage_text[] =
     "      --drop-last       drop the last, short batch\n"
     "      --prefetch N      batches the daemon prepares ahead (default: daemon's)\n"
     "      --checksum        FNV-1a 64 over every batch's labels, then data\n"
-    "      --json            print one JSON line instead of text\n";
+    "      --json            print one JSON line instead of text\n"
+    "\n"
+    "warm options:\n"
+    "      --json            no progress, one JSON line at the end\n"
+    "  A progress bar on a terminal, else a progress line every second.\n";
 
 __attribute__((format(printf, 1, 2), noreturn))
 static void die_usage(const char *fmt, ...)
@@ -270,6 +277,119 @@ static int cmd_epoch(const char *sock, int argc, char *argv[])
     return EXIT_SUCCESS;
 }
 
+/* ---- warm ---- */
+
+struct warm_view {
+    const char *dataset;
+    int tty, json;
+    struct timespec t0;
+    double last_line; /* seconds since t0 of the last plain line */
+    presto_progress_t last;
+};
+
+static double since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* "1:02:03", "2:03" or "--:--" when unknown. */
+static void fmt_eta(char *buf, size_t len, double secs)
+{
+    if (secs < 0 || secs > 360000) {
+        snprintf(buf, len, "--:--");
+        return;
+    }
+    unsigned long s = (unsigned long)(secs + 0.5);
+    if (s >= 3600)
+        snprintf(buf, len, "%lu:%02lu:%02lu", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf(buf, len, "%lu:%02lu", s / 60, s % 60);
+}
+
+static void warm_progress(const presto_progress_t *pr, int final, void *arg)
+{
+    struct warm_view *v = arg;
+    double t = since(&v->t0);
+    double mbs = t > 0 ? (double)pr->bytes / 1e6 / t : 0.0;
+    double frac = pr->total ? (double)pr->done / (double)pr->total : 1.0;
+    double eta = pr->done && t > 0 ? t * (double)(pr->total - pr->done) / (double)pr->done : -1;
+    char etabuf[32];
+    v->last = *pr;
+    if (v->json)
+        return;
+    fmt_eta(etabuf, sizeof(etabuf), final ? 0 : eta);
+    if (v->tty) {
+        enum { WIDTH = 30 };
+        char bar[WIDTH + 1];
+        int fill = (int)(frac * WIDTH);
+        for (int i = 0; i < WIDTH; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[WIDTH] = '\0';
+        printf("\r%s [%s] %5.1f%% %" PRIu64 "/%" PRIu64 " samples %7.1f MB/s ETA %s ",
+               v->dataset, bar, frac * 100, pr->done, pr->total, mbs, etabuf);
+        if (final)
+            putchar('\n');
+        fflush(stdout);
+    } else if (!final && (t - v->last_line >= 1.0 || v->last_line == 0)) {
+        v->last_line = t > 0 ? t : 1e-9;
+        printf("warm %s: %" PRIu64 "/%" PRIu64 " samples (%.1f%%), %.1f MB/s, ETA %s\n",
+               v->dataset, pr->done, pr->total, frac * 100, mbs, etabuf);
+        fflush(stdout);
+    }
+}
+
+static int cmd_warm(const char *sock, int argc, char *argv[])
+{
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, OPT_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    struct warm_view v = {0};
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_JSON: v.json = 1; break;
+        case 'h': help();
+        default: die_bad_option(c, argv);
+        }
+    }
+    if (optind >= argc)
+        die_usage("warm needs a DATASET");
+    if (optind + 1 < argc)
+        die_usage("warm takes one DATASET, got also '%s'", argv[optind + 1]);
+    v.dataset = argv[optind];
+    v.tty = isatty(STDOUT_FILENO);
+
+    presto_t *p = connect_or_die(sock);
+    const presto_progress_t *last = &v.last;
+    clock_gettime(CLOCK_MONOTONIC, &v.t0);
+    if (presto_warm(p, v.dataset, warm_progress, &v) < 0) {
+        if (v.tty)
+            putchar('\n');
+        die(presto_errmsg(p));
+    }
+    double secs = since(&v.t0);
+    double mbs = secs > 0 ? (double)last->bytes / 1e6 / secs : 0.0;
+    if (v.json) {
+        fputs("{\"dataset\":", stdout);
+        put_json_str(v.dataset);
+        printf(",\"samples\":%" PRIu64 ",\"computed\":%" PRIu64 ",\"failed\":%" PRIu64
+               ",\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"mb_per_s\":%.1f}\n",
+               last->done, last->computed, last->failed, last->bytes, secs, mbs);
+    } else {
+        printf("warm %s: %" PRIu64 " samples (%" PRIu64 " computed, %" PRIu64
+               " cached already, %" PRIu64 " bad), %.1f MB in %.2f s, %.1f MB/s\n",
+               v.dataset, last->done, last->computed,
+               last->done - last->computed - last->failed, last->failed,
+               (double)last->bytes / 1e6, secs, mbs);
+    }
+    presto_close(p);
+    return EXIT_SUCCESS;
+}
+
 /* ---- main ---- */
 
 static const struct {
@@ -279,6 +399,7 @@ static const struct {
     {"stats", cmd_json},
     {"datasets", cmd_json},
     {"epoch", cmd_epoch},
+    {"warm", cmd_warm},
 };
 
 int main(int argc, char *argv[])

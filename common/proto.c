@@ -73,6 +73,8 @@ const char *proto_type_name(uint16_t type)
         [PROTO_OPEN] = "OPEN",         [PROTO_OPENED] = "OPENED",
         [PROTO_BATCH] = "BATCH",       [PROTO_END] = "END",
         [PROTO_CLOSE] = "CLOSE",       [PROTO_CLOSED] = "CLOSED",
+        [PROTO_WARM] = "WARM",         [PROTO_PROGRESS] = "PROGRESS",
+        [PROTO_DONE] = "DONE",
     };
     if (type < PROTO_TYPE_MAX && names[type])
         return names[type];
@@ -282,15 +284,23 @@ void proto_put_open(struct proto_wbuf *w, const struct proto_open *m)
     proto_put_u32(w, m->prefetch);
 }
 
-int proto_get_open(struct proto_rbuf *r, struct proto_open *m)
+/* A dataset name: 1 to cap - 1 bytes, no NUL; copied NUL-terminated. */
+static int get_name(struct proto_rbuf *r, char *out, size_t cap)
 {
     const char *s;
     uint32_t n;
-    memset(m, 0, sizeof(*m));
-    if (proto_get_str(r, &s, &n, 0) < 0 || n == 0 || n >= sizeof(m->dataset) ||
-        memchr(s, '\0', n))
+    if (proto_get_str(r, &s, &n, 0) < 0 || n == 0 || n >= cap || memchr(s, '\0', n))
         return -PROTO_E_PROTO;
-    memcpy(m->dataset, s, n);
+    memcpy(out, s, n);
+    out[n] = '\0';
+    return 0;
+}
+
+int proto_get_open(struct proto_rbuf *r, struct proto_open *m)
+{
+    memset(m, 0, sizeof(*m));
+    if (get_name(r, m->dataset, sizeof(m->dataset)) < 0)
+        return -PROTO_E_PROTO;
     proto_get_u32(r, &m->batch_size);
     proto_get_u64(r, &m->seed);
     proto_get_u64(r, &m->epoch);
@@ -397,6 +407,40 @@ int proto_get_end(struct proto_rbuf *r, struct proto_end *m)
     proto_get_u64(r, &m->batches);
     proto_get_u64(r, &m->samples);
     proto_get_u64(r, &m->skipped);
+    return r->failed || proto_remaining(r) ? -PROTO_E_PROTO : 0;
+}
+
+void proto_put_warm(struct proto_wbuf *w, const struct proto_warm *m)
+{
+    proto_put_str(w, m->dataset, strlen(m->dataset));
+    proto_put_u32(w, m->flags);
+}
+
+int proto_get_warm(struct proto_rbuf *r, struct proto_warm *m)
+{
+    memset(m, 0, sizeof(*m));
+    if (get_name(r, m->dataset, sizeof(m->dataset)) < 0)
+        return -PROTO_E_PROTO;
+    proto_get_u32(r, &m->flags);
+    return r->failed || proto_remaining(r) ? -PROTO_E_PROTO : 0;
+}
+
+void proto_put_progress(struct proto_wbuf *w, const struct proto_progress *m)
+{
+    proto_put_u64(w, m->done);
+    proto_put_u64(w, m->total);
+    proto_put_u64(w, m->bytes);
+    proto_put_u64(w, m->failed);
+    proto_put_u64(w, m->computed);
+}
+
+int proto_get_progress(struct proto_rbuf *r, struct proto_progress *m)
+{
+    proto_get_u64(r, &m->done);
+    proto_get_u64(r, &m->total);
+    proto_get_u64(r, &m->bytes);
+    proto_get_u64(r, &m->failed);
+    proto_get_u64(r, &m->computed);
     return r->failed || proto_remaining(r) ? -PROTO_E_PROTO : 0;
 }
 

@@ -45,6 +45,15 @@
  *                          under drop_last is in neither)
  *   CLOSE          (c->d)  u32 stream_id: stop a stream early
  *   CLOSED         (d->c)  u32 stream_id
+ *   WARM           (c->d)  str dataset, u32 flags (0): materialize the whole
+ *                          dataset through its offline steps into the cache
+ *                          tiers (disk, and memory as its policy admits)
+ *   PROGRESS       (d->c)  u64 done, u64 total, u64 bytes, u64 failed,
+ *                          u64 computed: samples handled so far (bad ones
+ *                          included) of total, materialized bytes of the
+ *                          good ones, bad samples, and samples that had to
+ *                          be computed (the rest were cached already)
+ *   DONE           (d->c)  the same fields, final: the operation is complete
  *
  * An ERROR about the connection as a whole (bad magic, an oversized frame,
  * a refused connection) carries req_id 0 or the offending frame's, and the
@@ -57,6 +66,13 @@
  * PROTO_OPEN_DROP_LAST): a bad sample skipped under on_error: skip is left
  * out of the epoch and the batches close up behind it. A stream
  * that fails mid-epoch gets an ERROR frame whose req_id is the OPEN's.
+ *
+ * After WARM the daemon sends PROGRESS frames (the first at once, then at
+ * most ten a second), then DONE, all with the WARM's req_id; or an ERROR
+ * (unknown dataset, a warm of that dataset already running, shutdown).
+ * Bad samples do not stop a warm: they are counted in failed. Closing the
+ * connection stops the warm (what is materialized stays). A connection
+ * runs one WARM at a time and nothing else meanwhile.
  */
 #ifndef PRESTO_PROTO_H
 #define PRESTO_PROTO_H
@@ -87,6 +103,9 @@ enum proto_type {
     PROTO_END = 9,
     PROTO_CLOSE = 10,
     PROTO_CLOSED = 11,
+    PROTO_WARM = 12,
+    PROTO_PROGRESS = 13,
+    PROTO_DONE = 14,
     PROTO_TYPE_MAX
 };
 
@@ -198,6 +217,14 @@ struct proto_end {
     uint32_t stream_id;
     uint64_t batches, samples, skipped;
 };
+struct proto_warm {
+    char dataset[256];
+    uint32_t flags;
+};
+/* PROGRESS and DONE. */
+struct proto_progress {
+    uint64_t done, total, bytes, failed, computed;
+};
 
 void proto_put_open(struct proto_wbuf *w, const struct proto_open *m);
 int proto_get_open(struct proto_rbuf *r, struct proto_open *m);
@@ -215,6 +242,10 @@ void proto_batch_prefix_encode(uint8_t *out, uint32_t req_id,
                                const int64_t *labels, size_t data_len);
 void proto_put_end(struct proto_wbuf *w, const struct proto_end *m);
 int proto_get_end(struct proto_rbuf *r, struct proto_end *m);
+void proto_put_warm(struct proto_wbuf *w, const struct proto_warm *m);
+int proto_get_warm(struct proto_rbuf *r, struct proto_warm *m);
+void proto_put_progress(struct proto_wbuf *w, const struct proto_progress *m);
+int proto_get_progress(struct proto_rbuf *r, struct proto_progress *m);
 void proto_put_error(struct proto_wbuf *w, uint32_t code, const char *msg);
 /* msg is copied (truncated) into buf. */
 int proto_get_error(struct proto_rbuf *r, uint32_t *code, char *buf, size_t bufsz);

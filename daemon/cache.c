@@ -9,36 +9,123 @@
 
 /* Entries are never freed one by one, so they are carved from large
  * anonymous mappings (slabs) with transparent huge pages: one page fault
- * per 2 MiB instead of one per 4 KiB, and no malloc bookkeeping. */
+ * per 2 MiB instead of one per 4 KiB, and no malloc bookkeeping. Only the
+ * pages entries are written to become resident. */
 #define CACHE_SLAB_SIZE (64ull << 20)
 #define CACHE_ALIGN 64
+/* A partly admitted dataset takes this much of its fraction, so that the
+ * spread of a hash-chosen subset rarely meets the hard budget. */
+#define CACHE_ADMIT_MARGIN 0.98
 
 struct cache_slab {
     struct cache_slab *next;
     size_t size, used;
 };
 
-struct cache_slots {
+struct cache_ds {
     struct cache_entry **slot; /* atomic pointers */
     uint32_t n;
+    uint64_t entry_bytes;      /* atomic; 0 until known */
+    uint64_t threshold;        /* atomic: admit a sample whose hash is <= this */
+    uint64_t entries, bytes;   /* atomic */
+    uint64_t rejected, not_admitted; /* atomic */
 };
 
 struct cache {
     uint64_t budget;
-    uint64_t bytes;    /* atomic: entries plus the slot arrays */
-    uint64_t entries;  /* atomic */
-    uint64_t rejected; /* atomic */
-    struct cache_slots *ds;
+    uint64_t bytes;       /* atomic: entries plus the slot arrays */
+    uint64_t index_bytes; /* the slot arrays; fixed */
+    uint64_t entries;     /* atomic */
+    struct cache_ds *ds;
     uint32_t ndatasets;
+    pthread_mutex_t plan_lock; /* serializes cache_plan; a leaf */
     pthread_mutex_t slab_lock; /* leaf lock: guards slabs */
     struct cache_slab *slabs;  /* the first has room */
 };
+
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+
+/* Budget bytes an entry of len image bytes takes. */
+static uint64_t entry_need(uint64_t len)
+{
+    return (sizeof(struct cache_entry) + len + CACHE_ALIGN - 1) & ~(uint64_t)(CACHE_ALIGN - 1);
+}
+
+static uint64_t sample_hash(uint32_t dataset, uint32_t sample)
+{
+    return step_mix64((((uint64_t)dataset << 32) | sample) + 0x9e3779b97f4a7c15ull);
+}
+
+static uint64_t fraction_threshold(double f)
+{
+    double t = f * CACHE_ADMIT_MARGIN * 18446744073709551616.0; /* 2^64 */
+    return t >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)t;
+}
+
+/*
+ * Shares the budget out by water-filling: the smallest dataset not yet
+ * served gets all it needs when that is within an equal share of what is
+ * left, else every dataset left gets that equal share as a fraction of
+ * its size. Datasets of unknown entry size take nothing and admit
+ * everything until their size is known (then this runs again).
+ */
+static void cache_plan(struct cache *c)
+{
+    pthread_mutex_lock(&c->plan_lock);
+    uint64_t left = c->budget > c->index_bytes ? c->budget - c->index_bytes : 0;
+    uint32_t nleft = 0;
+    uint8_t *done = calloc(c->ndatasets ? c->ndatasets : 1, 1);
+    for (uint32_t i = 0; i < c->ndatasets; i++) {
+        if (LOAD(&c->ds[i].entry_bytes) == 0) {
+            __atomic_store_n(&c->ds[i].threshold, UINT64_MAX, __ATOMIC_RELAXED);
+            if (done)
+                done[i] = 1;
+        } else {
+            nleft++;
+        }
+    }
+    while (done && nleft > 0) {
+        uint32_t best = UINT32_MAX;
+        uint64_t best_need = 0;
+        for (uint32_t i = 0; i < c->ndatasets; i++) {
+            uint64_t need = c->ds[i].n * entry_need(LOAD(&c->ds[i].entry_bytes));
+            if (!done[i] && (best == UINT32_MAX || need < best_need)) {
+                best = i;
+                best_need = need;
+            }
+        }
+        uint64_t share = left / nleft;
+        if (best_need <= share) {
+            __atomic_store_n(&c->ds[best].threshold, UINT64_MAX, __ATOMIC_RELAXED);
+            done[best] = 1;
+            left -= best_need;
+            nleft--;
+            continue;
+        }
+        /* Every dataset left is larger than an equal share. */
+        for (uint32_t i = 0; i < c->ndatasets; i++) {
+            if (done[i])
+                continue;
+            uint64_t need = c->ds[i].n * entry_need(LOAD(&c->ds[i].entry_bytes));
+            __atomic_store_n(&c->ds[i].threshold,
+                             fraction_threshold((double)share / (double)need),
+                             __ATOMIC_RELAXED);
+            done[i] = 1;
+        }
+        nleft = 0;
+    }
+    if (!done) /* no memory to plan: first-come admission, still in budget */
+        for (uint32_t i = 0; i < c->ndatasets; i++)
+            __atomic_store_n(&c->ds[i].threshold, UINT64_MAX, __ATOMIC_RELAXED);
+    free(done);
+    pthread_mutex_unlock(&c->plan_lock);
+}
 
 /* Bump allocation from the current slab; a new slab when it is full. */
 static void *cache_alloc(struct cache *c, size_t need)
 {
     void *p = NULL;
-    need = (need + CACHE_ALIGN - 1) & ~(size_t)(CACHE_ALIGN - 1);
     pthread_mutex_lock(&c->slab_lock);
     struct cache_slab *sl = c->slabs;
     if (!sl || sl->size - sl->used < need) {
@@ -60,7 +147,7 @@ out:
     return p;
 }
 
-int cache_create(struct cache **out, uint64_t budget, const uint32_t *nsamples,
+int cache_create(struct cache **out, uint64_t budget, const struct cache_dataset *ds,
                  uint32_t ndatasets)
 {
     struct cache *c = calloc(1, sizeof(*c));
@@ -68,21 +155,26 @@ int cache_create(struct cache **out, uint64_t budget, const uint32_t *nsamples,
         return -ENOMEM;
     c->budget = budget;
     c->ndatasets = ndatasets;
+    pthread_mutex_init(&c->plan_lock, NULL);
     pthread_mutex_init(&c->slab_lock, NULL);
     c->ds = calloc(ndatasets ? ndatasets : 1, sizeof(*c->ds));
     if (!c->ds) {
-        free(c);
+        cache_destroy(c);
         return -ENOMEM;
     }
     for (uint32_t i = 0; i < ndatasets; i++) {
-        c->ds[i].n = nsamples[i];
-        c->ds[i].slot = calloc(nsamples[i] ? nsamples[i] : 1, sizeof(*c->ds[i].slot));
-        if (!c->ds[i].slot) {
+        struct cache_ds *d = &c->ds[i];
+        d->n = ds[i].nsamples;
+        d->entry_bytes = ds[i].entry_bytes;
+        d->slot = calloc(d->n ? d->n : 1, sizeof(*d->slot));
+        if (!d->slot) {
             cache_destroy(c);
             return -ENOMEM;
         }
-        c->bytes += (uint64_t)nsamples[i] * sizeof(*c->ds[i].slot);
+        c->index_bytes += (uint64_t)d->n * sizeof(*d->slot);
     }
+    c->bytes = c->index_bytes;
+    cache_plan(c);
     *out = c;
     return 0;
 }
@@ -91,12 +183,13 @@ void cache_destroy(struct cache *c)
 {
     if (!c)
         return;
-    for (uint32_t i = 0; i < c->ndatasets; i++)
+    for (uint32_t i = 0; c->ds && i < c->ndatasets; i++)
         free(c->ds[i].slot);
     for (struct cache_slab *sl = c->slabs, *next; sl; sl = next) {
         next = sl->next;
         munmap(sl, sl->size);
     }
+    pthread_mutex_destroy(&c->plan_lock);
     pthread_mutex_destroy(&c->slab_lock);
     free(c->ds);
     free(c);
@@ -119,6 +212,19 @@ const struct cache_entry *cache_get(struct cache *c, uint32_t dataset,
     return e && e->fingerprint == fingerprint ? e : NULL;
 }
 
+static int in_subset(struct cache *c, uint32_t dataset, uint32_t sample)
+{
+    uint64_t thr = LOAD(&c->ds[dataset].threshold);
+    return thr == UINT64_MAX || sample_hash(dataset, sample) <= thr;
+}
+
+int cache_admits(struct cache *c, uint32_t dataset, uint32_t sample, size_t len)
+{
+    struct cache_entry **slot = cache_slot(c, dataset, sample);
+    return slot && !__atomic_load_n(slot, __ATOMIC_ACQUIRE) && in_subset(c, dataset, sample) &&
+           LOAD(&c->bytes) + entry_need(len) <= c->budget;
+}
+
 const struct cache_entry *cache_put(struct cache *c, uint32_t dataset,
                                     uint64_t fingerprint, uint32_t sample,
                                     const struct img *im)
@@ -126,13 +232,25 @@ const struct cache_entry *cache_put(struct cache *c, uint32_t dataset,
     struct cache_entry **slot = cache_slot(c, dataset, sample);
     if (!slot || im->fmt != IMG_PIXELS)
         return NULL;
-    uint64_t need = (sizeof(struct cache_entry) + im->len + CACHE_ALIGN - 1) &
-                    ~(uint64_t)(CACHE_ALIGN - 1);
+    struct cache_ds *d = &c->ds[dataset];
+    struct cache_entry *resident = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (resident) /* resident already: nothing to reserve */
+        return resident->fingerprint == fingerprint ? resident : NULL;
+    uint64_t unknown = 0;
+    if (LOAD(&d->entry_bytes) == 0 &&
+        __atomic_compare_exchange_n(&d->entry_bytes, &unknown, im->len, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        cache_plan(c); /* once per dataset of variable shape */
+    if (!in_subset(c, dataset, sample)) {
+        ADD(&d->not_admitted, 1);
+        return NULL;
+    }
+    uint64_t need = entry_need(im->len);
     /* Reserve budget first, so concurrent writers never overshoot it. */
-    uint64_t cur = __atomic_load_n(&c->bytes, __ATOMIC_RELAXED);
+    uint64_t cur = LOAD(&c->bytes);
     do {
         if (cur + need > c->budget) {
-            __atomic_fetch_add(&c->rejected, 1, __ATOMIC_RELAXED);
+            ADD(&d->rejected, 1);
             return NULL;
         }
     } while (!__atomic_compare_exchange_n(&c->bytes, &cur, cur + need, 1,
@@ -155,11 +273,14 @@ const struct cache_entry *cache_put(struct cache *c, uint32_t dataset,
     struct cache_entry *expected = NULL;
     if (!__atomic_compare_exchange_n(slot, &expected, e, 0, __ATOMIC_RELEASE,
                                      __ATOMIC_ACQUIRE)) {
-        /* Someone published first: keep theirs. Ours stays allocated (slabs
-         * are not freed piecemeal) and stays counted. */
+        /* Someone published first, between the check above and here: keep
+         * theirs. Ours stays allocated (slabs are not freed piecemeal) and
+         * stays counted. */
         return expected->fingerprint == fingerprint ? expected : NULL;
     }
-    __atomic_fetch_add(&c->entries, 1, __ATOMIC_RELAXED);
+    ADD(&c->entries, 1);
+    ADD(&d->entries, 1);
+    ADD(&d->bytes, need);
     return e;
 }
 
@@ -177,8 +298,29 @@ void cache_entry_img(const struct cache_entry *e, struct img *im)
 
 void cache_get_stats(struct cache *c, struct cache_stats *st)
 {
+    memset(st, 0, sizeof(*st));
     st->budget = c->budget;
-    st->bytes = __atomic_load_n(&c->bytes, __ATOMIC_RELAXED);
-    st->entries = __atomic_load_n(&c->entries, __ATOMIC_RELAXED);
-    st->rejected = __atomic_load_n(&c->rejected, __ATOMIC_RELAXED);
+    st->bytes = LOAD(&c->bytes);
+    st->index_bytes = c->index_bytes;
+    st->entries = LOAD(&c->entries);
+    for (uint32_t i = 0; i < c->ndatasets; i++) {
+        st->rejected += LOAD(&c->ds[i].rejected);
+        st->not_admitted += LOAD(&c->ds[i].not_admitted);
+    }
+}
+
+void cache_get_dataset_stats(struct cache *c, uint32_t dataset,
+                             struct cache_dataset_stats *st)
+{
+    memset(st, 0, sizeof(*st));
+    if (dataset >= c->ndatasets)
+        return;
+    const struct cache_ds *d = &c->ds[dataset];
+    st->entries = LOAD(&d->entries);
+    st->bytes = LOAD(&d->bytes);
+    st->rejected = LOAD(&d->rejected);
+    st->not_admitted = LOAD(&d->not_admitted);
+    st->entry_bytes = LOAD(&d->entry_bytes);
+    uint64_t thr = LOAD(&d->threshold);
+    st->fraction = thr == UINT64_MAX ? 1.0 : (double)thr / 18446744073709551616.0;
 }

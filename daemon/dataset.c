@@ -1,4 +1,5 @@
 /* ImageFolder indexing and source reads: see dataset.h. */
+#define _GNU_SOURCE /* qsort_r */
 #include "dataset.h"
 
 #include <dirent.h>
@@ -73,6 +74,11 @@ static void free_names(char **names, size_t n)
     free(names);
 }
 
+static int64_t mtime_ns(const struct stat *sb)
+{
+    return (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+}
+
 static int add_sample(struct index_state *st, const char *rel, uint32_t label,
                       const struct stat *sb)
 {
@@ -100,9 +106,10 @@ static int add_sample(struct index_state *st, const char *rel, uint32_t label,
     }
     struct dataset_sample *s = &ds->samples[ds->nsamples++];
     s->path_off = ds->paths_len;
+    s->path_hash = store_hash64(rel, len - 1);
     s->label = label;
     s->size = (uint64_t)sb->st_size;
-    s->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+    s->mtime_ns = mtime_ns(sb);
     memcpy(ds->paths + ds->paths_len, rel, len);
     ds->paths_len += len;
     return 0;
@@ -157,6 +164,13 @@ static void dataset_shape(struct dataset *ds)
         dtype = step_out_dtype(&cfg->steps[i], dtype);
         if (i < cfg->split)
             fp = step_fingerprint(&cfg->steps[i], fp);
+        if (i + 1 == cfg->split) {
+            ds->mat_h = h;
+            ds->mat_w = w;
+            ds->mat_c = c;
+            ds->mat_dtype = dtype;
+            ds->mat_bytes = (size_t)h * w * c * proto_dtype_size(dtype);
+        }
     }
     ds->fingerprint = fp;
     ds->out_h = h;
@@ -164,6 +178,18 @@ static void dataset_shape(struct dataset *ds)
     ds->out_c = c;
     ds->out_dtype = dtype;
     ds->sample_bytes = (size_t)h * w * c * proto_dtype_size(ds->out_dtype);
+}
+
+/* Orders sample ids by path hash (ties, two paths with one 64-bit hash,
+ * by id). */
+static int cmp_path_hash(const void *a, const void *b, void *arg)
+{
+    const struct dataset *ds = arg;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    uint64_t hx = ds->samples[x].path_hash, hy = ds->samples[y].path_hash;
+    if (hx != hy)
+        return hx < hy ? -1 : 1;
+    return (x > y) - (x < y);
 }
 
 int dataset_open(struct dataset *ds, uint32_t id, const struct config_dataset *cfg,
@@ -212,6 +238,15 @@ int dataset_open(struct dataset *ds, uint32_t id, const struct config_dataset *c
         return rc;
     }
     dataset_shape(ds);
+    ds->name_hash = store_hash64(cfg->name, strlen(cfg->name));
+    if (!(ds->by_path = malloc((size_t)ds->nsamples * sizeof(*ds->by_path)))) {
+        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+        dataset_close(ds);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < ds->nsamples; i++)
+        ds->by_path[i] = i;
+    qsort_r(ds->by_path, ds->nsamples, sizeof(*ds->by_path), cmp_path_hash, ds);
     log_info("dataset '%s': %u samples in %u classes from %s (%llu other entries ignored)",
              cfg->name, ds->nsamples, ds->nclasses, cfg->root,
              (unsigned long long)st.ignored);
@@ -227,6 +262,8 @@ void dataset_close(struct dataset *ds)
     free(ds->samples);
     free(ds->paths);
     free(ds->bad_logged);
+    free(ds->by_path);
+    free(ds->on_disk);
     memset(ds, 0, sizeof(*ds));
 }
 
@@ -235,33 +272,50 @@ const char *dataset_path(const struct dataset *ds, uint32_t sample)
     return ds->paths + ds->samples[sample].path_off;
 }
 
-int dataset_read(const struct dataset *ds, uint32_t sample, uint64_t max_size,
-                 struct img *out, char *err, size_t errlen)
+int dataset_open_file(const struct dataset *ds, uint32_t sample, uint64_t max_size,
+                      struct dataset_file *f, char *err, size_t errlen)
 {
     char path[4096];
     struct stat sb;
-    int fd, rc = 0;
+    int rc;
 
     snprintf(path, sizeof(path), "%s/%s", ds->cfg->root, dataset_path(ds, sample));
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) {
         rc = -errno;
-        snprintf(err, errlen, "open: %s", strerror(errno));
+        snprintf(err, errlen, "open: %s", strerror(-rc));
         return rc;
     }
-    if (fstat(fd, &sb) < 0) {
+    if (fstat(f->fd, &sb) < 0) {
         rc = -errno;
-        snprintf(err, errlen, "fstat: %s", strerror(errno));
+        snprintf(err, errlen, "fstat: %s", strerror(-rc));
     } else if ((uint64_t)sb.st_size > max_size) {
         rc = -EFBIG;
         snprintf(err, errlen, "file is %lld bytes, over the limit of %llu",
                  (long long)sb.st_size, (unsigned long long)max_size);
-    } else if ((rc = img_reserve(out, (size_t)sb.st_size)) < 0) {
-        snprintf(err, errlen, "no memory for %lld bytes", (long long)sb.st_size);
     } else {
-        size_t got = 0, want = (size_t)sb.st_size;
+        f->size = (uint64_t)sb.st_size;
+        f->mtime_ns = mtime_ns(&sb);
+        return 0;
+    }
+    close(f->fd);
+    f->fd = -1;
+    return rc;
+}
+
+int dataset_read(const struct dataset *ds, uint32_t sample, uint64_t max_size,
+                 struct img *out, struct dataset_file *fout, char *err, size_t errlen)
+{
+    struct dataset_file f;
+    int rc = dataset_open_file(ds, sample, max_size, &f, err, errlen);
+    if (rc < 0)
+        return rc;
+    if ((rc = img_reserve(out, (size_t)f.size)) < 0) {
+        snprintf(err, errlen, "no memory for %llu bytes", (unsigned long long)f.size);
+    } else {
+        size_t got = 0, want = (size_t)f.size;
         while (got < want) {
-            ssize_t r = pread(fd, out->data + got, want - got, (off_t)got);
+            ssize_t r = pread(f.fd, out->data + got, want - got, (off_t)got);
             if (r < 0 && errno == EINTR)
                 continue;
             if (r < 0) {
@@ -276,11 +330,63 @@ int dataset_read(const struct dataset *ds, uint32_t sample, uint64_t max_size,
         out->fmt = IMG_ENCODED;
         out->len = got;
     }
-    close(fd);
+    close(f.fd);
+    if (fout) {
+        *fout = f;
+        fout->fd = -1;
+    }
     return rc;
 }
 
 int dataset_first_error(struct dataset *ds, uint32_t sample)
 {
     return __atomic_exchange_n(&ds->bad_logged[sample], 1, __ATOMIC_RELAXED) == 0;
+}
+
+void dataset_key(const struct dataset *ds, uint32_t sample, const struct dataset_file *f,
+                 struct store_key *key)
+{
+    const struct dataset_sample *s = &ds->samples[sample];
+    key->dataset = ds->name_hash;
+    key->path = s->path_hash;
+    key->fingerprint = ds->fingerprint;
+    key->src_size = f ? f->size : s->size;
+    key->src_mtime_ns = f ? f->mtime_ns : s->mtime_ns;
+}
+
+/* The first position in by_path whose hash is >= path_hash. */
+static size_t find_pos(const struct dataset *ds, uint64_t path_hash)
+{
+    size_t lo = 0, hi = ds->nsamples;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ds->samples[ds->by_path[mid]].path_hash < path_hash)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+uint32_t dataset_find_path(const struct dataset *ds, uint64_t path_hash)
+{
+    size_t pos = find_pos(ds, path_hash);
+    if (pos < ds->nsamples && ds->samples[ds->by_path[pos]].path_hash == path_hash)
+        return ds->by_path[pos];
+    return UINT32_MAX;
+}
+
+int dataset_key_current(const struct dataset *ds, const struct store_key *key)
+{
+    if (key->dataset != ds->name_hash || key->fingerprint != ds->fingerprint)
+        return 0;
+    /* Every sample with that path hash (two paths may share one). */
+    for (size_t pos = find_pos(ds, key->path); pos < ds->nsamples; pos++) {
+        const struct dataset_sample *s = &ds->samples[ds->by_path[pos]];
+        if (s->path_hash != key->path)
+            break;
+        if (s->size == key->src_size && s->mtime_ns == key->src_mtime_ns)
+            return 1;
+    }
+    return 0;
 }

@@ -13,12 +13,29 @@
 
 #include "config.h"
 #include "step.h"
+#include "store.h"
 
 struct dataset_sample {
-    uint64_t path_off; /* into dataset.paths: the path relative to root */
-    uint32_t label;
-    uint64_t size;     /* bytes, at indexing time */
+    uint64_t path_off;  /* into dataset.paths: the path relative to root */
+    uint64_t path_hash; /* store_hash64 of that path: the disk tier's key */
+    uint64_t size;      /* bytes, at indexing time */
     int64_t mtime_ns;
+    uint32_t label;
+};
+
+/* What the cache tiers did for a dataset: counters (relaxed atomics, they
+ * only grow) and the disk tier's gauges (entries, bytes). */
+struct dataset_counters {
+    uint64_t hits, misses;          /* memory tier lookups */
+    uint64_t errors;                /* bad samples met */
+    uint64_t disk_hits, disk_misses;/* disk tier lookups after a memory miss */
+    uint64_t disk_bad;              /* disk records unreadable or corrupt: recomputed */
+    uint64_t disk_bytes_read;       /* record bytes read from the disk tier */
+    uint64_t disk_puts, disk_put_errors;
+    uint64_t disk_entries;          /* samples with a current record (gauge) */
+    uint64_t disk_bytes_raw, disk_bytes_stored; /* of those records (gauges) */
+    uint64_t computed;              /* samples run through the offline steps */
+    uint64_t source_reads, source_bytes; /* source files read */
 };
 
 struct dataset {
@@ -30,14 +47,30 @@ struct dataset {
     uint32_t nsamples;
     char *paths; /* NUL-separated relative paths */
     size_t paths_len;
+    uint32_t *by_path;    /* sample ids sorted by path_hash */
+    uint64_t name_hash;   /* store_hash64 of the name: the disk tier's key */
     uint64_t fingerprint; /* of the offline steps and their parameters */
     /* Output of the whole pipeline; h == 0 when it varies per image. */
     uint32_t out_h, out_w, out_c, out_dtype;
     size_t sample_bytes;
+    /* Output of the offline steps (what the cache tiers hold); mat_bytes
+     * is 0 when it varies per image or nothing runs offline. */
+    uint32_t mat_h, mat_w, mat_c, mat_dtype;
+    size_t mat_bytes;
     /* Per-sample "already logged as bad" flags, so each bad file is logged once. */
     uint8_t *bad_logged;
-    /* Counters (relaxed atomics). */
-    uint64_t hits, misses, errors;
+    /* Per-sample "the disk tier holds a record under the current key"
+     * flags (atomic bytes; NULL without a disk tier). */
+    uint8_t *on_disk;
+    struct dataset_counters n;
+    int warming; /* a WARM runs (event loop thread only) */
+};
+
+/* A source file opened for reading. */
+struct dataset_file {
+    int fd;
+    uint64_t size;    /* fstat of the open file: what is really read */
+    int64_t mtime_ns;
 };
 
 /* Indexes cfg->root. Returns 0, or a negative errno with a message. */
@@ -45,11 +78,26 @@ int dataset_open(struct dataset *ds, uint32_t id, const struct config_dataset *c
                  char *err, size_t errlen);
 void dataset_close(struct dataset *ds);
 const char *dataset_path(const struct dataset *ds, uint32_t sample);
-/* Reads a sample's file whole into out (fmt IMG_ENCODED). Returns 0, or a
- * negative errno (-EFBIG over max_size) with a message in err. */
+/* Opens a sample's file and fstats it. Returns 0, or a negative errno
+ * (-EFBIG: over max_size; the file is closed then) with a message in err. */
+int dataset_open_file(const struct dataset *ds, uint32_t sample, uint64_t max_size,
+                      struct dataset_file *f, char *err, size_t errlen);
+/* Reads a sample's file whole into out (fmt IMG_ENCODED); f (may be NULL)
+ * receives its fstat size and mtime (fd -1). Returns 0, or a negative errno
+ * (-EFBIG over max_size) with a message in err. */
 int dataset_read(const struct dataset *ds, uint32_t sample, uint64_t max_size,
-                 struct img *out, char *err, size_t errlen);
+                 struct img *out, struct dataset_file *f, char *err, size_t errlen);
 /* Returns 1 the first time it is called for a sample, 0 after. */
 int dataset_first_error(struct dataset *ds, uint32_t sample);
+
+/* The disk tier's key of a sample as indexed (size and mtime at indexing),
+ * or, with f, as the opened file really is. */
+void dataset_key(const struct dataset *ds, uint32_t sample, const struct dataset_file *f,
+                 struct store_key *key);
+/* The sample whose path hashes to path_hash, or UINT32_MAX. */
+uint32_t dataset_find_path(const struct dataset *ds, uint64_t path_hash);
+/* 1 when key is the current key of one of ds's samples (same path, size,
+ * mtime and offline steps), else 0. */
+int dataset_key_current(const struct dataset *ds, const struct store_key *key);
 
 #endif

@@ -1,14 +1,83 @@
-/* Per-sample pipeline: see pipeline.h. */
+/* Batched pipeline through the cache tiers: see pipeline.h. */
 #include "pipeline.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+#define ARENA_ALIGN 64u
 
 uint64_t pipeline_sample_seed(uint64_t seed, uint64_t epoch, uint32_t sample)
 {
     return step_mix64(step_mix64(step_mix64(seed) ^ epoch) ^ sample);
 }
+
+/* ---- per-thread buffers ---- */
+
+/* Where a sample of the chunk comes from. */
+enum item_src {
+    SRC_MEM,  /* a memory entry */
+    SRC_DISK, /* a disk record, read with the chunk */
+    SRC_FILE, /* the source file, read with the chunk */
+    SRC_SKIP, /* (warm) on disk already, and memory does not want it */
+    SRC_BAD,  /* the source file could not be opened */
+};
+
+struct item {
+    uint32_t id;
+    uint8_t src;
+    uint8_t computed;            /* went through the offline steps */
+    int err;                     /* SRC_BAD: the negative errno */
+    const struct cache_entry *e; /* SRC_MEM */
+    struct store_loc loc;        /* SRC_DISK: pinned until the chunk is read */
+    struct dataset_file f;       /* SRC_FILE: open until the chunk is read */
+    size_t off, len;             /* SRC_DISK, SRC_FILE: bytes in the arena */
+    struct img bytes;            /* SRC_FILE: a view of them once read */
+    unsigned req;                /* its read */
+    char msg[160];               /* SRC_BAD: why */
+};
+
+struct pipe_local {
+    struct item items[PIPELINE_CHUNK_SAMPLES];
+    struct io_req reqs[PIPELINE_CHUNK_SAMPLES];
+    uint8_t *arena; /* the chunk's records and files */
+    size_t arena_cap;
+    struct img decoded; /* a disk record, decoded */
+    uint32_t req_item[PIPELINE_CHUNK_SAMPLES]; /* the item of each read */
+    unsigned nreq, nread; /* the chunk's reads; those done (in order) */
+};
+
+static void local_free(void *p)
+{
+    struct pipe_local *L = p;
+    free(L->arena);
+    img_free(&L->decoded);
+    free(L);
+}
+
+static struct pipe_local *local_get(struct worker_ctx *ctx)
+{
+    if (!ctx->local && (ctx->local = calloc(1, sizeof(struct pipe_local))))
+        ctx->local_free = local_free;
+    return ctx->local;
+}
+
+/* Publishes what the thread's buffers take, for the memory stats. */
+static void local_account(struct worker_ctx *ctx, struct pipe_local *L)
+{
+    uint64_t b = sizeof(*L) + L->arena_cap + L->decoded.cap;
+    for (int k = 0; k < 3; k++)
+        b += ctx->scratch[k].cap;
+    __atomic_store_n(&ctx->mem_bytes, b, __ATOMIC_RELAXED);
+}
+
+/* ---- steps ---- */
 
 /* Runs steps [from, to) starting at *cur; *cur ends at the result, which
  * lives in one of the two ping-pong scratch images (or is *cur unchanged),
@@ -43,39 +112,15 @@ static enum pipeline_fault run_steps(const struct config_dataset *cfg, uint32_t 
     return PIPE_OK;
 }
 
-enum pipeline_fault pipeline_sample(const struct pipeline_env *env, struct dataset *ds,
-                                    uint32_t sample, uint64_t sample_seed, uint8_t *dst,
-                                    struct worker_ctx *ctx, char *err, size_t errlen)
+/* The online steps, the last one writing straight into the batch's slot. */
+static enum pipeline_fault run_online(const struct dataset *ds, const struct img *cur,
+                                      uint64_t sample_seed, uint8_t *dst,
+                                      struct worker_ctx *ctx, char *err, size_t errlen)
 {
     const struct config_dataset *cfg = ds->cfg;
-    const struct cache_entry *e = cache_get(env->cache, ds->id, ds->fingerprint, sample);
-    struct img view;
-    const struct img *cur;
-    enum pipeline_fault f;
-
-    if (e) {
-        stats_add(ctx->stats, STAT_cache_hits, 1);
-        __atomic_fetch_add(&ds->hits, 1, __ATOMIC_RELAXED);
-        cache_entry_img(e, &view);
-        cur = &view;
-    } else {
-        stats_add(ctx->stats, STAT_cache_misses, 1);
-        __atomic_fetch_add(&ds->misses, 1, __ATOMIC_RELAXED);
-        int rc = dataset_read(ds, sample, env->max_file_size, &ctx->scratch[0], err, errlen);
-        if (rc < 0)
-            return rc == -EFBIG ? PIPE_TOO_LARGE : PIPE_READ;
-        cur = &ctx->scratch[0];
-        f = run_steps(cfg, 0, cfg->split, sample_seed, ctx, &cur, NULL, err, errlen);
-        if (f != PIPE_OK)
-            return f;
-        if (cfg->split > 0 && (e = cache_put(env->cache, ds->id, ds->fingerprint, sample, cur))) {
-            cache_entry_img(e, &view);
-            cur = &view;
-        }
-    }
-    /* The last online step writes straight into the batch's slot. */
     struct img slot = {.fmt = IMG_PIXELS, .data = dst, .cap = ds->sample_bytes, .borrowed = 1};
-    f = run_steps(cfg, cfg->split, cfg->nsteps, sample_seed, ctx, &cur, &slot, err, errlen);
+    enum pipeline_fault f =
+        run_steps(cfg, cfg->split, cfg->nsteps, sample_seed, ctx, &cur, &slot, err, errlen);
     if (f != PIPE_OK)
         return f;
     if (cur->fmt != IMG_PIXELS || cur->h != ds->out_h || cur->w != ds->out_w ||
@@ -87,4 +132,556 @@ enum pipeline_fault pipeline_sample(const struct pipeline_env *env, struct datas
     if (cur->data != dst)
         memcpy(dst, cur->data, cur->len);
     return PIPE_OK;
+}
+
+static enum stats_counter fault_counter(enum pipeline_fault f)
+{
+    switch (f) {
+    case PIPE_READ: return STAT_err_read;
+    case PIPE_TOO_LARGE: return STAT_err_too_large;
+    default: return STAT_err_decode;
+    }
+}
+
+/* Counts a bad sample and logs it the first time. */
+static void fault_report(struct worker_ctx *ctx, struct dataset *ds, uint32_t id,
+                         enum pipeline_fault f, const char *err)
+{
+    stats_add(ctx->stats, fault_counter(f), 1);
+    ADD(&ds->n.errors, 1);
+    if (dataset_first_error(ds, id))
+        log_warn("dataset '%s': bad sample %s/%s: %s", ds->cfg->name, ds->cfg->root,
+                 dataset_path(ds, id), err);
+}
+
+/* ---- the tiers ---- */
+
+static int disk_writable(const struct pipeline_env *env, const struct dataset *ds)
+{
+    return env->store && ds->on_disk && !store_degraded(env->store);
+}
+
+static int on_disk(const struct dataset *ds, uint32_t id)
+{
+    return ds->on_disk && __atomic_load_n(&ds->on_disk[id], __ATOMIC_RELAXED);
+}
+
+/* Notes that the disk tier holds sample id under its current key. */
+static void mark_on_disk(struct store *st, struct dataset *ds, uint32_t id,
+                         const struct store_key *key)
+{
+    struct store_loc loc;
+    if (__atomic_exchange_n(&ds->on_disk[id], 1, __ATOMIC_RELAXED))
+        return; /* a record stored again: the old one is dead bytes */
+    ADD(&ds->n.disk_entries, 1);
+    if (store_lookup(st, key, &loc) == 0) {
+        ADD(&ds->n.disk_bytes_raw, loc.raw_len);
+        ADD(&ds->n.disk_bytes_stored, loc.stored_len);
+        store_release(st, &loc);
+    }
+}
+
+/* Stores a materialized sample in the disk tier under the key of the file
+ * as read (f): when that is no longer the indexed file, nobody looks the
+ * record up, and compaction reclaims it after the next restart. */
+static void disk_put(const struct pipeline_env *env, struct dataset *ds, uint32_t id,
+                     const struct img *im, const struct dataset_file *f)
+{
+    struct store_key key, indexed;
+    if (!disk_writable(env, ds))
+        return;
+    dataset_key(ds, id, f, &key);
+    int rc = store_put(env->store, &key, im, ds->cfg->zstd_level);
+    if (rc == 0) {
+        ADD(&ds->n.disk_puts, 1);
+        dataset_key(ds, id, NULL, &indexed);
+        if (memcmp(&key, &indexed, sizeof(key)) == 0)
+            mark_on_disk(env->store, ds, id, &key);
+        return;
+    }
+    ADD(&ds->n.disk_put_errors, 1);
+    if (rc == -ENOSPC && !store_degraded(env->store))
+        pipeline_compact_request(env->compactor); /* over the disk budget */
+}
+
+/* im, admitted to memory if the policy takes it (then *out is the entry). */
+static void admit(const struct pipeline_env *env, struct dataset *ds, uint32_t id,
+                  const struct img *im, struct img *view, const struct img **out)
+{
+    const struct cache_entry *e = cache_put(env->cache, ds->id, ds->fingerprint, id, im);
+    if (e) {
+        cache_entry_img(e, view);
+        *out = view;
+    } else {
+        *out = im;
+    }
+}
+
+/* Source bytes through the offline steps, then into the tiers. */
+static enum pipeline_fault compute(const struct pipeline_env *env, struct dataset *ds,
+                                   struct item *it, const struct img *src,
+                                   const struct dataset_file *f, struct worker_ctx *ctx,
+                                   struct img *view, const struct img **out, char *err,
+                                   size_t errlen)
+{
+    const struct config_dataset *cfg = ds->cfg;
+    const struct img *cur = src;
+    ADD(&ds->n.source_reads, 1);
+    ADD(&ds->n.source_bytes, src->len);
+    ADD(&ds->n.computed, 1);
+    it->computed = 1;
+    /* Offline steps are deterministic: they take no seed. */
+    enum pipeline_fault fault = run_steps(cfg, 0, cfg->split, 0, ctx, &cur, NULL, err, errlen);
+    if (fault != PIPE_OK)
+        return fault;
+    if (cfg->split == 0) { /* nothing offline: nothing to cache */
+        *out = cur;
+        return PIPE_OK;
+    }
+    disk_put(env, ds, it->id, cur, f);
+    admit(env, ds, it->id, cur, view, out);
+    return PIPE_OK;
+}
+
+/* ---- a chunk of samples ---- */
+
+static size_t align_up(size_t n)
+{
+    return (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+}
+
+/*
+ * Looks up samples ids[0..n) (at least one, at most a chunk's limits):
+ * memory entries, disk records (pinned), source files (opened). Sets
+ * *bytes to the arena size their reads need. Returns how many it took.
+ */
+static uint32_t chunk_gather(const struct pipeline_env *env, struct dataset *ds,
+                             const uint32_t *ids, uint32_t n, int warm,
+                             struct pipe_local *L, size_t *bytes)
+{
+    const struct config_dataset *cfg = ds->cfg;
+    size_t total = 0;
+    uint32_t m;
+    for (m = 0; m < n && m < PIPELINE_CHUNK_SAMPLES; m++) {
+        struct item *it = &L->items[m];
+        uint32_t id = ids[m];
+        it->id = id;
+        it->computed = 0;
+        it->e = NULL;
+        it->loc.seg = NULL;
+        it->f.fd = -1;
+        it->len = 0;
+        if (cfg->split > 0 && (it->e = cache_get(env->cache, ds->id, ds->fingerprint, id))) {
+            /* Warm also stores what memory has and disk has not. */
+            if (!warm || on_disk(ds, id) || !disk_writable(env, ds)) {
+                it->src = SRC_MEM;
+                continue;
+            }
+        }
+        /* Warm without a disk tier: only what memory will take. */
+        if (warm && !on_disk(ds, id) && !disk_writable(env, ds) && ds->mat_bytes &&
+            !cache_admits(env->cache, ds->id, id, ds->mat_bytes)) {
+            it->src = SRC_SKIP;
+            continue;
+        }
+        if (cfg->split > 0 && on_disk(ds, id)) {
+            struct store_key key;
+            dataset_key(ds, id, NULL, &key);
+            if (store_lookup(env->store, &key, &it->loc) == 0) {
+                if (warm && !cache_admits(env->cache, ds->id, id, it->loc.raw_len)) {
+                    it->len = it->loc.raw_len;
+                    store_release(env->store, &it->loc);
+                    it->src = SRC_SKIP;
+                    continue;
+                }
+                if (m > 0 && total + it->loc.len > PIPELINE_CHUNK_BYTES) {
+                    store_release(env->store, &it->loc);
+                    break;
+                }
+                it->src = SRC_DISK;
+                it->len = it->loc.len;
+                it->off = total;
+                total += align_up(it->len);
+                continue;
+            }
+        }
+        int rc = dataset_open_file(ds, id, env->max_file_size, &it->f, it->msg,
+                                   sizeof(it->msg));
+        if ((rc == -EMFILE || rc == -ENFILE) && m > 0)
+            break; /* out of fds: the rest once this chunk's are closed */
+        if (rc < 0) {
+            it->src = SRC_BAD;
+            it->err = rc;
+            continue;
+        }
+        if (m > 0 && total + it->f.size > PIPELINE_CHUNK_BYTES) {
+            close(it->f.fd);
+            break;
+        }
+        it->src = SRC_FILE;
+        it->len = (size_t)it->f.size;
+        it->off = total;
+        total += align_up(it->len);
+    }
+    *bytes = total;
+    return m;
+}
+
+/* Unpins the records and closes the files of reads [from, to). */
+static void chunk_release(const struct pipeline_env *env, struct pipe_local *L, unsigned from,
+                          unsigned to)
+{
+    for (unsigned r = from; r < to; r++) {
+        struct item *it = &L->items[L->req_item[r]];
+        if (it->src == SRC_DISK)
+            store_release(env->store, &it->loc);
+        else
+            close(it->f.fd);
+    }
+}
+
+/*
+ * Sets up the reads of the chunk's records and files, in sample order.
+ * They are made in groups of PIPELINE_READ_GROUP, each one io_read_batch
+ * on the worker's ring, as the samples need them; when there is more than
+ * one group, all of them are hinted to the kernel first
+ * (POSIX_FADV_WILLNEED starts their reads in the background), so the
+ * device works on the whole chunk while the worker checks and runs the
+ * first samples. A read that could not be made has res < 0.
+ */
+static void chunk_prepare(const struct pipeline_env *env, struct pipe_local *L, uint32_t m,
+                          size_t bytes)
+{
+    int have_arena = 1;
+    if (bytes > L->arena_cap) {
+        free(L->arena);
+        L->arena = malloc(bytes);
+        L->arena_cap = L->arena ? bytes : 0;
+        have_arena = L->arena != NULL;
+    }
+    L->nreq = L->nread = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        struct item *it = &L->items[i];
+        if (it->src != SRC_DISK && it->src != SRC_FILE)
+            continue;
+        struct io_req *q = &L->reqs[L->nreq];
+        q->fd = it->src == SRC_DISK ? it->loc.fd : it->f.fd;
+        q->buf = have_arena ? L->arena + it->off : NULL;
+        q->len = it->len;
+        q->off = it->src == SRC_DISK ? it->loc.off : 0;
+        q->res = -ENOMEM;
+        L->req_item[L->nreq] = i;
+        it->req = L->nreq++;
+    }
+    if (!have_arena) { /* every read failed */
+        chunk_release(env, L, 0, L->nreq);
+        L->nread = L->nreq;
+    } else if (L->nreq > PIPELINE_READ_GROUP) {
+        for (unsigned r = 0; r < L->nreq; r++)
+            posix_fadvise(L->reqs[r].fd, (off_t)L->reqs[r].off, (off_t)L->reqs[r].len,
+                          POSIX_FADV_WILLNEED);
+    }
+}
+
+/* Makes sure the read of item it is done. */
+static void chunk_need(const struct pipeline_env *env, struct worker_ctx *ctx,
+                       struct pipe_local *L, const struct item *it)
+{
+    if (it->src != SRC_DISK && it->src != SRC_FILE)
+        return;
+    while (it->req >= L->nread) {
+        unsigned n = L->nreq - L->nread;
+        if (n > PIPELINE_READ_GROUP)
+            n = PIPELINE_READ_GROUP;
+        io_read_batch(ctx->io, L->reqs + L->nread, n);
+        chunk_release(env, L, L->nread, L->nread + n);
+        L->nread += n;
+    }
+}
+
+/* After a chunk: reads not needed (the batch stopped) are let go, and an
+ * arena grown past the chunk limit for one large file is given back. */
+static void chunk_end(const struct pipeline_env *env, struct worker_ctx *ctx,
+                      struct pipe_local *L)
+{
+    chunk_release(env, L, L->nread, L->nreq);
+    L->nread = L->nreq;
+    if (L->arena_cap > PIPELINE_CHUNK_BYTES) {
+        free(L->arena);
+        L->arena = NULL;
+        L->arena_cap = 0;
+    }
+    local_account(ctx, L);
+}
+
+/* A disk record that cannot be used: recomputed from the source and
+ * stored again (the new record supersedes it). */
+static enum pipeline_fault disk_recover(const struct pipeline_env *env, struct dataset *ds,
+                                        struct item *it, int why, struct worker_ctx *ctx,
+                                        struct img *view, const struct img **out, char *err,
+                                        size_t errlen)
+{
+    struct dataset_file f;
+    ADD(&ds->n.disk_bad, 1);
+    log_warn("dataset '%s': disk tier record of %s is unusable (%s); recomputing it",
+             ds->cfg->name, dataset_path(ds, it->id),
+             why == -EBADMSG ? "corrupt" : strerror(-why));
+    int rc = dataset_read(ds, it->id, env->max_file_size, &ctx->scratch[0], &f, err, errlen);
+    if (rc < 0)
+        return rc == -EFBIG ? PIPE_TOO_LARGE : PIPE_READ;
+    return compute(env, ds, it, &ctx->scratch[0], &f, ctx, view, out, err, errlen);
+}
+
+/* The offline output of a gathered and read sample: *out is a memory
+ * entry, a decoded record or a computed image (NULL for SRC_SKIP), valid
+ * until the next sample. Counts the disk tier's hits and misses when
+ * `count` (streams; warm reads are not training reads). */
+static enum pipeline_fault item_materialize(const struct pipeline_env *env,
+                                            struct dataset *ds, struct item *it,
+                                            struct pipe_local *L, struct worker_ctx *ctx,
+                                            int count, struct img *view,
+                                            const struct img **out, char *err, size_t errlen)
+{
+    const struct io_req *q = it->src == SRC_DISK || it->src == SRC_FILE ? &L->reqs[it->req]
+                                                                          : NULL;
+    int tiered = env->store && ds->cfg->split > 0;
+    switch (it->src) {
+    case SRC_MEM:
+        cache_entry_img(it->e, view);
+        *out = view;
+        return PIPE_OK;
+    case SRC_SKIP:
+        *out = NULL;
+        return PIPE_OK;
+    case SRC_DISK: {
+        struct store_key key;
+        int rc = q->res < 0 ? (int)q->res : (size_t)q->res < it->len ? -EIO : 0;
+        dataset_key(ds, it->id, NULL, &key);
+        if (rc == 0)
+            rc = store_decode(env->store, &key, L->arena + it->off, it->len, &L->decoded);
+        if (rc < 0) {
+            if (count)
+                ADD(&ds->n.disk_misses, 1);
+            return disk_recover(env, ds, it, rc, ctx, view, out, err, errlen);
+        }
+        if (count)
+            ADD(&ds->n.disk_hits, 1);
+        ADD(&ds->n.disk_bytes_read, it->len);
+        admit(env, ds, it->id, &L->decoded, view, out);
+        return PIPE_OK;
+    }
+    case SRC_FILE: {
+        if (count && tiered)
+            ADD(&ds->n.disk_misses, 1);
+        if (q->res < 0) {
+            snprintf(err, errlen, "read: %s", strerror((int)-q->res));
+            return PIPE_READ;
+        }
+        /* A file that shrank since its fstat: decode sees what is there.
+         * With nothing offline, *out is this view: it lives in the item. */
+        it->bytes = (struct img){.fmt = IMG_ENCODED, .data = L->arena + it->off,
+                                 .len = (size_t)q->res, .cap = it->len, .borrowed = 1};
+        return compute(env, ds, it, &it->bytes, &it->f, ctx, view, out, err, errlen);
+    }
+    default: /* SRC_BAD */
+        if (count && tiered)
+            ADD(&ds->n.disk_misses, 1);
+        snprintf(err, errlen, "%s", it->msg);
+        return it->err == -EFBIG ? PIPE_TOO_LARGE : PIPE_READ;
+    }
+}
+
+/* ---- batches ---- */
+
+uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
+                        const uint32_t *ids, uint32_t n, uint64_t seed, uint64_t epoch,
+                        uint8_t *dst, int64_t *labels, struct worker_ctx *ctx,
+                        pipeline_bad_fn bad, void *arg)
+{
+    struct pipe_local *L = local_get(ctx);
+    char err[512];
+    uint32_t k = 0, done = 0;
+    int stop = 0;
+
+    while (done < n && !stop) {
+        uint32_t m = 1;
+        size_t bytes = 0;
+        if (L) {
+            m = chunk_gather(env, ds, ids + done, n - done, 0, L, &bytes);
+            chunk_prepare(env, L, m, bytes);
+        }
+        for (uint32_t i = 0; i < m && !stop; i++) {
+            uint32_t id = ids[done + i];
+            struct img view;
+            const struct img *im = NULL;
+            enum pipeline_fault f;
+            if (!L) {
+                snprintf(err, sizeof(err), "no memory for the pipeline's buffers");
+                f = PIPE_READ;
+            } else {
+                struct item *it = &L->items[i];
+                int hit = it->src == SRC_MEM;
+                chunk_need(env, ctx, L, it);
+                stats_add(ctx->stats, hit ? STAT_cache_hits : STAT_cache_misses, 1);
+                ADD(hit ? &ds->n.hits : &ds->n.misses, 1);
+                f = item_materialize(env, ds, it, L, ctx, 1, &view, &im, err, sizeof(err));
+            }
+            if (f == PIPE_OK)
+                f = run_online(ds, im, pipeline_sample_seed(seed, epoch, id),
+                               dst + (size_t)k * ds->sample_bytes, ctx, err, sizeof(err));
+            if (f == PIPE_OK) {
+                labels[k++] = ds->samples[id].label;
+                continue;
+            }
+            fault_report(ctx, ds, id, f, err);
+            stop = bad(arg, done + i, f, err);
+        }
+        done += m;
+        if (L)
+            chunk_end(env, ctx, L);
+    }
+    return k;
+}
+
+void pipeline_warm(const struct pipeline_env *env, struct dataset *ds, uint32_t first,
+                   uint32_t n, struct worker_ctx *ctx, struct pipeline_warm_result *res)
+{
+    struct pipe_local *L = local_get(ctx);
+    uint32_t ids[PIPELINE_CHUNK_SAMPLES];
+    char err[512];
+
+    if (!L) {
+        res->done += n;
+        res->failed += n;
+        log_error("dataset '%s': warm: no memory for the pipeline's buffers", ds->cfg->name);
+        return;
+    }
+    while (n > 0) {
+        uint32_t want = n < PIPELINE_CHUNK_SAMPLES ? n : PIPELINE_CHUNK_SAMPLES;
+        for (uint32_t i = 0; i < want; i++)
+            ids[i] = first + i;
+        size_t bytes;
+        uint32_t m = chunk_gather(env, ds, ids, want, 1, L, &bytes);
+        chunk_prepare(env, L, m, bytes);
+        for (uint32_t i = 0; i < m; i++) {
+            struct item *it = &L->items[i];
+            chunk_need(env, ctx, L, it);
+            struct img view;
+            const struct img *im = NULL;
+            enum pipeline_fault f =
+                item_materialize(env, ds, it, L, ctx, 0, &view, &im, err, sizeof(err));
+            res->done++;
+            if (f != PIPE_OK) {
+                res->failed++;
+                fault_report(ctx, ds, it->id, f, err);
+            } else {
+                res->bytes += im ? im->len : it->len;
+                res->computed += it->computed;
+            }
+        }
+        chunk_end(env, ctx, L);
+        first += m;
+        n -= m;
+    }
+}
+
+/* ---- the disk tier around the pipeline ---- */
+
+int pipeline_key_live(const struct store_key *key, void *arg)
+{
+    const struct pipeline_datasets *dss = arg;
+    for (uint32_t i = 0; i < dss->n; i++)
+        if (dataset_key_current(&dss->ds[i], key))
+            return 1;
+    return 0;
+}
+
+int pipeline_disk_scan(struct store *st, struct dataset *ds)
+{
+    if (ds->cfg->split == 0) /* nothing offline: nothing on disk */
+        return 0;
+    if (!ds->on_disk && !(ds->on_disk = calloc(ds->nsamples, 1)))
+        return -ENOMEM;
+    for (uint32_t id = 0; id < ds->nsamples; id++) {
+        struct store_key key;
+        struct store_loc loc;
+        dataset_key(ds, id, NULL, &key);
+        if (store_lookup(st, &key, &loc) < 0)
+            continue;
+        ds->on_disk[id] = 1;
+        ds->n.disk_entries++;
+        ds->n.disk_bytes_raw += loc.raw_len;
+        ds->n.disk_bytes_stored += loc.stored_len;
+        store_release(st, &loc);
+    }
+    return 0;
+}
+
+struct pipeline_compactor {
+    struct work work; /* first: the work is the compactor */
+    struct store *st;
+    struct workers *workers;
+    struct pipeline_datasets dss;
+    int busy;         /* atomic: queued or running */
+    uint64_t last_ns; /* atomic: when the last run started (0: never) */
+    uint64_t runs;    /* atomic */
+};
+
+static void compact_run(struct work *w, struct worker_ctx *ctx)
+{
+    struct pipeline_compactor *pc = (struct pipeline_compactor *)w;
+    (void)ctx;
+    uint64_t t0 = stats_now_ns();
+    __atomic_store_n(&pc->last_ns, t0, __ATOMIC_RELAXED);
+    int rc = store_compact(pc->st, pipeline_key_live, &pc->dss);
+    ADD(&pc->runs, 1);
+    if (rc < 0)
+        log_warn("disk tier: compaction failed: %s", strerror(-rc));
+    else
+        log_info("disk tier: over its budget; compaction rewrote %d segments in %.2f s", rc,
+                 (double)(stats_now_ns() - t0) / 1e9);
+}
+
+static void compact_done(struct work *w, int cancelled)
+{
+    struct pipeline_compactor *pc = (struct pipeline_compactor *)w;
+    (void)cancelled;
+    __atomic_store_n(&pc->busy, 0, __ATOMIC_RELEASE);
+}
+
+int pipeline_compactor_create(struct pipeline_compactor **out, struct store *st,
+                              struct workers *workers, const struct pipeline_datasets *dss)
+{
+    struct pipeline_compactor *pc = calloc(1, sizeof(*pc));
+    if (!pc)
+        return -ENOMEM;
+    pc->work.run = compact_run;
+    pc->work.done = compact_done;
+    pc->st = st;
+    pc->workers = workers;
+    pc->dss = *dss;
+    *out = pc;
+    return 0;
+}
+
+void pipeline_compactor_destroy(struct pipeline_compactor *pc)
+{
+    free(pc);
+}
+
+void pipeline_compact_request(struct pipeline_compactor *pc)
+{
+    int idle = 0;
+    uint64_t last = pc ? __atomic_load_n(&pc->last_ns, __ATOMIC_RELAXED) : 0;
+    if (!pc || (last && stats_now_ns() - last <
+                            (uint64_t)PIPELINE_COMPACT_INTERVAL_S * 1000000000ull))
+        return;
+    if (__atomic_compare_exchange_n(&pc->busy, &idle, 1, 0, __ATOMIC_ACQUIRE,
+                                    __ATOMIC_RELAXED))
+        workers_submit(pc->workers, &pc->work);
+}
+
+uint64_t pipeline_compactor_runs(const struct pipeline_compactor *pc)
+{
+    return pc ? __atomic_load_n(&pc->runs, __ATOMIC_RELAXED) : 0;
 }

@@ -1,7 +1,33 @@
 /*
- * The pipeline of one sample: cache lookup, else source read and the
- * offline steps (materialized into the cache), then the online steps into
- * the batch's slot. Runs on worker threads.
+ * The pipeline of a batch of samples, on a worker thread, through the
+ * cache tiers:
+ *
+ *   1. memory: cache_get for every sample;
+ *   2. disk: for the memory misses the disk tier holds, store_lookup; the
+ *      source files of the true misses are opened and fstat'ed; then their
+ *      records and files are read through the worker's own I/O ring, in
+ *      batches of PIPELINE_READ_GROUP (io_read_batch), all of them hinted
+ *      to the kernel first (POSIX_FADV_WILLNEED) when there is more than
+ *      one group, so the device works on the whole batch while the worker
+ *      checks and runs its first samples;
+ *   3. in epoch order, per sample: a disk record is checked and decoded
+ *      (store_decode; a bad one is counted, recomputed from the source and
+ *      stored again) and admitted to memory if the policy says so; a source
+ *      file goes through the offline steps, is stored in the disk tier
+ *      (the key carries the size and mtime of the file as read, so a file
+ *      changed after indexing is never stored under a stale key) and
+ *      admitted to memory; then the online steps write into the batch.
+ *
+ * A batch is taken in chunks bounded in samples and in bytes read at once
+ * (PIPELINE_CHUNK_SAMPLES, PIPELINE_CHUNK_BYTES), which bounds a worker's
+ * buffers (and its open files: a chunk stops early at EMFILE). Bad samples
+ * are reported in order, one callback each, so the caller decides (skip or
+ * fail) exactly as with one sample at a time.
+ *
+ * The disk tier is optional (env->store NULL), and degrades to none when
+ * its writes fail (the store says so in the log, once). Puts refused for
+ * the disk budget ask for a compaction, at most one every
+ * PIPELINE_COMPACT_INTERVAL_S, run as a job on the worker pool.
  */
 #ifndef PRESTO_PIPELINE_H
 #define PRESTO_PIPELINE_H
@@ -11,25 +37,84 @@
 
 #include "cache.h"
 #include "dataset.h"
+#include "store.h"
 #include "workers.h"
+
+#define PIPELINE_CHUNK_SAMPLES 256u
+#define PIPELINE_CHUNK_BYTES (16u << 20)
+#define PIPELINE_READ_GROUP 16u
+#define PIPELINE_COMPACT_INTERVAL_S 30
 
 /* Why a sample was bad, for stats and the error reply. */
 enum pipeline_fault { PIPE_OK = 0, PIPE_READ, PIPE_DECODE, PIPE_TOO_LARGE, PIPE_SHAPE };
 
+struct pipeline_compactor;
+
 struct pipeline_env {
     struct cache *cache;
+    struct store *store; /* NULL: no disk tier */
     uint64_t max_file_size;
+    struct pipeline_compactor *compactor; /* NULL: no compaction on demand */
 };
+
+/* Told about each bad sample, in order: i is its index in the batch.
+ * Returns nonzero to stop the batch there. */
+typedef int (*pipeline_bad_fn)(void *arg, uint32_t i, enum pipeline_fault f,
+                               const char *err);
 
 /* The seed of a sample's random steps: a function of (stream seed, epoch,
  * sample id) only, so every epoch is reproducible whatever the worker
  * count, rank or cache state. */
 uint64_t pipeline_sample_seed(uint64_t seed, uint64_t epoch, uint32_t sample);
 
-/* Writes sample `sample` of ds, after every step, to dst (ds->sample_bytes).
- * Returns PIPE_OK, or the fault with a message in err. */
-enum pipeline_fault pipeline_sample(const struct pipeline_env *env, struct dataset *ds,
-                                    uint32_t sample, uint64_t sample_seed, uint8_t *dst,
-                                    struct worker_ctx *ctx, char *err, size_t errlen);
+/* Runs samples ids[0..n) of ds through every step. The good ones are
+ * written in order, compacted: the k-th good one to dst + k *
+ * ds->sample_bytes, its label to labels[k]. Each bad one is counted, logged
+ * (once per sample) and passed to bad(). Returns the number of good
+ * samples written. */
+uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
+                        const uint32_t *ids, uint32_t n, uint64_t seed, uint64_t epoch,
+                        uint8_t *dst, int64_t *labels, struct worker_ctx *ctx,
+                        pipeline_bad_fn bad, void *arg);
+
+struct pipeline_warm_result {
+    uint64_t done;     /* samples handled, bad ones included */
+    uint64_t bytes;    /* materialized bytes of the good ones */
+    uint64_t failed;   /* bad samples */
+    uint64_t computed; /* good samples run through the offline steps */
+};
+
+/* Materializes samples [first, first + n) of ds into the disk tier (when
+ * there is one) and into memory as the policy admits: a sample already
+ * on disk is read only when memory will take it, and without a (healthy)
+ * disk tier only what memory will take is computed. Adds to *res. */
+void pipeline_warm(const struct pipeline_env *env, struct dataset *ds, uint32_t first,
+                   uint32_t n, struct worker_ctx *ctx, struct pipeline_warm_result *res);
+
+/* ---- the disk tier around the pipeline ---- */
+
+/* store_live_fn over the served datasets (arg: struct pipeline_datasets):
+ * a key is live when it is the current key of one of their samples. */
+struct pipeline_datasets {
+    struct dataset *ds;
+    uint32_t n;
+};
+int pipeline_key_live(const struct store_key *key, void *arg);
+
+/* Marks which samples of ds the disk tier holds under their current key
+ * (ds->on_disk) and counts their entries and bytes. Once at start-up,
+ * before serving. Returns 0 or -ENOMEM. */
+int pipeline_disk_scan(struct store *st, struct dataset *ds);
+
+/* Compaction on demand, run on the worker pool. */
+int pipeline_compactor_create(struct pipeline_compactor **out, struct store *st,
+                              struct workers *workers, const struct pipeline_datasets *dss);
+/* After workers_destroy (which cancels a queued run). NULL is fine. */
+void pipeline_compactor_destroy(struct pipeline_compactor *pc);
+/* Queues a compaction unless one is queued or running, or one started
+ * less than PIPELINE_COMPACT_INTERVAL_S ago. Any thread. */
+void pipeline_compact_request(struct pipeline_compactor *pc);
+/* Compactions run on demand so far. */
+uint64_t pipeline_compactor_runs(const struct pipeline_compactor *pc);
 
 #endif

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "proto.h"
 #include "stream.h"
+#include "warm.h"
 
 struct conn {
     struct server *srv;
@@ -28,6 +29,7 @@ struct conn {
     struct conn *prev, *next;
     struct stream **streams; /* max_streams_per_conn slots */
     uint32_t nstreams;
+    struct warm *warm;       /* a WARM running on this connection */
     int closing; /* close once the output is flushed */
 };
 
@@ -39,7 +41,9 @@ struct server {
     uint64_t nconns;
     uint64_t nstreams;
     uint32_t next_stream_id;
+    uint64_t buffer_bytes; /* the streams' batch buffers */
     struct stream_env env;
+    struct warm_env wenv;
     struct timespec started;
 };
 
@@ -55,6 +59,8 @@ static void conn_free(struct conn *c)
     struct server *s = c->srv;
     for (uint32_t i = 0; i < c->nstreams; i++)
         stream_close(c->streams[i]);
+    if (c->warm)
+        warm_close(c->warm);
     bufferevent_free(c->bev);
     if (c->prev)
         c->prev->next = c->next;
@@ -85,6 +91,9 @@ static void conn_fail(struct conn *c, uint32_t req_id, int code, const char *msg
     for (uint32_t i = 0; i < c->nstreams; i++)
         stream_close(c->streams[i]);
     c->nstreams = 0;
+    if (c->warm)
+        warm_close(c->warm);
+    c->warm = NULL;
 }
 
 static void conn_stream_finished(struct stream *st, void *owner)
@@ -117,6 +126,14 @@ static void reply_json(struct conn *c, uint16_t type, uint32_t req_id, char *jso
 
 static char *server_datasets_json(struct server *s);
 
+static struct dataset *find_dataset(struct server *s, const char *name)
+{
+    for (uint32_t i = 0; i < s->d.ndatasets; i++)
+        if (strcmp(s->d.datasets[i].cfg->name, name) == 0)
+            return &s->d.datasets[i];
+    return NULL;
+}
+
 static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
 {
     struct server *s = c->srv;
@@ -129,10 +146,7 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         conn_fail(c, req_id, PROTO_E_PROTO, "malformed OPEN");
         return;
     }
-    for (uint32_t i = 0; i < s->d.ndatasets; i++)
-        if (strcmp(s->d.datasets[i].cfg->name, req.dataset) == 0)
-            ds = &s->d.datasets[i];
-    if (!ds) {
+    if (!(ds = find_dataset(s, req.dataset))) {
         snprintf(err, sizeof(err), "no dataset named '%s'", req.dataset);
         frame_send_error(c->bev, req_id, PROTO_E_NODATASET, err);
         return;
@@ -192,6 +206,42 @@ static void handle_close(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     proto_wbuf_free(&w);
 }
 
+static void conn_warm_finished(struct warm *w, void *owner)
+{
+    struct conn *c = owner;
+    c->warm = NULL;
+    warm_close(w);
+}
+
+static void handle_warm(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
+{
+    struct server *s = c->srv;
+    struct proto_warm req;
+    struct dataset *ds;
+    char err[512];
+
+    if (proto_get_warm(r, &req) < 0) {
+        conn_fail(c, req_id, PROTO_E_PROTO, "malformed WARM");
+        return;
+    }
+    if (!(ds = find_dataset(s, req.dataset))) {
+        snprintf(err, sizeof(err), "no dataset named '%s'", req.dataset);
+        frame_send_error(c->bev, req_id, PROTO_E_NODATASET, err);
+        return;
+    }
+    if (c->warm) {
+        frame_send_error(c->bev, req_id, PROTO_E_LIMIT,
+                         "this connection runs a WARM already");
+        return;
+    }
+    int rc = warm_start(&c->warm, &s->wenv, ds, req_id, c->bev, conn_warm_finished, c, err,
+                        sizeof(err));
+    if (rc < 0) {
+        c->warm = NULL;
+        frame_send_error(c->bev, req_id, rc, err);
+    }
+}
+
 static void conn_dispatch(struct conn *c, const struct proto_header *h, const uint8_t *body)
 {
     struct proto_rbuf r;
@@ -209,6 +259,9 @@ static void conn_dispatch(struct conn *c, const struct proto_header *h, const ui
         break;
     case PROTO_CLOSE:
         handle_close(c, h->req_id, &r);
+        break;
+    case PROTO_WARM:
+        handle_warm(c, h->req_id, &r);
         break;
     default:
         stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
@@ -317,16 +370,174 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
 
 /* ---- documents ---- */
 
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+
+static double ratio(uint64_t num, uint64_t den)
+{
+    return den ? (double)num / (double)den : 0.0;
+}
+
+/* The process's resident set (/proc/self/statm), bytes; 0 if unknown. */
+static uint64_t rss_bytes(void)
+{
+    unsigned long size, resident;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f)
+        return 0;
+    int n = fscanf(f, "%lu %lu", &size, &resident);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
+}
+
+static void stats_memory(struct server *s, struct json *j, const struct cache_stats *cs,
+                         const struct store_stats *ss)
+{
+    uint64_t workers = workers_mem_bytes(s->d.workers);
+    uint64_t store_index = s->d.store ? ss->index_bytes : 0;
+    json_object_begin(j, "memory");
+    json_u64(j, "budget", cs->budget);
+    json_u64(j, "cache_bytes", cs->bytes);
+    json_u64(j, "cache_index_bytes", cs->index_bytes);
+    json_u64(j, "store_index_bytes", store_index);
+    json_u64(j, "stream_buffers", s->buffer_bytes);
+    json_u64(j, "worker_buffers", workers);
+    json_u64(j, "accounted", cs->bytes + store_index + s->buffer_bytes + workers);
+    json_u64(j, "rss", rss_bytes());
+    json_object_end(j);
+}
+
+static void stats_disk(struct server *s, struct json *j, const struct store_stats *ss)
+{
+    uint64_t hits = 0, misses = 0, bytes_read = 0;
+    for (uint32_t i = 0; i < s->d.ndatasets; i++) {
+        const struct dataset_counters *n = &s->d.datasets[i].n;
+        hits += LOAD(&n->disk_hits);
+        misses += LOAD(&n->disk_misses);
+        bytes_read += LOAD(&n->disk_bytes_read);
+    }
+    json_object_begin(j, "disk");
+    json_u64(j, "enabled", s->d.store != NULL);
+    json_str(j, "dir", s->d.store ? s->d.cfg->cache_dir : "");
+    json_u64(j, "degraded", s->d.store ? ss->degraded != 0 : 0);
+    json_str(j, "degraded_reason", ss->degraded ? strerror(ss->degraded) : "");
+    json_str(j, "off_reason", s->d.store ? "" : s->d.store_off);
+    json_u64(j, "budget", ss->budget);
+    json_u64(j, "segment_size", ss->segment_size);
+    json_u64(j, "segments", ss->segments);
+    json_u64(j, "entries", ss->records);
+    json_u64(j, "bytes", ss->bytes_disk);
+    json_u64(j, "bytes_live", ss->bytes_live);
+    json_u64(j, "bytes_dead", ss->bytes_dead);
+    json_u64(j, "bytes_raw", ss->bytes_raw);
+    json_u64(j, "bytes_stored", ss->bytes_stored);
+    json_double(j, "compression_ratio", ratio(ss->bytes_raw, ss->bytes_stored));
+    json_u64(j, "hits", hits);
+    json_u64(j, "misses", misses);
+    json_double(j, "hit_rate", ratio(hits, hits + misses));
+    json_u64(j, "evictions", 0);
+    json_u64(j, "bytes_read", bytes_read);
+    json_u64(j, "decode_errors", ss->decode_errors);
+    json_u64(j, "puts", ss->puts);
+    json_u64(j, "put_refused_budget", ss->put_budget);
+    json_u64(j, "put_too_large", ss->put_too_large);
+    json_u64(j, "put_failed", ss->put_io + ss->put_other);
+    json_u64(j, "recovered", ss->recovered);
+    json_u64(j, "dropped", ss->dropped);
+    json_u64(j, "torn_bytes", ss->torn_bytes);
+    json_u64(j, "compactions", ss->compactions);
+    json_u64(j, "compactions_on_demand", pipeline_compactor_runs(s->d.compactor));
+    json_u64(j, "compact_copied", ss->compact_copied);
+    json_u64(j, "compact_freed", ss->compact_freed);
+    json_object_end(j);
+}
+
+static void stats_io(struct server *s, struct json *j)
+{
+    struct io_stats io;
+    workers_io_stats(s->d.workers, &io);
+    json_object_begin(j, "io");
+    json_str(j, "backend", workers_io_backend(s->d.workers));
+    json_u64(j, "depth", workers_io_depth(s->d.workers));
+    json_u64(j, "in_flight", io.in_flight);
+    json_u64(j, "max_in_flight", io.max_in_flight);
+    json_u64(j, "batches", io.batches);
+    json_u64(j, "reads", io.reads);
+    json_u64(j, "submitted", io.submitted);
+    json_u64(j, "bytes", io.bytes);
+    json_u64(j, "errors", io.errors);
+    json_u64(j, "short_reads", io.short_reads);
+    json_object_end(j);
+}
+
+static void stats_dataset(struct server *s, struct json *j, struct dataset *ds)
+{
+    const struct dataset_counters *n = &ds->n;
+    struct cache_dataset_stats cd;
+    uint64_t hits = LOAD(&n->hits), misses = LOAD(&n->misses);
+    uint64_t dhits = LOAD(&n->disk_hits), dmisses = LOAD(&n->disk_misses);
+    uint64_t raw = LOAD(&n->disk_bytes_raw), stored = LOAD(&n->disk_bytes_stored);
+    char enc[16];
+    cache_get_dataset_stats(s->d.cache, ds->id, &cd);
+    json_object_begin(j, NULL);
+    json_str(j, "name", ds->cfg->name);
+    json_u64(j, "samples", ds->nsamples);
+    json_u64(j, "classes", ds->nclasses);
+    json_u64(j, "hits", hits);
+    json_u64(j, "misses", misses);
+    json_u64(j, "errors", LOAD(&n->errors));
+    json_double(j, "hit_rate", ratio(hits, hits + misses));
+    json_u64(j, "computed", LOAD(&n->computed));
+    json_u64(j, "source_reads", LOAD(&n->source_reads));
+    json_u64(j, "source_bytes", LOAD(&n->source_bytes));
+    json_object_begin(j, "memory");
+    json_u64(j, "entries", cd.entries);
+    json_u64(j, "bytes", cd.bytes);
+    json_u64(j, "hits", hits);
+    json_u64(j, "misses", misses);
+    json_double(j, "hit_rate", ratio(hits, hits + misses));
+    json_u64(j, "evictions", 0);
+    json_double(j, "admit_fraction", cd.fraction);
+    json_u64(j, "not_admitted", cd.not_admitted);
+    json_u64(j, "rejected", cd.rejected);
+    json_object_end(j);
+    json_object_begin(j, "disk");
+    if (ds->cfg->zstd_level)
+        snprintf(enc, sizeof(enc), "zstd:%d", ds->cfg->zstd_level);
+    else
+        snprintf(enc, sizeof(enc), "raw");
+    json_str(j, "encoding", enc);
+    json_u64(j, "degraded", s->d.store ? store_degraded(s->d.store) != 0 : 0);
+    json_u64(j, "entries", LOAD(&n->disk_entries));
+    json_u64(j, "bytes_raw", raw);
+    json_u64(j, "bytes_stored", stored);
+    json_double(j, "compression_ratio", ratio(raw, stored));
+    json_u64(j, "hits", dhits);
+    json_u64(j, "misses", dmisses);
+    json_double(j, "hit_rate", ratio(dhits, dhits + dmisses));
+    json_u64(j, "evictions", 0);
+    json_u64(j, "bytes_read", LOAD(&n->disk_bytes_read));
+    json_u64(j, "bad_records", LOAD(&n->disk_bad));
+    json_u64(j, "puts", LOAD(&n->disk_puts));
+    json_u64(j, "put_errors", LOAD(&n->disk_put_errors));
+    json_object_end(j);
+    json_object_end(j);
+}
+
 char *server_stats_json(struct server *s)
 {
     struct stats_thread sum;
     struct cache_stats cs;
+    struct store_stats ss;
     struct timespec now;
     struct json j;
     char ver[32];
 
     stats_sum(s->d.stats, s->d.nstats, &sum);
     cache_get_stats(s->d.cache, &cs);
+    memset(&ss, 0, sizeof(ss));
+    if (s->d.store)
+        store_get_stats(s->d.store, &ss);
     clock_gettime(CLOCK_MONOTONIC, &now);
     snprintf(ver, sizeof(ver), "%s", PRESTO_VERSION);
     json_init(&j);
@@ -348,6 +559,7 @@ char *server_stats_json(struct server *s)
     json_u64(&j, "connections_rejected", sum.c[STAT_connections_rejected]);
     json_u64(&j, "streams_total", sum.c[STAT_streams_total]);
     json_u64(&j, "protocol_errors", sum.c[STAT_protocol_errors]);
+    /* The memory tier: keys kept from the first release, then the rest. */
     json_object_begin(&j, "cache");
     json_u64(&j, "memory_budget", cs.budget);
     json_u64(&j, "memory_bytes", cs.bytes);
@@ -355,7 +567,15 @@ char *server_stats_json(struct server *s)
     json_u64(&j, "hits", sum.c[STAT_cache_hits]);
     json_u64(&j, "misses", sum.c[STAT_cache_misses]);
     json_u64(&j, "rejected", cs.rejected);
+    json_u64(&j, "not_admitted", cs.not_admitted);
+    json_u64(&j, "evictions", cs.evictions);
+    json_u64(&j, "index_bytes", cs.index_bytes);
+    json_double(&j, "hit_rate", ratio(sum.c[STAT_cache_hits],
+                                      sum.c[STAT_cache_hits] + sum.c[STAT_cache_misses]));
     json_object_end(&j);
+    stats_memory(s, &j, &cs, &ss);
+    stats_disk(s, &j, &ss);
+    stats_io(s, &j);
     json_object_begin(&j, "errors");
     json_u64(&j, "read", sum.c[STAT_err_read]);
     json_u64(&j, "decode", sum.c[STAT_err_decode]);
@@ -370,17 +590,8 @@ char *server_stats_json(struct server *s)
     }
     json_object_end(&j);
     json_array_begin(&j, "datasets");
-    for (uint32_t i = 0; i < s->d.ndatasets; i++) {
-        struct dataset *ds = &s->d.datasets[i];
-        json_object_begin(&j, NULL);
-        json_str(&j, "name", ds->cfg->name);
-        json_u64(&j, "samples", ds->nsamples);
-        json_u64(&j, "classes", ds->nclasses);
-        json_u64(&j, "hits", __atomic_load_n(&ds->hits, __ATOMIC_RELAXED));
-        json_u64(&j, "misses", __atomic_load_n(&ds->misses, __ATOMIC_RELAXED));
-        json_u64(&j, "errors", __atomic_load_n(&ds->errors, __ATOMIC_RELAXED));
-        json_object_end(&j);
-    }
+    for (uint32_t i = 0; i < s->d.ndatasets; i++)
+        stats_dataset(s, &j, &s->d.datasets[i]);
     json_array_end(&j);
     json_object_end(&j);
     if (j.failed) {
@@ -501,9 +712,15 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
     s->env.base = deps->base;
     s->env.workers = deps->workers;
     s->env.pipe.cache = deps->cache;
+    s->env.pipe.store = deps->store;
+    s->env.pipe.compactor = deps->compactor;
     s->env.pipe.max_file_size = deps->cfg->max_file_size;
     s->env.stats = loop_stats(s);
     s->env.live_streams = &s->nstreams;
+    s->env.buffer_bytes = &s->buffer_bytes;
+    s->wenv.base = deps->base;
+    s->wenv.workers = deps->workers;
+    s->wenv.pipe = &s->env.pipe;
 
     int fd = listen_fd;
     if (fd < 0) {

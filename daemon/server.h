@@ -12,7 +12,9 @@
 #include "cache.h"
 #include "config.h"
 #include "dataset.h"
+#include "pipeline.h"
 #include "stats.h"
+#include "store.h"
 #include "workers.h"
 
 struct event_base;
@@ -24,6 +26,9 @@ struct server_deps {
     struct dataset *datasets;
     uint32_t ndatasets;
     struct cache *cache;
+    struct store *store;        /* NULL: no disk tier */
+    const char *store_off;      /* why there is no disk tier (store NULL) */
+    struct pipeline_compactor *compactor; /* NULL without a disk tier */
     struct workers *workers;
     struct stats_thread *stats; /* nstats blocks; the last is the event loop's */
     unsigned nstats;

@@ -18,7 +18,7 @@
     X(bytes_served, "batch bytes delivered")                        \
     X(samples_skipped, "bad samples dropped from epochs")           \
     X(cache_hits, "samples found in the memory cache")             \
-    X(cache_misses, "samples computed from the source")            \
+    X(cache_misses, "samples not found in the memory cache")       \
     X(err_read, "source files that could not be read")              \
     X(err_decode, "source files that did not decode")               \
     X(err_too_large, "source files or images over a limit")         \

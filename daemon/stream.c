@@ -77,10 +77,19 @@ uint32_t stream_id(const struct stream *s)
     return s->id;
 }
 
+/* Bytes a job's buffers take (its prefix buffer when it has one). */
+static size_t job_bytes(const struct stream *s, const struct batch_job *j)
+{
+    size_t b = sizeof(*j) + s->plan.batch_size * sizeof(*j->labels) + s->data_off +
+               (size_t)s->plan.batch_size * s->ds->sample_bytes;
+    return b + (j->pre ? proto_batch_prefix_size(s->plan.batch_size) : 0);
+}
+
 static void stream_free(struct stream *s)
 {
     for (struct batch_job *j = s->free_jobs, *next; j; j = next) {
         next = j->next_free;
+        *s->env->buffer_bytes -= job_bytes(s, j);
         free(j->buf);
         free(j->pre);
         free(j->labels);
@@ -118,51 +127,39 @@ static uint8_t *job_sample(const struct batch_job *j, uint32_t i)
 
 /* ---- worker thread ---- */
 
-static enum stats_counter fault_counter(enum pipeline_fault f)
+/* A bad sample: skipped, or under on_error: fail the end of the job. */
+static int job_bad(void *arg, uint32_t i, enum pipeline_fault f, const char *err)
 {
-    switch (f) {
-    case PIPE_READ: return STAT_err_read;
-    case PIPE_TOO_LARGE: return STAT_err_too_large;
-    default: return STAT_err_decode;
+    struct batch_job *j = arg;
+    const struct stream *s = j->s;
+    const struct dataset *ds = s->ds;
+    if (ds->cfg->on_error == CONFIG_ON_ERROR_FAIL) {
+        uint64_t first;
+        uint32_t len;
+        planner_batch(&s->plan, j->index, &first, &len);
+        j->fault = f;
+        snprintf(j->err, sizeof(j->err), "dataset '%s': bad sample %s/%s: %s", ds->cfg->name,
+                 ds->cfg->root, dataset_path(ds, s->plan.ids[first + i]), err);
+        return 1;
     }
+    j->skipped++;
+    return 0;
 }
 
 static void job_run(struct work *w, struct worker_ctx *ctx)
 {
     struct batch_job *j = (struct batch_job *)w;
     const struct stream *s = j->s;
-    struct dataset *ds = s->ds;
     uint64_t first;
-    uint32_t len, k = 0;
-    char err[512];
+    uint32_t len;
 
     planner_batch(&s->plan, j->index, &first, &len);
-    j->n = 0;
     j->skipped = 0;
     j->fault = PIPE_OK;
-    for (uint32_t i = 0; i < len; i++) {
-        uint32_t id = s->plan.ids[first + i];
-        enum pipeline_fault f =
-            pipeline_sample(&s->env->pipe, ds, id, pipeline_sample_seed(s->seed, s->epoch, id),
-                            job_sample(j, k), ctx, err, sizeof(err));
-        if (f == PIPE_OK) {
-            j->labels[k++] = ds->samples[id].label;
-            continue;
-        }
-        stats_add(ctx->stats, fault_counter(f), 1);
-        __atomic_fetch_add(&ds->errors, 1, __ATOMIC_RELAXED);
-        if (dataset_first_error(ds, id))
-            log_warn("dataset '%s': bad sample %s/%s: %s", ds->cfg->name, ds->cfg->root,
-                     dataset_path(ds, id), err);
-        if (ds->cfg->on_error == CONFIG_ON_ERROR_FAIL) {
-            j->fault = f;
-            snprintf(j->err, sizeof(j->err), "dataset '%s': bad sample %s/%s: %s",
-                     ds->cfg->name, ds->cfg->root, dataset_path(ds, id), err);
-            return;
-        }
-        j->skipped++;
-    }
-    j->n = k;
+    j->n = pipeline_batch(&s->env->pipe, s->ds, s->plan.ids + first, len, s->seed, s->epoch,
+                          job_sample(j, 0), j->labels, ctx, job_bad, j);
+    if (j->fault != PIPE_OK)
+        j->n = 0;
 }
 
 /* ---- event loop thread ---- */
@@ -212,6 +209,7 @@ static struct batch_job *job_get(struct stream *s)
     }
     j->work.run = job_run;
     j->work.done = job_done;
+    *s->env->buffer_bytes += job_bytes(s, j);
     return j;
 }
 
@@ -261,6 +259,15 @@ static int stream_queue(struct stream *s, const struct chunk *c, unsigned nc)
     return rc;
 }
 
+/* A job's separate prefix buffer, made on first need; 1 when it has one. */
+static int job_alloc_pre(struct stream *s, struct batch_job *j)
+{
+    if (!(j->pre = malloc(proto_batch_prefix_size(s->plan.batch_size))))
+        return 0;
+    *s->env->buffer_bytes += proto_batch_prefix_size(s->plan.batch_size);
+    return 1;
+}
+
 /* Sends the batch being cut as the next BATCH frame, without copying its
  * samples: the frame's prefix goes in front of the first sample when that
  * is the first of its job's buffer (there is room for it there), else in the
@@ -290,8 +297,7 @@ static int stream_emit(struct stream *s)
     if (p0->off == 0) {
         proto_batch_prefix_encode(data0 - pre_len, s->req_id, &hdr, labels, data_len);
         c[nc++] = (struct chunk){data0 - pre_len, pre_len + len0, p0->job};
-    } else if (p0->job->pre ||
-               (p0->job->pre = malloc(proto_batch_prefix_size(s->plan.batch_size)))) {
+    } else if (p0->job->pre || job_alloc_pre(s, p0->job)) {
         proto_batch_prefix_encode(p0->job->pre, s->req_id, &hdr, labels, data_len);
         c[nc++] = (struct chunk){p0->job->pre, pre_len, p0->job};
         c[nc++] = (struct chunk){data0, len0, p0->job};

@@ -42,6 +42,7 @@ struct stream_env {
     struct pipeline_env pipe;
     struct stats_thread *stats; /* the event loop thread's block */
     uint64_t *live_streams;      /* gauge, event loop thread only */
+    uint64_t *buffer_bytes;      /* gauge of the streams' batch buffers, likewise */
 };
 
 /* Called (once) when the stream has sent END or an ERROR. */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -100,10 +101,35 @@ static void workers_on_done(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-int workers_create(struct workers **out, struct event_base *base, unsigned n,
-                   struct stats_thread *stats, uint64_t max_pixels)
+/* One ring per thread; says once which backend they use, and why. */
+static int workers_io_setup(struct workers *p, const struct workers_config *cfg)
+{
+    char why[256], first_why[256] = "";
+    for (unsigned i = 0; i < p->n; i++) {
+        int rc = io_ring_create(&p->threads[i].ctx.io, cfg->io_depth,
+                                cfg->io_force_pread ? IO_FORCE_PREAD : 0, why, sizeof(why));
+        if (rc < 0)
+            return rc;
+        if (i == 0)
+            snprintf(first_why, sizeof(first_why), "%s", why);
+    }
+    if (p->n == 0)
+        return 0;
+    struct io_ring *r = p->threads[0].ctx.io;
+    if (strcmp(io_ring_backend(r), "io_uring") == 0 && !first_why[0])
+        log_info("io: io_uring, %u reads in flight per worker", io_ring_depth(r));
+    else if (cfg->io_force_pread)
+        log_info("io: pread (%s), one read at a time per worker", first_why);
+    else
+        log_warn("io: %s: %s", io_ring_backend(r), first_why);
+    return 0;
+}
+
+int workers_create(struct workers **out, struct event_base *base,
+                   const struct workers_config *cfg, struct stats_thread *stats)
 {
     struct workers *p = calloc(1, sizeof(*p));
+    unsigned n = cfg->threads;
     int rc;
     if (!p)
         return -ENOMEM;
@@ -121,13 +147,15 @@ int workers_create(struct workers **out, struct event_base *base, unsigned n,
         rc = -ENOMEM;
         goto fail;
     }
+    if ((rc = workers_io_setup(p, cfg)) < 0)
+        goto fail;
     for (unsigned i = 0; i < n; i++) {
         struct worker_thread *t = &p->threads[i];
         t->pool = p;
         t->ctx.index = i;
         t->ctx.stats = &stats[i];
         step_ctx_init(&t->ctx.step);
-        t->ctx.step.max_pixels = max_pixels;
+        t->ctx.step.max_pixels = cfg->max_pixels;
         if ((rc = -pthread_create(&t->tid, NULL, worker_main, t)) < 0)
             goto fail;
         t->started = 1;
@@ -154,6 +182,9 @@ void workers_destroy(struct workers *p)
         step_ctx_free(&t->ctx.step);
         for (int k = 0; k < 3; k++)
             img_free(&t->ctx.scratch[k]);
+        if (t->ctx.local_free)
+            t->ctx.local_free(t->ctx.local);
+        io_ring_destroy(t->ctx.io);
     }
     /* Nothing runs now: finish what finished, cancel what never started. */
     for (struct work *w = p->done_head, *next; w; w = next) {
@@ -231,4 +262,36 @@ unsigned workers_queued(struct workers *p)
     unsigned q = p->queued;
     pthread_mutex_unlock(&p->lock);
     return q;
+}
+
+const char *workers_io_backend(const struct workers *p)
+{
+    const char *b = p->n ? io_ring_backend(p->threads[0].ctx.io) : "none";
+    for (unsigned i = 1; i < p->n; i++)
+        if (strcmp(io_ring_backend(p->threads[i].ctx.io), b) != 0)
+            return "mixed";
+    return b;
+}
+
+unsigned workers_io_depth(const struct workers *p)
+{
+    return p->n ? io_ring_depth(p->threads[0].ctx.io) : 0;
+}
+
+void workers_io_stats(const struct workers *p, struct io_stats *sum)
+{
+    memset(sum, 0, sizeof(*sum));
+    for (unsigned i = 0; i < p->n; i++) {
+        struct io_stats s;
+        io_ring_stats(p->threads[i].ctx.io, &s);
+        io_stats_add(sum, &s);
+    }
+}
+
+uint64_t workers_mem_bytes(const struct workers *p)
+{
+    uint64_t sum = 0;
+    for (unsigned i = 0; i < p->n; i++)
+        sum += __atomic_load_n(&p->threads[i].ctx.mem_bytes, __ATOMIC_RELAXED);
+    return sum;
 }

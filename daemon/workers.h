@@ -6,6 +6,10 @@
  * in submission order (FIFO), which shares workers fairly between streams
  * that each keep a bounded number of jobs queued.
  *
+ * Each worker thread owns an I/O ring (io.h) for its batched reads, made
+ * for it by workers_create with the configured depth and backend; the
+ * backend in use, and why when io_uring was refused, is logged once.
+ *
  * Lock order: workers.lock is a leaf; nothing else is locked while it is held.
  */
 #ifndef PRESTO_WORKERS_H
@@ -13,18 +17,32 @@
 
 #include <stdint.h>
 
+#include "io.h"
 #include "stats.h"
 #include "step.h"
 
 struct event_base;
 struct workers;
 
-/* What a worker thread owns: its stats block and its step state. */
+/* What a worker thread owns: its stats block, step state, I/O ring, and
+ * the buffers of whoever runs on it (`local`, freed with local_free when
+ * the pool stops). */
 struct worker_ctx {
     unsigned index;
     struct stats_thread *stats;
     struct step_ctx step;
     struct img scratch[3]; /* file bytes and two ping-pong images */
+    struct io_ring *io;
+    void *local;
+    void (*local_free)(void *local);
+    uint64_t mem_bytes; /* gauge (relaxed atomic): buffers this thread holds */
+};
+
+struct workers_config {
+    unsigned threads;
+    uint64_t max_pixels;  /* decode limit (limits.pixels) */
+    unsigned io_depth;    /* reads in flight per thread (io.depth) */
+    int io_force_pread;   /* io.backend: pread */
 };
 
 struct work {
@@ -34,9 +52,9 @@ struct work {
     int state; /* internal */
 };
 
-/* stats points at n per-thread blocks, one per worker. */
-int workers_create(struct workers **out, struct event_base *base, unsigned n,
-                   struct stats_thread *stats, uint64_t max_pixels);
+/* stats points at cfg->threads per-thread blocks, one per worker. */
+int workers_create(struct workers **out, struct event_base *base,
+                   const struct workers_config *cfg, struct stats_thread *stats);
 /* Stops the threads after their current job; queued jobs get done(w, 1). */
 void workers_destroy(struct workers *p);
 void workers_submit(struct workers *p, struct work *w);
@@ -47,5 +65,12 @@ int workers_cancel(struct workers *p, struct work *w);
 unsigned workers_count(const struct workers *p);
 unsigned workers_busy(struct workers *p);
 unsigned workers_queued(struct workers *p);
+/* The I/O backend of the threads ("io_uring", "pread", or "mixed" when
+ * some fell back at run time) and the sum of their I/O counters. */
+const char *workers_io_backend(const struct workers *p);
+unsigned workers_io_depth(const struct workers *p);
+void workers_io_stats(const struct workers *p, struct io_stats *sum);
+/* Bytes of buffers the threads hold (their mem_bytes gauges). */
+uint64_t workers_mem_bytes(const struct workers *p);
 
 #endif

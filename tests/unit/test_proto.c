@@ -63,6 +63,11 @@ static const struct proto_batch_hdr sample_batch = {
 static const int64_t sample_labels[SAMPLE_N] = {0, -1, INT64_MIN};
 
 static const char sample_errmsg[] = "no dataset named 'imagenet-train'";
+static const struct proto_warm sample_warm = {.dataset = "imagenet-train", .flags = 0};
+static const struct proto_progress sample_progress = {
+    .done = 1281167, .total = 1281167, .bytes = 192848121856ull, .failed = 3,
+    .computed = UINT64_MAX,
+};
 
 /* A BATCH body: m's fixed part, then n labels and n samples of bytes (n
  * need not be m->n, to build malformed bodies). */
@@ -79,6 +84,8 @@ static void put_batch(struct proto_wbuf *w, const struct proto_batch_hdr *m,
 static void enc_open(struct proto_wbuf *w) { proto_put_open(w, &sample_open); }
 static void enc_opened(struct proto_wbuf *w) { proto_put_opened(w, &sample_opened); }
 static void enc_end(struct proto_wbuf *w) { proto_put_end(w, &sample_end); }
+static void enc_warm(struct proto_wbuf *w) { proto_put_warm(w, &sample_warm); }
+static void enc_progress(struct proto_wbuf *w) { proto_put_progress(w, &sample_progress); }
 static void enc_error(struct proto_wbuf *w)
 {
     proto_put_error(w, PROTO_E_NODATASET, sample_errmsg);
@@ -103,6 +110,16 @@ static int dec_end(struct proto_rbuf *r)
     struct proto_end m;
     return proto_get_end(r, &m);
 }
+static int dec_warm(struct proto_rbuf *r)
+{
+    struct proto_warm m;
+    return proto_get_warm(r, &m);
+}
+static int dec_progress(struct proto_rbuf *r)
+{
+    struct proto_progress m;
+    return proto_get_progress(r, &m);
+}
 static int dec_error(struct proto_rbuf *r)
 {
     uint32_t code;
@@ -122,7 +139,8 @@ static const struct msg_case {
 } msg_cases[] = {
     {"open", enc_open, dec_open},       {"opened", enc_opened, dec_opened},
     {"end", enc_end, dec_end},          {"error", enc_error, dec_error},
-    {"batch", enc_batch, dec_batch},
+    {"batch", enc_batch, dec_batch},    {"warm", enc_warm, dec_warm},
+    {"progress", enc_progress, dec_progress},
 };
 #define N_CASES (sizeof(msg_cases) / sizeof(msg_cases[0]))
 
@@ -583,6 +601,49 @@ START_TEST(test_end_round_trip)
 }
 END_TEST
 
+START_TEST(test_warm_round_trip)
+{
+    struct proto_wbuf w;
+    struct proto_rbuf r;
+    struct proto_warm m;
+    struct proto_progress pr;
+
+    proto_wbuf_init(&w);
+    enc_warm(&w);
+    uint8_t *p = dup_exact(w.data, w.len);
+    proto_rbuf_init(&r, p, w.len);
+    ck_assert_int_eq(proto_get_warm(&r, &m), 0);
+    ck_assert_str_eq(m.dataset, sample_warm.dataset);
+    ck_assert_uint_eq(m.flags, 0);
+    free(p);
+    proto_wbuf_free(&w);
+
+    /* An empty dataset name is malformed. */
+    proto_wbuf_init(&w);
+    proto_put_str(&w, "", 0);
+    proto_put_u32(&w, 0);
+    p = dup_exact(w.data, w.len);
+    proto_rbuf_init(&r, p, w.len);
+    ck_assert_int_eq(proto_get_warm(&r, &m), -PROTO_E_PROTO);
+    free(p);
+    proto_wbuf_free(&w);
+
+    proto_wbuf_init(&w);
+    enc_progress(&w);
+    ck_assert_uint_eq(w.len, 40);
+    p = dup_exact(w.data, w.len);
+    proto_rbuf_init(&r, p, w.len);
+    ck_assert_int_eq(proto_get_progress(&r, &pr), 0);
+    ck_assert_uint_eq(pr.done, sample_progress.done);
+    ck_assert_uint_eq(pr.total, sample_progress.total);
+    ck_assert_uint_eq(pr.bytes, sample_progress.bytes);
+    ck_assert_uint_eq(pr.failed, sample_progress.failed);
+    ck_assert_uint_eq(pr.computed, sample_progress.computed);
+    free(p);
+    proto_wbuf_free(&w);
+}
+END_TEST
+
 START_TEST(test_error_round_trip)
 {
     struct proto_wbuf w;
@@ -648,6 +709,8 @@ START_TEST(test_names)
     ck_assert_str_eq(proto_type_name(PROTO_OPEN), "OPEN");
     ck_assert_str_eq(proto_type_name(PROTO_BATCH), "BATCH");
     ck_assert_str_eq(proto_type_name(PROTO_CLOSED), "CLOSED");
+    ck_assert_str_eq(proto_type_name(PROTO_WARM), "WARM");
+    ck_assert_str_eq(proto_type_name(PROTO_DONE), "DONE");
     for (uint16_t t = PROTO_ERROR; t < PROTO_TYPE_MAX; t++)
         ck_assert_str_ne(proto_type_name(t), "UNKNOWN");
     ck_assert_str_eq(proto_type_name(0), "UNKNOWN");
@@ -687,6 +750,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_batch_round_trip);
     tcase_add_test(tc, test_batch_size_checked);
     tcase_add_test(tc, test_end_round_trip);
+    tcase_add_test(tc, test_warm_round_trip);
     tcase_add_test(tc, test_error_round_trip);
     tcase_add_test(tc, test_truncated_and_trailing);
     tcase_add_test(tc, test_names);

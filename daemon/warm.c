@@ -1,0 +1,199 @@
+/* Warming a dataset: see warm.h. */
+#include "warm.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame.h"
+#include "log.h"
+#include "proto.h"
+
+struct warm_job {
+    struct work work; /* first: the work is the job */
+    struct warm *w;
+    uint32_t first, n;
+    struct pipeline_warm_result res;
+    int busy; /* with the worker pool */
+};
+
+struct warm {
+    const struct warm_env *env;
+    struct dataset *ds;
+    struct bufferevent *bev;
+    uint32_t req_id;
+    warm_finished_fn finished;
+    void *owner;
+    struct event *ev; /* tells the owner, outside of any callback of ours */
+    struct warm_job *jobs;
+    uint32_t njobs;
+    uint32_t busy;    /* jobs with the pool */
+    uint32_t next;    /* first sample not handed out yet */
+    struct proto_progress prog;
+    uint64_t sent_ns; /* when the last PROGRESS went */
+    uint64_t t0_ns;
+    int done, notified, closing;
+};
+
+static void warm_free(struct warm *w)
+{
+    free(w->jobs);
+    free(w);
+}
+
+static void warm_send(struct warm *w, uint16_t type)
+{
+    struct proto_wbuf b;
+    proto_wbuf_init(&b);
+    proto_frame_begin(&b, type, w->req_id);
+    proto_put_progress(&b, &w->prog);
+    if (frame_send(w->bev, &b) < 0)
+        log_error("warm of '%s': cannot queue %s: out of memory", w->ds->cfg->name,
+                  proto_type_name(type));
+    proto_wbuf_free(&b);
+    w->sent_ns = stats_now_ns();
+}
+
+static void job_run(struct work *wk, struct worker_ctx *ctx)
+{
+    struct warm_job *j = (struct warm_job *)wk;
+    memset(&j->res, 0, sizeof(j->res));
+    pipeline_warm(j->w->env->pipe, j->w->ds, j->first, j->n, ctx, &j->res);
+}
+
+static void warm_pump(struct warm *w);
+
+static void job_done(struct work *wk, int cancelled)
+{
+    struct warm_job *j = (struct warm_job *)wk;
+    struct warm *w = j->w;
+    j->busy = 0;
+    w->busy--;
+    if (w->closing) {
+        if (w->busy == 0)
+            warm_free(w);
+        return;
+    }
+    if (cancelled) { /* cannot happen while the pool runs: count as failed */
+        j->res.done = j->res.failed = j->n;
+        j->res.bytes = j->res.computed = 0;
+    }
+    w->prog.done += j->res.done;
+    w->prog.bytes += j->res.bytes;
+    w->prog.failed += j->res.failed;
+    w->prog.computed += j->res.computed;
+    warm_pump(w);
+}
+
+static void warm_pump(struct warm *w)
+{
+    uint32_t total = w->ds->nsamples;
+    for (uint32_t i = 0; i < w->njobs && w->next < total; i++) {
+        struct warm_job *j = &w->jobs[i];
+        if (j->busy)
+            continue;
+        j->first = w->next;
+        j->n = total - w->next < WARM_JOB_SAMPLES ? total - w->next : WARM_JOB_SAMPLES;
+        w->next += j->n;
+        j->busy = 1;
+        w->busy++;
+        workers_submit(w->env->workers, &j->work);
+    }
+    if (w->next == total && w->busy == 0) {
+        warm_send(w, PROTO_DONE);
+        w->done = 1;
+        log_info("dataset '%s': warmed %llu samples (%llu computed, %llu bad, %.1f MiB) "
+                 "in %.2f s", w->ds->cfg->name, (unsigned long long)w->prog.done,
+                 (unsigned long long)w->prog.computed, (unsigned long long)w->prog.failed,
+                 (double)w->prog.bytes / (1 << 20),
+                 (double)(stats_now_ns() - w->t0_ns) / 1e9);
+        event_active(w->ev, EV_TIMEOUT, 0);
+    } else if (stats_now_ns() - w->sent_ns >= WARM_PROGRESS_MS * 1000000ull) {
+        warm_send(w, PROTO_PROGRESS);
+    }
+}
+
+static void warm_on_event(evutil_socket_t fd, short what, void *arg)
+{
+    struct warm *w = arg;
+    (void)fd;
+    (void)what;
+    if (w->done && !w->notified) {
+        w->notified = 1;
+        w->finished(w, w->owner); /* the owner closes w: touch it no more */
+    }
+}
+
+int warm_start(struct warm **out, const struct warm_env *env, struct dataset *ds,
+               uint32_t req_id, struct bufferevent *bev, warm_finished_fn finished,
+               void *owner, char *err, size_t errlen)
+{
+    if (ds->cfg->split == 0) {
+        snprintf(err, errlen, "dataset '%s' has no offline steps: nothing to cache",
+                 ds->cfg->name);
+        return -PROTO_E_INVAL;
+    }
+    if (ds->warming) {
+        snprintf(err, errlen, "dataset '%s' is being warmed already", ds->cfg->name);
+        return -PROTO_E_LIMIT;
+    }
+    struct warm *w = calloc(1, sizeof(*w));
+    if (!w) {
+        snprintf(err, errlen, "no memory to warm a dataset");
+        return -PROTO_E_NOMEM;
+    }
+    w->njobs = 2 * workers_count(env->workers);
+    if (w->njobs == 0)
+        w->njobs = 1;
+    w->jobs = calloc(w->njobs, sizeof(*w->jobs));
+    w->ev = event_new(env->base, -1, 0, warm_on_event, w);
+    if (!w->jobs || !w->ev) {
+        if (w->ev)
+            event_free(w->ev);
+        warm_free(w);
+        snprintf(err, errlen, "no memory to warm a dataset");
+        return -PROTO_E_NOMEM;
+    }
+    for (uint32_t i = 0; i < w->njobs; i++) {
+        w->jobs[i].work.run = job_run;
+        w->jobs[i].work.done = job_done;
+        w->jobs[i].w = w;
+    }
+    w->env = env;
+    w->ds = ds;
+    w->bev = bev;
+    w->req_id = req_id;
+    w->finished = finished;
+    w->owner = owner;
+    w->prog.total = ds->nsamples;
+    w->t0_ns = stats_now_ns();
+    ds->warming = 1;
+    log_info("dataset '%s': warming %u samples", ds->cfg->name, ds->nsamples);
+    warm_send(w, PROTO_PROGRESS);
+    *out = w;
+    warm_pump(w);
+    return 0;
+}
+
+void warm_close(struct warm *w)
+{
+    w->closing = 1;
+    w->bev = NULL;
+    w->ds->warming = 0;
+    event_free(w->ev);
+    w->ev = NULL;
+    if (!w->done)
+        log_info("dataset '%s': warm stopped after %llu of %llu samples",
+                 w->ds->cfg->name, (unsigned long long)w->prog.done,
+                 (unsigned long long)w->prog.total);
+    /* Queued jobs never start (their done() runs now); running ones come
+     * back through job_done. A guard keeps w alive through the loop. */
+    w->busy++;
+    for (uint32_t i = 0; i < w->njobs; i++)
+        if (w->jobs[i].busy)
+            workers_cancel(w->env->workers, &w->jobs[i].work);
+    if (--w->busy == 0)
+        warm_free(w);
+}

@@ -1,0 +1,148 @@
+# shellcheck shell=bash
+# `make bench` cases for the disk tier, sourced by bench.sh (which provides BUILD,
+# PYTHON, PRESTO_TMP, BENCH_DATA, bench_case and demo.sh's presto_* helpers):
+#
+#   bench_disk_cases [DATA_DIR]      (default: $BENCH_DATA)
+#
+# For each encoding, case disk-raw then disk-zstd: prestod serves DATA_DIR as `bench`
+# with a disk tier in a fresh directory and a memory budget far below the dataset
+# (1 MiB), and `prestoctl warm` materializes it into the disk tier. Then, three rounds:
+# the segment files are written back and dropped from the page cache and one epoch is
+# pulled (every sample read from the disk tier, a batch's records through io_uring on
+# its worker, checked, decompressed (zstd), flipped and sent); then $BUILD/ioread reads
+# the same records (the same files, each record in one read as the daemon does, queue
+# depth io.depth, one thread per worker, batches of the epoch's batch size) from a
+# dropped page cache: the raw random-read bandwidth of that disk for those reads,
+# measured in the same run. Each round is one run of the case; the median is reported.
+#
+# A case's ratio is presto's disk-tier read rate (record bytes read / epoch seconds)
+# over that raw rate; the target is 0.85. Next to it the daemon's CPU use (cores) and
+# how busy the machine's cores were during the epoch are printed, so a case that misses
+# while CPU-bound says so.
+
+BENCH_DISK_BATCH=64
+BENCH_DISK_ROUNDS=3
+
+# disk_drop_cache FILE...: writes the files back and drops them from the page cache.
+disk_drop_cache() {
+    "$PYTHON" - "$@" <<'EOF'
+import os, sys
+for path in sys.argv[1:]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+EOF
+}
+
+# disk_cpu_sample PID: "daemon_ticks busy_ticks total_ticks" (prestod's utime + stime,
+# and the machine's busy and total jiffies from /proc/stat).
+disk_cpu_sample() {
+    local pid=$1 stat f
+    stat=$(<"/proc/$pid/stat")
+    stat=${stat##*) }
+    # Fields after the command: state is 1, utime 12, stime 13.
+    read -r -a f <<<"$stat"
+    local daemon=$((f[11] + f[12]))
+    read -r _ user nice system idle iowait irq softirq steal _ </proc/stat
+    local busy=$((user + nice + system + irq + softirq + steal))
+    echo "$daemon $busy $((busy + idle + iowait))"
+}
+
+# disk_round NAME DIR EPOCH: one epoch from the dropped disk tier of the running
+# prestod, then the raw read of the same records; prints the run's JSON line (and the
+# figures on stderr).
+disk_round() {
+    local name=$1 dir=$2 epoch=$3 stats0 stats1 run raw cpu0 cpu1 workers depth backend
+    local segs=("$dir"/cache/seg-*.dat) pread_flag=()
+    disk_drop_cache "${segs[@]}"
+    stats0=$(presto_ctl stats)
+    cpu0=$(disk_cpu_sample "$PRESTO_PID")
+    run=$(presto_ctl epoch bench -e "$epoch" -b "$BENCH_DISK_BATCH" --json)
+    cpu1=$(disk_cpu_sample "$PRESTO_PID")
+    stats1=$(presto_ctl stats)
+    read -r workers depth backend < <("$PYTHON" -c 'import json, sys
+s = json.loads(sys.argv[1])
+print(s["workers"], s["io"]["depth"], s["io"]["backend"])' "$stats1")
+    [[ $backend == pread ]] && pread_flag=(--pread)
+    raw=$("$BUILD/ioread" --drop --threads "$workers" --depth "$depth" \
+        --batch "$BENCH_DISK_BATCH" "${pread_flag[@]}" "${segs[@]}") \
+        || presto_fail "ioread failed on $dir/cache"
+    "$PYTHON" - "$name" "$run" "$stats0" "$stats1" "$raw" "$cpu0" "$cpu1" \
+        "$(getconf CLK_TCK)" <<'EOF'
+import json, sys
+name, epoch, s0, s1, raw = sys.argv[1], *(json.loads(a) for a in sys.argv[2:6])
+cpu0, cpu1 = ([int(x) for x in a.split()] for a in sys.argv[6:8])
+hz = int(sys.argv[8])
+read = s1["disk"]["bytes_read"] - s0["disk"]["bytes_read"]
+hits = s1["disk"]["hits"] - s0["disk"]["hits"]
+secs = epoch["seconds"]
+mbs = read / 1e6 / secs if secs > 0 else 0.0
+per_sample = read / hits if hits else 0.0
+raw_mbs = raw["mb_per_s"]
+daemon_cores = (cpu1[0] - cpu0[0]) / hz / secs if secs > 0 else 0.0
+busy = (cpu1[1] - cpu0[1]) / max(cpu1[2] - cpu0[2], 1)
+out_mbs = (s1["bytes_served"] - s0["bytes_served"]) / 1e6 / secs if secs > 0 else 0.0
+run = dict(epoch)
+run.update({
+    "reference": "raw-read",
+    "reference_detail": "raw random read of the same records (ioread: depth %d, %d threads, "
+                        "batches of %d, %s)" % (raw["depth"], raw["threads"], raw["batch"],
+                                                raw["backend"]),
+    "reference_samples_per_s": raw_mbs * 1e6 / per_sample if per_sample else 0.0,
+    "disk_mb_per_s": round(mbs, 1),
+    "raw_mb_per_s": raw_mbs,
+    "served_mb_per_s": round(out_mbs, 1),
+    "disk_hits": hits,
+    "compression_ratio": s1["disk"]["compression_ratio"],
+    "daemon_cores": round(daemon_cores, 2),
+    "machine_busy": round(busy, 3),
+})
+print("  %s epoch %d: %d samples from disk in %.2f s: %.1f MB/s read (%.1f MB/s served), "
+      "raw random read %.1f MB/s: %.2fx; prestod used %.2f cores, the machine's cores were "
+      "%.0f%% busy" % (name, epoch["epoch"], hits, secs, mbs, out_mbs, raw_mbs,
+                      mbs / raw_mbs if raw_mbs else 0.0, daemon_cores, busy * 100),
+      file=sys.stderr)
+print(json.dumps(run))
+EOF
+}
+
+# disk_case NAME ENCODING DATA_DIR
+disk_case() {
+    local name=$1 encoding=$2 data=$3
+    local dir=$PRESTO_TMP/$name conf=$PRESTO_TMP/$name.yaml warm run runs=() e
+    mkdir -p "$dir"
+    cat >"$conf" <<EOF
+cache:
+  memory: 1MiB
+  dir: $dir/cache
+  disk: 64GiB
+datasets:
+  - name: bench
+    root: $data
+    encoding: $encoding
+EOF
+    echo "== $name: disk tier ($encoding) only, memory budget 1 MiB"
+    presto_start -c "$conf"
+    warm=$(presto_ctl warm bench --json)
+    echo "  warm: $warm"
+    for ((e = 1; e <= BENCH_DISK_ROUNDS; e++)); do
+        run=$(disk_round "$name" "$dir" "$e") || presto_fail "$name: round $e failed"
+        runs+=("$run")
+    done
+    presto_stop
+    bench_case "$name" 0.85 "${runs[@]}"
+}
+
+# bench_disk_cases [DATA_DIR]: both cases.
+bench_disk_cases() {
+    local data=${1:-$BENCH_DATA}
+    if [[ ! -x $BUILD/ioread ]]; then
+        echo "== disk-raw, disk-zstd: skipped: $BUILD/ioread is missing (make bench builds it)"
+        return 0
+    fi
+    disk_case disk-raw raw "$data"
+    disk_case disk-zstd zstd "$data"
+}
