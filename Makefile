@@ -1,5 +1,5 @@
 # presto: see README.md. `make` builds, `make check` tests, `make run` demos,
-# `make bench` benchmarks, `make deps` installs Debian packages.
+# `make bench` benchmarks, `make fuzz` fuzzes, `make deps` installs Debian packages.
 
 CC      ?= cc
 BUILD   ?= build
@@ -52,7 +52,7 @@ DESTDIR ?=
 PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
            $(BUILD)/libprestoclient.a
 
-.PHONY: all deps check check-valgrind run bench clean tests install
+.PHONY: all deps check check-valgrind run bench clean tests install fuzz fuzz-build
 all: $(PROGS)
 tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN)
 
@@ -93,6 +93,10 @@ $(BUILD)/tests/test_python: tests/python/run.sh
 	printf '#!/bin/sh\nexec "$${PRESTO_SRC:?}/tests/python/run.sh" "$$@"\n' > $@
 	chmod +x $@
 
+# The raw random-read reader the disk cases of `make bench` compare with.
+$(BUILD)/ioread: tests/bench/ioread.c $(BUILD)/obj/daemon/io.o $(BUILD)/obj/common/log.o
+	$(CC) $(CFLAGS) $(call pkg_cflags,liburing) -o $@ $^ $(LDFLAGS) $(call pkg_libs,liburing)
+
 # Installs the Debian packages that are missing (root, or sudo when present).
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
@@ -120,7 +124,7 @@ run: deps
 	BUILD=$(BUILD) PYTHON=$(PYTHON) tests/tools/demo.sh
 
 bench: deps
-	$(MAKE) --no-print-directory all
+	$(MAKE) --no-print-directory all $(BUILD)/ioread
 	BUILD=build PYTHON=$(PYTHON) tests/bench/bench.sh
 
 # Staged installs: make install DESTDIR=/tmp/stage PREFIX=/usr
@@ -129,7 +133,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PREFIX)/bin \
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include \
 	    $(DESTDIR)$(PYDIR)/presto $(DESTDIR)$(SYSCONFDIR)/presto \
-	    $(DESTDIR)$(PREFIX)/lib/systemd/system \
+	    $(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(PREFIX)/lib/sysusers.d \
 	    $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 \
 	    $(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 0755 $(BUILD)/prestod $(DESTDIR)$(PREFIX)/sbin/prestod
@@ -146,11 +150,67 @@ install: all
 	sed -e 's|/usr/local/sbin/prestod|$(PREFIX)/sbin/prestod|' systemd/prestod.service \
 	    > $(DESTDIR)$(PREFIX)/lib/systemd/system/prestod.service
 	install -m 0644 systemd/prestod.socket $(DESTDIR)$(PREFIX)/lib/systemd/system/
+	install -m 0644 systemd/presto.sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/presto.conf
 	install -m 0644 client/prestoctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 conf/presto.yaml.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 0644 daemon/prestod.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 
+# libFuzzer targets (tests/fuzz/fuzz_*.c), built with clang into $(BUILD)/fuzz/.
+# `make fuzz` runs each for FUZZ_SECONDS on a scratch copy of its seeds
+# (tests/fuzz/corpus/TARGET and what tests/fuzz/mkcorpus.c generates): the
+# repository's corpus is never modified. A crash or a failed check stops it
+# with the input saved as $(BUILD)/fuzz/artifacts/TARGET-crash-*; each
+# target's full output is in $(BUILD)/fuzz/TARGET.log. FUZZ_EXTRA adds
+# compiler flags (rm -r $(BUILD)/fuzz first), e.g. -DFUZZ_TOLERATE_MULTILINE_ERRORS
+# to fuzz the config parser past that known finding (tests/fuzz/fuzz_config.c).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_EXTRA   ?=
+FUZZ_DIR     := $(BUILD)/fuzz
+FUZZ_FLAGS   := -g -O1 -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror -Wshadow \
+                -Wstrict-prototypes -Wno-missing-field-initializers -pthread \
+                -Icommon -Idaemon -Itests/fuzz -DPRESTO_VERSION='"$(VERSION)"' \
+                $(call pkg_cflags,$(PKG_DAEMON)) $(FUZZ_EXTRA)
+FUZZ_SAN     := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_LIBS    := $(call pkg_libs,$(PKG_DAEMON)) -lm
+FUZZ_STEPS   := $(wildcard daemon/step*.c) common/log.c common/proto.c
+FUZZ_NAMES   := fuzz_frame fuzz_config fuzz_store fuzz_decode
+FUZZ_BIN     := $(FUZZ_NAMES:%=$(FUZZ_DIR)/%)
+
+$(FUZZ_DIR)/fuzz_frame: tests/fuzz/fuzz_frame.c common/proto.c
+$(FUZZ_DIR)/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c $(FUZZ_STEPS)
+$(FUZZ_DIR)/fuzz_store: tests/fuzz/fuzz_store.c daemon/store.c $(FUZZ_STEPS)
+$(FUZZ_DIR)/fuzz_decode: tests/fuzz/fuzz_decode.c $(FUZZ_STEPS)
+$(FUZZ_BIN): tests/fuzz/fuzz.h $(wildcard common/*.h daemon/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_SAN) -o $@ $(filter %.c,$^) $(FUZZ_LIBS)
+
+$(FUZZ_DIR)/mkcorpus: tests/fuzz/mkcorpus.c daemon/store.c $(FUZZ_STEPS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(filter %.c,$^) $(FUZZ_LIBS)
+
+fuzz-build: $(FUZZ_BIN) $(FUZZ_DIR)/mkcorpus
+
+fuzz: fuzz-build
+	@set -e; tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/presto-fuzz.XXXXXX"); \
+	trap 'rm -rf "$$tmp"' EXIT; \
+	mkdir -p $(FUZZ_DIR)/artifacts; \
+	for t in $(FUZZ_NAMES); do \
+	    mkdir -p "$$tmp/$$t"; cp tests/fuzz/corpus/$$t/* "$$tmp/$$t/"; \
+	done; \
+	$(FUZZ_DIR)/mkcorpus "$$tmp"; \
+	for t in $(FUZZ_NAMES); do \
+	    echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	    if ! $(FUZZ_DIR)/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	            -print_final_stats=1 -artifact_prefix=$(FUZZ_DIR)/artifacts/$$t- \
+	            "$$tmp/$$t" >$(FUZZ_DIR)/$$t.log 2>&1; then \
+	        tail -n 40 $(FUZZ_DIR)/$$t.log; \
+	        echo "fuzz: $$t FAILED (log: $(FUZZ_DIR)/$$t.log)"; exit 1; \
+	    fi; \
+	    grep -E '^#[0-9]+[[:space:]]+DONE' $(FUZZ_DIR)/$$t.log | tail -n 1; \
+	done
+
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD)/obj $(BUILD)/pic -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/pic $(BUILD)/tests -name '*.d' 2>/dev/null)

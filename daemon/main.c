@@ -1,6 +1,7 @@
 /*
  * prestod: start-up, signals and shutdown. Wires the modules together:
- * config -> datasets -> cache -> worker pool -> server, one event loop.
+ * config -> datasets -> disk tier -> memory tier -> worker pool -> server,
+ * one event loop.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -16,8 +18,10 @@
 #include "dataset.h"
 #include "log.h"
 #include "notify.h"
+#include "pipeline.h"
 #include "server.h"
 #include "stats.h"
+#include "store.h"
 #include "workers.h"
 
 static void usage(FILE *f)
@@ -141,12 +145,87 @@ static int apply_args(struct config *c, const struct main_opts *o, char *err, si
     return 0;
 }
 
+/* Every worker keeps a chunk of source files and segment reads open at
+ * once: the soft limit on open files goes up to the hard one. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rlim_t old = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            log_warn("cannot raise the open files limit from %llu: %s",
+                     (unsigned long long)old, strerror(errno));
+    }
+}
+
+/* Opens the disk tier (cache.dir, budget cache.disk), drops what is no
+ * longer current and learns what it holds of each dataset. A disk tier
+ * that cannot be opened is logged and left out: the daemon then caches in
+ * memory only. Returns 0, or -ENOMEM. */
+static int open_disk_tier(const struct config *cfg, struct dataset *datasets, uint32_t n,
+                          struct store **out, char *off, size_t offlen)
+{
+    struct pipeline_datasets dss = {datasets, n};
+    char err[512];
+    *out = NULL;
+    if (cfg->cache_disk == 0) {
+        snprintf(off, offlen, "cache.disk is 0");
+        return 0;
+    }
+    int rc = store_open(out, cfg->cache_dir, cfg->cache_disk, cfg->segment_size, err,
+                        sizeof(err));
+    if (rc < 0) {
+        snprintf(off, offlen, "%s", err);
+        log_error("%s; no disk tier: caching in memory only", err);
+        return 0;
+    }
+    double t0 = (double)stats_now_ns() / 1e9;
+    rc = store_compact(*out, pipeline_key_live, &dss);
+    if (rc < 0)
+        log_warn("disk tier: compaction at start-up failed: %s", strerror(-rc));
+    for (uint32_t i = 0; i < n; i++)
+        if (pipeline_disk_scan(*out, &datasets[i]) < 0)
+            return -ENOMEM;
+    struct store_stats ss;
+    store_get_stats(*out, &ss);
+    log_info("disk tier: %s, budget %llu MiB: %llu current records (%llu MiB), %llu dead "
+             "MiB, %d segments compacted, in %.2f s", cfg->cache_dir,
+             (unsigned long long)(cfg->cache_disk >> 20), (unsigned long long)ss.records,
+             (unsigned long long)(ss.bytes_live >> 20),
+             (unsigned long long)(ss.bytes_dead >> 20), rc < 0 ? 0 : rc,
+             (double)stats_now_ns() / 1e9 - t0);
+    return 0;
+}
+
 static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
     log_info("signal %d: stopping", (int)sig);
     notify_send("STOPPING=1");
     event_base_loopbreak(arg);
+}
+
+static void on_watchdog(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    notify_send("WATCHDOG=1");
+}
+
+/* WATCHDOG_USEC when the watchdog is for this process, else 0. */
+static long long watchdog_usec(void)
+{
+    const char *usec = getenv("WATCHDOG_USEC"), *pid = getenv("WATCHDOG_PID");
+    char *end;
+    if (!usec || !*usec)
+        return 0;
+    if (pid && *pid && strtol(pid, NULL, 10) != (long)getpid())
+        return 0;
+    errno = 0;
+    long long v = strtoll(usec, &end, 10);
+    return errno || *end || v <= 0 ? 0 : v;
 }
 
 static void on_hup(evutil_socket_t sig, short what, void *arg)
@@ -162,8 +241,11 @@ int main(int argc, char **argv)
     struct main_opts o;
     struct config cfg;
     struct dataset *datasets = NULL;
-    uint32_t *counts = NULL;
+    struct cache_dataset *cds = NULL;
     struct cache *cache = NULL;
+    struct store *store = NULL;
+    struct pipeline_compactor *compactor = NULL;
+    char store_off[600] = "";
     struct event_base *base = NULL;
     struct stats_thread *stats = NULL;
     struct workers *workers = NULL;
@@ -178,6 +260,7 @@ int main(int argc, char **argv)
         return rc;
     }
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN); /* a file-size limit: writes fail with EFBIG instead */
     if (config_load(&cfg, o.config, err, sizeof(err)) < 0 ||
         apply_args(&cfg, &o, err, sizeof(err)) < 0) {
         fprintf(stderr, "prestod: %s\n", err[0] ? err : "out of memory");
@@ -188,10 +271,11 @@ int main(int argc, char **argv)
         status = 0;
         goto out;
     }
+    raise_nofile();
     notify_send("STATUS=indexing datasets");
     datasets = calloc(cfg.ndatasets ? cfg.ndatasets : 1, sizeof(*datasets));
-    counts = calloc(cfg.ndatasets ? cfg.ndatasets : 1, sizeof(*counts));
-    if (!datasets || !counts)
+    cds = calloc(cfg.ndatasets ? cfg.ndatasets : 1, sizeof(*cds));
+    if (!datasets || !cds)
         goto oom;
     for (; opened < cfg.ndatasets; opened++) {
         if (dataset_open(&datasets[opened], opened, &cfg.datasets[opened], err,
@@ -199,11 +283,15 @@ int main(int argc, char **argv)
             log_error("%s", err);
             goto out;
         }
-        counts[opened] = datasets[opened].nsamples;
+        cds[opened].nsamples = datasets[opened].nsamples;
+        cds[opened].entry_bytes = datasets[opened].mat_bytes;
     }
     if (cfg.ndatasets == 0)
         log_warn("no datasets configured: use -d NAME=DIR or a config file");
-    if (cache_create(&cache, cfg.cache_memory, counts, cfg.ndatasets) < 0)
+    notify_send("STATUS=reading the disk tier");
+    if (open_disk_tier(&cfg, datasets, cfg.ndatasets, &store, store_off, sizeof(store_off)) < 0)
+        goto oom;
+    if (cache_create(&cache, cfg.cache_memory, cds, cfg.ndatasets) < 0)
         goto oom;
 
     unsigned nworkers = cfg.workers;
@@ -217,12 +305,20 @@ int main(int argc, char **argv)
     if (!(stats = aligned_alloc(_Alignof(struct stats_thread), (nworkers + 1) * sizeof(*stats))))
         goto oom;
     memset(stats, 0, (nworkers + 1) * sizeof(*stats));
-    if ((rc = workers_create(&workers, base, nworkers, stats, cfg.max_pixels)) < 0) {
+    struct workers_config wc = {nworkers, cfg.max_pixels, cfg.io_depth,
+                                cfg.io_backend == CONFIG_IO_PREAD};
+    if ((rc = workers_create(&workers, base, &wc, stats)) < 0) {
         log_error("cannot start %u worker threads: %s", nworkers, strerror(-rc));
         goto out;
     }
-    struct server_deps deps = {base, &cfg, datasets, cfg.ndatasets, cache, workers,
-                               stats, nworkers + 1};
+    struct pipeline_datasets dss = {datasets, cfg.ndatasets};
+    if (store && pipeline_compactor_create(&compactor, store, workers, &dss) < 0)
+        goto oom;
+    struct server_deps deps = {
+        .base = base, .cfg = &cfg, .datasets = datasets, .ndatasets = cfg.ndatasets,
+        .cache = cache, .store = store, .store_off = store_off, .compactor = compactor,
+        .workers = workers, .stats = stats, .nstats = nworkers + 1,
+    };
     if (server_create(&srv, &deps, notify_listen_fd(), err, sizeof(err)) < 0) {
         log_error("%s", err);
         goto out;
@@ -234,11 +330,23 @@ int main(int argc, char **argv)
         if (!sigs[i] || event_add(sigs[i], NULL) < 0)
             goto oom;
     }
-    log_info("prestod %s listening on %s: %u datasets, %u workers, cache %llu MiB",
-             PRESTO_VERSION, cfg.socket_path, cfg.ndatasets, nworkers,
-             (unsigned long long)(cfg.cache_memory >> 20));
+    log_info("prestod %s listening on %s: %u datasets, %u workers, cache %llu MiB in "
+             "memory, %s", PRESTO_VERSION, cfg.socket_path, cfg.ndatasets, nworkers,
+             (unsigned long long)(cfg.cache_memory >> 20),
+             store ? "a disk tier" : "no disk tier");
     notify_send("READY=1\nSTATUS=serving");
+    struct event *wd = NULL;
+    long long wdus = watchdog_usec();
+    if (wdus > 0) {
+        struct timeval tv = {(time_t)(wdus / 2 / 1000000), (suseconds_t)(wdus / 2 % 1000000)};
+        wd = event_new(base, -1, EV_PERSIST, on_watchdog, NULL);
+        if (wd)
+            event_add(wd, &tv);
+        notify_send("WATCHDOG=1");
+    }
     event_base_dispatch(base);
+    if (wd)
+        event_free(wd);
     status = 0;
     goto out;
 oom:
@@ -247,6 +355,7 @@ out:
     if (srv)
         server_stop(srv);
     workers_destroy(workers);
+    pipeline_compactor_destroy(compactor);
     for (int i = 0; i < 4; i++)
         if (sigs[i])
             event_free(sigs[i]);
@@ -254,10 +363,11 @@ out:
         event_base_free(base);
     server_destroy(srv);
     cache_destroy(cache);
+    store_close(store);
     for (uint32_t i = 0; i < opened; i++)
         dataset_close(&datasets[i]);
     free(datasets);
-    free(counts);
+    free(cds);
     free(stats);
     config_free(&cfg);
     free(o.datasets);

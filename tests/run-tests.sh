@@ -21,6 +21,7 @@ export PYTHON=${PYTHON:-/usr/bin/python3}
 export PRESTO_SRC=$SRC
 export PRESTO_PHOTOS=${PRESTO_PHOTOS:-$SRC/../shared/photos}
 export CK_FORK=yes
+export PRESTO_EXPECT_WATCHDOG=${PRESTO_EXPECT_WATCHDOG:-1}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
