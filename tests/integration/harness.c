@@ -80,6 +80,17 @@ static void kill_and_reap(pid_t pid)
         ;
 }
 
+int harness_photos_missing(void)
+{
+    const char *photos = getenv("PRESTO_PHOTOS");
+    struct stat st;
+    if (photos && *photos && (stat(photos, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        printf("skip: no photos at PRESTO_PHOTOS=%s\n", photos);
+        return 1;
+    }
+    return 0;
+}
+
 int harness_init(struct harness *h)
 {
     memset(h, 0, sizeof(*h));

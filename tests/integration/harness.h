@@ -38,6 +38,8 @@ const char *harness_env(const char *name, const char *def);
 
 /* Creates the temporary directory (under $TMPDIR, else /tmp). */
 int harness_init(struct harness *h);
+/* 1 (after printing a skip line) when PRESTO_PHOTOS names no directory. */
+int harness_photos_missing(void);
 /* Stops a running daemon and removes the directory with all it holds. */
 void harness_cleanup(struct harness *h);
 

@@ -834,12 +834,8 @@ static Suite *cache_suite(void)
 
 int main(void)
 {
-    const char *photos = getenv("PRESTO_PHOTOS");
-    struct stat st;
-    if (photos && *photos && (stat(photos, &st) != 0 || !S_ISDIR(st.st_mode))) {
-        printf("skip: no photos at PRESTO_PHOTOS=%s\n", photos);
+    if (harness_photos_missing())
         return HARNESS_SKIP;
-    }
     under_valgrind = strcmp(harness_env("PRESTO_VALGRIND", "0"), "1") == 0;
     int slow = under_valgrind;
 #if defined(__SANITIZE_THREAD__)

@@ -487,12 +487,8 @@ static Suite *install_suite(void)
 
 int main(void)
 {
-    const char *photos = getenv("PRESTO_PHOTOS");
-    struct stat st;
-    if (photos && *photos && (stat(photos, &st) != 0 || !S_ISDIR(st.st_mode))) {
-        printf("skip: no photos at PRESTO_PHOTOS=%s\n", photos);
+    if (harness_photos_missing())
         return HARNESS_SKIP;
-    }
     if (harness_init(&H) < 0)
         return EXIT_FAILURE;
     static const char *const tools[] = {"make", "cc", "pkg-config", "readelf", "ldd"};

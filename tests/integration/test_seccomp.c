@@ -375,13 +375,9 @@ static Suite *seccomp_suite(void)
 
 int main(void)
 {
-    const char *photos = getenv("PRESTO_PHOTOS");
     char root[HARNESS_PATH_MAX];
-    struct stat st;
-    if (photos && *photos && (stat(photos, &st) != 0 || !S_ISDIR(st.st_mode))) {
-        printf("skip: no photos at PRESTO_PHOTOS=%s\n", photos);
+    if (harness_photos_missing())
         return HARNESS_SKIP;
-    }
     if (harness_init(&H) < 0)
         return EXIT_FAILURE;
     const char *why = cannot_run();

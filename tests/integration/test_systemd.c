@@ -304,12 +304,8 @@ static Suite *systemd_suite(void)
 
 int main(void)
 {
-    const char *photos = getenv("PRESTO_PHOTOS");
-    struct stat st;
-    if (photos && *photos && (stat(photos, &st) != 0 || !S_ISDIR(st.st_mode))) {
-        printf("skip: no photos at PRESTO_PHOTOS=%s\n", photos);
+    if (harness_photos_missing())
         return HARNESS_SKIP;
-    }
     if (harness_init(&H) < 0)
         return EXIT_FAILURE;
     if (harness_make_dataset(&H, DATASET, NSAMPLES, NCLASSES, 3, 64, 200, data_root,
