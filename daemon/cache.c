@@ -133,7 +133,6 @@ static void *cache_alloc(struct cache *c, size_t need)
         void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED)
             goto out;
-        madvise(m, size, MADV_HUGEPAGE); /* a hint: fine if refused */
         sl = m;
         sl->next = c->slabs;
         sl->size = size;
