@@ -41,7 +41,7 @@ static const struct cfg_key cfg_keys[] = {
     KEY(NULL, "socket_mode", CFG_MODE, socket_mode, 0, 07777, 0660),
     KEY(NULL, "workers", CFG_U32, workers, 0, 1024, 0),
     KEY(NULL, "log_level", CFG_LOGLEVEL, log_level, 0, 0, LOG_LEVEL_INFO),
-    KEY(NULL, "prefetch", CFG_U32, prefetch, 1, 256, 4),
+    KEY(NULL, "prefetch", CFG_U32, prefetch, 1, 256, 8),
     KEY("cache", "memory", CFG_SIZE, cache_memory, 0, UINT64_MAX, 0),
     KEY("cache", "dir", CFG_STR, cache_dir, 0, 0, 0),
     KEY("cache", "disk", CFG_SIZE, cache_disk, 0, UINT64_MAX, 0),

@@ -4,7 +4,7 @@
  * min, max, default: see config.c); every error names file:line and the key.
  *
  *   socket: PATH            socket_mode: 0660       workers: 0 (= cores)
- *   log_level: info         prefetch: 4
+ *   log_level: info         prefetch: 8
  *   cache: { memory: 2GiB | 25%, dir: PATH, disk: 0 (off) | 100GiB,
  *            segment_size: 256MiB }
  *   io: { depth: 64, backend: auto | pread }

@@ -34,7 +34,7 @@ static void check_defaults(const struct config *c)
     ck_assert_uint_eq(c->workers, 0);
     ck_assert_uint_eq(c->socket_mode, 0660);
     ck_assert_int_eq(c->log_level, LOG_LEVEL_INFO);
-    ck_assert_uint_eq(c->prefetch, 4);
+    ck_assert_uint_eq(c->prefetch, 8);
     ck_assert_uint_gt(c->cache_memory, 0);
     ck_assert_uint_eq(c->max_connections, 256);
     ck_assert_uint_eq(c->max_streams_per_conn, 16);
@@ -83,7 +83,7 @@ START_TEST(test_string_has_defaults)
     ck_assert_msg(load(&c, "workers: 3\n", err, sizeof(err)) == 0, "%s", err);
     ck_assert_uint_eq(c.workers, 3);
     ck_assert_ptr_nonnull(c.socket_path);
-    ck_assert_uint_eq(c.prefetch, 4);
+    ck_assert_uint_eq(c.prefetch, 8);
     ck_assert_uint_eq(c.max_connections, 256);
     ck_assert_uint_gt(c.cache_memory, 0);
     config_free(&c);
