@@ -80,6 +80,15 @@ static void kill_and_reap(pid_t pid)
         ;
 }
 
+int harness_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed;
+}
+
 int harness_photos_missing(void)
 {
     const char *photos = getenv("PRESTO_PHOTOS");

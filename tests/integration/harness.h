@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <check.h>
+
 #include "presto.h"
 
 #define HARNESS_PATH_MAX 256
@@ -38,6 +40,9 @@ const char *harness_env(const char *name, const char *def);
 
 /* Creates the temporary directory (under $TMPDIR, else /tmp). */
 int harness_init(struct harness *h);
+/* Runs a libcheck suite (CK_VERBOSITY picks the output, as CK_ENV does),
+ * frees the runner and returns the number of failed tests. */
+int harness_run_suite(Suite *s);
 /* 1 (after printing a skip line) when PRESTO_PHOTOS names no directory. */
 int harness_photos_missing(void);
 /* Stops a running daemon and removes the directory with all it holds. */

@@ -857,10 +857,7 @@ int main(void)
         }
     }
 
-    SRunner *sr = srunner_create(cache_suite());
-    srunner_run_all(sr, CK_ENV); /* CK_VERBOSITY=verbose lists every test */
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = harness_run_suite(cache_suite());
     if (failed)
         print_logs();
     unmount_left();

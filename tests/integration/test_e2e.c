@@ -649,10 +649,7 @@ int main(void)
         return EXIT_FAILURE;
     }
 
-    SRunner *sr = srunner_create(e2e_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = harness_run_suite(e2e_suite());
     if (failed || stop_failures)
         harness_print_all_logs(&H);
     harness_cleanup(&H);

@@ -391,10 +391,7 @@ int main(void)
         harness_cleanup(&H);
         return EXIT_FAILURE;
     }
-    SRunner *sr = srunner_create(seccomp_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = harness_run_suite(seccomp_suite());
     harness_cleanup(&H);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

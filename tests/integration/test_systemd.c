@@ -315,10 +315,7 @@ int main(void)
     }
     snprintf(dataset_arg, sizeof(dataset_arg), "%s=%s", DATASET, data_root);
 
-    SRunner *sr = srunner_create(systemd_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = harness_run_suite(systemd_suite());
     harness_cleanup(&H);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -279,10 +279,7 @@ int main(void)
         printf("skip: %s\n", why);
         return HARNESS_SKIP;
     }
-    SRunner *sr = srunner_create(units_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = harness_run_suite(units_suite());
     harness_cleanup(&H);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

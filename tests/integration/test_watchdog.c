@@ -270,10 +270,7 @@ int main(void)
         return HARNESS_SKIP;
     }
 
-    SRunner *sr = srunner_create(watchdog_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = harness_run_suite(watchdog_suite());
     harness_cleanup(&H);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
