@@ -4,10 +4,16 @@
  *
  * A presto_t holds one control connection for STATS and DATASETS; every
  * epoch stream gets a connection of its own, so a stream's BATCH frames
- * never interleave with anything else. Batches are read straight into a
- * buffer owned by the stream, laid out so that the sample bytes start at a
- * 64-byte boundary and the labels at an 8-byte one; the buffer is reused
- * (and grown when needed) from one batch to the next.
+ * never interleave with anything else.
+ *
+ * Shared memory (the default where the daemon can): the OPENED reply brings
+ * the stream's ring as a file descriptor, mapped once; a batch is a view of
+ * one of its slots, handed back with a RELEASE frame.
+ *
+ * Socket: batches are read straight into a buffer owned by the stream, laid
+ * out so that the sample bytes start at a 64-byte boundary and the labels at
+ * an 8-byte one; the buffer is reused (and grown when needed) from one batch
+ * to the next, or, under manual_release, one buffer per batch.
  */
 #include "presto.h"
 #include "proto.h"
@@ -17,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -33,7 +41,8 @@ _Static_assert(SAME(PRESTO_E_PROTO, PROTO_E_PROTO) && SAME(PRESTO_E_VERSION, PRO
                    SAME(PRESTO_E_SHUTDOWN, PROTO_E_SHUTDOWN) && SAME(PRESTO_E_IO, PROTO_E_IO) &&
                    SAME(PRESTO_E_NOMEM, PROTO_E_NOMEM) &&
                    SAME(PRESTO_E_INTERNAL, PROTO_E_INTERNAL) &&
-                   SAME(PRESTO_E_INTERNAL + 1, PROTO_E_MAX),
+                   SAME(PRESTO_E_DENIED, PROTO_E_DENIED) &&
+                   SAME(PRESTO_E_DENIED + 1, PROTO_E_MAX),
                "PRESTO_E_* and PROTO_E_* must be the same codes");
 _Static_assert(SAME(PRESTO_DTYPE_U8, PROTO_DTYPE_U8) && SAME(PRESTO_DTYPE_F32, PROTO_DTYPE_F32),
                "PRESTO_DTYPE_* and PROTO_DTYPE_* must be the same codes");
@@ -72,6 +81,13 @@ struct presto_stream {
     uint64_t skipped;
     uint8_t *buf;       /* DATA_ALIGN-aligned receive buffer */
     size_t buf_cap;
+    uint32_t batch_size;
+    int manual_release;
+    uint32_t transport; /* PROTO_TRANSPORT_* */
+    uint8_t *ring;      /* shared memory: the mapped ring */
+    size_t ring_bytes;
+    uint64_t slot_bytes;
+    uint32_t last_slot; /* slot + 1 of the batch presto_next returned last */
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 };
 
@@ -158,6 +174,47 @@ static int conn_send(struct conn *c, const void *buf, size_t len)
     return 0;
 }
 
+/* conn_recv that also takes a file descriptor passed with the bytes
+ * (SCM_RIGHTS): the first one into *fd (which starts at -1), any others
+ * closed. */
+static int conn_recv_fd(struct conn *c, void *buf, size_t len, int *fd)
+{
+    uint8_t *p = buf;
+    while (len) {
+        union {
+            struct cmsghdr h;
+            char buf[CMSG_SPACE(4 * sizeof(int))];
+        } ctl;
+        struct iovec iov = {p, len};
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                             .msg_controllen = sizeof(ctl.buf)};
+        ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return conn_lost(c, errno);
+        }
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < nfd; i++) {
+                int f;
+                memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                if (*fd < 0)
+                    *fd = f;
+                else
+                    close(f);
+            }
+        }
+        if (n == 0)
+            return conn_lost(c, 0);
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
 static int conn_recv(struct conn *c, void *buf, size_t len)
 {
     uint8_t *p = buf;
@@ -178,13 +235,20 @@ static int conn_recv(struct conn *c, void *buf, size_t len)
 
 /* Reads and checks the next frame header. req_id must match unless the frame
  * is an ERROR with req_id 0 (a connection-wide error). */
+static int conn_check_header(struct conn *c, const uint8_t raw[PROTO_HEADER_SIZE],
+                             uint32_t req_id, struct proto_header *h);
+
 static int conn_recv_header(struct conn *c, uint32_t req_id, struct proto_header *h)
 {
     uint8_t raw[PROTO_HEADER_SIZE];
     int rc = conn_recv(c, raw, sizeof(raw));
-    if (rc < 0)
-        return rc;
-    rc = proto_header_decode(raw, PROTO_MAX_REPLY, h);
+    return rc < 0 ? rc : conn_check_header(c, raw, req_id, h);
+}
+
+static int conn_check_header(struct conn *c, const uint8_t raw[PROTO_HEADER_SIZE],
+                             uint32_t req_id, struct proto_header *h)
+{
+    int rc = proto_header_decode(raw, PROTO_MAX_REPLY, h);
     switch (-rc) {
     case 0:
         break;
@@ -490,16 +554,59 @@ static int stream_check_opts(struct conn *c, const presto_stream_opts_t *o,
     m->world = o->world;
     m->flags = (o->shuffle ? PROTO_OPEN_SHUFFLE : 0) | (o->drop_last ? PROTO_OPEN_DROP_LAST : 0);
     m->prefetch = o->prefetch;
+    uint32_t t = o->transport;
+    if (t > PRESTO_TRANSPORT_SOCKET)
+        return conn_fail(c, PRESTO_E_INVAL, "unknown transport %u", t);
+    const char *env = getenv("PRESTO_TRANSPORT");
+    if (t == PRESTO_TRANSPORT_AUTO && env && *env) {
+        if (strcmp(env, "shm") == 0)
+            t = PRESTO_TRANSPORT_SHM;
+        else if (strcmp(env, "socket") == 0)
+            t = PRESTO_TRANSPORT_SOCKET;
+        else
+            return conn_fail(c, PRESTO_E_INVAL,
+                             "PRESTO_TRANSPORT='%s': expected 'shm' or 'socket'", env);
+    }
+    if (t != PRESTO_TRANSPORT_SOCKET)
+        m->flags |= PROTO_OPEN_SHM;
+    return t;
+}
+
+/* Maps the ring the OPENED brought: its size must be what OPENED says. */
+static int stream_map_ring(presto_stream_t *s, const struct proto_opened *op, int fd)
+{
+    struct conn *c = &s->c;
+    struct stat st;
+    if (fd < 0)
+        return conn_fail(c, PRESTO_E_PROTO, "OPENED for shared memory came without the ring");
+    if (op->slots == 0 || op->slot_bytes == 0 || op->slot_bytes > SIZE_MAX / op->slots ||
+        fstat(fd, &st) < 0 || (uint64_t)st.st_size != op->slots * op->slot_bytes) {
+        close(fd);
+        return conn_fail(c, PRESTO_E_PROTO, "shared-memory ring of %u x %llu bytes does not "
+                         "match its file", op->slots, (unsigned long long)op->slot_bytes);
+    }
+    size_t len = (size_t)(op->slots * op->slot_bytes);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED)
+        return conn_fail(c, PRESTO_E_NOMEM, "cannot map the shared-memory ring (%zu bytes): %s",
+                         len, strerror(e));
+    s->ring = p;
+    s->ring_bytes = len;
+    s->slot_bytes = op->slot_bytes;
     return 0;
 }
 
-/* Sends OPEN and waits for OPENED. Failures are explained in s->c.err. */
-static int stream_start(presto_stream_t *s, const struct proto_open *m)
+/* Sends OPEN and waits for OPENED (which may bring the ring). Failures are
+ * explained in s->c.err. */
+static int stream_start(presto_stream_t *s, const struct proto_open *m, uint32_t transport)
 {
     struct conn *c = &s->c;
     struct proto_wbuf w;
     struct proto_header h;
-    int rc;
+    uint8_t raw[PROTO_HEADER_SIZE];
+    int rc, fd = -1;
 
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_OPEN, s->req_id);
@@ -510,21 +617,43 @@ static int stream_start(presto_stream_t *s, const struct proto_open *m)
     else
         rc = conn_send(c, w.data, w.len);
     proto_wbuf_free(&w);
-    if (rc < 0 || (rc = conn_recv_header(c, s->req_id, &h)) < 0)
-        return rc;
-    if (h.type == PROTO_ERROR)
-        return conn_recv_error(c, &h);
-    if (h.type != PROTO_OPENED)
-        return conn_unexpected(c, &h);
+    if (rc < 0 || (rc = conn_recv_fd(c, raw, sizeof(raw), &fd)) < 0 ||
+        (rc = conn_check_header(c, raw, s->req_id, &h)) < 0)
+        goto fail;
+    if (h.type == PROTO_ERROR) {
+        rc = conn_recv_error(c, &h);
+        goto fail;
+    }
+    if (h.type != PROTO_OPENED) {
+        rc = conn_unexpected(c, &h);
+        goto fail;
+    }
 
     uint8_t body[SMALL_BODY_MAX];
     struct proto_rbuf r;
     struct proto_opened op;
     if ((rc = conn_recv_small(c, &h, body, sizeof(body))) < 0)
-        return rc;
+        goto fail;
     proto_rbuf_init(&r, body, h.body_len);
-    if (proto_get_opened(&r, &op) < 0)
-        return conn_fail(c, PRESTO_E_PROTO, "malformed OPENED from prestod");
+    if (proto_get_opened(&r, &op) < 0) {
+        rc = conn_fail(c, PRESTO_E_PROTO, "malformed OPENED from prestod");
+        goto fail;
+    }
+    if (op.transport == PROTO_TRANSPORT_SHM) {
+        rc = stream_map_ring(s, &op, fd); /* takes fd */
+        fd = -1;
+        if (rc < 0)
+            return rc;
+    } else if (transport == PRESTO_TRANSPORT_SHM) {
+        rc = conn_fail(c, PRESTO_E_INVAL, "prestod could not give this stream shared memory "
+                       "(see its log); the socket transport would work");
+        goto fail;
+    }
+    s->transport = op.transport;
+    s->info.layout = op.layout;
+    s->info.transport = op.transport == PROTO_TRANSPORT_SHM ? PRESTO_TRANSPORT_SHM
+                                                            : PRESTO_TRANSPORT_SOCKET;
+    s->info.slots = op.slots;
     s->stream_id = op.stream_id;
     s->info.samples = op.samples;
     s->info.batches = op.batches;
@@ -532,12 +661,20 @@ static int stream_start(presto_stream_t *s, const struct proto_open *m)
     s->info.w = op.w;
     s->info.c = op.c;
     s->info.dtype = op.dtype;
+    if (fd >= 0)
+        close(fd);
     return 0;
+fail:
+    if (fd >= 0)
+        close(fd);
+    return rc;
 }
 
 static void stream_free(presto_stream_t *s)
 {
     conn_close(&s->c);
+    if (s->ring)
+        munmap(s->ring, s->ring_bytes);
     free(s->buf);
     free(s);
 }
@@ -546,18 +683,21 @@ PRESTO_API int presto_stream_open(presto_t *p, const presto_stream_opts_t *o,
                                   presto_stream_t **out)
 {
     struct proto_open m;
-    int rc;
+    int rc, transport;
 
     *out = NULL;
-    if ((rc = stream_check_opts(&p->ctl, o, &m)) < 0)
-        return rc;
+    if ((transport = stream_check_opts(&p->ctl, o, &m)) < 0)
+        return transport;
     presto_stream_t *s = calloc(1, sizeof(*s));
     if (!s)
         return conn_fail(&p->ctl, PRESTO_E_NOMEM, "cannot allocate a stream");
     s->c.fd = -1;
     memcpy(s->path, p->path, sizeof(s->path));
     s->req_id = presto_req_id(p);
-    if ((rc = conn_open(&s->c, s->path)) < 0 || (rc = stream_start(s, &m)) < 0) {
+    s->batch_size = m.batch_size;
+    s->manual_release = !!o->manual_release;
+    if ((rc = conn_open(&s->c, s->path)) < 0 ||
+        (rc = stream_start(s, &m, (uint32_t)transport)) < 0) {
         memcpy(p->ctl.err, s->c.err, sizeof(p->ctl.err));
         stream_free(s);
         return rc;
@@ -616,9 +756,18 @@ static int stream_recv_batch(presto_stream_t *s, const struct proto_header *h,
                          h->body_len);
     size_t head = (size_t)head64;
     size_t pad = (DATA_ALIGN - head % DATA_ALIGN) % DATA_ALIGN;
-    if ((rc = stream_reserve(s, pad + h->body_len)) < 0)
+    uint8_t *base;
+    if (s->manual_release) { /* a buffer of the batch's own, freed by release */
+        size_t len = (pad + h->body_len + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
+        if (!(base = aligned_alloc(DATA_ALIGN, len)))
+            return conn_fail(c, PRESTO_E_NOMEM, "cannot allocate %zu bytes for a batch", len);
+        b->own_ = base;
+    } else if ((rc = stream_reserve(s, pad + h->body_len)) < 0) {
         return rc;
-    uint8_t *body = s->buf + pad;
+    } else {
+        base = s->buf;
+    }
+    uint8_t *body = base + pad;
     memcpy(body, fixed, sizeof(fixed));
     if ((rc = conn_recv(c, body + PROTO_BATCH_FIXED_SIZE, h->body_len - PROTO_BATCH_FIXED_SIZE)) < 0)
         return rc;
@@ -641,10 +790,90 @@ static int stream_recv_batch(presto_stream_t *s, const struct proto_header *h,
     b->w = bh.w;
     b->c = bh.c;
     b->dtype = bh.dtype;
+    b->layout = s->info.layout;
     b->labels = labels;
     b->data = body + head;
     b->size = h->body_len - head;
     return 1;
+}
+
+/* A BATCH_SHM body: the fixed part and the labels, read into the stream's
+ * buffer; the samples are a view of the ring, checked to lie in the slot. */
+static int stream_recv_batch_shm(presto_stream_t *s, const struct proto_header *h,
+                                 presto_batch_t *b)
+{
+    struct conn *c = &s->c;
+    struct proto_rbuf r;
+    struct proto_batch_shm m;
+    int rc;
+
+    if (!s->ring)
+        return conn_fail(c, PRESTO_E_PROTO, "BATCH_SHM on a socket stream");
+    if (h->body_len < PROTO_BATCH_SHM_FIXED_SIZE ||
+        h->body_len > PROTO_BATCH_SHM_FIXED_SIZE + (uint64_t)s->batch_size * sizeof(int64_t))
+        return conn_fail(c, PRESTO_E_PROTO, "BATCH_SHM body of %u bytes", h->body_len);
+    if ((rc = stream_reserve(s, h->body_len + 8)) < 0)
+        return rc;
+    /* The labels (after 44 bytes) land on an 8-byte boundary. */
+    uint8_t *body = s->buf + 4;
+    if ((rc = conn_recv(c, body, h->body_len)) < 0)
+        return rc;
+    proto_rbuf_init(&r, body, h->body_len);
+    if (proto_get_batch_shm(&r, &m) < 0)
+        return conn_fail(c, PRESTO_E_PROTO, "malformed BATCH_SHM from prestod");
+    if (m.stream_id != s->stream_id)
+        return conn_fail(c, PRESTO_E_PROTO, "BATCH_SHM for stream %u on stream %u",
+                         m.stream_id, s->stream_id);
+    uint64_t size = (uint64_t)m.n * m.h * m.w * m.c * proto_dtype_size(m.dtype);
+    uint64_t slot_off = (uint64_t)m.slot * s->slot_bytes;
+    if (h->body_len != PROTO_BATCH_SHM_FIXED_SIZE + (uint64_t)m.n * sizeof(int64_t) ||
+        m.slot >= s->info.slots || m.offset < slot_off ||
+        m.offset + size > slot_off + s->slot_bytes || size == 0)
+        return conn_fail(c, PRESTO_E_PROTO, "BATCH_SHM of %u samples at slot %u offset %llu "
+                         "does not fit the ring", m.n, m.slot, (unsigned long long)m.offset);
+    int64_t *labels = (int64_t *)(void *)(body + PROTO_BATCH_SHM_FIXED_SIZE);
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+    for (uint32_t i = 0; i < m.n; i++)
+        proto_get_i64(&r, &labels[i]);
+#endif
+    if (s->manual_release) { /* the stream's buffer is reused: the labels move out */
+        int64_t *own = malloc((size_t)m.n * sizeof(*own));
+        if (!own)
+            return conn_fail(c, PRESTO_E_NOMEM, "cannot allocate a batch's labels");
+        memcpy(own, labels, (size_t)m.n * sizeof(*own));
+        labels = own;
+        b->own_ = own;
+    }
+    b->index = m.index;
+    b->n = m.n;
+    b->h = m.h;
+    b->w = m.w;
+    b->c = m.c;
+    b->dtype = m.dtype;
+    b->layout = s->info.layout;
+    b->labels = labels;
+    b->data = s->ring + m.offset;
+    b->size = (size_t)size;
+    b->slot_ = m.slot + 1;
+    return 1;
+}
+
+/* Hands a slot back to the daemon. */
+static int stream_send_release(presto_stream_t *s, uint32_t slot)
+{
+    struct proto_wbuf w;
+    struct proto_release m = {s->stream_id, slot};
+    int rc;
+    if (s->c.fd < 0) /* the stream is over: the daemon let go of its ring */
+        return 0;
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, PROTO_RELEASE, s->req_id);
+    proto_put_release(&w, &m);
+    proto_frame_finish(&w);
+    rc = w.failed ? conn_fail(&s->c, PRESTO_E_NOMEM, "cannot build RELEASE")
+                  : conn_send(&s->c, w.data, w.len);
+    proto_wbuf_free(&w);
+    return rc;
 }
 
 static int stream_recv_end(presto_stream_t *s, const struct proto_header *h)
@@ -677,11 +906,22 @@ PRESTO_API int presto_next(presto_stream_t *s, presto_batch_t *b)
         return 0;
     if (s->state == STREAM_FAILED)
         return s->error;
-    rc = conn_recv_header(&s->c, s->req_id, &h);
+    rc = 0;
+    if (s->last_slot && !s->manual_release) { /* the batch returned last */
+        rc = stream_send_release(s, s->last_slot - 1);
+        s->last_slot = 0;
+    }
+    if (rc == 0)
+        rc = conn_recv_header(&s->c, s->req_id, &h);
     if (rc == 0) {
         switch (h.type) {
         case PROTO_BATCH:
             rc = stream_recv_batch(s, &h, b);
+            break;
+        case PROTO_BATCH_SHM:
+            rc = stream_recv_batch_shm(s, &h, b);
+            if (rc > 0)
+                s->last_slot = b->slot_;
             break;
         case PROTO_END:
             rc = stream_recv_end(s, &h);
@@ -698,6 +938,7 @@ PRESTO_API int presto_next(presto_stream_t *s, presto_batch_t *b)
         }
     }
     if (rc < 0) {
+        free(b->own_);
         memset(b, 0, sizeof(*b));
         s->state = STREAM_FAILED;
         s->error = rc;
@@ -708,7 +949,14 @@ PRESTO_API int presto_next(presto_stream_t *s, presto_batch_t *b)
 
 PRESTO_API void presto_release(presto_stream_t *s, presto_batch_t *b)
 {
-    (void)s; /* the buffer is reused by the next presto_next */
+    if (b->slot_ && s->state == STREAM_RUNNING) {
+        /* A failure here shows in the next presto_next. */
+        if (stream_send_release(s, b->slot_ - 1) < 0)
+            conn_close(&s->c);
+        if (s->last_slot == b->slot_)
+            s->last_slot = 0;
+    }
+    free(b->own_); /* else the buffer is reused by the next presto_next */
     memset(b, 0, sizeof(*b));
 }
 

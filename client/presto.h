@@ -52,9 +52,18 @@ enum {
     PRESTO_E_IO = 9,        /* cannot connect, or connection lost */
     PRESTO_E_NOMEM = 10,
     PRESTO_E_INTERNAL = 11,
+    PRESTO_E_DENIED = 12,   /* an admin operation and the caller is no admin */
 };
 
 enum { PRESTO_DTYPE_U8 = 1, PRESTO_DTYPE_F32 = 2 };
+/* Element order of a sample: u8 output is NHWC; float output follows the
+ * last step's layout (normalize/to_float `layout:`). */
+enum { PRESTO_LAYOUT_NHWC = 0, PRESTO_LAYOUT_NCHW = 1 };
+/* How batches reach the client. AUTO: shared memory where the daemon can
+ * give it, else the socket ($PRESTO_TRANSPORT=shm|socket overrides AUTO).
+ * SHM: shared memory or an error. SOCKET: batches copied through the
+ * socket. */
+enum { PRESTO_TRANSPORT_AUTO = 0, PRESTO_TRANSPORT_SHM = 1, PRESTO_TRANSPORT_SOCKET = 2 };
 
 typedef struct presto presto_t;
 typedef struct presto_stream presto_stream_t;
@@ -68,16 +77,30 @@ typedef struct presto_stream_opts {
     uint32_t world;       /* default 1 (DistributedSampler semantics) */
     int shuffle;          /* default 1 */
     int drop_last;        /* default 0: the last batch may be short */
-    uint32_t prefetch;    /* batches prepared ahead; 0 = daemon default */
+    uint32_t prefetch;    /* batches prepared ahead; 0 = daemon default; with
+                             shared memory also the ring's slots (at least 2) */
+    uint32_t transport;   /* PRESTO_TRANSPORT_*, default AUTO */
+    int manual_release;   /* default 0: presto_next releases the batch it
+                             returned before; 1: every batch stays valid until
+                             presto_release (several may be held; holding all
+                             of a ring's slots stalls the stream, and the
+                             daemon drops a client that releases none for its
+                             release_timeout) */
 } presto_stream_opts_t;
 
 typedef struct presto_batch {
     uint64_t index;        /* batch number within this rank's epoch */
-    uint32_t n, h, w, c;   /* samples, then each sample's shape (NHWC) */
+    uint32_t n, h, w, c;   /* samples, then each sample's height, width, channels */
     uint32_t dtype;        /* PRESTO_DTYPE_* */
-    const void *data;      /* n*h*w*c elements, valid until release */
+    const void *data;      /* n samples of h*w*c elements in `layout` order,
+                              valid until release: with shared memory a view
+                              of the daemon's ring (no copy; writable, the
+                              client's own until released) */
     size_t size;           /* bytes at data */
     const int64_t *labels; /* n labels, valid until release */
+    uint32_t layout;       /* PRESTO_LAYOUT_* */
+    uint32_t slot_;        /* internal: ring slot + 1, 0 for none */
+    void *own_;            /* internal: a buffer release frees */
 } presto_batch_t;
 
 typedef struct presto_stream_info {
@@ -85,6 +108,9 @@ typedef struct presto_stream_info {
                           skipped by the daemon are not sent) */
     uint64_t batches;  /* at most this many batches this epoch */
     uint32_t h, w, c, dtype;
+    uint32_t layout;    /* PRESTO_LAYOUT_* */
+    uint32_t transport; /* PRESTO_TRANSPORT_SHM or _SOCKET: what the stream uses */
+    uint32_t slots;     /* shared memory: the ring's slots */
 } presto_stream_info_t;
 
 /* The socket prestod listens on by default: $PRESTO_SOCKET, else
@@ -131,8 +157,11 @@ int presto_stream_open(presto_t *p, const presto_stream_opts_t *o,
                        presto_stream_t **out);
 int presto_stream_info(const presto_stream_t *s, presto_stream_info_t *info);
 /* 1: *b holds the next batch; 0: the epoch is complete; <0: error. The batch
- * stays valid until presto_release() or the next presto_next(). */
+ * stays valid until presto_release() or (without manual_release) the next
+ * presto_next(). */
 int presto_next(presto_stream_t *s, presto_batch_t *b);
+/* Gives the batch back (with shared memory its slot returns to the daemon)
+ * and clears *b. Releasing a cleared batch does nothing. */
 void presto_release(presto_stream_t *s, presto_batch_t *b);
 /* Samples skipped by the daemon as bad (known once presto_next returned 0). */
 uint64_t presto_stream_skipped(const presto_stream_t *s);

@@ -75,6 +75,11 @@ const char *proto_type_name(uint16_t type)
         [PROTO_CLOSE] = "CLOSE",       [PROTO_CLOSED] = "CLOSED",
         [PROTO_WARM] = "WARM",         [PROTO_PROGRESS] = "PROGRESS",
         [PROTO_DONE] = "DONE",
+        [PROTO_BATCH_SHM] = "BATCH_SHM", [PROTO_RELEASE] = "RELEASE",
+        [PROTO_RELOAD] = "RELOAD",     [PROTO_RELOAD_REPLY] = "RELOAD_REPLY",
+        [PROTO_DROP_CACHE] = "DROP_CACHE", [PROTO_DROP_CACHE_REPLY] = "DROP_CACHE_REPLY",
+        [PROTO_PROFILE] = "PROFILE",   [PROTO_PROFILE_PROGRESS] = "PROFILE_PROGRESS",
+        [PROTO_PROFILE_RESULT] = "PROFILE_RESULT",
     };
     if (type < PROTO_TYPE_MAX && names[type])
         return names[type];
@@ -96,6 +101,7 @@ const char *proto_strerror(int code)
         [PROTO_E_IO] = "connection or I/O error",
         [PROTO_E_NOMEM] = "out of memory",
         [PROTO_E_INTERNAL] = "internal error",
+        [PROTO_E_DENIED] = "permission denied",
     };
     unsigned u = code < 0 ? 0u - (unsigned)code : (unsigned)code;
     if (u < PROTO_E_MAX && msgs[u])
@@ -320,6 +326,10 @@ void proto_put_opened(struct proto_wbuf *w, const struct proto_opened *m)
     proto_put_u32(w, m->w);
     proto_put_u32(w, m->c);
     proto_put_u32(w, m->dtype);
+    proto_put_u32(w, m->layout);
+    proto_put_u32(w, m->transport);
+    proto_put_u32(w, m->slots);
+    proto_put_u64(w, m->slot_bytes);
 }
 
 int proto_get_opened(struct proto_rbuf *r, struct proto_opened *m)
@@ -331,6 +341,53 @@ int proto_get_opened(struct proto_rbuf *r, struct proto_opened *m)
     proto_get_u32(r, &m->w);
     proto_get_u32(r, &m->c);
     proto_get_u32(r, &m->dtype);
+    proto_get_u32(r, &m->layout);
+    proto_get_u32(r, &m->transport);
+    proto_get_u32(r, &m->slots);
+    proto_get_u64(r, &m->slot_bytes);
+    if (r->failed || proto_remaining(r) || m->layout > PROTO_LAYOUT_NCHW ||
+        m->transport > PROTO_TRANSPORT_SHM)
+        return -PROTO_E_PROTO;
+    return 0;
+}
+
+void proto_put_batch_shm(struct proto_wbuf *w, const struct proto_batch_shm *m)
+{
+    proto_put_u32(w, m->stream_id);
+    proto_put_u64(w, m->index);
+    proto_put_u32(w, m->n);
+    proto_put_u32(w, m->h);
+    proto_put_u32(w, m->w);
+    proto_put_u32(w, m->c);
+    proto_put_u32(w, m->dtype);
+    proto_put_u32(w, m->slot);
+    proto_put_u64(w, m->offset);
+}
+
+int proto_get_batch_shm(struct proto_rbuf *r, struct proto_batch_shm *m)
+{
+    proto_get_u32(r, &m->stream_id);
+    proto_get_u64(r, &m->index);
+    proto_get_u32(r, &m->n);
+    proto_get_u32(r, &m->h);
+    proto_get_u32(r, &m->w);
+    proto_get_u32(r, &m->c);
+    proto_get_u32(r, &m->dtype);
+    proto_get_u32(r, &m->slot);
+    proto_get_u64(r, &m->offset);
+    return r->failed ? -PROTO_E_PROTO : 0;
+}
+
+void proto_put_release(struct proto_wbuf *w, const struct proto_release *m)
+{
+    proto_put_u32(w, m->stream_id);
+    proto_put_u32(w, m->slot);
+}
+
+int proto_get_release(struct proto_rbuf *r, struct proto_release *m)
+{
+    proto_get_u32(r, &m->stream_id);
+    proto_get_u32(r, &m->slot);
     return r->failed || proto_remaining(r) ? -PROTO_E_PROTO : 0;
 }
 
@@ -442,6 +499,176 @@ int proto_get_progress(struct proto_rbuf *r, struct proto_progress *m)
     proto_get_u64(r, &m->failed);
     proto_get_u64(r, &m->computed);
     return r->failed || proto_remaining(r) ? -PROTO_E_PROTO : 0;
+}
+
+/* ---- the profiler ---- */
+
+void proto_put_f64(struct proto_wbuf *w, double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof(u));
+    proto_put_u64(w, u);
+}
+
+int proto_get_f64(struct proto_rbuf *r, double *v)
+{
+    uint64_t u = 0;
+    int rc = proto_get_u64(r, &u);
+    memcpy(v, &u, sizeof(*v));
+    return rc;
+}
+
+static void put_text(struct proto_wbuf *w, const char *s)
+{
+    proto_put_str(w, s, strlen(s));
+}
+
+/* A short text, possibly empty: cap - 1 bytes at most, no NUL. */
+static int get_text(struct proto_rbuf *r, char *out, size_t cap)
+{
+    const char *s;
+    uint32_t n;
+    if (proto_get_str(r, &s, &n, 0) < 0 || n >= cap || memchr(s, '\0', n))
+        return -PROTO_E_PROTO;
+    memcpy(out, s, n);
+    out[n] = '\0';
+    return 0;
+}
+
+void proto_put_profile(struct proto_wbuf *w, const struct proto_profile *m)
+{
+    put_text(w, m->dataset);
+    proto_put_u32(w, m->samples);
+    proto_put_u32(w, m->flags);
+    proto_put_f64(w, m->w_throughput);
+    proto_put_f64(w, m->w_offline);
+    proto_put_f64(w, m->w_storage);
+}
+
+int proto_get_profile(struct proto_rbuf *r, struct proto_profile *m)
+{
+    memset(m, 0, sizeof(*m));
+    if (get_name(r, m->dataset, sizeof(m->dataset)) < 0)
+        return -PROTO_E_PROTO;
+    proto_get_u32(r, &m->samples);
+    proto_get_u32(r, &m->flags);
+    proto_get_f64(r, &m->w_throughput);
+    proto_get_f64(r, &m->w_offline);
+    proto_get_f64(r, &m->w_storage);
+    return r->failed || proto_remaining(r) ? -PROTO_E_PROTO : 0;
+}
+
+void proto_put_profile_progress(struct proto_wbuf *w, const struct proto_profile_progress *m)
+{
+    proto_put_u32(w, m->strategy);
+    proto_put_u32(w, m->strategies);
+    put_text(w, m->name);
+    put_text(w, m->phase);
+    proto_put_f64(w, m->fraction);
+    proto_put_f64(w, m->eta_s);
+}
+
+int proto_get_profile_progress(struct proto_rbuf *r, struct proto_profile_progress *m)
+{
+    memset(m, 0, sizeof(*m));
+    proto_get_u32(r, &m->strategy);
+    proto_get_u32(r, &m->strategies);
+    if (get_text(r, m->name, sizeof(m->name)) < 0 ||
+        get_text(r, m->phase, sizeof(m->phase)) < 0)
+        return -PROTO_E_PROTO;
+    proto_get_f64(r, &m->fraction);
+    proto_get_f64(r, &m->eta_s);
+    return r->failed || proto_remaining(r) ? -PROTO_E_PROTO : 0;
+}
+
+void proto_put_profile_result(struct proto_wbuf *w, const struct proto_profile_result *m)
+{
+    put_text(w, m->dataset);
+    proto_put_u64(w, m->samples);
+    proto_put_u32(w, m->sample_size);
+    proto_put_u32(w, m->workers);
+    proto_put_u32(w, m->profile_workers);
+    proto_put_u64(w, m->memory_budget);
+    proto_put_u64(w, m->disk_budget);
+    proto_put_f64(w, m->w_throughput);
+    proto_put_f64(w, m->w_offline);
+    proto_put_f64(w, m->w_storage);
+    proto_put_f64(w, m->seconds);
+    proto_put_u32(w, m->winner);
+    proto_put_u32(w, m->applied);
+    proto_put_u32(w, m->count);
+}
+
+int proto_get_profile_result(struct proto_rbuf *r, struct proto_profile_result *m)
+{
+    memset(m, 0, sizeof(*m));
+    if (get_name(r, m->dataset, sizeof(m->dataset)) < 0)
+        return -PROTO_E_PROTO;
+    proto_get_u64(r, &m->samples);
+    proto_get_u32(r, &m->sample_size);
+    proto_get_u32(r, &m->workers);
+    proto_get_u32(r, &m->profile_workers);
+    proto_get_u64(r, &m->memory_budget);
+    proto_get_u64(r, &m->disk_budget);
+    proto_get_f64(r, &m->w_throughput);
+    proto_get_f64(r, &m->w_offline);
+    proto_get_f64(r, &m->w_storage);
+    proto_get_f64(r, &m->seconds);
+    proto_get_u32(r, &m->winner);
+    proto_get_u32(r, &m->applied);
+    proto_get_u32(r, &m->count);
+    if (r->failed || (m->count && m->winner >= m->count) || m->applied > PROTO_APPLIED_UNCHANGED)
+        return -PROTO_E_PROTO;
+    return m->count == 0 && proto_remaining(r) ? -PROTO_E_PROTO : 0;
+}
+
+void proto_put_profile_strategy(struct proto_wbuf *w, const struct proto_profile_strategy *m)
+{
+    put_text(w, m->name);
+    proto_put_u32(w, m->split);
+    put_text(w, m->last_step);
+    proto_put_u32(w, (uint32_t)m->zstd_level);
+    proto_put_u32(w, m->samples);
+    proto_put_u32(w, m->failed);
+    const double f[] = {m->offline_s,       m->stored_bytes,   m->raw_bytes,
+                        m->memory_rate,     m->disk_rate,      m->memory_cpu_s,
+                        m->disk_cpu_s,      m->total_offline_s, m->total_bytes,
+                        m->memory_fraction, m->epoch_memory_s, m->epoch_disk_s,
+                        m->expected_rate,   m->expected_epoch_s, m->score};
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        proto_put_f64(w, f[i]);
+    proto_put_u32(w, m->fits_memory);
+    proto_put_u32(w, m->fits_disk);
+    proto_put_u32(w, m->feasible);
+    proto_put_u32(w, m->rank);
+}
+
+int proto_get_profile_strategy(struct proto_rbuf *r, struct proto_profile_strategy *m,
+                               int last)
+{
+    uint32_t level = 0;
+    memset(m, 0, sizeof(*m));
+    if (get_text(r, m->name, sizeof(m->name)) < 0)
+        return -PROTO_E_PROTO;
+    proto_get_u32(r, &m->split);
+    if (get_text(r, m->last_step, sizeof(m->last_step)) < 0)
+        return -PROTO_E_PROTO;
+    proto_get_u32(r, &level);
+    m->zstd_level = (int32_t)level;
+    proto_get_u32(r, &m->samples);
+    proto_get_u32(r, &m->failed);
+    double *f[] = {&m->offline_s,       &m->stored_bytes,   &m->raw_bytes,
+                   &m->memory_rate,     &m->disk_rate,      &m->memory_cpu_s,
+                   &m->disk_cpu_s,      &m->total_offline_s, &m->total_bytes,
+                   &m->memory_fraction, &m->epoch_memory_s, &m->epoch_disk_s,
+                   &m->expected_rate,   &m->expected_epoch_s, &m->score};
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        proto_get_f64(r, f[i]);
+    proto_get_u32(r, &m->fits_memory);
+    proto_get_u32(r, &m->fits_disk);
+    proto_get_u32(r, &m->feasible);
+    proto_get_u32(r, &m->rank);
+    return r->failed || (last && proto_remaining(r)) ? -PROTO_E_PROTO : 0;
 }
 
 void proto_put_error(struct proto_wbuf *w, uint32_t code, const char *msg)

@@ -33,7 +33,18 @@
  *                          u64 batches, u32 h, u32 w, u32 c, u32 dtype:
  *                          what the epoch's plan holds; upper bounds, since
  *                          bad samples skipped under on_error: skip leave
- *                          the stream (END says what was sent)
+ *                          the stream (END says what was sent); then
+ *                          u32 layout (enum proto_layout), u32 transport
+ *                          (enum proto_transport), u32 slots, u64 slot_bytes
+ *                          (0, 0 for the socket transport)
+ *   BATCH_SHM      (d->c)  u32 stream_id, u64 index, u32 n, u32 h, u32 w,
+ *                          u32 c, u32 dtype, u32 slot, u64 offset, then
+ *                          n x i64 labels: the batch's samples are at
+ *                          [offset, offset + n*h*w*c*dtype_size) of the
+ *                          shared ring (inside slot `slot`), until RELEASE
+ *   RELEASE        (c->d)  u32 stream_id, u32 slot: the client is done with
+ *                          a BATCH_SHM's slot; no reply (an ERROR when the
+ *                          slot is not one the client holds)
  *   BATCH          (d->c)  u32 stream_id, u64 index, u32 n, u32 h, u32 w,
  *                          u32 c, u32 dtype, n x i64 labels, then the
  *                          sample bytes (n*h*w*c*dtype_size, NHWC) to the
@@ -67,12 +78,96 @@
  * out of the epoch and the batches close up behind it. A stream
  * that fails mid-epoch gets an ERROR frame whose req_id is the OPEN's.
  *
+ * Shared memory (PROTO_OPEN_SHM): the daemon makes a ring of `slots`
+ * batch slots of `slot_bytes` each in a sealed memfd (it cannot shrink or
+ * grow) and passes its descriptor with SCM_RIGHTS on the first byte of the
+ * OPENED frame, whose transport then says PROTO_TRANSPORT_SHM; the client
+ * maps it (MAP_SHARED) and gets BATCH_SHM frames instead of BATCH. Workers
+ * write batches straight into free slots; a slot sent in a BATCH_SHM is
+ * never written again until the client RELEASEs it, and a ring whose slots
+ * are all held pauses that stream only. A client that holds slots and
+ * releases none for the daemon's release_timeout gets an ERROR
+ * (PROTO_E_LIMIT) and its connection is closed. Where the daemon cannot
+ * pass the ring (no memfd, output already queued on the connection), the
+ * OPENED says PROTO_TRANSPORT_SOCKET and the stream uses BATCH frames.
+ *
  * After WARM the daemon sends PROGRESS frames (the first at once, then at
  * most ten a second), then DONE, all with the WARM's req_id; or an ERROR
  * (unknown dataset, a warm of that dataset already running, shutdown).
  * Bad samples do not stop a warm: they are counted in failed. Closing the
  * connection stops the warm (what is materialized stays). A connection
  * runs one WARM at a time and nothing else meanwhile.
+ *
+ * Admin messages (types 20-29). RELOAD, DROP_CACHE, WARM and the profiler's
+ * requests are admin operations: the daemon answers them only for a peer
+ * (SO_PEERCRED at connect time) that is root, the daemon's own user, or in
+ * the config's admin_group (primary or supplementary group); anyone else
+ * gets ERROR PROTO_E_DENIED and the connection stays. Everyone who can
+ * connect may stream (OPEN, CLOSE) and read STATS and DATASETS.
+ *
+ *   RELOAD         (c->d)  empty: re-read the config file now (as SIGHUP)
+ *   RELOAD_REPLY   (d->c)  str json: what changed, e.g. {"config": PATH,
+ *                          "datasets": N, "added": [..], "removed": [..],
+ *                          "replaced": [..], "changed": [KEY, ..],
+ *                          "restart_needed": [KEY, ..]}; a config that does
+ *                          not load is an ERROR (PROTO_E_INVAL, "FILE:LINE:
+ *                          key 'K': what") and the running one stays
+ *   DROP_CACHE     (c->d)  empty: empty the memory tier (the disk tier
+ *                          stays), returning its memory to the system
+ *   DROP_CACHE_REPLY (d->c) str json: {"entries": N, "bytes": N} dropped
+ *
+ * Profiler messages (types 30-39): PROFILE is an admin operation.
+ *
+ *   PROFILE        (c->d)  str dataset, u32 samples (0: the daemon's default
+ *                          sample size), u32 flags (PROTO_PROFILE_*),
+ *                          f64 w_throughput, f64 w_offline, f64 w_storage
+ *                          (weights of the objective; all 0: throughput
+ *                          only). Measures every legal strategy (split point
+ *                          with no random step offline x encoding raw,
+ *                          zstd:1, zstd:3, zstd:9) on one sample of the
+ *                          dataset and ranks them; with PROTO_PROFILE_APPLY
+ *                          on a `split: auto` dataset, records the winner
+ *                          (and switches to it when nothing is cached yet)
+ *   PROFILE_PROGRESS (d->c) u32 strategy (index), u32 strategies (count),
+ *                          str name, str phase ("offline", "load",
+ *                          "memory", "disk"), f64 fraction (of the whole
+ *                          profile, 0..1), f64 eta_s (-1: unknown); the
+ *                          first at once, then at most ten a second
+ *   PROFILE_RESULT (d->c)  str dataset, u64 samples (of the dataset),
+ *                          u32 sample_size, u32 workers, u32 profile_workers,
+ *                          u64 memory_budget, u64 disk_budget (0: no disk
+ *                          tier), f64 w_throughput, f64 w_offline,
+ *                          f64 w_storage, f64 seconds (the profile's run
+ *                          time), u32 winner (index), u32 applied (enum
+ *                          proto_profile_applied), u32 count, then count
+ *                          strategies, each: str name, u32 split, str
+ *                          last_step ("" when nothing runs offline),
+ *                          i32 zstd_level (0: raw), u32 samples (measured
+ *                          good), u32 failed, f64 offline_s (worker seconds
+ *                          per sample: read, offline steps, encode, store),
+ *                          f64 stored_bytes (disk tier bytes per sample,
+ *                          record headers included), f64 raw_bytes (memory
+ *                          tier bytes per sample), f64 memory_rate,
+ *                          f64 disk_rate (samples/s of warm epochs on the
+ *                          profile's workers, online steps included),
+ *                          f64 memory_cpu_s, f64 disk_cpu_s (CPU seconds per
+ *                          sample online), f64 total_offline_s,
+ *                          f64 total_bytes (extrapolated to the dataset on
+ *                          every worker), f64 memory_fraction (of the
+ *                          dataset the memory tier holds), f64
+ *                          epoch_memory_s, f64 epoch_disk_s (an epoch from
+ *                          each tier), f64 expected_rate, f64
+ *                          expected_epoch_s (with that memory fraction),
+ *                          f64 score, u32 fits_memory, u32 fits_disk,
+ *                          u32 feasible (fits the disk budget), u32 rank
+ *                          (1: the winner)
+ *
+ * f64 is an IEEE 754 double sent as the u64 of its bits. After PROFILE the
+ * daemon sends PROFILE_PROGRESS frames, then PROFILE_RESULT, all with the
+ * PROFILE's req_id; or an ERROR (unknown dataset, a profile running
+ * already, APPLY on a dataset with a fixed split, no trial store). Closing
+ * the connection stops the profile. One profile runs at a time, and a
+ * connection runs nothing else meanwhile.
  */
 #ifndef PRESTO_PROTO_H
 #define PRESTO_PROTO_H
@@ -106,6 +201,15 @@ enum proto_type {
     PROTO_WARM = 12,
     PROTO_PROGRESS = 13,
     PROTO_DONE = 14,
+    PROTO_BATCH_SHM = 15,
+    PROTO_RELEASE = 16,
+    PROTO_RELOAD = 20,
+    PROTO_RELOAD_REPLY = 21,
+    PROTO_DROP_CACHE = 22,
+    PROTO_DROP_CACHE_REPLY = 23,
+    PROTO_PROFILE = 30,
+    PROTO_PROFILE_PROGRESS = 31,
+    PROTO_PROFILE_RESULT = 32,
     PROTO_TYPE_MAX
 };
 
@@ -123,6 +227,7 @@ enum proto_err {
     PROTO_E_IO = 9,       /* connection or I/O failure */
     PROTO_E_NOMEM = 10,
     PROTO_E_INTERNAL = 11,
+    PROTO_E_DENIED = 12,  /* an admin operation from a peer that is not an admin */
     PROTO_E_MAX
 };
 
@@ -130,6 +235,13 @@ enum proto_dtype { PROTO_DTYPE_U8 = 1, PROTO_DTYPE_F32 = 2 };
 
 #define PROTO_OPEN_SHUFFLE 0x1u
 #define PROTO_OPEN_DROP_LAST 0x2u
+#define PROTO_OPEN_SHM 0x4u /* ask for the shared-memory transport */
+
+/* Element order of float output (u8 output is always NHWC). */
+enum proto_layout { PROTO_LAYOUT_NHWC = 0, PROTO_LAYOUT_NCHW = 1 };
+enum proto_transport { PROTO_TRANSPORT_SOCKET = 0, PROTO_TRANSPORT_SHM = 1 };
+/* Size of a BATCH_SHM body's fixed part; the labels follow it. */
+#define PROTO_BATCH_SHM_FIXED_SIZE 44u
 
 struct proto_header {
     uint32_t magic;
@@ -207,11 +319,23 @@ struct proto_opened {
     uint32_t stream_id;
     uint64_t samples, batches;
     uint32_t h, w, c, dtype;
+    uint32_t layout, transport, slots;
+    uint64_t slot_bytes;
 };
 struct proto_batch_hdr {
     uint32_t stream_id;
     uint64_t index;
     uint32_t n, h, w, c, dtype;
+};
+/* BATCH_SHM's fixed part. */
+struct proto_batch_shm {
+    uint32_t stream_id;
+    uint64_t index;
+    uint32_t n, h, w, c, dtype, slot;
+    uint64_t offset;
+};
+struct proto_release {
+    uint32_t stream_id, slot;
 };
 struct proto_end {
     uint32_t stream_id;
@@ -240,12 +364,73 @@ size_t proto_batch_prefix_size(uint32_t n);
 void proto_batch_prefix_encode(uint8_t *out, uint32_t req_id,
                                const struct proto_batch_hdr *m,
                                const int64_t *labels, size_t data_len);
+/* Only the fixed part; the labels follow. */
+void proto_put_batch_shm(struct proto_wbuf *w, const struct proto_batch_shm *m);
+int proto_get_batch_shm(struct proto_rbuf *r, struct proto_batch_shm *m);
+void proto_put_release(struct proto_wbuf *w, const struct proto_release *m);
+int proto_get_release(struct proto_rbuf *r, struct proto_release *m);
 void proto_put_end(struct proto_wbuf *w, const struct proto_end *m);
 int proto_get_end(struct proto_rbuf *r, struct proto_end *m);
 void proto_put_warm(struct proto_wbuf *w, const struct proto_warm *m);
 int proto_get_warm(struct proto_rbuf *r, struct proto_warm *m);
 void proto_put_progress(struct proto_wbuf *w, const struct proto_progress *m);
 int proto_get_progress(struct proto_rbuf *r, struct proto_progress *m);
+/* ---- the profiler ---- */
+#define PROTO_PROFILE_APPLY 0x1u
+enum proto_profile_applied {
+    PROTO_APPLIED_NO = 0,        /* not asked, or not a split: auto dataset */
+    PROTO_APPLIED_NOW = 1,       /* the dataset switched to the winner */
+    PROTO_APPLIED_RESTART = 2,   /* recorded; in force from the next start */
+    PROTO_APPLIED_UNCHANGED = 3, /* the winner is the strategy in force */
+};
+#define PROTO_PROFILE_NAME_MAX 64
+struct proto_profile {
+    char dataset[256];
+    uint32_t samples, flags;
+    double w_throughput, w_offline, w_storage;
+};
+struct proto_profile_progress {
+    uint32_t strategy, strategies;
+    char name[PROTO_PROFILE_NAME_MAX];
+    char phase[16];
+    double fraction, eta_s;
+};
+struct proto_profile_strategy {
+    char name[PROTO_PROFILE_NAME_MAX];
+    uint32_t split;
+    char last_step[32];
+    int32_t zstd_level;
+    uint32_t samples, failed;
+    double offline_s, stored_bytes, raw_bytes;
+    double memory_rate, disk_rate, memory_cpu_s, disk_cpu_s;
+    double total_offline_s, total_bytes, memory_fraction;
+    double epoch_memory_s, epoch_disk_s, expected_rate, expected_epoch_s, score;
+    uint32_t fits_memory, fits_disk, feasible, rank;
+};
+/* PROFILE_RESULT's fixed part; count strategies follow. */
+struct proto_profile_result {
+    char dataset[256];
+    uint64_t samples;
+    uint32_t sample_size, workers, profile_workers;
+    uint64_t memory_budget, disk_budget;
+    double w_throughput, w_offline, w_storage, seconds;
+    uint32_t winner, applied, count;
+};
+void proto_put_f64(struct proto_wbuf *w, double v);
+int proto_get_f64(struct proto_rbuf *r, double *v);
+void proto_put_profile(struct proto_wbuf *w, const struct proto_profile *m);
+int proto_get_profile(struct proto_rbuf *r, struct proto_profile *m);
+void proto_put_profile_progress(struct proto_wbuf *w, const struct proto_profile_progress *m);
+int proto_get_profile_progress(struct proto_rbuf *r, struct proto_profile_progress *m);
+/* The fixed part only (then proto_put_profile_strategy count times); the
+ * get leaves the strategies to read. */
+void proto_put_profile_result(struct proto_wbuf *w, const struct proto_profile_result *m);
+int proto_get_profile_result(struct proto_rbuf *r, struct proto_profile_result *m);
+void proto_put_profile_strategy(struct proto_wbuf *w, const struct proto_profile_strategy *m);
+/* last: 1 for the body's last strategy (nothing may follow it). */
+int proto_get_profile_strategy(struct proto_rbuf *r, struct proto_profile_strategy *m,
+                               int last);
+
 void proto_put_error(struct proto_wbuf *w, uint32_t code, const char *msg);
 /* msg is copied (truncated) into buf. */
 int proto_get_error(struct proto_rbuf *r, uint32_t *code, char *buf, size_t bufsz);

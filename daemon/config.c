@@ -7,6 +7,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -18,7 +19,16 @@
 #include "log.h"
 #include "proto.h"
 
-enum cfg_type { CFG_STR, CFG_U32, CFG_U64, CFG_SIZE, CFG_MODE, CFG_LOGLEVEL, CFG_ENUM };
+enum cfg_type {
+    CFG_STR, CFG_U32, CFG_U64, CFG_SIZE, CFG_MODE, CFG_LOGLEVEL, CFG_ENUM,
+    CFG_GROUP, /* a group name or number, kept as its gid (CONFIG_NO_GROUP: unset) */
+};
+
+/* What a reload (SIGHUP, RELOAD) does with a changed key: applies it to
+ * what comes next (new connections, streams, requests), or leaves it for a
+ * restart, because it is built into what runs (the socket, the threads, the
+ * disk tier, the I/O rings, the decoders' pixel limit). */
+enum cfg_when { CFG_LIVE = 0, CFG_RESTART = 1 };
 
 struct cfg_key {
     const char *section; /* NULL: top level */
@@ -27,32 +37,48 @@ struct cfg_key {
     size_t off;
     uint64_t min, max, def;
     const char *const *names; /* CFG_ENUM: value i is names[i] (NULL-terminated) */
+    enum cfg_when when;
 };
 
+#define KEY_AT(sec, name, type, field, min, max, def, when) \
+    {sec, name, type, offsetof(struct config, field), min, max, def, NULL, when}
 #define KEY(sec, name, type, field, min, max, def) \
-    {sec, name, type, offsetof(struct config, field), min, max, def, NULL}
-#define ENUM_KEY(sec, name, field, def, names) \
-    {sec, name, CFG_ENUM, offsetof(struct config, field), 0, 0, def, names}
+    KEY_AT(sec, name, type, field, min, max, def, CFG_LIVE)
+#define ENUM_KEY(sec, name, field, def, names, when) \
+    {sec, name, CFG_ENUM, offsetof(struct config, field), 0, 0, def, names, when}
 
 static const char *const io_backends[] = {"auto", "pread", NULL};
 
 static const struct cfg_key cfg_keys[] = {
-    KEY(NULL, "socket", CFG_STR, socket_path, 0, 0, 0),
-    KEY(NULL, "socket_mode", CFG_MODE, socket_mode, 0, 07777, 0660),
-    KEY(NULL, "workers", CFG_U32, workers, 0, 1024, 0),
+    KEY_AT(NULL, "socket", CFG_STR, socket_path, 0, 0, 0, CFG_RESTART),
+    KEY_AT(NULL, "socket_mode", CFG_MODE, socket_mode, 0, 07777, 0660, CFG_RESTART),
+    KEY_AT(NULL, "socket_group", CFG_GROUP, socket_group, 0, 0, CONFIG_NO_GROUP, CFG_RESTART),
+    KEY(NULL, "admin_group", CFG_GROUP, admin_group, 0, 0, CONFIG_NO_GROUP),
+    KEY_AT(NULL, "workers", CFG_U32, workers, 0, 1024, 0, CFG_RESTART),
     KEY(NULL, "log_level", CFG_LOGLEVEL, log_level, 0, 0, LOG_LEVEL_INFO),
     KEY(NULL, "prefetch", CFG_U32, prefetch, 1, 256, 8),
     KEY("cache", "memory", CFG_SIZE, cache_memory, 0, UINT64_MAX, 0),
-    KEY("cache", "dir", CFG_STR, cache_dir, 0, 0, 0),
-    KEY("cache", "disk", CFG_SIZE, cache_disk, 0, UINT64_MAX, 0),
-    KEY("cache", "segment_size", CFG_SIZE, segment_size, 64ull << 10, 1ull << 40, 256ull << 20),
-    KEY("io", "depth", CFG_U32, io_depth, 1, 4096, 64),
-    ENUM_KEY("io", "backend", io_backend, CONFIG_IO_AUTO, io_backends),
+    KEY_AT("cache", "dir", CFG_STR, cache_dir, 0, 0, 0, CFG_RESTART),
+    KEY_AT("cache", "disk", CFG_SIZE, cache_disk, 0, UINT64_MAX, 0, CFG_RESTART),
+    KEY_AT("cache", "segment_size", CFG_SIZE, segment_size, 64ull << 10, 1ull << 40,
+           256ull << 20, CFG_RESTART),
+    KEY_AT("io", "depth", CFG_U32, io_depth, 1, 4096, 64, CFG_RESTART),
+    ENUM_KEY("io", "backend", io_backend, CONFIG_IO_AUTO, io_backends, CFG_RESTART),
     KEY("limits", "connections", CFG_U32, max_connections, 1, 65536, 256),
     KEY("limits", "streams_per_connection", CFG_U32, max_streams_per_conn, 1, 1024, 16),
+    KEY("limits", "streams_per_user", CFG_U32, max_streams_per_user, 1, 1u << 20, 256),
     KEY("limits", "batch_size", CFG_U32, max_batch_size, 1, 1u << 20, 4096),
+    KEY("limits", "prefetch", CFG_U32, max_prefetch, 1, 1024, 64),
+    KEY("limits", "frame_size", CFG_SIZE, max_frame_size, 512, 1ull << 20, PROTO_MAX_REQUEST),
+    KEY("limits", "output_buffer", CFG_SIZE, max_output_buffer, 64ull << 10, 1ull << 40,
+        64ull << 20),
+    KEY("limits", "output_timeout", CFG_U32, output_timeout, 1, 86400, 30),
     KEY("limits", "file_size", CFG_SIZE, max_file_size, 1, 1ull << 36, 64ull << 20),
-    KEY("limits", "pixels", CFG_U64, max_pixels, 1, 1ull << 40, 100000000),
+    KEY_AT("limits", "pixels", CFG_U64, max_pixels, 1, 1ull << 40, 100000000, CFG_RESTART),
+    KEY("limits", "release_timeout", CFG_U32, release_timeout, 1, 86400, 60),
+    KEY("profile", "samples", CFG_U32, profile_samples, 0, 1u << 20, 0),
+    KEY("profile", "worker_share", CFG_U32, profile_worker_share, 1, 100, 50),
+    KEY("profile", "memory", CFG_SIZE, profile_memory, 1ull << 20, 1ull << 40, 256ull << 20),
 };
 #define CFG_NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))
 
@@ -62,27 +88,44 @@ struct cfg_parse {
     const char *file;
     char *err;
     size_t errlen;
+    size_t line[CFG_NKEYS]; /* where each scalar key was set (0: default) */
 };
 
-__attribute__((format(printf, 4, 5)))
-static int cfg_error(struct cfg_parse *ps, const yaml_node_t *node, const char *key,
-                     const char *fmt, ...)
+static void cfg_verror(struct cfg_parse *ps, size_t line, const char *key, const char *fmt,
+                       va_list ap)
 {
     char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     /* Values are quoted verbatim: keep the message one line, so a value
      * cannot forge log lines (journald reads a "<N>" prefix per line). */
     for (char *p = msg; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f)
             *p = '?';
-    size_t line = node ? node->start_mark.line + 1 : 0;
     if (key)
         snprintf(ps->err, ps->errlen, "%s:%zu: key '%s': %s", ps->file, line, key, msg);
     else
         snprintf(ps->err, ps->errlen, "%s:%zu: %s", ps->file, line, msg);
+}
+
+__attribute__((format(printf, 4, 5)))
+static int cfg_error(struct cfg_parse *ps, const yaml_node_t *node, const char *key,
+                     const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cfg_verror(ps, node ? node->start_mark.line + 1 : 0, key, fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+__attribute__((format(printf, 4, 5)))
+static int cfg_error_line(struct cfg_parse *ps, size_t line, const char *key,
+                          const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cfg_verror(ps, line, key, fmt, ap);
+    va_end(ap);
     return -EINVAL;
 }
 
@@ -171,17 +214,59 @@ static const struct cfg_key *cfg_find_key(const char *section, const char *name)
     return NULL;
 }
 
+/* A group name (getgrnam_r) or number. Returns 0, -ENOENT (no such
+ * group), or another negative errno. */
+static int cfg_group(const char *s, uint32_t *gid)
+{
+    uint64_t v;
+    if (parse_uint(s, 10, &v) == 0) {
+        if (v >= CONFIG_NO_GROUP)
+            return -ERANGE;
+        *gid = (uint32_t)v;
+        return 0;
+    }
+    long max = sysconf(_SC_GETGR_R_SIZE_MAX);
+    size_t len = max > 0 ? (size_t)max : 16384;
+    for (;;) {
+        struct group gr, *res = NULL;
+        char *buf = malloc(len);
+        if (!buf)
+            return -ENOMEM;
+        int rc = getgrnam_r(s, &gr, buf, len, &res);
+        if (rc == ERANGE && len < (1u << 20)) {
+            free(buf);
+            len *= 2;
+            continue;
+        }
+        if (rc == 0 && res)
+            *gid = (uint32_t)res->gr_gid;
+        free(buf);
+        return rc ? -rc : res ? 0 : -ENOENT;
+    }
+}
+
 static int cfg_set_key(struct cfg_parse *ps, struct config *c, const struct cfg_key *k,
                        const char *keyname, const yaml_node_t *val)
 {
     const char *s = scalar(val);
     void *field = (char *)c + k->off;
     uint64_t v = 0;
-    int lvl;
+    int lvl, rc;
 
     if (!s)
         return cfg_error(ps, val, keyname, "expected a scalar, found %s", node_kind(val));
+    ps->line[k - cfg_keys] = val->start_mark.line + 1;
     switch (k->type) {
+    case CFG_GROUP:
+        if ((rc = cfg_group(s, (uint32_t *)field)) == -ENOMEM)
+            return rc;
+        if (rc == -ERANGE)
+            return cfg_error(ps, val, keyname, "%s is out of range [0, %u]", s,
+                             CONFIG_NO_GROUP - 1);
+        if (rc < 0)
+            return cfg_error(ps, val, keyname, "'%s' is not a group (%s)", s,
+                             rc == -ENOENT ? "no such group" : strerror(-rc));
+        return 0;
     case CFG_STR: {
         if (!*s)
             return cfg_error(ps, val, keyname, "must not be empty");
@@ -456,10 +541,21 @@ static int cfg_dataset_pair(struct cfg_parse *ps, void *arg, const char *key,
     }
     if (strcmp(key, "encoding") == 0)
         return cfg_encoding(ps, d, val);
+    if (strcmp(key, "follow_symlinks") == 0) {
+        static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+        for (int i = 0; s && i < 3; i++) {
+            if (strcmp(s, yes[i]) == 0 || strcmp(s, no[i]) == 0) {
+                d->follow_symlinks = strcmp(s, yes[i]) == 0;
+                return 0;
+            }
+        }
+        return cfg_error(ps, val, key, "'%s' is not true or false", s ? s : "(not a scalar)");
+    }
     if (strcmp(key, "name") != 0 && strcmp(key, "root") != 0 &&
         strcmp(key, "on_error") != 0)
         return cfg_error(ps, knode, key,
-                         "unknown dataset key (name, root, steps, split, on_error, encoding)");
+                         "unknown dataset key (name, root, steps, split, on_error, encoding, "
+                         "follow_symlinks)");
     if (!s || !*s)
         return cfg_error(ps, val, key, "expected a non-empty scalar");
     if (strcmp(key, "name") == 0) {
@@ -502,6 +598,10 @@ static int cfg_split(struct cfg_parse *ps, struct config_dataset *d, const yaml_
     }
     const char *s = scalar(n);
     uint64_t v;
+    if (strcmp(s, "auto") == 0) { /* the profiler chooses; the default until then */
+        d->split_auto = 1;
+        return cfg_split(ps, d, NULL);
+    }
     if (parse_uint(s, 10, &v) == 0) {
         if (v > d->nsteps)
             return cfg_error(ps, n, "split", "%s is more than the %u steps", s, d->nsteps);
@@ -560,7 +660,8 @@ static int cfg_top_pair(struct cfg_parse *ps, void *arg, const char *key,
                         const yaml_node_t *knode, const yaml_node_t *val)
 {
     struct config *c = arg;
-    if (strcmp(key, "cache") == 0 || strcmp(key, "limits") == 0 || strcmp(key, "io") == 0) {
+    if (strcmp(key, "cache") == 0 || strcmp(key, "limits") == 0 || strcmp(key, "io") == 0 ||
+        strcmp(key, "profile") == 0) {
         struct section_arg sa = {c, key};
         return cfg_each_pair(ps, val, key, cfg_section_pair, &sa);
     }
@@ -572,6 +673,23 @@ static int cfg_top_pair(struct cfg_parse *ps, void *arg, const char *key,
     return cfg_set_key(ps, c, k, key, val);
 }
 
+/* Rules across keys, checked once the whole file is read; the error names
+ * the key the file set last of the two (the other may be a default). */
+static int cfg_check(struct cfg_parse *ps, const struct config *c)
+{
+    const struct cfg_key *pf = cfg_find_key(NULL, "prefetch");
+    const struct cfg_key *lim = cfg_find_key("limits", "prefetch");
+    size_t lpf = ps->line[pf - cfg_keys], llim = ps->line[lim - cfg_keys];
+    if (c->prefetch > c->max_prefetch) {
+        if (lpf >= llim)
+            return cfg_error_line(ps, lpf, "prefetch", "%u is over limits.prefetch (%u)",
+                                  c->prefetch, c->max_prefetch);
+        return cfg_error_line(ps, llim, "limits.prefetch", "%u is under prefetch (%u)",
+                              c->max_prefetch, c->prefetch);
+    }
+    return 0;
+}
+
 /* ---- public ---- */
 
 int config_defaults(struct config *c)
@@ -581,7 +699,8 @@ int config_defaults(struct config *c)
     for (size_t i = 0; i < CFG_NKEYS; i++) {
         const struct cfg_key *k = &cfg_keys[i];
         void *field = (char *)c + k->off;
-        if (k->type == CFG_U32 || k->type == CFG_MODE || k->type == CFG_ENUM)
+        if (k->type == CFG_U32 || k->type == CFG_MODE || k->type == CFG_ENUM ||
+            k->type == CFG_GROUP)
             *(uint32_t *)field = (uint32_t)k->def;
         else if (k->type == CFG_U64 || k->type == CFG_SIZE)
             *(uint64_t *)field = k->def;
@@ -635,10 +754,10 @@ int config_load_string(struct config *c, const char *yaml, size_t len,
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (root && !(root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0))
         rc = cfg_each_pair(&ps, root, "(top level)", cfg_top_pair, c);
+    if (rc == 0)
+        rc = cfg_check(&ps, c);
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
-    if (rc == 0)
-        log_set_level((enum log_level)c->log_level);
     return rc;
 }
 
@@ -721,6 +840,88 @@ const struct config_dataset *config_find_dataset(const struct config *c, const c
         if (strcmp(c->datasets[i].name, name) == 0)
             return &c->datasets[i];
     return NULL;
+}
+
+int config_dataset_copy(struct config_dataset *dst, const struct config_dataset *src)
+{
+    *dst = *src;
+    dst->root = strdup(src->root);
+    return dst->root ? 0 : -ENOMEM;
+}
+
+void config_dataset_free(struct config_dataset *d)
+{
+    free(d->root);
+    d->root = NULL;
+}
+
+int config_dataset_same(const struct config_dataset *a, const struct config_dataset *b)
+{
+    if (strcmp(a->name, b->name) != 0 || strcmp(a->root, b->root) != 0 ||
+        a->nsteps != b->nsteps || a->split != b->split || a->on_error != b->on_error ||
+        a->zstd_level != b->zstd_level || a->follow_symlinks != b->follow_symlinks)
+        return 0;
+    /* A step's fingerprint covers every parameter, at full precision. */
+    for (uint32_t i = 0; i < a->nsteps; i++)
+        if (a->steps[i].kind != b->steps[i].kind ||
+            step_fingerprint(&a->steps[i], 0) != step_fingerprint(&b->steps[i], 0))
+            return 0;
+    return 1;
+}
+
+/* A key's value in c as text. */
+static void cfg_format(const struct config *c, const struct cfg_key *k, char *buf, size_t len)
+{
+    const void *field = (const char *)c + k->off;
+    static const char *const levels[] = {"error", "warn", "info", "debug"};
+    uint32_t u32 = 0;
+    if (k->type == CFG_U32 || k->type == CFG_MODE || k->type == CFG_ENUM ||
+        k->type == CFG_GROUP)
+        u32 = *(const uint32_t *)field;
+    switch (k->type) {
+    case CFG_STR:
+        snprintf(buf, len, "%s", *(char *const *)field ? *(char *const *)field : "");
+        break;
+    case CFG_LOGLEVEL: {
+        int lvl = *(const int *)field;
+        snprintf(buf, len, "%s", lvl >= 0 && lvl <= LOG_LEVEL_DEBUG ? levels[lvl] : "?");
+        break;
+    }
+    case CFG_ENUM:
+        snprintf(buf, len, "%s", k->names[u32]);
+        break;
+    case CFG_MODE:
+        snprintf(buf, len, "0%o", u32);
+        break;
+    case CFG_GROUP:
+        if (u32 == CONFIG_NO_GROUP)
+            snprintf(buf, len, "none");
+        else
+            snprintf(buf, len, "%u", u32);
+        break;
+    case CFG_U32:
+        snprintf(buf, len, "%u", u32);
+        break;
+    case CFG_U64:
+    case CFG_SIZE:
+        snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field);
+        break;
+    }
+}
+
+void config_diff(const struct config *a, const struct config *b, config_diff_fn fn, void *arg)
+{
+    for (size_t i = 0; i < CFG_NKEYS; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        char was[256], now[256], name[96];
+        cfg_format(a, k, was, sizeof(was));
+        cfg_format(b, k, now, sizeof(now));
+        if (strcmp(was, now) == 0)
+            continue;
+        snprintf(name, sizeof(name), "%s%s%s", k->section ? k->section : "",
+                 k->section ? "." : "", k->name);
+        fn(arg, name, was, now, k->when == CFG_LIVE);
+    }
 }
 
 void config_free(struct config *c)

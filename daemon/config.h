@@ -4,12 +4,17 @@
  * min, max, default: see config.c); every error names file:line and the key.
  *
  *   socket: PATH            socket_mode: 0660       workers: 0 (= cores)
+ *   socket_group: GROUP     admin_group: GROUP      (name or number; unset)
  *   log_level: info         prefetch: 8
  *   cache: { memory: 2GiB | 25%, dir: PATH, disk: 0 (off) | 100GiB,
  *            segment_size: 256MiB }
  *   io: { depth: 64, backend: auto | pread }
+ *   profile: { samples: 0 (2% of a dataset, 64 to 300), worker_share: 50 (%),
+ *              memory: 256MiB }
  *   limits: { connections: 256, streams_per_connection: 16,
- *             batch_size: 4096, file_size: 64MiB, pixels: 100000000 }
+ *             streams_per_user: 256, batch_size: 4096, prefetch: 64,
+ *             frame_size: 64KiB, output_buffer: 64MiB, output_timeout: 30,
+ *             file_size: 64MiB, pixels: 100000000 }
  *   datasets:
  *     - name: NAME
  *       root: DIR                     # ImageFolder: DIR/CLASS/IMAGE.jpg
@@ -19,9 +24,15 @@
  *         # parameters, e.g. - normalize: {mean: [0.485, 0.456, 0.406],
  *         #                                std: [0.229, 0.224, 0.225], layout: nchw}
  *       split: center_crop            # last offline step, or a count; absent:
- *                                     # before the first random or float32 step
+ *                                     # before the first random or float32 step;
+ *                                     # auto: the profiler chooses (profile.h)
  *       on_error: skip | fail
  *       encoding: raw | zstd | zstd:LEVEL   # disk tier records
+ *       follow_symlinks: false        # true: serve links that leave the root
+ *
+ * SIGHUP (or RELOAD) re-reads the file: config_diff() says which keys
+ * changed and whether a reload applies them (see CFG_RESTART in config.c:
+ * the socket, workers, the disk tier and io need a restart).
  */
 #ifndef PRESTO_CONFIG_H
 #define PRESTO_CONFIG_H
@@ -33,6 +44,7 @@
 
 #define CONFIG_MAX_STEPS 16
 #define CONFIG_NAME_MAX 64
+#define CONFIG_NO_GROUP UINT32_MAX
 
 enum config_on_error { CONFIG_ON_ERROR_SKIP = 0, CONFIG_ON_ERROR_FAIL = 1 };
 enum config_io_backend { CONFIG_IO_AUTO = 0, CONFIG_IO_PREAD = 1 };
@@ -45,6 +57,9 @@ struct config_dataset {
     uint32_t split; /* steps[0..split) run offline, the rest online */
     enum config_on_error on_error;
     int zstd_level; /* disk tier encoding: 0 raw, else zstd at this level */
+    int follow_symlinks; /* 0: links leaving root are refused (see access.h) */
+    int split_auto; /* split: auto: the profiler chooses (profile.h); split
+                       holds the default until then */
     int line;       /* where it was declared (0: command line) */
 };
 
@@ -52,6 +67,8 @@ struct config {
     char *path;            /* the file read, or NULL */
     char *socket_path;
     uint32_t socket_mode;
+    uint32_t socket_group; /* gid, or CONFIG_NO_GROUP */
+    uint32_t admin_group;  /* gid whose members may run admin operations */
     uint32_t workers;      /* 0: one per core */
     int log_level;
     uint32_t prefetch;     /* default batches ahead per stream */
@@ -63,9 +80,21 @@ struct config {
     uint32_t io_backend;   /* enum config_io_backend */
     uint32_t max_connections;
     uint32_t max_streams_per_conn;
+    uint32_t max_streams_per_user;  /* streams open by one peer uid */
+    uint32_t max_prefetch;          /* largest prefetch an OPEN may ask */
+    uint64_t max_frame_size;        /* largest request body */
+    uint64_t max_output_buffer;     /* bytes queued to a connection past
+                                       which its next requests wait */
+    uint32_t output_timeout;        /* s a connection may keep requests
+                                       waiting that way, draining nothing */
     uint32_t max_batch_size;
     uint64_t max_file_size;
     uint64_t max_pixels;
+    uint32_t release_timeout; /* s: a shared-memory client holding slots and
+                                 releasing none for this long is dropped */
+    uint32_t profile_samples;      /* sample size of a profile (0: 2%, 64..300) */
+    uint32_t profile_worker_share; /* percent of the workers a profile may use */
+    uint64_t profile_memory;       /* bytes of a profile's trial memory tier */
     struct config_dataset *datasets;
     uint32_t ndatasets;
 };
@@ -85,6 +114,21 @@ int config_add_dataset_arg(struct config *c, const char *arg, char *err,
                            size_t errlen);
 const struct config_dataset *config_find_dataset(const struct config *c,
                                                  const char *name);
+/* A copy of src that owns its strings (config_dataset_free it): a dataset
+ * served outlives the config it came from across reloads. 0 or -ENOMEM. */
+int config_dataset_copy(struct config_dataset *dst, const struct config_dataset *src);
+void config_dataset_free(struct config_dataset *d);
+/* 1 when a and b declare the same dataset (name, root, steps and their
+ * parameters, split, on_error, encoding, follow_symlinks), else 0. */
+int config_dataset_same(const struct config_dataset *a, const struct config_dataset *b);
+
+/* Told about each scalar key whose value differs from a to b: its full
+ * name ("limits.connections"), both values as text, and live = 1 when a
+ * reload applies it, 0 when it needs a restart. */
+typedef void (*config_diff_fn)(void *arg, const char *key, const char *was,
+                               const char *now, int live);
+void config_diff(const struct config *a, const struct config *b, config_diff_fn fn,
+                 void *arg);
 void config_free(struct config *c);
 
 /* "123", "64KiB", "2GiB", "1.5G", "25%" (of total RAM). Returns 0 or -EINVAL. */

@@ -11,8 +11,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "log.h"
 #include "proto.h"
+
+/* Refused symbolic links logged one by one per dataset; the rest summed up. */
+#define DATASET_REFUSED_LOGGED 5
 
 struct index_state {
     struct dataset *ds;
@@ -115,6 +119,34 @@ static int add_sample(struct index_state *st, const char *rel, uint32_t label,
     return 0;
 }
 
+/* stat() of an entry of the tree. Unless follow_symlinks, a symbolic link
+ * whose target resolves outside the root is refused: counted, logged (the
+ * first few) and left out. Returns 0, or 1 when the entry is left out
+ * (refused, or unreadable: then counted as ignored). */
+static int entry_stat(struct index_state *st, const char *path, struct stat *sb)
+{
+    struct dataset *ds = st->ds;
+    if (lstat(path, sb) < 0) {
+        st->ignored++;
+        return 1;
+    }
+    if (S_ISLNK(sb->st_mode) && !ds->cfg->follow_symlinks) {
+        int inside = access_path_within(ds->real_root, path);
+        if (inside == 0) {
+            if (ds->refused++ < DATASET_REFUSED_LOGGED)
+                log_warn("dataset '%s': refused %s: a symbolic link that leaves the root %s "
+                         "(follow_symlinks: true serves such links)",
+                         ds->cfg->name, path, ds->real_root);
+            return 1;
+        }
+    }
+    if (S_ISLNK(sb->st_mode) && stat(path, sb) < 0) {
+        st->ignored++;
+        return 1;
+    }
+    return 0;
+}
+
 /* Walks root/rel recursively in sorted order, adding JPEG files. */
 static int index_dir(struct index_state *st, const char *rel, uint32_t label, int depth)
 {
@@ -139,10 +171,8 @@ static int index_dir(struct index_state *st, const char *rel, uint32_t label, in
             rc = -ENAMETOOLONG;
             break;
         }
-        if (stat(dir, &sb) < 0) {
-            st->ignored++;
+        if (entry_stat(st, dir, &sb) != 0)
             continue;
-        }
         if (S_ISDIR(sb.st_mode))
             rc = index_dir(st, child, label, depth + 1);
         else if (S_ISREG(sb.st_mode) && is_jpeg_name(names[i]))
@@ -154,17 +184,31 @@ static int index_dir(struct index_state *st, const char *rel, uint32_t label, in
     return rc;
 }
 
+/* Writers first: a strategy switch waits for the batches in flight, and
+ * new ones wait for it, instead of it waiting for a quiet moment. */
+static void strategy_lock_init(struct dataset *ds)
+{
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&ds->strategy_lock, &a);
+    pthread_rwlockattr_destroy(&a);
+}
+
 static void dataset_shape(struct dataset *ds)
 {
     const struct config_dataset *cfg = ds->cfg;
-    uint32_t h = 0, w = 0, c = 0, dtype = PROTO_DTYPE_U8;
+    uint32_t h = 0, w = 0, c = 0, dtype = PROTO_DTYPE_U8, layout = STEP_LAYOUT_NHWC;
     uint64_t fp = 0xcbf29ce484222325ull;
+    ds->mat_h = ds->mat_w = ds->mat_c = ds->mat_dtype = 0;
+    ds->mat_bytes = 0;
     for (uint32_t i = 0; i < cfg->nsteps; i++) {
         step_out_shape(&cfg->steps[i], h, w, c, &h, &w, &c);
         dtype = step_out_dtype(&cfg->steps[i], dtype);
-        if (i < cfg->split)
+        layout = step_out_layout(&cfg->steps[i], layout);
+        if (i < ds->split)
             fp = step_fingerprint(&cfg->steps[i], fp);
-        if (i + 1 == cfg->split) {
+        if (i + 1 == ds->split) {
             ds->mat_h = h;
             ds->mat_w = w;
             ds->mat_c = c;
@@ -177,6 +221,7 @@ static void dataset_shape(struct dataset *ds)
     ds->out_w = w;
     ds->out_c = c;
     ds->out_dtype = dtype;
+    ds->out_layout = layout;
     ds->sample_bytes = (size_t)h * w * c * proto_dtype_size(ds->out_dtype);
 }
 
@@ -198,26 +243,40 @@ int dataset_open(struct dataset *ds, uint32_t id, const struct config_dataset *c
     struct index_state st = {ds, 0, 0, 0};
     char **names = NULL;
     size_t n = 0;
-    int rc;
+    int rc = 0;
 
     memset(ds, 0, sizeof(*ds));
     ds->id = id;
     ds->cfg = cfg;
-    if ((rc = list_dir(cfg->root, &names, &n)) < 0) {
+    ds->split = cfg->split;
+    ds->zstd_level = cfg->zstd_level;
+    strategy_lock_init(ds);
+    if (!(ds->real_root = realpath(cfg->root, NULL)) ||
+        (ds->root_fd = open(ds->real_root, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+        (rc = list_dir(cfg->root, &names, &n)) < 0) {
+        rc = rc < 0 ? rc : -errno;
         snprintf(err, errlen, "dataset '%s': root %s: %s", cfg->name, cfg->root,
                  strerror(-rc));
+        if (ds->real_root && ds->root_fd < 0) { /* nothing to close */
+            free(ds->real_root);
+            ds->real_root = NULL;
+        }
+        dataset_close(ds);
         return rc;
     }
     ds->classes = calloc(n ? n : 1, sizeof(*ds->classes));
     if (!ds->classes) {
         free_names(names, n);
+        dataset_close(ds);
         return -ENOMEM;
     }
     for (size_t i = 0; i < n && rc == 0; i++) {
         char path[4096];
         struct stat sb;
         snprintf(path, sizeof(path), "%s/%s", cfg->root, names[i]);
-        if (stat(path, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+        if (entry_stat(&st, path, &sb) != 0)
+            continue;
+        if (!S_ISDIR(sb.st_mode)) {
             st.ignored++;
             continue;
         }
@@ -250,11 +309,36 @@ int dataset_open(struct dataset *ds, uint32_t id, const struct config_dataset *c
     log_info("dataset '%s': %u samples in %u classes from %s (%llu other entries ignored)",
              cfg->name, ds->nsamples, ds->nclasses, cfg->root,
              (unsigned long long)st.ignored);
+    if (ds->refused)
+        log_warn("dataset '%s': %llu symbolic links refused: they leave the root %s",
+                 cfg->name, (unsigned long long)ds->refused, ds->real_root);
     return 0;
+}
+
+void dataset_hold(struct dataset *ds)
+{
+    ds->refs++;
+}
+
+void dataset_release(struct dataset *ds)
+{
+    if (--ds->refs == 0 && ds->released)
+        ds->released(ds);
 }
 
 void dataset_close(struct dataset *ds)
 {
+    if (ds->subset) { /* the index is the parent's */
+        ds->classes = NULL;
+        ds->paths = NULL;
+        ds->by_path = NULL;
+        ds->real_root = NULL; /* and so is the root */
+    }
+    if (ds->real_root) {
+        close(ds->root_fd);
+        free(ds->real_root);
+    }
+    pthread_rwlock_destroy(&ds->strategy_lock);
     if (ds->classes)
         for (uint32_t i = 0; i < ds->nclasses; i++)
             free(ds->classes[i]);
@@ -279,11 +363,21 @@ int dataset_open_file(const struct dataset *ds, uint32_t sample, uint64_t max_si
     struct stat sb;
     int rc;
 
-    snprintf(path, sizeof(path), "%s/%s", ds->cfg->root, dataset_path(ds, sample));
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (ds->real_root && !ds->cfg->follow_symlinks) {
+        f->fd = access_open_beneath(ds->root_fd, ds->real_root, dataset_path(ds, sample));
+        rc = f->fd;
+    } else {
+        snprintf(path, sizeof(path), "%s/%s", ds->cfg->root, dataset_path(ds, sample));
+        f->fd = open(path, O_RDONLY | O_CLOEXEC);
+        rc = f->fd < 0 ? -errno : 0;
+    }
     if (f->fd < 0) {
-        rc = -errno;
-        snprintf(err, errlen, "open: %s", strerror(-rc));
+        f->fd = -1;
+        if (rc == -EXDEV)
+            snprintf(err, errlen, "open: refused: the path leaves the root %s "
+                     "(a symbolic link?)", ds->real_root);
+        else
+            snprintf(err, errlen, "open: %s", strerror(-rc));
         return rc;
     }
     if (fstat(f->fd, &sb) < 0) {
@@ -338,6 +432,49 @@ int dataset_read(const struct dataset *ds, uint32_t sample, uint64_t max_size,
     return rc;
 }
 
+void dataset_set_strategy(struct dataset *ds, uint32_t split, int zstd_level)
+{
+    ds->split = split;
+    ds->zstd_level = zstd_level;
+    dataset_shape(ds);
+    if (ds->on_disk)
+        memset(ds->on_disk, 0, ds->nsamples);
+    ds->n.disk_entries = 0;
+    ds->n.disk_bytes_raw = 0;
+    ds->n.disk_bytes_stored = 0;
+}
+
+int dataset_subset(struct dataset *out, const struct dataset *ds, const uint32_t *ids,
+                   uint32_t n, uint32_t split, int zstd_level)
+{
+    memset(out, 0, sizeof(*out));
+    out->cfg = ds->cfg;
+    out->subset = 1;
+    out->classes = ds->classes;
+    out->nclasses = ds->nclasses;
+    out->paths = ds->paths;
+    out->paths_len = ds->paths_len;
+    out->root_fd = ds->root_fd;
+    out->real_root = ds->real_root;
+    out->name_hash = ds->name_hash;
+    out->split = split;
+    out->zstd_level = zstd_level;
+    strategy_lock_init(out);
+    out->nsamples = n;
+    out->samples = malloc((n ? n : 1) * sizeof(*out->samples));
+    out->bad_logged = malloc(n ? n : 1);
+    out->on_disk = calloc(n ? n : 1, 1);
+    if (!out->samples || !out->bad_logged || !out->on_disk) {
+        dataset_close(out);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        out->samples[i] = ds->samples[ids[i]];
+    memset(out->bad_logged, 1, n); /* "logged already": trials stay quiet */
+    dataset_shape(out);
+    return 0;
+}
+
 int dataset_first_error(struct dataset *ds, uint32_t sample)
 {
     return __atomic_exchange_n(&ds->bad_logged[sample], 1, __ATOMIC_RELAXED) == 0;
@@ -378,15 +515,22 @@ uint32_t dataset_find_path(const struct dataset *ds, uint64_t path_hash)
 
 int dataset_key_current(const struct dataset *ds, const struct store_key *key)
 {
+    int live = 0;
+    pthread_rwlock_t *lock = (pthread_rwlock_t *)&ds->strategy_lock;
+    pthread_rwlock_rdlock(lock);
     if (key->dataset != ds->name_hash || key->fingerprint != ds->fingerprint)
-        return 0;
+        goto out;
     /* Every sample with that path hash (two paths may share one). */
     for (size_t pos = find_pos(ds, key->path); pos < ds->nsamples; pos++) {
         const struct dataset_sample *s = &ds->samples[ds->by_path[pos]];
         if (s->path_hash != key->path)
             break;
-        if (s->size == key->src_size && s->mtime_ns == key->src_mtime_ns)
-            return 1;
+        if (s->size == key->src_size && s->mtime_ns == key->src_mtime_ns) {
+            live = 1;
+            break;
+        }
     }
-    return 0;
+out:
+    pthread_rwlock_unlock(lock);
+    return live;
 }

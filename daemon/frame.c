@@ -1,7 +1,10 @@
 #include "frame.h"
 
 #include <errno.h>
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <string.h>
+#include <sys/socket.h>
 
 int frame_send(struct bufferevent *bev, struct proto_wbuf *w)
 {
@@ -9,6 +12,37 @@ int frame_send(struct bufferevent *bev, struct proto_wbuf *w)
     if (w->failed)
         return -ENOMEM;
     return bufferevent_write(bev, w->data, w->len) < 0 ? -ENOMEM : 0;
+}
+
+int frame_send_fd(struct bufferevent *bev, struct proto_wbuf *w, int fd)
+{
+    proto_frame_finish(w);
+    if (w->failed)
+        return -ENOMEM;
+    if (evbuffer_get_length(bufferevent_get_output(bev)) != 0)
+        return -EAGAIN;
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct iovec iov = {w->data, w->len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                         .msg_controllen = sizeof(ctl.buf)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    memset(&ctl, 0, sizeof(ctl));
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    ssize_t n;
+    do
+        n = sendmsg(bufferevent_getfd(bev), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    if ((size_t)n < w->len && bufferevent_write(bev, w->data + n, w->len - (size_t)n) < 0)
+        return -ENOMEM;
+    return 0;
 }
 
 int frame_send_error(struct bufferevent *bev, uint32_t req_id, int code, const char *msg)

@@ -11,6 +11,12 @@ struct bufferevent;
 /* Queues a frame built with proto_frame_begin()/put_*(); finishes it first.
  * Returns 0 or -ENOMEM. */
 int frame_send(struct bufferevent *bev, struct proto_wbuf *w);
+/* Sends a frame with a file descriptor attached (SCM_RIGHTS, on its first
+ * byte), straight to the socket: only when nothing is queued before it and
+ * the socket takes at least that first byte now, else -EAGAIN and nothing
+ * is sent (the caller does without the descriptor). What the socket does
+ * not take at once is queued behind. Returns 0, -EAGAIN or -ENOMEM/-errno. */
+int frame_send_fd(struct bufferevent *bev, struct proto_wbuf *w, int fd);
 int frame_send_error(struct bufferevent *bev, uint32_t req_id, int code, const char *msg);
 
 #endif

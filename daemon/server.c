@@ -42,6 +42,7 @@ struct server {
     uint64_t nstreams;
     uint32_t next_stream_id;
     uint64_t buffer_bytes; /* the streams' batch buffers */
+    uint64_t shm_rings, shm_bytes; /* the streams' shared-memory rings */
     struct stream_env env;
     struct warm_env wenv;
     struct timespec started;
@@ -99,6 +100,7 @@ static void conn_fail(struct conn *c, uint32_t req_id, int code, const char *msg
 static void conn_stream_finished(struct stream *st, void *owner)
 {
     struct conn *c = owner;
+    int dropped = stream_dropped(st);
     for (uint32_t i = 0; i < c->nstreams; i++) {
         if (c->streams[i] == st) {
             c->streams[i] = c->streams[--c->nstreams];
@@ -106,6 +108,15 @@ static void conn_stream_finished(struct stream *st, void *owner)
         }
     }
     stream_close(st);
+    if (dropped) { /* the stream's ERROR says why; close once it is sent */
+        c->closing = 1;
+        bufferevent_disable(c->bev, EV_READ);
+        for (uint32_t i = 0; i < c->nstreams; i++)
+            stream_close(c->streams[i]);
+        c->nstreams = 0;
+        if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+            conn_free(c);
+    }
 }
 
 static void reply_json(struct conn *c, uint16_t type, uint32_t req_id, char *json)
@@ -206,6 +217,27 @@ static void handle_close(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     proto_wbuf_free(&w);
 }
 
+/* No reply. A RELEASE for a stream that has ended is normal (the client
+ * lets go of its last batch after END crossed it) and ignored. */
+static void handle_release(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
+{
+    struct proto_release m;
+    char err[160];
+    if (proto_get_release(r, &m) < 0) {
+        conn_fail(c, req_id, PROTO_E_PROTO, "malformed RELEASE");
+        return;
+    }
+    for (uint32_t i = 0; i < c->nstreams; i++) {
+        if (stream_id(c->streams[i]) == m.stream_id) {
+            if (stream_release(c->streams[i], m.slot, err, sizeof(err)) < 0) {
+                stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
+                frame_send_error(c->bev, req_id, PROTO_E_INVAL, err);
+            }
+            return;
+        }
+    }
+}
+
 static void conn_warm_finished(struct warm *w, void *owner)
 {
     struct conn *c = owner;
@@ -259,6 +291,9 @@ static void conn_dispatch(struct conn *c, const struct proto_header *h, const ui
         break;
     case PROTO_CLOSE:
         handle_close(c, h->req_id, &r);
+        break;
+    case PROTO_RELEASE:
+        handle_release(c, h->req_id, &r);
         break;
     case PROTO_WARM:
         handle_warm(c, h->req_id, &r);
@@ -502,8 +537,8 @@ static void stats_dataset(struct server *s, struct json *j, struct dataset *ds)
     json_u64(j, "rejected", cd.rejected);
     json_object_end(j);
     json_object_begin(j, "disk");
-    if (ds->cfg->zstd_level)
-        snprintf(enc, sizeof(enc), "zstd:%d", ds->cfg->zstd_level);
+    if (ds->zstd_level)
+        snprintf(enc, sizeof(enc), "zstd:%d", ds->zstd_level);
     else
         snprintf(enc, sizeof(enc), "raw");
     json_str(j, "encoding", enc);
@@ -559,6 +594,15 @@ char *server_stats_json(struct server *s)
     json_u64(&j, "connections_rejected", sum.c[STAT_connections_rejected]);
     json_u64(&j, "streams_total", sum.c[STAT_streams_total]);
     json_u64(&j, "protocol_errors", sum.c[STAT_protocol_errors]);
+    json_object_begin(&j, "shm");
+    json_u64(&j, "rings", s->shm_rings);
+    json_u64(&j, "ring_bytes", s->shm_bytes);
+    json_u64(&j, "streams_total", sum.c[STAT_shm_streams_total]);
+    json_u64(&j, "fallbacks", sum.c[STAT_shm_fallbacks]);
+    json_u64(&j, "releases", sum.c[STAT_shm_releases]);
+    json_u64(&j, "release_timeouts", sum.c[STAT_shm_release_timeouts]);
+    json_u64(&j, "release_timeout_s", s->d.cfg->release_timeout);
+    json_object_end(&j);
     /* The memory tier: keys kept from the first release, then the rest. */
     json_object_begin(&j, "cache");
     json_u64(&j, "memory_budget", cs.budget);
@@ -626,7 +670,7 @@ static char *server_datasets_json(struct server *s)
             json_str(&j, NULL, desc);
         }
         json_array_end(&j);
-        json_u64(&j, "split", dc->split);
+        json_u64(&j, "split", ds->split);
         json_array_begin(&j, "shape");
         json_u64(&j, NULL, ds->out_h);
         json_u64(&j, NULL, ds->out_w);
@@ -718,6 +762,9 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
     s->env.stats = loop_stats(s);
     s->env.live_streams = &s->nstreams;
     s->env.buffer_bytes = &s->buffer_bytes;
+    s->env.release_timeout = deps->cfg->release_timeout;
+    s->env.live_rings = &s->shm_rings;
+    s->env.ring_bytes = &s->shm_bytes;
     s->wenv.base = deps->base;
     s->wenv.workers = deps->workers;
     s->wenv.pipe = &s->env.pipe;

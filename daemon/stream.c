@@ -12,6 +12,7 @@
 #include "frame.h"
 #include "log.h"
 #include "planner.h"
+#include "ring.h"
 
 /* One planned batch, computed by a worker. Its good samples end up
  * compacted at the front of the data area; the send stage cuts batches
@@ -27,7 +28,8 @@ struct batch_job {
     int64_t *labels; /* batch_size */
     uint8_t *buf;    /* [data_off bytes of prefix room][batch_size samples] */
     uint8_t *pre;    /* the prefix of a batch that starts past sample 0 (lazy) */
-    uint32_t refs;   /* the ring, the batch being cut, queued chunks */
+    uint32_t refs;   /* in flight, the batch being cut, queued chunks, the client */
+    uint32_t slot;   /* shared memory: the job's slot of the stream's ring */
     int ready;
     struct batch_job *next_free;
 };
@@ -57,7 +59,8 @@ struct stream {
     struct event *pump_ev;
     stream_finished_fn finished;
     void *owner;
-    struct batch_job **ring; /* in flight, by planned batch % prefetch */
+    struct batch_job **inflight; /* submitted, by planned batch % cap */
+    uint32_t cap;            /* most jobs a stream ever has: prefetch + 2 */
     struct batch_job *free_jobs;
     uint32_t live_jobs;      /* jobs off the free list */
     uint64_t next_submit, next_send;
@@ -70,6 +73,14 @@ struct stream {
     int done;                /* END or ERROR sent */
     int notified;            /* the owner was told */
     int closing;
+    /* Shared-memory transport (shm.fd >= 0): every job owns a slot of the
+     * ring; a sent batch's job is held by the client until RELEASE. */
+    struct ring shm;
+    struct batch_job **held; /* by slot */
+    uint32_t nheld, nslots_used;
+    struct event *release_ev; /* the release timeout, armed while stalled */
+    uint32_t release_timeout;
+    int dropped;
 };
 
 uint32_t stream_id(const struct stream *s)
@@ -77,11 +88,18 @@ uint32_t stream_id(const struct stream *s)
     return s->id;
 }
 
-/* Bytes a job's buffers take (its prefix buffer when it has one). */
+static int stream_shm(const struct stream *s)
+{
+    return s->shm.fd >= 0;
+}
+
+/* Bytes a job's buffers take (its prefix buffer when it has one; a shared
+ * memory job's data is the ring's, counted once for the stream). */
 static size_t job_bytes(const struct stream *s, const struct batch_job *j)
 {
-    size_t b = sizeof(*j) + s->plan.batch_size * sizeof(*j->labels) + s->data_off +
-               (size_t)s->plan.batch_size * s->ds->sample_bytes;
+    size_t b = sizeof(*j) + s->plan.batch_size * sizeof(*j->labels);
+    if (!stream_shm(s))
+        b += s->data_off + (size_t)s->plan.batch_size * s->ds->sample_bytes;
     return b + (j->pre ? proto_batch_prefix_size(s->plan.batch_size) : 0);
 }
 
@@ -90,16 +108,26 @@ static void stream_free(struct stream *s)
     for (struct batch_job *j = s->free_jobs, *next; j; j = next) {
         next = j->next_free;
         *s->env->buffer_bytes -= job_bytes(s, j);
-        free(j->buf);
+        if (!stream_shm(s))
+            free(j->buf);
         free(j->pre);
         free(j->labels);
         free(j);
     }
     planner_free(&s->plan);
     free(s->labels);
-    free(s->ring);
+    free(s->inflight);
+    if (stream_shm(s)) {
+        *s->env->buffer_bytes -= ring_bytes(&s->shm);
+        *s->env->ring_bytes -= ring_bytes(&s->shm);
+        (*s->env->live_rings)--;
+        ring_destroy(&s->shm);
+    }
+    free(s->held);
     (*s->env->live_streams)--;
+    struct dataset *ds = s->ds;
     free(s);
+    dataset_release(ds); /* last: may free a dataset a reload retired */
 }
 
 /* The job is needed neither by a worker nor by the socket any more. */
@@ -196,17 +224,25 @@ static struct batch_job *job_get(struct stream *s)
         s->free_jobs = j->next_free;
         return j;
     }
+    if (stream_shm(s) && s->nslots_used == s->shm.slots)
+        return NULL;
     if (!(j = calloc(1, sizeof(*j))))
         return NULL;
     j->s = s;
     j->labels = malloc(s->plan.batch_size * sizeof(*j->labels));
-    j->buf = malloc(s->data_off + (size_t)s->plan.batch_size * s->ds->sample_bytes);
+    if (stream_shm(s))
+        j->buf = ring_slot(&s->shm, j->slot = s->nslots_used);
+    else
+        j->buf = malloc(s->data_off + (size_t)s->plan.batch_size * s->ds->sample_bytes);
     if (!j->labels || !j->buf) {
         free(j->labels);
-        free(j->buf);
+        if (!stream_shm(s))
+            free(j->buf);
         free(j);
         return NULL;
     }
+    if (stream_shm(s))
+        s->nslots_used++;
     j->work.run = job_run;
     j->work.done = job_done;
     *s->env->buffer_bytes += job_bytes(s, j);
@@ -335,8 +371,8 @@ static void stream_append(struct stream *s, struct batch_job *src, uint32_t from
 
 /*
  * Cuts the epoch's good samples, in order, into full batches: takes job j
- * (the next planned batch, its good samples at [0, j->n)), and its ring
- * reference. Without skipped samples every job is one batch, sent as it is.
+ * (the next planned batch, its good samples at [0, j->n)), and its
+ * in-flight reference. Without skipped samples every job is one batch, sent as it is.
  * After a skip the batches straddle jobs: a batch is the rest of one job
  * (segment 0) and the head of the next (segment 1), both sent by reference.
  * Only when segment 1 is a whole job that still leaves the batch short (the
@@ -370,6 +406,85 @@ static int stream_take(struct stream *s, struct batch_job *j)
     return rc;
 }
 
+/* Shared memory: sends the batch being cut (whole, at the front of its job's
+ * slot) as a BATCH_SHM; the job stays the client's until RELEASE. */
+static int stream_emit_shm(struct stream *s)
+{
+    const struct dataset *ds = s->ds;
+    struct batch_job *t = s->part[0].job;
+    uint32_t n = s->part_n;
+    struct proto_batch_shm m = {s->id, s->batches_sent, n, ds->out_h, ds->out_w, ds->out_c,
+                                ds->out_dtype, t->slot,
+                                (uint64_t)t->slot * s->shm.slot_bytes};
+    struct proto_wbuf w;
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, PROTO_BATCH_SHM, s->req_id);
+    proto_put_batch_shm(&w, &m);
+    for (uint32_t i = 0; i < n; i++)
+        proto_put_i64(&w, t->labels[i]);
+    int rc = frame_send(s->bev, &w);
+    proto_wbuf_free(&w);
+    /* The cut's reference becomes the client's. */
+    s->held[t->slot] = t;
+    s->nheld++;
+    s->nparts = 0;
+    s->part_n = 0;
+    if (rc < 0) {
+        stream_fail(s, PROTO_E_NOMEM, "cannot queue a batch");
+        return -1;
+    }
+    s->batches_sent++;
+    s->samples_sent += n;
+    stats_add(s->env->stats, STAT_batches_served, 1);
+    stats_add(s->env->stats, STAT_samples_served, n);
+    stats_add(s->env->stats, STAT_bytes_served, (uint64_t)n * ds->sample_bytes);
+    return 0;
+}
+
+/*
+ * Shared memory: a batch must be one run of samples in one slot, so the
+ * batch being cut collects in the slot of the job it starts in (segment 0,
+ * always at offset 0). Without skipped samples every job is one batch and
+ * nothing moves. After a skip the next job's head is copied behind it, and
+ * that job's rest is moved to the front of its own slot, where it starts
+ * the next batch: its head was copied out, so nobody refers to that room.
+ * Returns 0, or -1 when the stream failed.
+ */
+static int stream_take_shm(struct stream *s, struct batch_job *j)
+{
+    uint32_t bs = s->plan.batch_size, used = 0;
+    size_t sb = s->ds->sample_bytes;
+    int rc = 0;
+
+    s->skipped += j->skipped;
+    stats_add(s->env->stats, STAT_samples_skipped, j->skipped);
+    while (rc == 0 && used < j->n) {
+        uint32_t m = j->n - used;
+        if (m > bs - s->part_n)
+            m = bs - s->part_n;
+        if (s->nparts == 0) {
+            if (used) {
+                memmove(job_sample(j, 0), job_sample(j, used), m * sb);
+                memmove(j->labels, j->labels + used, m * sizeof(*j->labels));
+            }
+            s->part[0] = (struct segment){j, 0, m};
+            s->nparts = 1;
+            j->refs++;
+        } else {
+            struct batch_job *t = s->part[0].job;
+            memcpy(job_sample(t, s->part_n), job_sample(j, used), m * sb);
+            memcpy(t->labels + s->part_n, j->labels + used, m * sizeof(*j->labels));
+            s->part[0].n += m;
+        }
+        s->part_n += m;
+        used += m;
+        if (s->part_n == bs)
+            rc = stream_emit_shm(s);
+    }
+    job_unref(j);
+    return rc;
+}
+
 static void stream_send_end(struct stream *s)
 {
     struct proto_wbuf w;
@@ -390,20 +505,27 @@ static void stream_end(struct stream *s)
         log_debug("stream %u: dropped a short last batch of %u samples", s->id, s->part_n);
         stream_drop_parts(s);
     }
-    if (s->part_n > 0 && stream_emit(s) < 0)
+    if (s->part_n > 0 && (stream_shm(s) ? stream_emit_shm(s) : stream_emit(s)) < 0)
         return;
     stream_send_end(s);
 }
 
-/* Takes what is ready, in order, and keeps `prefetch` batches in flight
- * (plus the jobs the batch being cut holds, which wait for the next one). */
+/* Most jobs at once: `prefetch` batches in flight or in the socket, plus
+ * the jobs the batch being cut holds, which wait for the next one; with
+ * shared memory, the ring's slots (those the client holds included). */
+static uint32_t stream_job_limit(const struct stream *s)
+{
+    return stream_shm(s) ? s->shm.slots : s->prefetch + s->nparts;
+}
+
+/* Takes what is ready, in order, and keeps the pipeline full. */
 static void stream_pump(struct stream *s)
 {
     while (!s->done && s->next_send < s->next_submit) {
-        struct batch_job *j = s->ring[s->next_send % s->prefetch];
+        struct batch_job *j = s->inflight[s->next_send % s->cap];
         if (!j->ready)
             break;
-        s->ring[s->next_send % s->prefetch] = NULL;
+        s->inflight[s->next_send % s->cap] = NULL;
         s->next_send++;
         j->ready = 0;
         if (j->fault != PIPE_OK) {
@@ -411,11 +533,11 @@ static void stream_pump(struct stream *s)
             job_unref(j);
             return;
         }
-        if (stream_take(s, j) < 0)
+        if ((stream_shm(s) ? stream_take_shm(s, j) : stream_take(s, j)) < 0)
             return;
     }
     while (!s->done && s->next_submit < s->plan.batches &&
-           s->live_jobs < s->prefetch + s->nparts) {
+           s->live_jobs < stream_job_limit(s)) {
         struct batch_job *j = job_get(s);
         if (!j) {
             if (s->live_jobs == 0)
@@ -424,14 +546,59 @@ static void stream_pump(struct stream *s)
         }
         j->index = s->next_submit;
         j->ready = 0;
-        j->refs = 1; /* the ring's */
-        s->ring[s->next_submit % s->prefetch] = j;
+        j->refs = 1; /* in flight */
+        s->inflight[s->next_submit % s->cap] = j;
         s->next_submit++;
         s->live_jobs++;
         workers_submit(s->env->workers, &j->work);
     }
     if (!s->done && s->next_send == s->plan.batches)
         stream_end(s);
+    /* A ring full of slots the client holds: it has this long to release one. */
+    if (!s->done && stream_shm(s) && s->nheld > 0 && s->live_jobs >= stream_job_limit(s) &&
+        !evtimer_pending(s->release_ev, NULL)) {
+        struct timeval tv = {s->release_timeout, 0};
+        evtimer_add(s->release_ev, &tv);
+    }
+}
+
+static void stream_on_release_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct stream *s = arg;
+    char msg[160];
+    (void)fd;
+    (void)what;
+    if (s->done)
+        return;
+    snprintf(msg, sizeof(msg), "stream %u: the client held all %u slots and released none "
+             "for %u s: dropped", s->id, s->shm.slots, s->release_timeout);
+    log_warn("%s", msg);
+    stats_add(s->env->stats, STAT_shm_release_timeouts, 1);
+    s->dropped = 1;
+    stream_fail(s, PROTO_E_LIMIT, msg);
+}
+
+int stream_release(struct stream *s, uint32_t slot, char *err, size_t errlen)
+{
+    if (!stream_shm(s) || slot >= s->shm.slots || !s->held[slot]) {
+        snprintf(err, errlen, "stream %u: RELEASE of slot %u, which the client does not hold",
+                 s->id, slot);
+        return -PROTO_E_INVAL;
+    }
+    struct batch_job *j = s->held[slot];
+    s->held[slot] = NULL;
+    s->nheld--;
+    stats_add(s->env->stats, STAT_shm_releases, 1);
+    evtimer_del(s->release_ev);
+    job_unref(j);
+    if (!s->done)
+        event_active(s->pump_ev, EV_TIMEOUT, 0);
+    return 0;
+}
+
+int stream_dropped(const struct stream *s)
+{
+    return s->dropped;
 }
 
 static void stream_on_pump(evutil_socket_t fd, short what, void *arg)
@@ -447,6 +614,61 @@ static void stream_on_pump(evutil_socket_t fd, short what, void *arg)
     }
     else
         stream_pump(s);
+}
+
+/* Sends OPENED: with the ring's descriptor when shared memory was asked for
+ * and can be had, else saying the stream uses the socket. */
+static int stream_send_opened(struct stream *s, int want_shm)
+{
+    const struct dataset *ds = s->ds;
+    struct proto_opened op = {s->id, s->plan.count, s->plan.batches, ds->out_h, ds->out_w,
+                              ds->out_c, ds->out_dtype, ds->out_layout,
+                              PROTO_TRANSPORT_SOCKET, 0, 0};
+    struct proto_wbuf w;
+    char name[32];
+    int rc = 1;
+
+    if (want_shm) {
+        uint32_t slots = s->prefetch < 2 ? 2 : s->prefetch;
+        snprintf(name, sizeof(name), "presto-stream-%u", s->id);
+        rc = ring_create(&s->shm, slots, (size_t)s->plan.batch_size * ds->sample_bytes, name);
+        s->held = rc == 0 ? calloc(slots, sizeof(*s->held)) : NULL;
+        if (rc == 0 && s->held) {
+            op.transport = PROTO_TRANSPORT_SHM;
+            op.slots = s->shm.slots;
+            op.slot_bytes = s->shm.slot_bytes;
+            proto_wbuf_init(&w);
+            proto_frame_begin(&w, PROTO_OPENED, s->req_id);
+            proto_put_opened(&w, &op);
+            rc = frame_send_fd(s->bev, &w, s->shm.fd);
+            proto_wbuf_free(&w);
+        } else if (rc == 0) {
+            rc = -ENOMEM;
+        }
+        if (rc == 0) {
+            s->data_off = 0;
+            *s->env->buffer_bytes += ring_bytes(&s->shm);
+            *s->env->ring_bytes += ring_bytes(&s->shm);
+            (*s->env->live_rings)++;
+            stats_add(s->env->stats, STAT_shm_streams_total, 1);
+            return 0;
+        }
+        log_info("stream %u: shared memory not possible (%s): using the socket", s->id,
+                 rc == -EAGAIN ? "output already queued" : strerror(-rc));
+        stats_add(s->env->stats, STAT_shm_fallbacks, 1);
+        ring_destroy(&s->shm);
+        free(s->held);
+        s->held = NULL;
+        op.transport = PROTO_TRANSPORT_SOCKET;
+        op.slots = 0;
+        op.slot_bytes = 0;
+    }
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, PROTO_OPENED, s->req_id);
+    proto_put_opened(&w, &op);
+    rc = frame_send(s->bev, &w);
+    proto_wbuf_free(&w);
+    return rc;
 }
 
 int stream_open(struct stream **out, const struct stream_env *env, struct dataset *ds,
@@ -486,39 +708,39 @@ int stream_open(struct stream **out, const struct stream_env *env, struct datase
     s->bev = bev;
     s->finished = finished;
     s->owner = owner;
+    s->shm.fd = -1;
+    s->release_timeout = env->release_timeout;
     s->data_off = (proto_batch_prefix_size(req->batch_size) + 63) & ~(size_t)63;
-    s->ring = calloc(prefetch, sizeof(*s->ring));
+    s->cap = prefetch + 2;
+    s->inflight = calloc(s->cap, sizeof(*s->inflight));
     s->labels = malloc(req->batch_size * sizeof(*s->labels));
     s->pump_ev = event_new(env->base, -1, 0, stream_on_pump, s);
-    if (!s->ring || !s->labels || !s->pump_ev) {
+    s->release_ev = evtimer_new(env->base, stream_on_release_timeout, s);
+    if (!s->inflight || !s->labels || !s->pump_ev || !s->release_ev) {
         if (s->pump_ev)
             event_free(s->pump_ev);
+        if (s->release_ev)
+            event_free(s->release_ev);
         free(s->labels);
-        free(s->ring);
+        free(s->inflight);
         planner_free(&s->plan);
         free(s);
         snprintf(err, errlen, "no memory for a stream");
         return -PROTO_E_NOMEM;
     }
     (*env->live_streams)++;
+    dataset_hold(ds);
     stats_add(env->stats, STAT_streams_total, 1);
-
-    struct proto_wbuf w;
-    struct proto_opened op = {id, s->plan.count, s->plan.batches, ds->out_h, ds->out_w,
-                              ds->out_c, ds->out_dtype};
-    proto_wbuf_init(&w);
-    proto_frame_begin(&w, PROTO_OPENED, req_id);
-    proto_put_opened(&w, &op);
-    rc = frame_send(bev, &w);
-    proto_wbuf_free(&w);
     *out = s;
+    rc = stream_send_opened(s, !!(req->flags & PROTO_OPEN_SHM));
     if (rc < 0) {
         stream_fail(s, PROTO_E_NOMEM, "cannot queue a reply");
         return 0;
     }
-    log_debug("stream %u: dataset '%s' epoch %llu rank %u/%u: %llu samples, %llu batches",
+    log_debug("stream %u: dataset '%s' epoch %llu rank %u/%u: %llu samples, %llu batches, %s",
               id, ds->cfg->name, (unsigned long long)req->epoch, req->rank, req->world,
-              (unsigned long long)s->plan.count, (unsigned long long)s->plan.batches);
+              (unsigned long long)s->plan.count, (unsigned long long)s->plan.batches,
+              stream_shm(s) ? "shared memory" : "socket");
     stream_pump(s);
     return 0;
 }
@@ -529,22 +751,32 @@ void stream_close(struct stream *s)
     s->bev = NULL;
     event_free(s->pump_ev);
     s->pump_ev = NULL;
+    event_free(s->release_ev);
+    s->release_ev = NULL;
     /* Jobs still queued never start; running ones come back through
      * job_done; finished ones not yet sent are dropped now, and so is the
      * batch being cut; buffers already handed to the socket come back
      * through job_flushed. A guard keeps s alive until the loop is over. */
     s->live_jobs++;
     for (uint64_t b = s->next_send; b < s->next_submit; b++) {
-        struct batch_job *j = s->ring[b % s->prefetch];
+        struct batch_job *j = s->inflight[b % s->cap];
         if (!j)
             continue;
-        s->ring[b % s->prefetch] = NULL;
+        s->inflight[b % s->cap] = NULL;
         if (j->ready)
             job_unref(j);
         else
             workers_cancel(s->env->workers, &j->work);
     }
     stream_drop_parts(s);
+    /* The client's slots: it is gone, or has the ring mapped on its own. */
+    for (uint32_t i = 0; s->held && i < s->shm.slots; i++) {
+        if (s->held[i]) {
+            job_unref(s->held[i]);
+            s->held[i] = NULL;
+        }
+    }
+    s->nheld = 0;
     if (--s->live_jobs == 0)
         stream_free(s);
 }

@@ -16,6 +16,11 @@
  * sample in epoch order ends the stream with an ERROR (PROTO_E_SAMPLE)
  * naming the file.
  *
+ * With the shared-memory transport (PROTO_OPEN_SHM, see proto.h) the
+ * workers write batches into the slots of a memfd ring the client maps, and
+ * only BATCH_SHM frames (slot, shape, labels) go through the socket; a slot
+ * comes back with RELEASE. Each job owns one slot for the stream's life.
+ *
  * A stream lives on the event loop thread. Its owner (a connection) calls
  * stream_close() when the stream finished or the client went away; the
  * stream frees itself once no worker and no socket buffer refers to it.
@@ -43,6 +48,8 @@ struct stream_env {
     struct stats_thread *stats; /* the event loop thread's block */
     uint64_t *live_streams;      /* gauge, event loop thread only */
     uint64_t *buffer_bytes;      /* gauge of the streams' batch buffers, likewise */
+    uint32_t release_timeout;    /* s, see stream_release */
+    uint64_t *live_rings, *ring_bytes; /* gauges of the shared-memory rings */
 };
 
 /* Called (once) when the stream has sent END or an ERROR. */
@@ -55,6 +62,13 @@ int stream_open(struct stream **out, const struct stream_env *env, struct datase
                 uint32_t req_id, struct bufferevent *bev, stream_finished_fn finished,
                 void *owner, char *err, size_t errlen);
 uint32_t stream_id(const struct stream *s);
+/* Shared memory: the client is done with a slot it was sent. A slot it
+ * does not hold is refused (-PROTO_E_INVAL, message in err). A stream whose
+ * client holds slots and releases none for release_timeout seconds while
+ * the ring is full fails with PROTO_E_LIMIT and says so in stream_dropped:
+ * the owner then drops the connection. */
+int stream_release(struct stream *s, uint32_t slot, char *err, size_t errlen);
+int stream_dropped(const struct stream *s);
 /* Stops producing, detaches from the connection; frees when idle. */
 void stream_close(struct stream *s);
 

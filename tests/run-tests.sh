@@ -6,6 +6,10 @@
 # Environment: BUILD (default build), PYTHON (default /usr/bin/python3),
 # PRESTO_TEST_TIMEOUT (seconds per test, default 300), PRESTO_PHOTOS,
 # PRESTO_TESTS (optional space-separated names to run instead of all).
+#
+# Streams use shared memory by default; the suites that pull epochs
+# (PRESTO_TRANSPORT_TESTS) run a second time as NAME[socket] with
+# PRESTO_TRANSPORT=socket, so both transports pass the same tests.
 set -u
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -47,11 +51,23 @@ failed_names=()
 out=$(mktemp "${TMPDIR:-/tmp}/presto-test-out.XXXXXX") || exit 1
 trap 'rm -f "$out"' EXIT
 
+TRANSPORT_TESTS=${PRESTO_TRANSPORT_TESTS-test_e2e test_badsamples test_python}
+runs=()
 for t in "${tests[@]}"; do
-    name=$(basename "$t")
+    runs+=("$t")
+    for v in $TRANSPORT_TESTS; do
+        [ "$(basename "$t")" = "$v" ] && [ -z "${PRESTO_TRANSPORT:-}" ] && runs+=("$t[socket]")
+    done
+done
+
+for run in "${runs[@]}"; do
+    t=${run%\[socket\]}
+    transport=${PRESTO_TRANSPORT:-}
+    [ "$t" != "$run" ] && transport=socket
+    name=$(basename "$run")
     start=$(date +%s.%N)
     if [ -x "$t" ]; then
-        timeout -k 10 "$TIMEOUT" "$t" >"$out" 2>&1
+        PRESTO_TRANSPORT=$transport timeout -k 10 "$TIMEOUT" "$t" >"$out" 2>&1
         rc=$?
     else
         echo "$t: not an executable" >"$out"

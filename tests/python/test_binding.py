@@ -89,7 +89,10 @@ class ClientTest(unittest.TestCase):
     def test_numpy_batches(self):
         with self.client.stream("tiny", batch_size=10, seed=3) as s:
             self.assertEqual(len(s), 5)
-            self.assertEqual(s.info, presto.StreamInfo(COUNT, 5, (SIDE, SIDE, 3), np.uint8))
+            self.assertEqual(s.info[:5], (COUNT, 5, (SIDE, SIDE, 3), np.uint8, "nhwc"))
+            want = os.environ.get("PRESTO_TRANSPORT") or "shm"
+            self.assertEqual((s.info.transport, s.info.slots),
+                             (want, 8 if want == "shm" else 0))
             sizes, labels = [], []
             for i, b in enumerate(s):
                 self.assertEqual(b.index, i)

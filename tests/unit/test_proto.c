@@ -711,8 +711,14 @@ START_TEST(test_names)
     ck_assert_str_eq(proto_type_name(PROTO_CLOSED), "CLOSED");
     ck_assert_str_eq(proto_type_name(PROTO_WARM), "WARM");
     ck_assert_str_eq(proto_type_name(PROTO_DONE), "DONE");
-    for (uint16_t t = PROTO_ERROR; t < PROTO_TYPE_MAX; t++)
+    /* Every type up to the first reserved range has a name; past it, the
+     * ranges handed out (lead 15-19, admin 20-29, profiler 30-39) have gaps. */
+    for (uint16_t t = PROTO_ERROR; t <= PROTO_DONE; t++)
         ck_assert_str_ne(proto_type_name(t), "UNKNOWN");
+    ck_assert_str_eq(proto_type_name(PROTO_RELOAD), "RELOAD");
+    ck_assert_str_eq(proto_type_name(PROTO_RELOAD_REPLY), "RELOAD_REPLY");
+    ck_assert_str_eq(proto_type_name(PROTO_DROP_CACHE), "DROP_CACHE");
+    ck_assert_str_eq(proto_type_name(PROTO_DROP_CACHE_REPLY), "DROP_CACHE_REPLY");
     ck_assert_str_eq(proto_type_name(0), "UNKNOWN");
     ck_assert_str_eq(proto_type_name(PROTO_TYPE_MAX), "UNKNOWN");
     ck_assert_str_eq(proto_type_name(UINT16_MAX), "UNKNOWN");
@@ -720,6 +726,7 @@ START_TEST(test_names)
     ck_assert_str_eq(proto_strerror(PROTO_OK), "success");
     ck_assert_str_eq(proto_strerror(PROTO_E_NODATASET), "no such dataset");
     ck_assert_str_eq(proto_strerror(-PROTO_E_NODATASET), "no such dataset");
+    ck_assert_str_eq(proto_strerror(PROTO_E_DENIED), "permission denied");
     for (int e = PROTO_E_PROTO; e < PROTO_E_MAX; e++)
         ck_assert_str_ne(proto_strerror(-e), "unknown error");
     ck_assert_str_eq(proto_strerror(PROTO_E_MAX), "unknown error");

@@ -11,9 +11,18 @@
 
 For torch, presto.torch.Loader drops in where a DataLoader is used.
 
+Transport: by default a stream gets its batches through shared memory (the
+daemon's workers write them into a ring of slots this process maps; only slot
+numbers and labels cross the socket), falling back to copies through the
+socket where the daemon cannot share memory. transport="shm" insists on
+shared memory, transport="socket" asks for copies ($PRESTO_TRANSPORT sets the
+default). Images are (n, h, w, c), or (n, c, h, w) when the pipeline ends in
+a float step with layout: nchw (Batch.layout, StreamInfo.layout).
+
 !!! ZERO-COPY LIFETIME RULE !!!
 Batch.images, Batch.labels and Batch.tensors() are views of the stream's
-receive buffer, not copies. That buffer is REUSED: once the batch is released
+memory (a shared-memory slot, or the socket's receive buffer), not copies.
+That memory is REUSED: once the batch is released
 -- by batch.release(), or implicitly when the next batch is requested from the
 stream -- every array or tensor taken from it shows the NEXT batch's bytes.
 Use (or copy) a batch's arrays before asking for the next one. If you keep
@@ -37,20 +46,28 @@ import weakref
 import numpy as np
 
 from . import _lib
-from ._lib import (DTYPE_F32, DTYPE_U8, E_INTERNAL, E_INVAL, E_IO, E_LIMIT,
-                   E_NODATASET, E_NOMEM, E_PROTO, E_SAMPLE, E_SHUTDOWN,
-                   E_TOOBIG, E_VERSION)
+from ._lib import (DTYPE_F32, DTYPE_U8, E_DENIED, E_INTERNAL, E_INVAL, E_IO,
+                   E_LIMIT, E_NODATASET, E_NOMEM, E_PROTO, E_SAMPLE, E_SHUTDOWN,
+                   E_TOOBIG, E_VERSION, LAYOUT_NCHW, LAYOUT_NHWC, TRANSPORT_AUTO,
+                   TRANSPORT_SHM, TRANSPORT_SOCKET)
 
 __all__ = [
     "Client", "Stream", "Batch", "StreamInfo", "PrestoError", "NoDatasetError",
     "InvalidArgumentError", "default_socket", "version", "strerror",
     "E_PROTO", "E_VERSION", "E_TOOBIG", "E_NODATASET", "E_INVAL", "E_LIMIT",
-    "E_SAMPLE", "E_SHUTDOWN", "E_IO", "E_NOMEM", "E_INTERNAL",
-    "DTYPE_U8", "DTYPE_F32",
+    "E_SAMPLE", "E_SHUTDOWN", "E_IO", "E_NOMEM", "E_INTERNAL", "E_DENIED",
+    "DTYPE_U8", "DTYPE_F32", "LAYOUT_NHWC", "LAYOUT_NCHW",
 ]
 
 _c = _lib.lib  # the loaded libprestoclient
 _NP_DTYPES = {DTYPE_U8: np.dtype(np.uint8), DTYPE_F32: np.dtype(np.float32)}
+_TRANSPORTS = {"auto": TRANSPORT_AUTO, "shm": TRANSPORT_SHM, "socket": TRANSPORT_SOCKET}
+_TRANSPORT_NAMES = {TRANSPORT_SHM: "shm", TRANSPORT_SOCKET: "socket"}
+_LAYOUT_NAMES = {LAYOUT_NHWC: "nhwc", LAYOUT_NCHW: "nchw"}
+
+
+def _sample_shape(layout, h, w, c):
+    return (c, h, w) if layout == LAYOUT_NCHW else (h, w, c)
 
 
 def _text(b):
@@ -161,12 +178,16 @@ class Client:
         return self._json(_c.presto_datasets)
 
     def stream(self, dataset, batch_size=64, seed=0, epoch=0, rank=0, world=1,
-               shuffle=True, drop_last=False, prefetch=0, copy=False):
+               shuffle=True, drop_last=False, prefetch=0, copy=False, transport="auto"):
         """Opens one epoch stream (its own connection; it does not depend on
         this Client staying open). rank/world follow DistributedSampler:
         each sample once across the ranks of an epoch when the dataset size
         divides by world. copy=True makes every batch own a copy of its
-        arrays (see the module's lifetime rule)."""
+        arrays (see the module's lifetime rule). transport: "auto" (shared
+        memory where possible), "shm" or "socket"."""
+        if transport not in _TRANSPORTS:
+            raise InvalidArgumentError(E_INVAL, "transport must be one of %s, not %r"
+                                       % (sorted(_TRANSPORTS), transport))
         o = _lib.StreamOpts()
         _c.presto_stream_opts_init(ctypes.byref(o))
         o.dataset = os.fsencode(dataset)
@@ -178,6 +199,7 @@ class Client:
         o.shuffle = 1 if shuffle else 0
         o.drop_last = 1 if drop_last else 0
         o.prefetch = _uint("prefetch", prefetch, 32)
+        o.transport = _TRANSPORTS[transport]
         s = ctypes.c_void_p()
         with self._lock:
             h = self._handle()
@@ -209,9 +231,12 @@ class _StreamHandle:
         weakref.finalize(self, _c.presto_stream_close, ptr)
 
 
-StreamInfo = collections.namedtuple("StreamInfo", "samples batches shape dtype")
+StreamInfo = collections.namedtuple("StreamInfo",
+                                    "samples batches shape dtype layout transport slots")
 StreamInfo.__doc__ = """What a stream delivers to this rank: samples, batches,
-shape (h, w, c) of one sample, and the numpy dtype of the images."""
+shape of one sample ((h, w, c), or (c, h, w) for layout "nchw"), the numpy
+dtype of the images, layout ("nhwc" or "nchw"), transport ("shm" or
+"socket") and the shared-memory ring's slots (0 on the socket)."""
 
 
 def _view(addr, nbytes, dtype, shape, owner):
@@ -224,8 +249,9 @@ def _view(addr, nbytes, dtype, shape, owner):
 
 
 class Batch:
-    """One batch: .images (n, h, w, c) uint8 or float32, .labels (n,) int64,
-    .index (the batch number within this rank's epoch).
+    """One batch: .images (n, h, w, c) uint8 or float32 ((n, c, h, w) when
+    .layout is LAYOUT_NCHW), .labels (n,) int64, .index (the batch number
+    within this rank's epoch).
 
     Unless the stream was opened with copy=True, the arrays are views of the
     stream's buffer, valid only until this batch is released (release(), or
@@ -233,11 +259,12 @@ class Batch:
 
     def __init__(self, handle, b, copy):
         dtype = _NP_DTYPES.get(b.dtype)
-        shape = (b.n, b.h, b.w, b.c)
+        shape = (b.n,) + _sample_shape(b.layout, b.h, b.w, b.c)
         if dtype is None or b.size != b.n * b.h * b.w * b.c * dtype.itemsize:
             raise PrestoError(E_PROTO, "batch of %r dtype %d in %d bytes"
                               % (shape, b.dtype, b.size))
         self.index = b.index
+        self.layout = b.layout
         self.data_ptr = b.data or 0        # the C pointers, for interop and checks
         self.labels_ptr = b.labels or 0
         self.owned = bool(copy)
@@ -266,7 +293,7 @@ class Batch:
 
     @property
     def images(self):
-        """(n, h, w, c) numpy array; a view unless the stream copies."""
+        """(n, h, w, c) or (n, c, h, w) numpy array; a view unless the stream copies."""
         self._check()
         return self._images
 
@@ -301,7 +328,9 @@ class Stream:
         i = _lib.StreamInfo()
         _c.presto_stream_info(handle.ptr, ctypes.byref(i))
         dtype = _NP_DTYPES.get(i.dtype)
-        self.info = StreamInfo(i.samples, i.batches, (i.h, i.w, i.c), dtype)
+        self.info = StreamInfo(i.samples, i.batches, _sample_shape(i.layout, i.h, i.w, i.c),
+                               dtype, _LAYOUT_NAMES.get(i.layout, "nhwc"),
+                               _TRANSPORT_NAMES.get(i.transport, "socket"), i.slots)
 
     def __len__(self):
         """Batches this epoch's plan holds: an upper bound, since bad samples

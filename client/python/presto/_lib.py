@@ -25,9 +25,17 @@ E_SHUTDOWN = 8
 E_IO = 9
 E_NOMEM = 10
 E_INTERNAL = 11
+E_DENIED = 12
 
 DTYPE_U8 = 1
 DTYPE_F32 = 2
+
+LAYOUT_NHWC = 0
+LAYOUT_NCHW = 1
+
+TRANSPORT_AUTO = 0
+TRANSPORT_SHM = 1
+TRANSPORT_SOCKET = 2
 
 
 class StreamOpts(ctypes.Structure):
@@ -42,6 +50,8 @@ class StreamOpts(ctypes.Structure):
         ("shuffle", ctypes.c_int),
         ("drop_last", ctypes.c_int),
         ("prefetch", ctypes.c_uint32),
+        ("transport", ctypes.c_uint32),
+        ("manual_release", ctypes.c_int),
     ]
 
 
@@ -57,6 +67,9 @@ class BatchStruct(ctypes.Structure):
         ("data", ctypes.c_void_p),
         ("size", ctypes.c_size_t),
         ("labels", ctypes.c_void_p),
+        ("layout", ctypes.c_uint32),
+        ("slot_", ctypes.c_uint32),
+        ("own_", ctypes.c_void_p),
     ]
 
 
@@ -69,6 +82,9 @@ class StreamInfo(ctypes.Structure):
         ("w", ctypes.c_uint32),
         ("c", ctypes.c_uint32),
         ("dtype", ctypes.c_uint32),
+        ("layout", ctypes.c_uint32),
+        ("transport", ctypes.c_uint32),
+        ("slots", ctypes.c_uint32),
     ]
 
 
