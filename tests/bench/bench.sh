@@ -9,6 +9,11 @@
 #   train  RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize (float32)
 # and presto's cases, each the same work as its baseline:
 #   cold-c, warm-c        the default pipeline (prestod -d), first epoch / from the cache
+#                         (prestoctl: C client, shared memory, as by default)
+#   warm-python-shm, warm-python-socket  warm-c's epochs consumed from Python as torch
+#                         tensors (presto.torch.Loader) through shared memory / the socket
+#   warm-python-shm-bw    warm-python-shm's image bytes/s against numpy's memcpy bandwidth
+#                         measured in the same run (ratio = fraction of it)
 #   warm-split-decode     eval's transforms, cached after decode (resize, crop, flip online)
 #   warm-split-resize     ... cached after resize (crop, flip online)
 #   warm-split-crop       ... cached after center_crop (flip online)
@@ -106,8 +111,47 @@ bench_default_cases() {
     echo "== warm-c: epochs ${BENCH_WARM_EPOCHS[*]} from the cache (median reported)"
     bench_warm_epochs
     bench_case warm-c 20 "${BENCH_WARM[@]}"
+    bench_python_cases
     presto_ctl stats >"$PRESTO_TMP/stats.json"
     presto_stop
+}
+
+# Warm epochs of the running `bench` dataset pulled from Python: warm-python-shm,
+# warm-python-socket, and warm-python-shm-bw against the memcpy bandwidth.
+bench_python_cases() {
+    local transport e run memcpy bw runs
+    local py=(env PYTHONPATH="$PRESTO_ROOT/client/python" PRESTO_LIB="$BUILD/libprestoclient.so.0"
+        "$PYTHON" tests/bench/py_epoch.py)
+    memcpy=$("${py[@]}" memcpy)
+    bw=$("$PYTHON" -c 'import json, sys; print(json.loads(sys.argv[1])["bytes_per_s"])' "$memcpy")
+    echo "== memcpy bandwidth (numpy, one thread, 256 MiB): $("$PYTHON" -c \
+        'import sys; print("%.2f GB/s" % (float(sys.argv[1]) / 1e9))' "$bw")"
+    for transport in shm socket; do
+        echo "== warm-python-$transport: epochs ${BENCH_WARM_EPOCHS[*]} as torch tensors" \
+            "(presto.torch.Loader, transport $transport)"
+        runs=()
+        for e in "${BENCH_WARM_EPOCHS[@]}"; do
+            run=$("${py[@]}" epoch "$PRESTO_SOCK" "$BENCH_DATASET" "$e" "$transport")
+            "$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[1]); print(
+                "  epoch %d: %.1f samples/s, %.2f GB/s of images" % (
+                r["epoch"], r["samples_per_s"], r["bytes_per_s"] / 1e9))' "$run"
+            runs+=("$run")
+        done
+        bench_case "warm-python-$transport" "$([[ $transport == shm ]] && echo 50 || echo 0)" \
+            "${runs[@]}"
+        if [[ $transport == shm ]]; then
+            # The same runs against memcpy: reference samples/s = bandwidth / sample bytes.
+            local bw_runs=()
+            for run in "${runs[@]}"; do
+                bw_runs+=("$("$PYTHON" -c 'import json, sys
+r = json.loads(sys.argv[1]); bw = float(sys.argv[2])
+sample = r["bytes_per_s"] / r["samples_per_s"]
+r["reference"] = "memcpy"; r["reference_samples_per_s"] = bw / sample
+print(json.dumps(r))' "$run" "$bw")")
+            done
+            bench_case warm-python-shm-bw 0.6 "${bw_runs[@]}"
+        fi
+    done
 }
 
 # The eval transforms split after decode, resize and center_crop.

@@ -40,11 +40,12 @@ class Loader:
     tensors. channels_last_to_chw=True yields images as an (N, C, H, W) view
     (permuted strides, no copy; call .contiguous() if a kernel needs it).
     copy=True yields batches that own their memory. prefetch: batches the
-    daemon prepares ahead (0: its default)."""
+    daemon prepares ahead (0: its default). transport: "auto" (shared
+    memory where the daemon can, else the socket), "shm" or "socket"."""
 
     def __init__(self, dataset, batch_size=64, seed=0, shuffle=True, drop_last=False,
                  rank=None, world_size=None, socket=None, as_tensors=True,
-                 channels_last_to_chw=False, copy=False, prefetch=0):
+                 channels_last_to_chw=False, copy=False, prefetch=0, transport="auto"):
         dist = _distributed()
         if rank is None:
             rank = dist[0] if dist else 0
@@ -67,6 +68,7 @@ class Loader:
         self.channels_last_to_chw = channels_last_to_chw
         self.copy = copy
         self.prefetch = prefetch
+        self.transport = transport
         self.epoch = 0  # the epoch the next iter() streams
         self._epoch_set = False
         self._client = None
@@ -102,7 +104,8 @@ class Loader:
         stream = self._connection().stream(
             self.dataset, batch_size=self.batch_size, seed=self.seed, epoch=epoch,
             rank=self.rank, world=self.world_size, shuffle=self.shuffle,
-            drop_last=self.drop_last, prefetch=self.prefetch, copy=self.copy)
+            drop_last=self.drop_last, prefetch=self.prefetch, copy=self.copy,
+            transport=self.transport)
         return self._batches(stream)
 
     def _batches(self, stream):
