@@ -9,6 +9,8 @@ import ctypes
 import gc
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -281,6 +283,75 @@ class ClientTest(unittest.TestCase):
                 del os.environ["PRESTO_SOCKET"]
             else:
                 os.environ["PRESTO_SOCKET"] = old
+
+
+class SharedMemoryTest(unittest.TestCase):
+    """The shared-memory transport from Python (the default unless
+    PRESTO_TRANSPORT=socket; these tests ask for it explicitly)."""
+
+    def setUp(self):
+        self.client = presto.Client(_daemon.sock)
+        self.addCleanup(self.client.close)
+
+    def wait_stat(self, section, key, want, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.client.stats()[section][key]
+            if got == want or time.monotonic() > deadline:
+                self.assertEqual(got, want, "stats %s.%s" % (section, key))
+                return
+            time.sleep(0.02)
+
+    def test_same_arrays_as_the_socket(self):
+        shm = self.client.stream("tiny", batch_size=10, seed=4, transport="shm")
+        self.assertEqual((shm.info.transport, shm.info.slots), ("shm", 8))
+        sock = self.client.stream("tiny", batch_size=10, seed=4, transport="socket")
+        self.assertEqual((sock.info.transport, sock.info.slots), ("socket", 0))
+        a, b = pull(shm), pull(sock)
+        self.assertEqual(len(a), len(b))
+        for (la, ia), (lb, ib) in zip(a, b):
+            np.testing.assert_array_equal(la, lb)
+            np.testing.assert_array_equal(ia, ib)
+        with self.assertRaises(presto.InvalidArgumentError):
+            self.client.stream("tiny", transport="carrier-pigeon")
+
+    def test_killed_trainer_frees_its_ring(self):
+        code = ("import sys, time; sys.path.insert(0, %r); import presto; "
+                "s = presto.Client(%r).stream('tiny', batch_size=4, transport='shm'); "
+                "b = next(s); print('ready', flush=True); time.sleep(60)"
+                % (os.path.join(pt.SRC, "client", "python"), _daemon.sock))
+        child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+        try:
+            self.assertEqual(child.stdout.readline().strip(), b"ready")
+            self.assertGreaterEqual(self.client.stats()["shm"]["rings"], 1)
+        finally:
+            child.kill()
+            child.wait()
+            child.stdout.close()
+        self.wait_stat("shm", "rings", 0)
+        self.wait_stat("shm", "ring_bytes", 0)
+        self.assertEqual(len(keys(pull(self.client.stream("tiny", transport="shm")))), COUNT)
+
+    def test_eight_streams_at_once(self):
+        want = {seed: keys(pull(self.client.stream("tiny", batch_size=5, seed=seed)))
+                for seed in range(8)}
+        got, errors = {}, []
+
+        def run(seed):
+            try:
+                with presto.Client(_daemon.sock) as c:
+                    got[seed] = keys(pull(c.stream("tiny", batch_size=5, seed=seed,
+                                                   transport="shm")))
+            except Exception as e:  # reported below, in the main thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=run, args=(seed,)) for seed in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(got, want)
 
 
 class DaemonDiesTest(unittest.TestCase):
