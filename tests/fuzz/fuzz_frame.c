@@ -127,6 +127,27 @@ static void fuzz_body(uint16_t type, const uint8_t *body, size_t len, uint8_t kn
     case PROTO_BATCH:
         fuzz_batch(&r, body, len);
         break;
+    case PROTO_BATCH_SHM: {
+        struct proto_batch_shm m;
+        int64_t v;
+        if (proto_get_batch_shm(&r, &m) == 0) {
+            proto_put_batch_shm(&w, &m);
+            FUZZ_CHECK(w.len == PROTO_BATCH_SHM_FIXED_SIZE);
+            while (proto_remaining(&r) >= 8 && proto_get_i64(&r, &v) == 0)
+                proto_put_i64(&w, v);
+            if (proto_remaining(&r) == 0)
+                check_same(&w, body, len);
+        }
+        break;
+    }
+    case PROTO_RELEASE: {
+        struct proto_release m;
+        if (proto_get_release(&r, &m) == 0) {
+            proto_put_release(&w, &m);
+            check_same(&w, body, len);
+        }
+        break;
+    }
     case PROTO_END: {
         struct proto_end m;
         if (proto_get_end(&r, &m) == 0) {
