@@ -29,7 +29,10 @@ os.environ.setdefault("PRESTO_LIB", os.path.join(BUILD, "libprestoclient.so.0"))
 sys.path.insert(0, os.path.join(SRC, "client", "python"))
 
 # run.sh preloads a sanitizer runtime into this Python for a sanitized
-# libprestoclient; children (prestod, mkdataset.py) get the caller's settings.
+# libprestoclient; children (prestod, mkdataset.py) get the caller's settings,
+# and Python children that load libprestoclient too get this one's
+# (PYTHON_CLIENT_ENV).
+PYTHON_CLIENT_ENV = {k: v for k, v in os.environ.items() if not k.startswith("PRESTO_CHILD_")}
 for _name in ("LD_PRELOAD", "ASAN_OPTIONS"):
     _saved = os.environ.pop("PRESTO_CHILD_" + _name, None)
     if _saved is not None:

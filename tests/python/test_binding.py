@@ -320,7 +320,8 @@ class SharedMemoryTest(unittest.TestCase):
                 "s = presto.Client(%r).stream('tiny', batch_size=4, transport='shm'); "
                 "b = next(s); print('ready', flush=True); time.sleep(60)"
                 % (os.path.join(pt.SRC, "client", "python"), _daemon.sock))
-        child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+        child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                 env=pt.PYTHON_CLIENT_ENV)
         try:
             self.assertEqual(child.stdout.readline().strip(), b"ready")
             self.assertGreaterEqual(self.client.stats()["shm"]["rings"], 1)
