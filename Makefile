@@ -9,7 +9,7 @@ SANITIZE ?=
 # Debian packages the build, the tests and the benchmarks need.
 DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
             libturbojpeg0-dev libyaml-dev check python3-numpy python3-torch \
-            python3-torchvision python3-pil valgrind
+            python3-torchvision python3-pil valgrind fuse3 libfuse3-dev
 
 PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1
 PKG_CHECK  := check
@@ -43,6 +43,8 @@ UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ITEST_BIN  := $(ITEST_SRC:tests/integration/%.c=$(BUILD)/tests/%)
 # Script suites, run by tests/run-tests.sh through a small wrapper each.
 SCRIPT_BIN := $(BUILD)/tests/test_python
+# The FUSE fixture (see its rule), where libfuse3 is installed.
+SLOWFS := $(if $(shell pkg-config --exists fuse3 2>/dev/null && echo y),$(BUILD)/slowfs)
 
 VERSION := 0.1.0
 SONAME  := libprestoclient.so.0
@@ -54,7 +56,7 @@ PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
 
 .PHONY: all deps check check-valgrind run bench clean tests install fuzz fuzz-build
 all: $(PROGS)
-tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN)
+tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -93,6 +95,14 @@ $(BUILD)/tests/test_python: tests/python/run.sh
 	printf '#!/bin/sh\nexec "$${PRESTO_SRC:?}/tests/python/run.sh" "$$@"\n' > $@
 	chmod +x $@
 
+# slowfs, the FUSE file system that makes storage slow for the tests and `make bench`
+# (tests/tools/slowfs.c): built where libfuse3's development files are (SLOWFS), never
+# with a sanitizer (it is a fixture, not under test); tests that need it skip without it.
+$(BUILD)/slowfs: tests/tools/slowfs.c
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -fsanitize=%,$(CFLAGS)) $(call pkg_cflags,fuse3) -o $@ $< \
+	    $(filter-out -fsanitize=%,$(LDFLAGS)) $(call pkg_libs,fuse3)
+
 # The raw random-read reader the disk cases of `make bench` compare with.
 $(BUILD)/ioread: tests/bench/ioread.c $(BUILD)/obj/daemon/io.o $(BUILD)/obj/common/log.o
 	$(CC) $(CFLAGS) $(call pkg_cflags,liburing) -o $@ $^ $(LDFLAGS) $(call pkg_libs,liburing)
@@ -124,7 +134,7 @@ run: deps
 	BUILD=$(BUILD) PYTHON=$(PYTHON) tests/tools/demo.sh
 
 bench: deps
-	$(MAKE) --no-print-directory all $(BUILD)/ioread
+	$(MAKE) --no-print-directory all $(BUILD)/ioread $(SLOWFS)
 	BUILD=build PYTHON=$(PYTHON) tests/bench/bench.sh
 
 # Staged installs: make install DESTDIR=/tmp/stage PREFIX=/usr

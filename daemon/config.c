@@ -62,7 +62,7 @@ static const struct cfg_key cfg_keys[] = {
     KEY_AT("cache", "disk", CFG_SIZE, cache_disk, 0, UINT64_MAX, 0, CFG_RESTART),
     KEY_AT("cache", "segment_size", CFG_SIZE, segment_size, 64ull << 10, 1ull << 40,
            256ull << 20, CFG_RESTART),
-    KEY_AT("io", "depth", CFG_U32, io_depth, 1, 4096, 64, CFG_RESTART),
+    KEY_AT("io", "depth", CFG_U32, io_depth, 1, 4096, 128, CFG_RESTART),
     ENUM_KEY("io", "backend", io_backend, CONFIG_IO_AUTO, io_backends, CFG_RESTART),
     KEY("limits", "connections", CFG_U32, max_connections, 1, 65536, 256),
     KEY("limits", "streams_per_connection", CFG_U32, max_streams_per_conn, 1, 1024, 16),

@@ -1,13 +1,17 @@
 /* I/O backend: see io.h. */
+#define _GNU_SOURCE
 #include "io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -32,43 +36,159 @@
 /* Submissions answered EAGAIN/EBUSY with nothing in flight to wait for are
  * retried this many times before the ring is given up. */
 #define IO_MAX_BUSY_SPINS 1000
+/* SQEs of one file chain: STATX, OPENAT, READ, CLOSE. */
+#define IO_CHAIN_SQES 4u
 
 enum io_backend { IO_URING, IO_PREAD };
+enum io_files { IO_FILES_CHAIN, IO_FILES_STAGED, IO_FILES_SYNC };
 
-/* Per-request state during a batch (io_uring backend). */
-enum { REQ_IDLE = 0, REQ_QUEUED = 1, REQ_DONE = 2 };
+/* The operation a CQE belongs to: the low 3 bits of its user_data (the
+ * rest is the request's slot). */
+enum io_op { OP_READ = 0, OP_STATX, OP_OPEN, OP_FREAD, OP_CLOSE, OP_SOPEN };
+#define IO_UD(slot, op) (((uint64_t)(slot) << 3) | (op))
+
+/* Staged file requests: what the one SQE in the kernel does. */
+enum { PH_OPEN = 1, PH_READ = 2 };
 
 struct io_ring {
     enum io_backend backend;
+    enum io_files files;
     unsigned depth;
+    int have_openat; /* staged: OPENAT works (else open(2) on this thread) */
     struct io_uring ring; /* IO_URING only */
-    uint8_t *state;       /* per-request REQ_* for the current batch */
-    unsigned state_cap;
+    struct io_req **act;  /* by slot: the request in the kernel, or NULL */
+    uint32_t *free_slots;
+    unsigned nfree;
+    struct statx *stx;    /* by slot: a chain's STATX result */
+    struct io_req *head, *tail; /* queued, not started: FIFO */
+    unsigned active;      /* requests holding a slot */
+    unsigned active_files;
+    unsigned fds_open;    /* staged: files opened and not closed yet */
+    uint64_t consumed, seen; /* SQEs the kernel took, CQEs taken back */
+    uint64_t busy_since;  /* when active_files went from 0 to 1 (0: idle) */
+    /* File bytes per second: this second's and the last one's. */
+    uint64_t rate_sec, rate_cur, rate_prev;
     struct io_stats st;   /* written by the owner, read with relaxed loads */
 };
 
+static uint64_t io_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* ---- counters: one writer (the owner), readers anywhere ---- */
 
-#define io_stat_add(r, field, v) \
-    __atomic_store_n(&(r)->st.field, (r)->st.field + (v), __ATOMIC_RELAXED)
+#define io_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define io_load(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define io_stat_add(r, field, v) io_store(&(r)->st.field, (r)->st.field + (v))
 
-static void io_set_in_flight(struct io_ring *r, unsigned n)
+static void io_set_in_flight(struct io_ring *r)
 {
-    __atomic_store_n(&r->st.in_flight, n, __ATOMIC_RELAXED);
-    if (n > r->st.max_in_flight)
-        __atomic_store_n(&r->st.max_in_flight, n, __ATOMIC_RELAXED);
+    io_store(&r->st.in_flight, r->active);
+    io_store(&r->st.files_in_flight, r->active_files);
+    if (r->active > r->st.max_in_flight)
+        io_store(&r->st.max_in_flight, r->active);
+}
+
+static unsigned lat_bucket(uint64_t us)
+{
+    if (us < IO_LAT_SUB)
+        return (unsigned)us;
+    unsigned e = 63u - (unsigned)__builtin_clzll(us); /* us in [2^e, 2^(e+1)) */
+    unsigned sub = (unsigned)(us >> (e - 3)) & (IO_LAT_SUB - 1); /* IO_LAT_SUB == 8 */
+    unsigned i = (e - 2) * IO_LAT_SUB + sub;
+    return i < IO_LAT_BUCKETS ? i : IO_LAT_BUCKETS - 1;
+}
+
+/* The largest value that falls in bucket i. */
+static uint64_t lat_upper(unsigned i)
+{
+    if (i < IO_LAT_SUB)
+        return i;
+    unsigned e = i / IO_LAT_SUB + 2, sub = i % IO_LAT_SUB;
+    return ((uint64_t)(IO_LAT_SUB + sub + 1) << (e - 3)) - 1;
+}
+
+static void lat_add(struct io_lat *h, uint64_t ns)
+{
+    uint64_t us = ns / 1000;
+    unsigned i = lat_bucket(us);
+    io_store(&h->b[i], h->b[i] + 1);
+    io_store(&h->count, h->count + 1);
+    io_store(&h->sum_us, h->sum_us + us);
+    if (us > h->max_us)
+        io_store(&h->max_us, us);
+}
+
+static void lat_load(struct io_lat *out, const struct io_lat *h)
+{
+    out->count = io_load(&h->count);
+    out->sum_us = io_load(&h->sum_us);
+    out->max_us = io_load(&h->max_us);
+    for (unsigned i = 0; i < IO_LAT_BUCKETS; i++)
+        out->b[i] = io_load(&h->b[i]);
+}
+
+uint64_t io_lat_quantile(const struct io_lat *h, double q)
+{
+    uint64_t total = 0;
+    for (unsigned i = 0; i < IO_LAT_BUCKETS; i++)
+        total += h->b[i];
+    if (total == 0)
+        return 0;
+    uint64_t rank = (uint64_t)(q * (double)total + 0.999999);
+    if (rank < 1)
+        rank = 1;
+    uint64_t seen = 0;
+    for (unsigned i = 0; i < IO_LAT_BUCKETS; i++) {
+        seen += h->b[i];
+        if (seen >= rank) {
+            uint64_t up = lat_upper(i);
+            return up < h->max_us ? up : h->max_us;
+        }
+    }
+    return h->max_us;
 }
 
 void io_ring_stats(const struct io_ring *r, struct io_stats *out)
 {
-    out->batches = __atomic_load_n(&r->st.batches, __ATOMIC_RELAXED);
-    out->reads = __atomic_load_n(&r->st.reads, __ATOMIC_RELAXED);
-    out->submitted = __atomic_load_n(&r->st.submitted, __ATOMIC_RELAXED);
-    out->bytes = __atomic_load_n(&r->st.bytes, __ATOMIC_RELAXED);
-    out->errors = __atomic_load_n(&r->st.errors, __ATOMIC_RELAXED);
-    out->short_reads = __atomic_load_n(&r->st.short_reads, __ATOMIC_RELAXED);
-    out->in_flight = __atomic_load_n(&r->st.in_flight, __ATOMIC_RELAXED);
-    out->max_in_flight = __atomic_load_n(&r->st.max_in_flight, __ATOMIC_RELAXED);
+    out->batches = io_load(&r->st.batches);
+    out->reads = io_load(&r->st.reads);
+    out->submitted = io_load(&r->st.submitted);
+    out->bytes = io_load(&r->st.bytes);
+    out->errors = io_load(&r->st.errors);
+    out->short_reads = io_load(&r->st.short_reads);
+    out->in_flight = io_load(&r->st.in_flight);
+    out->max_in_flight = io_load(&r->st.max_in_flight);
+    out->files = io_load(&r->st.files);
+    out->file_bytes = io_load(&r->st.file_bytes);
+    out->file_errors = io_load(&r->st.file_errors);
+    out->files_in_flight = io_load(&r->st.files_in_flight);
+    out->files_chained = io_load(&r->st.files_chained);
+    out->files_staged = io_load(&r->st.files_staged);
+    out->files_sync = io_load(&r->st.files_sync);
+    out->file_busy_ns = io_load(&r->st.file_busy_ns);
+    uint64_t since = io_load(&r->busy_since);
+    if (since) /* busy right now: count the time so far */
+        out->file_busy_ns += io_now_ns() - since;
+    /* The last full second's. */
+    uint64_t now = io_now_ns() / 1000000000ull, sec = io_load(&r->rate_sec);
+    out->file_bytes_per_s = sec == now ? io_load(&r->rate_prev)
+                            : sec + 1 == now ? io_load(&r->rate_cur) : 0;
+    lat_load(&out->read_lat, &r->st.read_lat);
+    lat_load(&out->file_lat, &r->st.file_lat);
+}
+
+static void lat_merge(struct io_lat *sum, const struct io_lat *h)
+{
+    sum->count += h->count;
+    sum->sum_us += h->sum_us;
+    if (h->max_us > sum->max_us)
+        sum->max_us = h->max_us;
+    for (unsigned i = 0; i < IO_LAT_BUCKETS; i++)
+        sum->b[i] += h->b[i];
 }
 
 void io_stats_add(struct io_stats *sum, const struct io_stats *s)
@@ -82,6 +202,17 @@ void io_stats_add(struct io_stats *sum, const struct io_stats *s)
     sum->in_flight += s->in_flight;
     if (s->max_in_flight > sum->max_in_flight)
         sum->max_in_flight = s->max_in_flight;
+    sum->files += s->files;
+    sum->file_bytes += s->file_bytes;
+    sum->file_errors += s->file_errors;
+    sum->files_in_flight += s->files_in_flight;
+    sum->files_chained += s->files_chained;
+    sum->files_staged += s->files_staged;
+    sum->files_sync += s->files_sync;
+    sum->file_bytes_per_s += s->file_bytes_per_s;
+    sum->file_busy_ns += s->file_busy_ns;
+    lat_merge(&sum->read_lat, &s->read_lat);
+    lat_merge(&sum->file_lat, &s->file_lat);
 }
 
 /* ---- set-up ---- */
@@ -98,7 +229,7 @@ static void io_why(char *why, size_t whylen, const char *fmt, ...)
 }
 
 /* Tries io_uring at r->depth, halving it on ENOMEM; 0 or -errno. */
-static int io_uring_try(struct io_ring *r)
+static int io_uring_try(struct io_ring *r, unsigned per_req)
 {
     for (;;) {
         struct io_uring_params p;
@@ -106,15 +237,54 @@ static int io_uring_try(struct io_ring *r)
         /* COOP_TASKRUN (5.19+) spares an IPI per completion; older
          * kernels answer EINVAL and get the plain ring. */
         p.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL;
-        int rc = io_uring_queue_init_params(r->depth, &r->ring, &p);
+        int rc = io_uring_queue_init_params(r->depth * per_req, &r->ring, &p);
         if (rc == -EINVAL) {
             memset(&p, 0, sizeof(p));
-            rc = io_uring_queue_init_params(r->depth, &r->ring, &p);
+            rc = io_uring_queue_init_params(r->depth * per_req, &r->ring, &p);
         }
         if (rc != -ENOMEM || r->depth / 2 < IO_MIN_DEPTH)
             return rc;
         r->depth /= 2;
     }
+}
+
+/* Decides how files are read on an io_uring ring: chains when the kernel
+ * has every opcode and a sparse table of direct descriptors, else staged
+ * (with OPENAT when it has that). Returns a reason when not chained. */
+static const char *io_files_setup(struct io_ring *r, unsigned flags)
+{
+    struct io_uring_probe *p = io_uring_get_probe_ring(&r->ring);
+    int statx = 0, openat = 0, close_ = 0;
+    if (p) {
+        statx = io_uring_opcode_supported(p, IORING_OP_STATX);
+        openat = io_uring_opcode_supported(p, IORING_OP_OPENAT);
+        close_ = io_uring_opcode_supported(p, IORING_OP_CLOSE);
+        io_uring_free_probe(p);
+    }
+    r->have_openat = openat;
+    r->files = IO_FILES_STAGED;
+    /* Regular-file reads count as "bounded" io-wq work, whose threads the
+     * kernel caps at 4 per CPU by default: too few for a slow file system. */
+    unsigned limits[2] = {r->depth, 0};
+    io_uring_register_iowq_max_workers(&r->ring, limits);
+    if (flags & IO_NO_CHAIN)
+        return "file chains disabled";
+    const char *env = getenv("PRESTO_IO");
+    if (env && strcmp(env, "nochain") == 0)
+        return "file chains disabled by PRESTO_IO=nochain";
+    if (!statx || !openat || !close_)
+        return "the kernel lacks io_uring STATX/OPENAT/CLOSE";
+    r->stx = calloc(r->depth, sizeof(*r->stx));
+    if (!r->stx)
+        return "no memory for file chains";
+    int rc = io_uring_register_files_sparse(&r->ring, r->depth);
+    if (rc < 0) {
+        free(r->stx);
+        r->stx = NULL;
+        return "the kernel refuses a sparse file table (before 5.19)";
+    }
+    r->files = IO_FILES_CHAIN;
+    return NULL;
 }
 
 int io_ring_create(struct io_ring **out, unsigned depth, unsigned flags, char *why,
@@ -131,6 +301,7 @@ int io_ring_create(struct io_ring **out, unsigned depth, unsigned flags, char *w
         depth = IO_MAX_DEPTH;
     r->depth = depth;
     r->backend = IO_PREAD;
+    r->files = IO_FILES_SYNC;
 
     const char *env = getenv("PRESTO_IO");
     if (flags & IO_FORCE_PREAD) {
@@ -138,16 +309,20 @@ int io_ring_create(struct io_ring **out, unsigned depth, unsigned flags, char *w
     } else if (env && strcmp(env, "pread") == 0) {
         io_why(why, whylen, "pread backend forced by PRESTO_IO=pread");
     } else {
-        int rc = io_uring_try(r);
+        int rc = io_uring_try(r, IO_CHAIN_SQES);
         if (rc == 0) {
             r->backend = IO_URING;
+            const char *nochain = io_files_setup(r, flags);
             if (r->depth < depth)
                 io_why(why, whylen,
                        "io_uring depth %u refused (locked-memory limit), using %u",
                        depth, r->depth);
-            else if (env && *env && strcmp(env, "io_uring") != 0)
-                io_why(why, whylen, "PRESTO_IO=%s is neither io_uring nor pread; ignored",
-                       env);
+            else if (env && *env && strcmp(env, "io_uring") != 0 &&
+                     strcmp(env, "nochain") != 0)
+                io_why(why, whylen,
+                       "PRESTO_IO=%s is none of io_uring, nochain, pread; ignored", env);
+            else if (nochain && !(flags & IO_NO_CHAIN))
+                io_why(why, whylen, "io_uring; files read staged: %s", nochain);
         } else {
             r->depth = depth;
             io_why(why, whylen, "io_uring refused by the kernel (%s%s); using pread",
@@ -156,24 +331,32 @@ int io_ring_create(struct io_ring **out, unsigned depth, unsigned flags, char *w
                    : rc == -ENOMEM ? ": locked-memory limit" : "");
         }
     }
+    r->act = calloc(r->depth, sizeof(*r->act));
+    r->free_slots = malloc(r->depth * sizeof(*r->free_slots));
+    if (!r->act || !r->free_slots) {
+        io_ring_destroy(r);
+        return -ENOMEM;
+    }
+    for (unsigned i = 0; i < r->depth; i++)
+        r->free_slots[i] = r->depth - 1 - i;
+    r->nfree = r->depth;
     *out = r;
     return 0;
-}
-
-void io_ring_destroy(struct io_ring *r)
-{
-    if (!r)
-        return;
-    if (r->backend == IO_URING)
-        io_uring_queue_exit(&r->ring);
-    free(r->state);
-    free(r);
 }
 
 const char *io_ring_backend(const struct io_ring *r)
 {
     /* Atomic: stats may ask from another thread while io_abandon switches. */
-    return __atomic_load_n(&r->backend, __ATOMIC_RELAXED) == IO_URING ? "io_uring" : "pread";
+    return io_load(&r->backend) == IO_URING ? "io_uring" : "pread";
+}
+
+const char *io_ring_files_mode(const struct io_ring *r)
+{
+    switch (io_load(&r->files)) {
+    case IO_FILES_CHAIN: return "chained";
+    case IO_FILES_STAGED: return "staged";
+    default: return "sync";
+    }
 }
 
 unsigned io_ring_depth(const struct io_ring *r)
@@ -181,110 +364,490 @@ unsigned io_ring_depth(const struct io_ring *r)
     return r->depth;
 }
 
-/* ---- pread backend ---- */
+/* ---- the queue ---- */
 
-/* Finishes one request with pread from its progress in res (>= 0). */
-static void io_pread_one(struct io_ring *r, struct io_req *q)
+static void q_push_tail(struct io_ring *r, struct io_req *q)
+{
+    q->next = NULL;
+    q->prev = r->tail;
+    if (r->tail)
+        r->tail->next = q;
+    else
+        r->head = q;
+    r->tail = q;
+}
+
+static void q_push_head(struct io_ring *r, struct io_req *q)
+{
+    q->prev = NULL;
+    q->next = r->head;
+    if (r->head)
+        r->head->prev = q;
+    else
+        r->tail = q;
+    r->head = q;
+}
+
+static void q_unlink(struct io_ring *r, struct io_req *q)
+{
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        r->head = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    else
+        r->tail = q->prev;
+    q->prev = q->next = NULL;
+}
+
+static void slot_take(struct io_ring *r, struct io_req *q)
+{
+    q->slot = r->free_slots[--r->nfree];
+    q->t0_ns = io_now_ns();
+    r->act[q->slot] = q;
+    r->active++;
+    if (q->path && r->active_files++ == 0)
+        io_store(&r->busy_since, io_now_ns());
+    io_set_in_flight(r);
+}
+
+static void slot_put(struct io_ring *r, struct io_req *q)
+{
+    r->act[q->slot] = NULL;
+    r->free_slots[r->nfree++] = q->slot;
+    r->active--;
+    if (q->path && --r->active_files == 0) {
+        io_stat_add(r, file_busy_ns, io_now_ns() - r->busy_since);
+        io_store(&r->busy_since, 0);
+    }
+    io_set_in_flight(r);
+}
+
+/* The request is finished: counted, and done. */
+static void io_complete(struct io_ring *r, struct io_req *q)
+{
+    uint64_t ns = io_now_ns() - q->t0_ns;
+    io_stat_add(r, reads, 1);
+    if (q->res < 0)
+        io_stat_add(r, errors, 1);
+    else
+        io_stat_add(r, bytes, (uint64_t)q->res);
+    if (q->path) {
+        io_stat_add(r, files, 1);
+        lat_add(&r->st.file_lat, ns);
+        if (q->res < 0) {
+            io_stat_add(r, file_errors, 1);
+        } else {
+            io_stat_add(r, file_bytes, (uint64_t)q->res);
+            uint64_t sec = io_now_ns() / 1000000000ull;
+            if (sec != r->rate_sec) {
+                io_store(&r->rate_prev, sec == r->rate_sec + 1 ? r->rate_cur : 0);
+                io_store(&r->rate_cur, 0);
+                io_store(&r->rate_sec, sec);
+            }
+            io_store(&r->rate_cur, r->rate_cur + (uint64_t)q->res);
+        }
+    } else {
+        lat_add(&r->st.read_lat, ns);
+    }
+    q->state = IO_S_DONE;
+}
+
+/* ---- on the calling thread (pread backend and fallbacks) ---- */
+
+/* Reads q->len - progress more bytes at q->off of fd with pread, from its
+ * progress in res (>= 0); sets res. */
+static void io_pread_rest(struct io_ring *r, struct io_req *q, int fd, size_t len)
 {
     size_t done = (size_t)q->res;
-    io_set_in_flight(r, 1);
-    while (done < q->len) {
-        ssize_t n = pread(q->fd, (char *)q->buf + done, q->len - done,
-                          (off_t)(q->off + done));
+    while (done < len) {
+        ssize_t n = pread(fd, (char *)q->buf + done, len - done, (off_t)(q->off + done));
         io_stat_add(r, submitted, 1);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
             q->res = -errno;
-            break;
+            return;
         }
         if (n == 0)
             break;
         done += (size_t)n;
         q->res = (ssize_t)done;
-        if (done < q->len)
+        if (done < len)
             io_stat_add(r, short_reads, 1);
     }
-    io_set_in_flight(r, 0);
 }
 
-/* Counts a finished request. */
-static void io_finish(struct io_ring *r, const struct io_req *q, unsigned *failed)
+static void stat_times(struct io_req *q, const struct stat *sb)
 {
-    io_stat_add(r, reads, 1);
-    if (q->res < 0) {
-        io_stat_add(r, errors, 1);
-        (*failed)++;
+    q->size = (uint64_t)sb->st_size;
+    q->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000ll + sb->st_mtim.tv_nsec;
+}
+
+/* A whole file on this thread: open, fstat, read, close. */
+static void io_file_sync(struct io_ring *r, struct io_req *q)
+{
+    struct stat sb;
+    q->res = 0;
+    q->off = 0;
+    q->failed = IO_STEP_NONE;
+    int fd = openat(q->fd, q->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        q->res = -errno;
+        q->failed = IO_STEP_OPEN;
+        return;
+    }
+    if (fstat(fd, &sb) < 0) {
+        q->res = -errno;
+        q->failed = IO_STEP_STAT;
     } else {
-        io_stat_add(r, bytes, (uint64_t)q->res);
+        stat_times(q, &sb);
+        io_pread_rest(r, q, fd, q->size < q->len ? (size_t)q->size : q->len);
+        if (q->res < 0)
+            q->failed = IO_STEP_READ;
     }
+    close(fd);
+    io_stat_add(r, files_sync, 1);
 }
 
-static unsigned io_pread_batch(struct io_ring *r, struct io_req *reqs, unsigned n,
-                               const uint8_t *state)
+/* Runs q from start to end on this thread (it holds no slot). */
+static void io_run_sync(struct io_ring *r, struct io_req *q)
 {
-    unsigned failed = 0;
-    for (unsigned i = 0; i < n; i++) {
-        if (state && state[i] == REQ_DONE) {
-            failed += reqs[i].res < 0;
-            continue;
-        }
-        io_pread_one(r, &reqs[i]);
-        io_finish(r, &reqs[i], &failed);
+    q->t0_ns = io_now_ns();
+    io_store(&r->st.in_flight, 1);
+    if (r->st.max_in_flight < 1)
+        io_store(&r->st.max_in_flight, 1);
+    if (q->path) {
+        io_store(&r->st.files_in_flight, 1);
+        io_file_sync(r, q);
+        io_store(&r->st.files_in_flight, 0);
+        io_stat_add(r, file_busy_ns, io_now_ns() - q->t0_ns);
+    } else {
+        io_pread_rest(r, q, q->fd, q->len);
     }
-    return failed;
+    io_store(&r->st.in_flight, 0);
+    io_complete(r, q);
 }
 
-/* ---- io_uring backend ---- */
+/* ---- io_uring ---- */
 
-struct io_batch {
-    struct io_req *reqs;
-    unsigned n;
-    unsigned next;    /* first request not yet queued */
-    unsigned active;  /* queued: prepared in the SQ or in the kernel */
-    unsigned done;
-    unsigned idle;    /* requests put back to REQ_IDLE for want of an SQE */
-    unsigned failed;
-};
-
-/* Prepares the read of what is left of request i. */
-static int io_prep(struct io_ring *r, struct io_batch *b, unsigned i)
+static struct io_uring_sqe *io_sqe(struct io_ring *r)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
-    if (!sqe) {
-        /* Never expected (active <= depth), but harmless: flush first. */
-        io_uring_submit(&r->ring);
+    if (!sqe) { /* never expected: SQ entries >= depth * 4; flush first */
+        int n = io_uring_submit(&r->ring);
+        if (n > 0)
+            r->consumed += (unsigned)n;
         sqe = io_uring_get_sqe(&r->ring);
-        if (!sqe)
-            return -EBUSY;
     }
-    struct io_req *q = &b->reqs[i];
-    size_t done = (size_t)q->res;
-    size_t len = q->len - done;
+    return sqe;
+}
+
+/* Prepares the read of what is left of a plain read, or of a staged
+ * file's read. */
+static int prep_read(struct io_ring *r, struct io_req *q, int fd, size_t total,
+                     enum io_op op)
+{
+    struct io_uring_sqe *sqe = io_sqe(r);
+    if (!sqe)
+        return -EBUSY;
+    size_t done = (size_t)q->res, len = total - done;
     if (len > IO_MAX_SQE_LEN)
         len = IO_MAX_SQE_LEN;
-    io_uring_prep_read(sqe, q->fd, (char *)q->buf + done, (unsigned)len, q->off + done);
-    io_uring_sqe_set_data64(sqe, i);
+    io_uring_prep_read(sqe, fd, (char *)q->buf + done, (unsigned)len, q->off + done);
+    io_uring_sqe_set_data64(sqe, IO_UD(q->slot, op));
     io_stat_add(r, submitted, 1);
     return 0;
 }
 
-static void io_complete(struct io_ring *r, struct io_batch *b, unsigned i)
+/* STATX -> OPENAT (direct, the slot) -> READ (fixed) =hard=> CLOSE. */
+static int prep_chain(struct io_ring *r, struct io_req *q)
 {
-    r->state[i] = REQ_DONE;
-    b->active--;
-    b->done++;
-    io_finish(r, &b->reqs[i], &b->failed);
+    if (io_uring_sq_space_left(&r->ring) < IO_CHAIN_SQES) {
+        int n = io_uring_submit(&r->ring);
+        if (n > 0)
+            r->consumed += (unsigned)n;
+        if (io_uring_sq_space_left(&r->ring) < IO_CHAIN_SQES)
+            return -EBUSY;
+    }
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+    io_uring_prep_statx(sqe, q->fd, q->path, 0, STATX_SIZE | STATX_MTIME, &r->stx[q->slot]);
+    io_uring_sqe_set_data64(sqe, IO_UD(q->slot, OP_STATX));
+    /* The chain runs on io-wq (STATX always does): an inline open of a
+     * cached path would block this thread in the file system's open. */
+    sqe->flags |= IOSQE_IO_LINK | IOSQE_ASYNC;
+    sqe = io_uring_get_sqe(&r->ring);
+    /* No O_CLOEXEC: a direct descriptor is no process fd (EINVAL). */
+    io_uring_prep_openat_direct(sqe, q->fd, q->path, O_RDONLY, 0, q->slot);
+    io_uring_sqe_set_data64(sqe, IO_UD(q->slot, OP_OPEN));
+    sqe->flags |= IOSQE_IO_LINK;
+    sqe = io_uring_get_sqe(&r->ring);
+    size_t len = q->len > IO_MAX_SQE_LEN ? IO_MAX_SQE_LEN : q->len;
+    io_uring_prep_read(sqe, (int)q->slot, q->buf, (unsigned)len, 0);
+    io_uring_sqe_set_data64(sqe, IO_UD(q->slot, OP_FREAD));
+    /* A hard link: the file is closed whatever the read did (a read that
+     * ends before len, the usual case, would break a plain link). */
+    sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK;
+    sqe = io_uring_get_sqe(&r->ring);
+    io_uring_prep_close_direct(sqe, q->slot);
+    io_uring_sqe_set_data64(sqe, IO_UD(q->slot, OP_CLOSE));
+    q->cqes = IO_CHAIN_SQES;
+    io_stat_add(r, submitted, IO_CHAIN_SQES);
+    return 0;
 }
 
-/* Handles one CQE; resubmits short and interrupted reads unless `drain`
- * (then the request goes back to REQ_IDLE with its progress in res). */
-static void io_cqe(struct io_ring *r, struct io_batch *b, const struct io_uring_cqe *cqe,
-                   int drain)
+static int prep_open(struct io_ring *r, struct io_req *q)
 {
-    unsigned i = (unsigned)io_uring_cqe_get_data64(cqe);
-    struct io_req *q = &b->reqs[i];
-    int res = cqe->res;
+    struct io_uring_sqe *sqe = io_sqe(r);
+    if (!sqe)
+        return -EBUSY;
+    io_uring_prep_openat(sqe, q->fd, q->path, O_RDONLY | O_CLOEXEC, 0);
+    io_uring_sqe_set_data64(sqe, IO_UD(q->slot, OP_SOPEN));
+    /* Straight to io-wq: tried inline first, an open whose path is cached
+     * runs the file system's open (a network round trip) on this thread. */
+    sqe->flags |= IOSQE_ASYNC;
+    io_stat_add(r, submitted, 1);
+    return 0;
+}
+
+static void staged_close(struct io_ring *r, struct io_req *q)
+{
+    if (q->ofd >= 0) {
+        close(q->ofd);
+        q->ofd = -1;
+        r->fds_open--;
+    }
+}
+
+/* A staged file is open (q->ofd): fstat it and read its size. Returns 1
+ * when the request finished here. */
+static int staged_opened(struct io_ring *r, struct io_req *q)
+{
+    struct stat sb;
+    if (fstat(q->ofd, &sb) < 0) {
+        q->res = -errno;
+        q->failed = IO_STEP_STAT;
+        staged_close(r, q);
+        return 1;
+    }
+    stat_times(q, &sb);
+    q->rlen = q->size < q->len ? (size_t)q->size : q->len;
+    q->phase = PH_READ;
+    if (q->rlen == 0 || prep_read(r, q, q->ofd, q->rlen, OP_FREAD) < 0) {
+        if (q->rlen) /* no SQE: read it here */
+            io_pread_rest(r, q, q->ofd, q->rlen);
+        if (q->res < 0)
+            q->failed = IO_STEP_READ;
+        staged_close(r, q);
+        return 1;
+    }
+    return 0;
+}
+
+/* Starts a queued request in a free slot. Returns 1 when it finished at
+ * once (the slot is free again), 0 when it is in the kernel, -EBUSY when no
+ * SQE could be had (it is back at the head of the queue). */
+static int io_start(struct io_ring *r, struct io_req *q)
+{
+    slot_take(r, q);
+    q->state = IO_S_ACTIVE;
+    int rc;
+    if (!q->path) {
+        if (q->len == 0)
+            goto finished;
+        rc = prep_read(r, q, q->fd, q->len, OP_READ);
+    } else if (r->files == IO_FILES_CHAIN) {
+        rc = prep_chain(r, q);
+    } else {
+        q->ofd = -1;
+        q->phase = PH_OPEN;
+        if (r->have_openat) {
+            rc = prep_open(r, q);
+        } else {
+            q->ofd = openat(q->fd, q->path, O_RDONLY | O_CLOEXEC);
+            if (q->ofd < 0) {
+                q->res = -errno;
+                q->failed = IO_STEP_OPEN;
+                goto finished;
+            }
+            r->fds_open++;
+            if (staged_opened(r, q))
+                goto finished;
+            rc = 0;
+        }
+    }
+    if (rc == 0)
+        return 0;
+    slot_put(r, q);
+    q->state = IO_S_QUEUED;
+    q_push_head(r, q);
+    return -EBUSY;
+finished:
+    slot_put(r, q);
+    if (q->path)
+        io_stat_add(r, files_staged, 1);
+    io_complete(r, q);
+    return 1;
+}
+
+/* Starts queued requests while there are slots. */
+static void io_fill(struct io_ring *r)
+{
+    while (r->head && r->nfree > 0) {
+        struct io_req *q = r->head;
+        q_unlink(r, q);
+        if (io_start(r, q) < 0)
+            break;
+    }
+}
+
+/* The end of a chain: its four CQEs are in. */
+static void chain_finish(struct io_ring *r, struct io_req *q)
+{
+    slot_put(r, q);
+    if (q->phase && q->failed == IO_STEP_NONE && !q->retry) {
+        /* Cancelled with no reason given: the file again, on this thread. */
+        q->retry = 1;
+    }
+    if (q->retry) {
+        /* A read the chain could not finish (interrupted, or short before
+         * the end of the file): the whole file again, on this thread. */
+        q->retry = 0;
+        io_file_sync(r, q);
+    } else if (q->res >= 0) {
+        const struct statx *sx = &r->stx[q->slot];
+        q->size = sx->stx_size;
+        q->mtime_ns = (int64_t)sx->stx_mtime.tv_sec * 1000000000ll + sx->stx_mtime.tv_nsec;
+        size_t want = q->size < q->len ? (size_t)q->size : q->len;
+        if ((size_t)q->res < want && q->len <= IO_MAX_SQE_LEN) {
+            io_file_sync(r, q); /* short of what stat promised: read it again */
+        } else if ((size_t)q->res < want) { /* a file over one SQE: the rest */
+            int fd = openat(q->fd, q->path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0) {
+                q->res = -errno;
+                q->failed = IO_STEP_OPEN;
+            } else {
+                io_pread_rest(r, q, fd, want);
+                close(fd);
+            }
+            io_stat_add(r, files_chained, 1);
+        } else {
+            io_stat_add(r, files_chained, 1);
+        }
+    } else {
+        io_stat_add(r, files_chained, 1);
+    }
+    io_complete(r, q);
+}
+
+/* One CQE of a chain. A cancelled member (-ECANCELED) comes with the
+ * failure of another one (even a later one, refused at submission), which
+ * is what res reports. */
+static void chain_cqe(struct io_ring *r, struct io_req *q, enum io_op op, int res)
+{
+    if (res == -ECANCELED)
+        q->phase = 1; /* a chain's phase: "something was cancelled" */
+    switch (op) {
+    case OP_STATX:
+        if (res >= 0)
+            io_mark_defined(&r->stx[q->slot], sizeof(r->stx[q->slot]));
+        if (res < 0 && res != -ECANCELED && q->failed == IO_STEP_NONE) {
+            q->res = res;
+            q->failed = IO_STEP_STAT;
+        }
+        break;
+    case OP_OPEN:
+        if (res < 0 && res != -ECANCELED && q->failed == IO_STEP_NONE) {
+            q->res = res;
+            q->failed = IO_STEP_OPEN;
+        }
+        break;
+    case OP_FREAD:
+        if (res >= 0) {
+            io_mark_defined(q->buf, (size_t)res);
+            if (q->failed == IO_STEP_NONE)
+                q->res = res;
+        } else if (res == -EAGAIN || res == -EINTR) {
+            q->retry = 1;
+        } else if (res == -EBADF && q->failed == IO_STEP_NONE) {
+            /* The open worked but the read could not use its slot: a
+             * kernel that resolves fixed files at submission. Files go
+             * staged from now on; this one is read again. */
+            log_warn("io: this kernel cannot read a file opened in the same chain; "
+                     "reading files in two steps from now on");
+            io_store(&r->files, IO_FILES_STAGED);
+            q->retry = 1;
+        } else if (res != -ECANCELED && q->failed == IO_STEP_NONE) {
+            q->res = res;
+            q->failed = IO_STEP_READ;
+        }
+        break;
+    default: /* OP_CLOSE: nothing to learn */
+        break;
+    }
+    if (--q->cqes == 0)
+        chain_finish(r, q);
+}
+
+/* One CQE of a staged file. */
+static void staged_cqe(struct io_ring *r, struct io_req *q, enum io_op op, int res,
+                       int drain)
+{
+    if (op == OP_SOPEN) {
+        if (res < 0) {
+            if ((res == -EMFILE || res == -ENFILE) && r->fds_open > 0 && !drain) {
+                /* Out of descriptors: again once one of ours is closed. */
+                slot_put(r, q);
+                q->state = IO_S_QUEUED;
+                q_push_head(r, q);
+                return;
+            }
+            q->res = res;
+            q->failed = IO_STEP_OPEN;
+            goto done;
+        }
+        q->ofd = res;
+        r->fds_open++;
+        if (drain) /* finished on this thread by io_abandon */
+            return;
+        if (staged_opened(r, q))
+            goto done;
+        return;
+    }
+    /* OP_FREAD */
+    int again = 0;
+    if (res == -EAGAIN || res == -EINTR) {
+        again = 1;
+    } else if (res < 0) {
+        q->res = res;
+        q->failed = IO_STEP_READ;
+    } else if (res > 0) {
+        io_mark_defined((char *)q->buf + q->res, (size_t)res);
+        q->res += res;
+        if ((size_t)q->res < q->rlen) {
+            again = 1;
+            io_stat_add(r, short_reads, 1);
+        }
+    }
+    if (again && (drain || prep_read(r, q, q->ofd, q->rlen, OP_FREAD) == 0))
+        return; /* resubmitted, or left for io_abandon */
+    if (again) { /* no SQE: the rest here */
+        io_pread_rest(r, q, q->ofd, q->rlen);
+        if (q->res < 0)
+            q->failed = IO_STEP_READ;
+    }
+    staged_close(r, q);
+done:
+    slot_put(r, q);
+    io_stat_add(r, files_staged, 1);
+    io_complete(r, q);
+}
+
+/* One CQE of a plain read: short and interrupted reads are resubmitted
+ * for the rest unless `drain` (io_abandon finishes them). */
+static void read_cqe(struct io_ring *r, struct io_req *q, int res, int drain)
+{
     int again = 0;
     if (res == -EAGAIN || res == -EINTR) {
         again = 1;
@@ -298,111 +861,170 @@ static void io_cqe(struct io_ring *r, struct io_batch *b, const struct io_uring_
             io_stat_add(r, short_reads, 1);
         }
     }
-    if (!again) {
-        io_complete(r, b, i);
-    } else if (drain || io_prep(r, b, i) < 0) {
-        r->state[i] = REQ_IDLE;
-        b->active--;
-        b->idle += !drain;
-    }
+    if (again && (drain || prep_read(r, q, q->fd, q->len, OP_READ) == 0))
+        return;
+    if (again) /* no SQE: the rest here */
+        io_pread_rest(r, q, q->fd, q->len);
+    slot_put(r, q);
+    io_complete(r, q);
 }
 
-static unsigned io_reap(struct io_ring *r, struct io_batch *b, int drain)
+static void io_cqe(struct io_ring *r, const struct io_uring_cqe *cqe, int drain)
+{
+    uint64_t ud = io_uring_cqe_get_data64(cqe);
+    enum io_op op = (enum io_op)(ud & 7);
+    struct io_req *q = r->act[ud >> 3];
+    r->seen++;
+    if (q->cqes > 0) /* a chain */
+        chain_cqe(r, q, op, cqe->res);
+    else if (op == OP_READ)
+        read_cqe(r, q, cqe->res, drain);
+    else
+        staged_cqe(r, q, op, cqe->res, drain);
+}
+
+static void io_reap(struct io_ring *r, int drain)
 {
     struct io_uring_cqe *cqe;
     unsigned head, seen = 0;
     io_uring_for_each_cqe(&r->ring, head, cqe)
     {
-        io_cqe(r, b, cqe, drain);
+        io_cqe(r, cqe, drain);
         seen++;
     }
     io_uring_cq_advance(&r->ring, seen);
-    return seen;
 }
 
-/* The ring failed as a whole: wait for the reads the kernel holds, give
- * the ring up, and finish the batch (and every later one) with pread. */
-static unsigned io_abandon(struct io_ring *r, struct io_batch *b, int err)
+/* The ring failed as a whole: wait for what the kernel holds, give the ring
+ * up, and finish the started requests (and every later one) with pread. */
+static void io_abandon(struct io_ring *r, int err)
 {
-    unsigned in_kernel = b->active - io_uring_sq_ready(&r->ring);
-    while (in_kernel > 0) {
+    while (r->seen < r->consumed) {
         struct io_uring_cqe *cqe;
         int rc = io_uring_wait_cqe(&r->ring, &cqe);
         if (rc == -EINTR)
             continue;
         if (rc < 0)
-            break; /* cannot happen with reads in flight; do not spin */
-        unsigned before = b->active;
-        io_cqe(r, b, cqe, 1);
+            break; /* cannot happen with requests in the kernel; do not spin */
+        io_cqe(r, cqe, 1);
         io_uring_cqe_seen(&r->ring, cqe);
-        in_kernel -= before - b->active;
     }
     io_uring_queue_exit(&r->ring);
-    __atomic_store_n(&r->backend, IO_PREAD, __ATOMIC_RELAXED);
+    io_store(&r->backend, IO_PREAD);
+    io_store(&r->files, IO_FILES_SYNC);
     log_warn("io: io_uring failed (%s); this worker reads with pread from now on",
              strerror(-err));
-    for (unsigned i = 0; i < b->n; i++)
-        if (r->state[i] != REQ_DONE)
-            r->state[i] = REQ_IDLE;
-    return io_pread_batch(r, b->reqs, b->n, r->state);
+    for (unsigned s = 0; s < r->depth; s++) {
+        struct io_req *q = r->act[s];
+        if (!q)
+            continue;
+        slot_put(r, q);
+        if (q->path) {
+            staged_close(r, q);
+            io_file_sync(r, q);
+        } else {
+            io_pread_rest(r, q, q->fd, q->len);
+        }
+        io_complete(r, q);
+    }
 }
 
-static unsigned io_uring_batch(struct io_ring *r, struct io_req *reqs, unsigned n)
+/* Hands prepared SQEs to the kernel and, when `wait`, blocks for one
+ * completion. 0, or -1 when the ring was given up. */
+static int io_push(struct io_ring *r, int wait)
 {
-    if (r->state_cap < n) {
-        uint8_t *s = realloc(r->state, n);
-        if (!s) /* no memory for bookkeeping: this batch goes the slow way */
-            return io_pread_batch(r, reqs, n, NULL);
-        r->state = s;
-        r->state_cap = n;
-    }
-    memset(r->state, REQ_IDLE, n);
-    struct io_batch b = {.reqs = reqs, .n = n};
     int busy = 0;
-
-    while (b.done < n) {
-        while (b.next < n && b.active < r->depth) {
-            if (io_prep(r, &b, b.next) < 0)
-                break;
-            r->state[b.next++] = REQ_QUEUED;
-            b.active++;
+    for (;;) {
+        int rc = wait ? io_uring_submit_and_wait(&r->ring, 1) : io_uring_submit(&r->ring);
+        if (rc >= 0) {
+            r->consumed += (unsigned)rc;
+            return 0;
         }
-        if (b.active == 0) /* not a single SQE to be had */
-            return io_abandon(r, &b, -EBUSY);
-        io_set_in_flight(r, b.active);
-        int rc = io_uring_submit_and_wait(&r->ring, 1);
-        if (rc < 0 && rc != -EINTR) {
-            unsigned in_kernel = b.active - io_uring_sq_ready(&r->ring);
-            if ((rc == -EAGAIN || rc == -EBUSY) && (in_kernel > 0 || ++busy < IO_MAX_BUSY_SPINS)) {
-                /* Out of kernel resources for now: completions free them. */
-                if (in_kernel > 0) {
-                    struct io_uring_cqe *cqe;
-                    io_uring_wait_cqe(&r->ring, &cqe);
-                } else {
-                    sched_yield();
-                }
-            } else {
-                io_set_in_flight(r, 0);
-                return io_abandon(r, &b, rc);
+        if (rc == -EINTR)
+            return 0;
+        uint64_t in_kernel = r->consumed - r->seen;
+        if ((rc == -EAGAIN || rc == -EBUSY) && (in_kernel > 0 || ++busy < IO_MAX_BUSY_SPINS)) {
+            /* Out of kernel resources for now: completions free them. */
+            if (in_kernel > 0) {
+                struct io_uring_cqe *cqe;
+                io_uring_wait_cqe(&r->ring, &cqe);
+                return 0;
             }
-        } else {
-            busy = 0;
+            sched_yield();
+            continue;
         }
-        io_reap(r, &b, 0);
-        /* A request that could not be requeued (no SQE) goes back to the
-         * pending ones; none is ever lost. */
-        for (unsigned i = 0; b.idle > 0 && i < b.next && b.active < r->depth; i++) {
-            if (r->state[i] == REQ_IDLE) {
-                if (io_prep(r, &b, i) < 0)
-                    break;
-                r->state[i] = REQ_QUEUED;
-                b.active++;
-                b.idle--;
-            }
-        }
+        io_abandon(r, rc);
+        return -1;
     }
-    io_set_in_flight(r, 0);
-    return b.failed;
+}
+
+/* ---- the API ---- */
+
+void io_submit(struct io_ring *r, struct io_req *q)
+{
+    q->res = 0;
+    q->failed = IO_STEP_NONE;
+    q->retry = 0;
+    q->cqes = 0;
+    q->phase = 0;
+    q->ofd = -1;
+    if (q->path)
+        q->off = 0;
+    q->state = IO_S_QUEUED;
+    q_push_tail(r, q);
+}
+
+void io_poll(struct io_ring *r)
+{
+    if (r->backend != IO_URING)
+        return;
+    io_reap(r, 0);
+    io_fill(r);
+    if (io_uring_sq_ready(&r->ring) > 0 && io_push(r, 0) == 0)
+        io_reap(r, 0);
+}
+
+ssize_t io_wait(struct io_ring *r, struct io_req *q)
+{
+    while (q->state != IO_S_DONE) {
+        if (r->backend != IO_URING) {
+            /* In order, up to q (q is queued: nothing is in a kernel). */
+            struct io_req *h = r->head;
+            if (!h)
+                break; /* q was never submitted */
+            q_unlink(r, h);
+            io_run_sync(r, h);
+            continue;
+        }
+        io_reap(r, 0);
+        if (q->state == IO_S_DONE)
+            break;
+        io_fill(r);
+        if (q->state == IO_S_DONE)
+            break;
+        if (r->active == 0 && io_uring_sq_ready(&r->ring) == 0) {
+            /* Nothing in the kernel and q not started: no SQE to be had. */
+            if (q->state == IO_S_QUEUED) {
+                q_unlink(r, q);
+                io_run_sync(r, q);
+            }
+            break;
+        }
+        if (io_push(r, 1) == 0)
+            io_reap(r, 0);
+    }
+    return q->res;
+}
+
+void io_cancel(struct io_ring *r, struct io_req *q)
+{
+    if (q->state == IO_S_QUEUED) {
+        q_unlink(r, q);
+        q->res = -ECANCELED;
+        q->state = IO_S_DONE;
+    } else if (q->state == IO_S_ACTIVE) {
+        io_wait(r, q);
+    }
 }
 
 unsigned io_read_batch(struct io_ring *r, struct io_req *reqs, unsigned n)
@@ -410,9 +1032,39 @@ unsigned io_read_batch(struct io_ring *r, struct io_req *reqs, unsigned n)
     if (n == 0)
         return 0;
     io_stat_add(r, batches, 1);
+    for (unsigned i = 0; i < n; i++) {
+        reqs[i].path = NULL;
+        io_submit(r, &reqs[i]);
+    }
+    unsigned failed = 0;
     for (unsigned i = 0; i < n; i++)
-        reqs[i].res = 0;
-    if (r->backend == IO_URING)
-        return io_uring_batch(r, reqs, n);
-    return io_pread_batch(r, reqs, n, NULL);
+        failed += io_wait(r, &reqs[i]) < 0;
+    return failed;
+}
+
+void io_ring_destroy(struct io_ring *r)
+{
+    if (!r)
+        return;
+    if (r->backend == IO_URING) {
+        /* Nothing may land in memory the caller frees after this. */
+        while (r->seen < r->consumed) {
+            struct io_uring_cqe *cqe;
+            int rc = io_uring_wait_cqe(&r->ring, &cqe);
+            if (rc == -EINTR)
+                continue;
+            if (rc < 0)
+                break;
+            io_cqe(r, cqe, 1);
+            io_uring_cqe_seen(&r->ring, cqe);
+        }
+        for (unsigned s = 0; r->act && s < r->depth; s++)
+            if (r->act[s] && r->act[s]->path)
+                staged_close(r, r->act[s]);
+        io_uring_queue_exit(&r->ring);
+    }
+    free(r->stx);
+    free(r->act);
+    free(r->free_slots);
+    free(r);
 }

@@ -487,6 +487,39 @@ static void stats_disk(struct server *s, struct json *j, const struct store_stat
     json_object_end(j);
 }
 
+/* A latency histogram's summary, in microseconds. */
+static void stats_latency(struct json *j, const char *name, const struct io_lat *h)
+{
+    json_object_begin(j, name);
+    json_u64(j, "count", h->count);
+    json_u64(j, "p50", io_lat_quantile(h, 0.50));
+    json_u64(j, "p90", io_lat_quantile(h, 0.90));
+    json_u64(j, "p99", io_lat_quantile(h, 0.99));
+    json_u64(j, "max", h->max_us);
+    json_double(j, "mean", h->count ? (double)h->sum_us / (double)h->count : 0.0);
+    json_object_end(j);
+}
+
+/* Source files read whole through the I/O rings (cold epochs, warm,
+ * profiling): how many, how fast, how long each took. */
+static void stats_io_source(struct json *j, const struct io_stats *io)
+{
+    double busy = (double)io->file_busy_ns / 1e9;
+    json_object_begin(j, "source");
+    json_u64(j, "files", io->files);
+    json_u64(j, "bytes", io->file_bytes);
+    json_u64(j, "errors", io->file_errors);
+    json_u64(j, "in_flight", io->files_in_flight);
+    json_u64(j, "chained", io->files_chained);
+    json_u64(j, "staged", io->files_staged);
+    json_u64(j, "sync", io->files_sync);
+    json_u64(j, "bytes_per_s", io->file_bytes_per_s);
+    json_double(j, "busy_s", busy);
+    json_double(j, "bytes_per_busy_s", busy > 0 ? (double)io->file_bytes / busy : 0.0);
+    stats_latency(j, "latency_us", &io->file_lat);
+    json_object_end(j);
+}
+
 static void stats_io(struct server *s, struct json *j)
 {
     struct io_stats io;
@@ -502,6 +535,8 @@ static void stats_io(struct server *s, struct json *j)
     json_u64(j, "bytes", io.bytes);
     json_u64(j, "errors", io.errors);
     json_u64(j, "short_reads", io.short_reads);
+    stats_latency(j, "read_latency_us", &io.read_lat);
+    stats_io_source(j, &io);
     json_object_end(j);
 }
 

@@ -1,7 +1,10 @@
 /* Unit tests for the I/O backend (daemon/io.h): batches of random reads
  * through both backends compared with pread, reads past the end of the
  * file, a bad fd in one request, batches larger than the ring, counters
- * read from another thread, the fallback when seccomp refuses io_uring.
+ * read from another thread, the fallback when seccomp refuses io_uring;
+ * whole-file requests (chained, staged, pread) compared with the files and
+ * their stat, missing files and directories, queues far deeper than the
+ * ring mixing files and plain reads, cancelling, the latency histograms.
  * The io_uring checks are skipped, with a message, where the kernel
  * refuses io_uring. */
 #include <check.h>
@@ -14,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -436,6 +441,333 @@ START_TEST(test_stats_from_another_thread)
 }
 END_TEST
 
+/* ---- whole-file requests ---- */
+
+/* Files of these sizes in a temporary directory (some in a sub-directory),
+ * filled with known bytes. */
+static const size_t file_sizes[] = {0, 1, 4095, 4096, 4097, 100000, 1 << 20, 33333};
+#define NFILES (sizeof(file_sizes) / sizeof(file_sizes[0]))
+static char file_dir[200];
+static char file_names[NFILES][32];
+
+static uint8_t file_byte(unsigned f, size_t i)
+{
+    return (uint8_t)(i * 131u + f * 7u + (i >> 9));
+}
+
+static void files_setup(void)
+{
+    setup();
+    const char *tmp = getenv("TMPDIR");
+    snprintf(file_dir, sizeof(file_dir), "%s/presto-iofiles-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(file_dir));
+    char path[512];
+    snprintf(path, sizeof(path), "%s/sub", file_dir);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    for (unsigned f = 0; f < NFILES; f++) {
+        snprintf(file_names[f], sizeof(file_names[f]), "%sfile%u.bin", f % 2 ? "sub/" : "", f);
+        snprintf(path, sizeof(path), "%s/%s", file_dir, file_names[f]);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        ck_assert_int_ge(fd, 0);
+        uint8_t *b = malloc(file_sizes[f] + 1);
+        ck_assert_ptr_nonnull(b);
+        for (size_t i = 0; i < file_sizes[f]; i++)
+            b[i] = file_byte(f, i);
+        ck_assert_int_eq(write(fd, b, file_sizes[f]), (ssize_t)file_sizes[f]);
+        free(b);
+        close(fd);
+    }
+}
+
+static void files_teardown(void)
+{
+    char path[512];
+    for (unsigned f = 0; f < NFILES; f++) {
+        snprintf(path, sizeof(path), "%s/%s", file_dir, file_names[f]);
+        unlink(path);
+    }
+    snprintf(path, sizeof(path), "%s/sub", file_dir);
+    rmdir(path);
+    rmdir(file_dir);
+    teardown();
+}
+
+enum file_mode { MODE_PREAD, MODE_STAGED, MODE_CHAINED };
+static const char *const mode_names[] = {"sync", "staged", "chained"};
+
+/* A ring reading files the way asked; NULL, with a message, when this
+ * kernel cannot. */
+static struct io_ring *file_ring(enum file_mode mode, unsigned depth)
+{
+    struct io_ring *r;
+    char why[256];
+    unsigned flags = mode == MODE_PREAD ? IO_FORCE_PREAD : mode == MODE_STAGED ? IO_NO_CHAIN : 0;
+    ck_assert_int_eq(io_ring_create(&r, depth, flags, why, sizeof(why)), 0);
+    if (strcmp(io_ring_files_mode(r), mode_names[mode]) != 0) {
+        printf("skipping the %s file checks: %s\n", mode_names[mode], why);
+        io_ring_destroy(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* Checks a file request's outcome against file f read with room for len. */
+static void check_file(const struct io_req *q, unsigned f, size_t len, int dirfd)
+{
+    struct stat sb;
+    size_t want = file_sizes[f] < len ? file_sizes[f] : len;
+    ck_assert_msg(q->res == (ssize_t)want, "%s (room %zu): res %zd, want %zu",
+                  file_names[f], len, q->res, want);
+    ck_assert_uint_eq(q->failed, IO_STEP_NONE);
+    ck_assert_int_eq(fstatat(dirfd, file_names[f], &sb, 0), 0);
+    ck_assert_uint_eq(q->size, (uint64_t)sb.st_size);
+    ck_assert_int_eq(q->mtime_ns, (int64_t)sb.st_mtim.tv_sec * 1000000000ll + sb.st_mtim.tv_nsec);
+    const uint8_t *b = q->buf;
+    for (size_t i = 0; i < want; i++)
+        if (b[i] != file_byte(f, i))
+            ck_abort_msg("%s: byte %zu differs", file_names[f], i);
+}
+
+/* n requests cycling over the files (with room for the whole file, half of
+ * it or more than it), every 5th one a plain read of test_fd, queued at
+ * once on a ring of depth 8 and waited for in order; then the outcomes. */
+static void files_match(enum file_mode mode)
+{
+    struct io_ring *r = file_ring(mode, 8);
+    if (!r)
+        return;
+    enum { N = 300 };
+    struct io_req *q = calloc(N, sizeof(*q));
+    size_t *room = calloc(N, sizeof(*room));
+    uint8_t *exp = malloc(MAX_LEN);
+    ck_assert_ptr_nonnull(q);
+    ck_assert_ptr_nonnull(room);
+    ck_assert_ptr_nonnull(exp);
+    int dirfd = open(file_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ck_assert_int_ge(dirfd, 0);
+    uint64_t want_file_bytes = 0, nfiles = 0;
+    for (unsigned i = 0; i < N; i++) {
+        unsigned f = i % NFILES;
+        if (i % 5 == 4) {
+            q[i] = (struct io_req){test_fd, NULL, 1 + rnd() % MAX_LEN, rnd() % FILE_SIZE, 0};
+            room[i] = q[i].len;
+        } else {
+            room[i] = i % 3 == 0 ? file_sizes[f] : i % 3 == 1 ? file_sizes[f] / 2
+                                                               : file_sizes[f] + 5000;
+            q[i] = (struct io_req){.fd = dirfd, .len = room[i], .path = file_names[f]};
+            want_file_bytes += file_sizes[f] < room[i] ? file_sizes[f] : room[i];
+            nfiles++;
+        }
+        q[i].buf = malloc(room[i] + 1);
+        ck_assert_ptr_nonnull(q[i].buf);
+        io_submit(r, &q[i]);
+        ck_assert(!io_done(&q[i]));
+    }
+    io_poll(r);
+    struct io_stats s;
+    io_ring_stats(r, &s);
+    ck_assert_uint_le(s.in_flight, 8);
+    for (unsigned i = 0; i < N; i++) {
+        ssize_t res = io_wait(r, &q[i]);
+        ck_assert(io_done(&q[i]));
+        ck_assert_int_eq(res, q[i].res);
+        if (q[i].path) {
+            check_file(&q[i], i % NFILES, room[i], dirfd);
+        } else {
+            ssize_t e = expect(&q[i], exp);
+            ck_assert_int_eq(q[i].res, e);
+            ck_assert_int_eq(memcmp(q[i].buf, exp, (size_t)e), 0);
+        }
+        free(q[i].buf);
+    }
+    io_ring_stats(r, &s);
+    ck_assert_uint_eq(s.reads, N);
+    ck_assert_uint_eq(s.files, nfiles);
+    ck_assert_uint_eq(s.file_bytes, want_file_bytes);
+    ck_assert_uint_eq(s.file_errors, 0);
+    ck_assert_uint_eq(s.errors, 0);
+    ck_assert_uint_eq(s.in_flight, 0);
+    ck_assert_uint_eq(s.files_in_flight, 0);
+    ck_assert_uint_le(s.max_in_flight, 8);
+    if (mode != MODE_PREAD) /* the queue kept the ring full */
+        ck_assert_uint_eq(s.max_in_flight, 8);
+    uint64_t *by_mode[] = {&s.files_sync, &s.files_staged, &s.files_chained};
+    ck_assert_uint_eq(*by_mode[mode], nfiles);
+    ck_assert_uint_eq(s.files_chained + s.files_staged + s.files_sync, nfiles);
+    ck_assert_uint_eq(s.file_lat.count, nfiles);
+    ck_assert_uint_eq(s.read_lat.count, N - nfiles);
+    uint64_t p50 = io_lat_quantile(&s.file_lat, 0.5), p99 = io_lat_quantile(&s.file_lat, 0.99);
+    ck_assert_uint_le(p50, p99);
+    ck_assert_uint_le(p99, s.file_lat.max_us);
+    ck_assert_uint_gt(s.file_busy_ns, 0);
+    close(dirfd);
+    free(exp);
+    free(room);
+    free(q);
+    io_ring_destroy(r);
+}
+
+START_TEST(test_files_pread)
+{
+    files_match(MODE_PREAD);
+}
+END_TEST
+
+START_TEST(test_files_staged)
+{
+    files_match(MODE_STAGED);
+}
+END_TEST
+
+START_TEST(test_files_chained)
+{
+    files_match(MODE_CHAINED);
+}
+END_TEST
+
+/* A missing file fails at stat (chained: the stat comes first) or open; a
+ * directory at read; a bad directory fd at the first step; each fails its
+ * own request only. _i: the mode. */
+START_TEST(test_file_errors)
+{
+    struct io_ring *r = file_ring((enum file_mode)_i, 4);
+    if (!r)
+        return;
+    int dirfd = open(file_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ck_assert_int_ge(dirfd, 0);
+    static uint8_t bufs[5][8192];
+    struct io_req q[5] = {
+        {.fd = dirfd, .buf = bufs[0], .len = 8192, .path = "no-such-file"},
+        {.fd = dirfd, .buf = bufs[1], .len = 8192, .path = "sub"},
+        {.fd = dirfd, .buf = bufs[2], .len = 8192, .path = file_names[2]},
+        {.fd = -1, .buf = bufs[3], .len = 8192, .path = file_names[2]},
+        {.fd = dirfd, .buf = bufs[4], .len = 8192, .path = "sub/no-such-file"},
+    };
+    for (int i = 0; i < 5; i++)
+        io_submit(r, &q[i]);
+    for (int i = 4; i >= 0; i--) /* any order */
+        io_wait(r, &q[i]);
+    ck_assert_int_eq(q[0].res, -ENOENT);
+    ck_assert_uint_eq(q[0].failed, _i == MODE_CHAINED ? IO_STEP_STAT : IO_STEP_OPEN);
+    ck_assert_int_eq(q[1].res, -EISDIR);
+    ck_assert_uint_eq(q[1].failed, IO_STEP_READ);
+    check_file(&q[2], 2, 8192, dirfd);
+    ck_assert_int_eq(q[3].res, -EBADF);
+    ck_assert_uint_ne(q[3].failed, IO_STEP_NONE);
+    ck_assert_int_eq(q[4].res, -ENOENT);
+    struct io_stats s;
+    io_ring_stats(r, &s);
+    ck_assert_uint_eq(s.files, 5);
+    ck_assert_uint_eq(s.file_errors, 4);
+    ck_assert_uint_eq(s.errors, 4);
+    /* The ring is fine afterwards. */
+    random_batch(r, 40);
+    close(dirfd);
+    io_ring_destroy(r);
+}
+END_TEST
+
+/* Requests taken back: the queued ones come back -ECANCELED untouched,
+ * those in the kernel finish; the ring goes on. _i: the mode. */
+START_TEST(test_cancel)
+{
+    struct io_ring *r = file_ring((enum file_mode)_i, 4);
+    if (!r)
+        return;
+    int dirfd = open(file_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ck_assert_int_ge(dirfd, 0);
+    enum { N = 40 };
+    static uint8_t bufs[N][8192];
+    struct io_req q[N];
+    for (int i = 0; i < N; i++) {
+        memset(bufs[i], 0xee, sizeof(bufs[i]));
+        q[i] = (struct io_req){.fd = dirfd, .buf = bufs[i], .len = 8192,
+                               .path = file_names[i % NFILES]};
+        io_submit(r, &q[i]);
+    }
+    io_poll(r); /* some are in the kernel now (not with pread) */
+    io_wait(r, &q[0]);
+    unsigned cancelled = 0;
+    for (int i = N - 1; i >= 1; i--) {
+        io_cancel(r, &q[i]);
+        ck_assert(io_done(&q[i]));
+        if (q[i].res == -ECANCELED) {
+            cancelled++;
+            ck_assert_uint_eq(bufs[i][0], 0xee);
+        } else {
+            check_file(&q[i], (unsigned)i % NFILES, 8192, dirfd);
+        }
+    }
+    ck_assert_uint_ge(cancelled, N - 1 - 4); /* at most depth were started */
+    io_cancel(r, &q[0]); /* done already: nothing happens */
+    check_file(&q[0], 0, 8192, dirfd);
+    struct io_stats s;
+    io_ring_stats(r, &s);
+    ck_assert_uint_eq(s.in_flight, 0);
+    ck_assert_uint_eq(s.files, N - cancelled);
+    /* Reused at once, and the ring goes on. */
+    io_submit(r, &q[5]);
+    io_wait(r, &q[5]);
+    check_file(&q[5], 5, 8192, dirfd);
+    random_batch(r, 20);
+    close(dirfd);
+    io_ring_destroy(r);
+}
+END_TEST
+
+/* The histograms: quantiles fall in the right buckets, capped by the max. */
+START_TEST(test_latency_quantiles)
+{
+    static struct io_lat h;
+    memset(&h, 0, sizeof(h));
+    ck_assert_uint_eq(io_lat_quantile(&h, 0.5), 0);
+    ck_assert_uint_eq(io_lat_quantile(&h, 0.99), 0);
+    /* Measured on a ring: every file request lands once; p50 <= p99 <= max. */
+    struct io_ring *r = file_ring(MODE_PREAD, 4);
+    ck_assert_ptr_nonnull(r);
+    int dirfd = open(file_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    static uint8_t buf[1 << 20];
+    for (unsigned i = 0; i < 50; i++) {
+        struct io_req q = {.fd = dirfd, .buf = buf, .len = sizeof(buf),
+                           .path = file_names[i % NFILES]};
+        io_submit(r, &q);
+        io_wait(r, &q);
+    }
+    struct io_stats s;
+    io_ring_stats(r, &s);
+    ck_assert_uint_eq(s.file_lat.count, 50);
+    uint64_t total = 0;
+    for (unsigned i = 0; i < IO_LAT_BUCKETS; i++)
+        total += s.file_lat.b[i];
+    ck_assert_uint_eq(total, 50);
+    ck_assert_uint_le(io_lat_quantile(&s.file_lat, 0.5), io_lat_quantile(&s.file_lat, 0.99));
+    ck_assert_uint_le(io_lat_quantile(&s.file_lat, 1.0), s.file_lat.max_us);
+    ck_assert_uint_le(s.file_lat.sum_us, 50 * s.file_lat.max_us);
+    close(dirfd);
+    io_ring_destroy(r);
+    /* Synthetic: 90 values in bucket 3 (3 us), 10 in the bucket of 1000 us
+     * (1000 = 1111101000b: [960, 1023]). */
+    h.b[3] = 90;
+    h.max_us = 1000;
+    unsigned b1000 = (9 - 2) * IO_LAT_SUB + ((1000 >> 6) & 7);
+    h.b[b1000] = 10;
+    ck_assert_uint_eq(io_lat_quantile(&h, 0.5), 3);
+    ck_assert_uint_eq(io_lat_quantile(&h, 0.9), 3);
+    ck_assert_uint_eq(io_lat_quantile(&h, 0.91), 1000); /* the bucket's edge, capped */
+    h.max_us = 5000;
+    ck_assert_uint_eq(io_lat_quantile(&h, 0.99), 1023);
+    /* Sums over rings merge the buckets. */
+    struct io_stats a, sum;
+    memset(&a, 0, sizeof(a));
+    memset(&sum, 0, sizeof(sum));
+    a.file_lat = h;
+    io_stats_add(&sum, &a);
+    io_stats_add(&sum, &a);
+    ck_assert_uint_eq(sum.file_lat.b[3], 180);
+    ck_assert_uint_eq(io_lat_quantile(&sum.file_lat, 0.99), 1023);
+}
+END_TEST
+
 static Suite *io_suite(void)
 {
     Suite *s = suite_create("io");
@@ -454,6 +786,16 @@ static Suite *io_suite(void)
     tcase_add_test(tc, test_refused_by_seccomp);
     tcase_add_test(tc, test_stats_from_another_thread);
     suite_add_tcase(s, tc);
+    TCase *tf = tcase_create("files");
+    tcase_add_checked_fixture(tf, files_setup, files_teardown);
+    tcase_set_timeout(tf, 60);
+    tcase_add_test(tf, test_files_pread);
+    tcase_add_test(tf, test_files_staged);
+    tcase_add_test(tf, test_files_chained);
+    tcase_add_loop_test(tf, test_file_errors, MODE_PREAD, MODE_CHAINED + 1);
+    tcase_add_loop_test(tf, test_cancel, MODE_PREAD, MODE_CHAINED + 1);
+    tcase_add_test(tf, test_latency_quantiles);
+    suite_add_tcase(s, tf);
     return s;
 }
 
