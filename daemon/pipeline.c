@@ -1,4 +1,5 @@
 /* Batched pipeline through the cache tiers: see pipeline.h. */
+#define _GNU_SOURCE /* O_PATH */
 #include "pipeline.h"
 
 #include <errno.h>
@@ -26,7 +27,7 @@ enum item_src {
     SRC_DISK, /* a disk record, read with the chunk */
     SRC_FILE, /* the source file, read with the chunk */
     SRC_SKIP, /* (warm) on disk already, and memory does not want it */
-    SRC_BAD,  /* the source file could not be opened */
+    SRC_BAD,  /* the source file cannot be read at all */
 };
 
 struct item {
@@ -35,43 +36,62 @@ struct item {
     uint8_t computed;            /* went through the offline steps */
     int err;                     /* SRC_BAD: the negative errno */
     const struct cache_entry *e; /* SRC_MEM */
-    struct store_loc loc;        /* SRC_DISK: pinned until the chunk is read */
-    struct dataset_file f;       /* SRC_FILE: open until the chunk is read */
-    size_t off, len;             /* SRC_DISK, SRC_FILE: bytes in the arena */
+    uint8_t pinned;              /* SRC_DISK: loc is pinned (until its read is done) */
+    struct store_loc loc;        /* SRC_DISK */
+    struct dataset_file f;       /* SRC_FILE: size and mtime as read (fd -1) */
+    size_t off, len;             /* SRC_DISK, SRC_FILE: room in the arena */
     struct img bytes;            /* SRC_FILE: a view of them once read */
     unsigned req;                /* its read */
     char msg[160];               /* SRC_BAD: why */
 };
 
-struct pipe_local {
+/* A chunk of samples and their reads (see pipeline.h). */
+struct chunk {
     struct item items[PIPELINE_CHUNK_SAMPLES];
     struct io_req reqs[PIPELINE_CHUNK_SAMPLES];
+    uint32_t ids[PIPELINE_CHUNK_SAMPLES]; /* warm: the chunk's sample ids */
     uint8_t *arena; /* the chunk's records and files */
     size_t arena_cap;
-    struct img decoded; /* a disk record, decoded */
     uint32_t req_item[PIPELINE_CHUNK_SAMPLES]; /* the item of each read */
-    unsigned nreq, nread; /* the chunk's reads; those done (in order) */
+    unsigned nreq;  /* the chunk's reads */
+    uint32_t m;     /* samples gathered */
+};
+
+/* Two chunks: the one being run and the next, whose reads are in flight
+ * meanwhile. */
+struct pipe_local {
+    struct chunk ck[2];
+    struct img decoded; /* a disk record, decoded */
+    int dirfd;          /* O_PATH of root (-1: none), for the file requests */
+    char *root;
 };
 
 static void local_free(void *p)
 {
     struct pipe_local *L = p;
-    free(L->arena);
+    for (int c = 0; c < 2; c++)
+        free(L->ck[c].arena);
     img_free(&L->decoded);
+    if (L->dirfd >= 0)
+        close(L->dirfd);
+    free(L->root);
     free(L);
 }
 
 static struct pipe_local *local_get(struct worker_ctx *ctx)
 {
-    if (!ctx->local && (ctx->local = calloc(1, sizeof(struct pipe_local))))
+    struct pipe_local *L;
+    if (!ctx->local && (L = ctx->local = calloc(1, sizeof(struct pipe_local)))) {
         ctx->local_free = local_free;
+        L->dirfd = -1;
+    }
     return ctx->local;
 }
 
 /* Publishes what the thread's buffers take, for the memory stats. */
 static void local_account(struct worker_ctx *ctx, struct pipe_local *L)
 {
-    uint64_t b = sizeof(*L) + L->arena_cap + L->decoded.cap;
+    uint64_t b = sizeof(*L) + L->ck[0].arena_cap + L->ck[1].arena_cap + L->decoded.cap;
     for (int k = 0; k < 3; k++)
         b += ctx->scratch[k].cap;
     __atomic_store_n(&ctx->mem_bytes, b, __ATOMIC_RELAXED);
@@ -257,16 +277,17 @@ static size_t align_up(size_t n)
  */
 static uint32_t chunk_gather(const struct pipeline_env *env, struct dataset *ds,
                              const uint32_t *ids, uint32_t n, int warm,
-                             struct pipe_local *L, size_t *bytes)
+                             struct chunk *C, size_t *bytes)
 {
     const struct config_dataset *cfg = ds->cfg;
     size_t total = 0;
     uint32_t m;
     for (m = 0; m < n && m < PIPELINE_CHUNK_SAMPLES; m++) {
-        struct item *it = &L->items[m];
+        struct item *it = &C->items[m];
         uint32_t id = ids[m];
         it->id = id;
         it->computed = 0;
+        it->pinned = 0;
         it->e = NULL;
         it->loc.seg = NULL;
         it->f.fd = -1;
@@ -299,27 +320,22 @@ static uint32_t chunk_gather(const struct pipeline_env *env, struct dataset *ds,
                     break;
                 }
                 it->src = SRC_DISK;
+                it->pinned = 1;
                 it->len = it->loc.len;
                 it->off = total;
                 total += align_up(it->len);
                 continue;
             }
         }
-        int rc = dataset_open_file(ds, id, env->max_file_size, &it->f, it->msg,
-                                   sizeof(it->msg));
-        if ((rc == -EMFILE || rc == -ENFILE) && m > 0)
-            break; /* out of fds: the rest once this chunk's are closed */
-        if (rc < 0) {
-            it->src = SRC_BAD;
-            it->err = rc;
-            continue;
-        }
-        if (m > 0 && total + it->f.size > PIPELINE_CHUNK_BYTES) {
-            close(it->f.fd);
+        /* The file is read whole with room for its size at indexing; one
+         * that grew since is read again (item_materialize). */
+        uint64_t size = ds->samples[id].size;
+        if (size > env->max_file_size)
+            size = 0; /* the read says how large it is now */
+        if (m > 0 && total + size > PIPELINE_CHUNK_BYTES)
             break;
-        }
         it->src = SRC_FILE;
-        it->len = (size_t)it->f.size;
+        it->len = (size_t)size;
         it->off = total;
         total += align_up(it->len);
     }
@@ -327,89 +343,115 @@ static uint32_t chunk_gather(const struct pipeline_env *env, struct dataset *ds,
     return m;
 }
 
-/* Unpins the records and closes the files of reads [from, to). */
-static void chunk_release(const struct pipeline_env *env, struct pipe_local *L, unsigned from,
-                          unsigned to)
+/* The directory the file requests of ds are relative to (an O_PATH
+ * descriptor of its root, kept per thread), or -errno. */
+static int root_fd(struct pipe_local *L, const struct dataset *ds)
 {
-    for (unsigned r = from; r < to; r++) {
-        struct item *it = &L->items[L->req_item[r]];
-        if (it->src == SRC_DISK)
-            store_release(env->store, &it->loc);
-        else
-            close(it->f.fd);
+    const char *root = ds->cfg->root;
+    if (L->dirfd >= 0 && strcmp(L->root, root) == 0)
+        return L->dirfd;
+    if (L->dirfd >= 0)
+        close(L->dirfd);
+    free(L->root);
+    L->root = NULL;
+    L->dirfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (L->dirfd < 0)
+        return -errno;
+    if (!(L->root = strdup(root))) {
+        close(L->dirfd);
+        L->dirfd = -1;
+        return -ENOMEM;
+    }
+    return L->dirfd;
+}
+
+/* Lets go of the record item it pinned for its read. */
+static void item_unpin(const struct pipeline_env *env, struct item *it)
+{
+    if (it->pinned) {
+        store_release(env->store, &it->loc);
+        it->pinned = 0;
     }
 }
 
 /*
- * Sets up the reads of the chunk's records and files, in sample order.
- * They are made in groups of PIPELINE_READ_GROUP, each one io_read_batch
- * on the worker's ring, as the samples need them; when there is more than
- * one group, all of them are hinted to the kernel first
- * (POSIX_FADV_WILLNEED starts their reads in the background), so the
- * device works on the whole chunk while the worker checks and runs the
- * first samples. A read that could not be made has res < 0.
+ * Queues the reads of the chunk's records and files on the worker's ring,
+ * in sample order, behind those of the chunk before (whose samples run
+ * meanwhile), and hands them to the kernel: io.depth of them in flight,
+ * the next one issued as soon as one completes, so the reads run ahead of
+ * decoding along the epoch's order. A source file is one request (opened,
+ * statted, read and closed by the kernel). A read that could not be made
+ * has res < 0 and is done.
  */
-static void chunk_prepare(const struct pipeline_env *env, struct pipe_local *L, uint32_t m,
-                          size_t bytes)
+static void chunk_prepare(const struct dataset *ds, struct pipe_local *L, struct chunk *C,
+                          struct worker_ctx *ctx, size_t bytes)
 {
-    int have_arena = 1;
-    if (bytes > L->arena_cap) {
-        free(L->arena);
-        L->arena = malloc(bytes);
-        L->arena_cap = L->arena ? bytes : 0;
-        have_arena = L->arena != NULL;
+    int have_arena = 1, dirfd = 0;
+    if (bytes > C->arena_cap) {
+        free(C->arena);
+        C->arena = malloc(bytes);
+        C->arena_cap = C->arena ? bytes : 0;
+        have_arena = C->arena != NULL;
     }
-    L->nreq = L->nread = 0;
-    for (uint32_t i = 0; i < m; i++) {
-        struct item *it = &L->items[i];
+    C->nreq = 0;
+    for (uint32_t i = 0; i < C->m; i++) {
+        struct item *it = &C->items[i];
         if (it->src != SRC_DISK && it->src != SRC_FILE)
             continue;
-        struct io_req *q = &L->reqs[L->nreq];
-        q->fd = it->src == SRC_DISK ? it->loc.fd : it->f.fd;
-        q->buf = have_arena ? L->arena + it->off : NULL;
+        struct io_req *q = &C->reqs[C->nreq];
+        q->buf = have_arena ? C->arena + it->off : NULL;
         q->len = it->len;
-        q->off = it->src == SRC_DISK ? it->loc.off : 0;
-        q->res = -ENOMEM;
-        L->req_item[L->nreq] = i;
-        it->req = L->nreq++;
+        if (it->src == SRC_DISK) {
+            q->fd = it->loc.fd;
+            q->off = it->loc.off;
+            q->path = NULL;
+        } else {
+            if (dirfd == 0)
+                dirfd = root_fd(L, ds);
+            q->fd = dirfd;
+            q->off = 0;
+            q->path = dataset_path(ds, it->id);
+        }
+        C->req_item[C->nreq] = i;
+        it->req = C->nreq++;
+        if (!have_arena || (it->src == SRC_FILE && dirfd < 0)) {
+            q->res = have_arena ? dirfd : -ENOMEM;
+            q->failed = IO_STEP_OPEN;
+            q->state = IO_S_DONE;
+            continue;
+        }
+        io_submit(ctx->io, q);
     }
-    if (!have_arena) { /* every read failed */
-        chunk_release(env, L, 0, L->nreq);
-        L->nread = L->nreq;
-    } else if (L->nreq > PIPELINE_READ_GROUP) {
-        for (unsigned r = 0; r < L->nreq; r++)
-            posix_fadvise(L->reqs[r].fd, (off_t)L->reqs[r].off, (off_t)L->reqs[r].len,
-                          POSIX_FADV_WILLNEED);
-    }
+    io_poll(ctx->io);
 }
 
 /* Makes sure the read of item it is done. */
-static void chunk_need(const struct pipeline_env *env, struct worker_ctx *ctx,
-                       struct pipe_local *L, const struct item *it)
+static void chunk_need(const struct pipeline_env *env, struct worker_ctx *ctx, struct chunk *C,
+                       struct item *it)
 {
     if (it->src != SRC_DISK && it->src != SRC_FILE)
         return;
-    while (it->req >= L->nread) {
-        unsigned n = L->nreq - L->nread;
-        if (n > PIPELINE_READ_GROUP)
-            n = PIPELINE_READ_GROUP;
-        io_read_batch(ctx->io, L->reqs + L->nread, n);
-        chunk_release(env, L, L->nread, L->nread + n);
-        L->nread += n;
-    }
+    io_poll(ctx->io); /* completions in, more reads out */
+    io_wait(ctx->io, &C->reqs[it->req]);
+    item_unpin(env, it);
 }
 
-/* After a chunk: reads not needed (the batch stopped) are let go, and an
- * arena grown past the chunk limit for one large file is given back. */
+/* After a chunk: reads not needed (the batch stopped) are taken back, and
+ * an arena grown past the chunk limit for one large file is given back. */
 static void chunk_end(const struct pipeline_env *env, struct worker_ctx *ctx,
-                      struct pipe_local *L)
+                      struct pipe_local *L, struct chunk *C)
 {
-    chunk_release(env, L, L->nread, L->nreq);
-    L->nread = L->nreq;
-    if (L->arena_cap > PIPELINE_CHUNK_BYTES) {
-        free(L->arena);
-        L->arena = NULL;
-        L->arena_cap = 0;
+    for (unsigned r = 0; r < C->nreq; r++) {
+        struct item *it = &C->items[C->req_item[r]];
+        io_cancel(ctx->io, &C->reqs[r]);
+        item_unpin(env, it);
+    }
+    C->nreq = 0;
+    C->m = 0;
+    if (C->arena_cap > PIPELINE_CHUNK_BYTES) {
+        free(C->arena);
+        C->arena = NULL;
+        C->arena_cap = 0;
     }
     local_account(ctx, L);
 }
@@ -438,11 +480,12 @@ static enum pipeline_fault disk_recover(const struct pipeline_env *env, struct d
  * `count` (streams; warm reads are not training reads). */
 static enum pipeline_fault item_materialize(const struct pipeline_env *env,
                                             struct dataset *ds, struct item *it,
-                                            struct pipe_local *L, struct worker_ctx *ctx,
-                                            int count, struct img *view,
-                                            const struct img **out, char *err, size_t errlen)
+                                            struct pipe_local *L, struct chunk *C,
+                                            struct worker_ctx *ctx, int count,
+                                            struct img *view, const struct img **out,
+                                            char *err, size_t errlen)
 {
-    const struct io_req *q = it->src == SRC_DISK || it->src == SRC_FILE ? &L->reqs[it->req]
+    const struct io_req *q = it->src == SRC_DISK || it->src == SRC_FILE ? &C->reqs[it->req]
                                                                           : NULL;
     int tiered = env->store && ds->cfg->split > 0;
     switch (it->src) {
@@ -458,7 +501,7 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
         int rc = q->res < 0 ? (int)q->res : (size_t)q->res < it->len ? -EIO : 0;
         dataset_key(ds, it->id, NULL, &key);
         if (rc == 0)
-            rc = store_decode(env->store, &key, L->arena + it->off, it->len, &L->decoded);
+            rc = store_decode(env->store, &key, C->arena + it->off, it->len, &L->decoded);
         if (rc < 0) {
             if (count)
                 ADD(&ds->n.disk_misses, 1);
@@ -474,12 +517,28 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
         if (count && tiered)
             ADD(&ds->n.disk_misses, 1);
         if (q->res < 0) {
-            snprintf(err, errlen, "read: %s", strerror((int)-q->res));
+            snprintf(err, errlen, "%s: %s",
+                     q->failed == IO_STEP_OPEN ? "open" : q->failed == IO_STEP_STAT ? "stat"
+                                                                                 : "read",
+                     strerror((int)-q->res));
             return PIPE_READ;
         }
-        /* A file that shrank since its fstat: decode sees what is there.
+        if (q->size > env->max_file_size) {
+            snprintf(err, errlen, "file is %llu bytes, over the limit of %llu",
+                     (unsigned long long)q->size, (unsigned long long)env->max_file_size);
+            return PIPE_TOO_LARGE;
+        }
+        it->f = (struct dataset_file){.fd = -1, .size = q->size, .mtime_ns = q->mtime_ns};
+        if (q->size > it->len) { /* grew since indexing: read it whole now */
+            int rc = dataset_read(ds, it->id, env->max_file_size, &ctx->scratch[0], &it->f,
+                                  err, errlen);
+            if (rc < 0)
+                return rc == -EFBIG ? PIPE_TOO_LARGE : PIPE_READ;
+            return compute(env, ds, it, &ctx->scratch[0], &it->f, ctx, view, out, err, errlen);
+        }
+        /* A file that shrank since indexing: decode sees what is there.
          * With nothing offline, *out is this view: it lives in the item. */
-        it->bytes = (struct img){.fmt = IMG_ENCODED, .data = L->arena + it->off,
+        it->bytes = (struct img){.fmt = IMG_ENCODED, .data = C->arena + it->off,
                                  .len = (size_t)q->res, .cap = it->len, .borrowed = 1};
         return compute(env, ds, it, &it->bytes, &it->f, ctx, view, out, err, errlen);
     }
@@ -491,6 +550,29 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
     }
 }
 
+/* Gathers the next chunk of ids[0..n) into C and queues its reads.
+ * Returns how many samples it took (at least one). */
+static uint32_t chunk_start(const struct pipeline_env *env, struct dataset *ds,
+                            struct pipe_local *L, struct chunk *C, const uint32_t *ids,
+                            uint32_t n, int warm, struct worker_ctx *ctx)
+{
+    size_t bytes;
+    C->m = chunk_gather(env, ds, ids, n, warm, C, &bytes);
+    chunk_prepare(ds, L, C, ctx, bytes);
+    return C->m;
+}
+
+/* chunk_start over samples [first, first + n) (warm). */
+static uint32_t warm_start(const struct pipeline_env *env, struct dataset *ds,
+                           struct pipe_local *L, struct chunk *C, uint32_t first, uint32_t n,
+                           struct worker_ctx *ctx)
+{
+    uint32_t want = n < PIPELINE_CHUNK_SAMPLES ? n : PIPELINE_CHUNK_SAMPLES;
+    for (uint32_t i = 0; i < want; i++)
+        C->ids[i] = first + i;
+    return chunk_start(env, ds, L, C, C->ids, want, 1, ctx);
+}
+
 /* ---- batches ---- */
 
 uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
@@ -499,16 +581,23 @@ uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
                         pipeline_bad_fn bad, void *arg)
 {
     struct pipe_local *L = local_get(ctx);
+    struct chunk *C = NULL, *next = NULL;
     char err[512];
-    uint32_t k = 0, done = 0;
+    uint32_t k = 0, done = 0, ahead = 0;
     int stop = 0;
 
+    if (L) {
+        C = &L->ck[0];
+        next = &L->ck[1];
+        ahead = chunk_start(env, ds, L, C, ids, n, 0, ctx);
+    }
     while (done < n && !stop) {
         uint32_t m = 1;
-        size_t bytes = 0;
         if (L) {
-            m = chunk_gather(env, ds, ids + done, n - done, 0, L, &bytes);
-            chunk_prepare(env, L, m, bytes);
+            /* The next chunk's reads go out behind this one's. */
+            m = C->m;
+            if (ahead < n)
+                ahead += chunk_start(env, ds, L, next, ids + ahead, n - ahead, 0, ctx);
         }
         for (uint32_t i = 0; i < m && !stop; i++) {
             uint32_t id = ids[done + i];
@@ -519,12 +608,12 @@ uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
                 snprintf(err, sizeof(err), "no memory for the pipeline's buffers");
                 f = PIPE_READ;
             } else {
-                struct item *it = &L->items[i];
+                struct item *it = &C->items[i];
                 int hit = it->src == SRC_MEM;
-                chunk_need(env, ctx, L, it);
+                chunk_need(env, ctx, C, it);
                 stats_add(ctx->stats, hit ? STAT_cache_hits : STAT_cache_misses, 1);
                 ADD(hit ? &ds->n.hits : &ds->n.misses, 1);
-                f = item_materialize(env, ds, it, L, ctx, 1, &view, &im, err, sizeof(err));
+                f = item_materialize(env, ds, it, L, C, ctx, 1, &view, &im, err, sizeof(err));
             }
             if (f == PIPE_OK)
                 f = run_online(ds, im, pipeline_sample_seed(seed, epoch, id),
@@ -537,9 +626,15 @@ uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
             stop = bad(arg, done + i, f, err);
         }
         done += m;
-        if (L)
-            chunk_end(env, ctx, L);
+        if (L) {
+            chunk_end(env, ctx, L, C);
+            struct chunk *t = C;
+            C = next;
+            next = t;
+        }
     }
+    if (L) /* stopped early: the reads ahead are not needed */
+        chunk_end(env, ctx, L, C);
     return k;
 }
 
@@ -547,7 +642,6 @@ void pipeline_warm(const struct pipeline_env *env, struct dataset *ds, uint32_t 
                    uint32_t n, struct worker_ctx *ctx, struct pipeline_warm_result *res)
 {
     struct pipe_local *L = local_get(ctx);
-    uint32_t ids[PIPELINE_CHUNK_SAMPLES];
     char err[512];
 
     if (!L) {
@@ -556,20 +650,19 @@ void pipeline_warm(const struct pipeline_env *env, struct dataset *ds, uint32_t 
         log_error("dataset '%s': warm: no memory for the pipeline's buffers", ds->cfg->name);
         return;
     }
+    struct chunk *C = &L->ck[0], *next = &L->ck[1];
+    uint32_t ahead = warm_start(env, ds, L, C, first, n, ctx);
     while (n > 0) {
-        uint32_t want = n < PIPELINE_CHUNK_SAMPLES ? n : PIPELINE_CHUNK_SAMPLES;
-        for (uint32_t i = 0; i < want; i++)
-            ids[i] = first + i;
-        size_t bytes;
-        uint32_t m = chunk_gather(env, ds, ids, want, 1, L, &bytes);
-        chunk_prepare(env, L, m, bytes);
+        uint32_t m = C->m;
+        if (ahead < n)
+            ahead += warm_start(env, ds, L, next, first + ahead, n - ahead, ctx);
         for (uint32_t i = 0; i < m; i++) {
-            struct item *it = &L->items[i];
-            chunk_need(env, ctx, L, it);
+            struct item *it = &C->items[i];
+            chunk_need(env, ctx, C, it);
             struct img view;
             const struct img *im = NULL;
             enum pipeline_fault f =
-                item_materialize(env, ds, it, L, ctx, 0, &view, &im, err, sizeof(err));
+                item_materialize(env, ds, it, L, C, ctx, 0, &view, &im, err, sizeof(err));
             res->done++;
             if (f != PIPE_OK) {
                 res->failed++;
@@ -579,9 +672,13 @@ void pipeline_warm(const struct pipeline_env *env, struct dataset *ds, uint32_t 
                 res->computed += it->computed;
             }
         }
-        chunk_end(env, ctx, L);
+        chunk_end(env, ctx, L, C);
+        struct chunk *t = C;
+        C = next;
+        next = t;
         first += m;
         n -= m;
+        ahead -= m;
     }
 }
 

@@ -3,13 +3,15 @@
  * cache tiers:
  *
  *   1. memory: cache_get for every sample;
- *   2. disk: for the memory misses the disk tier holds, store_lookup; the
- *      source files of the true misses are opened and fstat'ed; then their
- *      records and files are read through the worker's own I/O ring, in
- *      batches of PIPELINE_READ_GROUP (io_read_batch), all of them hinted
- *      to the kernel first (POSIX_FADV_WILLNEED) when there is more than
- *      one group, so the device works on the whole batch while the worker
- *      checks and runs its first samples;
+ *   2. disk: for the memory misses the disk tier holds, store_lookup; then
+ *      their records and the source files of the true misses are queued,
+ *      in epoch order, on the worker's own I/O ring (io.h), which keeps
+ *      io.depth of them in flight and issues the next as soon as one
+ *      completes. A source file is one request, read whole into room for
+ *      its size at indexing: open, stat, read and close chained in the
+ *      kernel where it allows, so no worker waits on an open. The reads of
+ *      the next chunk go out while this chunk's samples run, so decoding
+ *      waits only for reads that could not have been issued earlier;
  *   3. in epoch order, per sample: a disk record is checked and decoded
  *      (store_decode; a bad one is counted, recomputed from the source and
  *      stored again) and admitted to memory if the policy says so; a source
@@ -19,10 +21,11 @@
  *      admitted to memory; then the online steps write into the batch.
  *
  * A batch is taken in chunks bounded in samples and in bytes read at once
- * (PIPELINE_CHUNK_SAMPLES, PIPELINE_CHUNK_BYTES), which bounds a worker's
- * buffers (and its open files: a chunk stops early at EMFILE). Bad samples
- * are reported in order, one callback each, so the caller decides (skip or
- * fail) exactly as with one sample at a time.
+ * (PIPELINE_CHUNK_SAMPLES, PIPELINE_CHUNK_BYTES), two at a time (the one
+ * running and the next, being read), which bounds a worker's buffers. A
+ * file that grew past its indexed size is read again whole, on the worker.
+ * Bad samples are reported in order, one callback each, so the caller
+ * decides (skip or fail) exactly as with one sample at a time.
  *
  * The disk tier is optional (env->store NULL), and degrades to none when
  * its writes fail (the store says so in the log, once). Puts refused for
@@ -42,7 +45,6 @@
 
 #define PIPELINE_CHUNK_SAMPLES 256u
 #define PIPELINE_CHUNK_BYTES (16u << 20)
-#define PIPELINE_READ_GROUP 16u
 #define PIPELINE_COMPACT_INTERVAL_S 30
 
 /* Why a sample was bad, for stats and the error reply. */

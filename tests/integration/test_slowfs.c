@@ -1,0 +1,310 @@
+/*
+ * Slow storage: prestod reading its source files from a FUSE file system
+ * that adds LATENCY_MS to every open and every read (tests/tools/slowfs,
+ * mounted here over a data set made from the photos, unmounted at the end).
+ *
+ * The same data set is served twice by one daemon: `local` (the directory)
+ * and `slow` (the mount). A cold epoch over `slow` must give exactly the
+ * bytes and labels of the same epoch over `local` (every sample, in order),
+ * and its reads must overlap: read one file at a time, two workers would
+ * need NSAMPLES x 2 x LATENCY_MS / 2 (an open and a read each); the epoch
+ * must take less than a quarter of that, and no more than that quarter
+ * longer than the cold epoch over `local` (the timing checks are left out
+ * under valgrind, where decoding dominates). Then the same through every
+ * way of reading files (io_uring chains, staged io_uring, pread), and a
+ * warm-up over the mount.
+ *
+ * Skips (exit 77) with a message where FUSE is not available: no slowfs
+ * (libfuse3-dev missing), no /dev/fuse, or the mount refused.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "presto.h"
+
+#define NSAMPLES 256
+#define NCLASSES 4
+#define LATENCY_MS 20
+#define BATCH 64
+#define CASE_TIMEOUT_S 240
+
+static struct harness H;
+static char data_root[HARNESS_PATH_MAX], mnt[HARNESS_PATH_MAX];
+static int mounted;
+
+/* ---- the mount ---- */
+
+static int slowfs_mount(char *why, size_t whylen)
+{
+    char slowfs[HARNESS_PATH_MAX * 2], log[HARNESS_PATH_MAX], lat[16];
+    snprintf(slowfs, sizeof(slowfs), "%s/slowfs", harness_env("PRESTO_BUILD", "build"));
+    if (access(slowfs, X_OK) != 0) {
+        snprintf(why, whylen, "no slowfs in %.200s (libfuse3-dev missing? make deps)",
+                 harness_env("PRESTO_BUILD", "build"));
+        return -1;
+    }
+    if (access("/dev/fuse", R_OK | W_OK) != 0) {
+        snprintf(why, whylen, "/dev/fuse: %s", strerror(errno));
+        return -1;
+    }
+    if (harness_path(&H, "mnt", mnt, sizeof(mnt)) < 0 || mkdir(mnt, 0700) < 0 ||
+        harness_path(&H, "slowfs.log", log, sizeof(log)) < 0) {
+        snprintf(why, whylen, "cannot make the mount point");
+        return -1;
+    }
+    snprintf(lat, sizeof(lat), "%d", LATENCY_MS);
+    const char *argv[] = {slowfs, "--latency-ms", lat, data_root, mnt, NULL};
+    int rc = harness_run(argv, log, 30);
+    if (rc != 0) {
+        char msg[256] = "";
+        FILE *f = fopen(log, "r");
+        if (f) {
+            if (!fgets(msg, sizeof(msg), f))
+                msg[0] = '\0';
+            fclose(f);
+        }
+        msg[strcspn(msg, "\n")] = '\0';
+        snprintf(why, whylen, "slowfs could not mount (status %d): %s", rc, msg);
+        return -1;
+    }
+    mounted = 1;
+    return 0;
+}
+
+static void slowfs_unmount(void)
+{
+    if (!mounted)
+        return;
+    const char *argv[] = {"fusermount3", "-u", "-z", mnt, NULL};
+    if (harness_run(argv, NULL, 30) != 0 && umount2(mnt, MNT_DETACH) < 0)
+        fprintf(stderr, "cannot unmount %s: %s\n", mnt, strerror(errno));
+    mounted = 0;
+}
+
+/* ---- epochs ---- */
+
+struct epoch {
+    uint64_t samples, skipped;
+    uint64_t fnv; /* labels then data of every batch, in order (prestoctl --checksum) */
+    uint64_t hashes[NSAMPLES];
+    int64_t labels[NSAMPLES];
+    double seconds;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Pulls epoch 0 (seed 1, shuffled) of a dataset, timed from the open. */
+static void pull(const char *dataset, struct epoch *e)
+{
+    presto_t *p;
+    presto_stream_t *s;
+    presto_batch_t b;
+    presto_stream_opts_t o;
+    presto_stream_opts_init(&o);
+    o.dataset = dataset;
+    o.batch_size = BATCH;
+    o.seed = 1;
+    memset(e, 0, sizeof(*e));
+    e->fnv = HARNESS_FNV_INIT;
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    double t0 = now_s();
+    int rc = presto_stream_open(p, &o, &s);
+    ck_assert_msg(rc == 0, "stream_open %s: %s", dataset, presto_errmsg(p));
+    while ((rc = presto_next(s, &b)) > 0) {
+        ck_assert_uint_le(e->samples + b.n, NSAMPLES);
+        size_t per = b.size / b.n;
+        e->fnv = harness_fnv(e->fnv, b.labels, b.n * sizeof(b.labels[0]));
+        e->fnv = harness_fnv(e->fnv, b.data, b.size);
+        for (uint32_t i = 0; i < b.n; i++) {
+            e->labels[e->samples + i] = b.labels[i];
+            e->hashes[e->samples + i] =
+                harness_fnv(HARNESS_FNV_INIT, (const uint8_t *)b.data + i * per, per);
+        }
+        e->samples += b.n;
+    }
+    ck_assert_msg(rc == 0, "%s: %s", dataset, presto_stream_errmsg(s));
+    e->seconds = now_s() - t0;
+    presto_stream_close(s);
+    presto_close(p);
+}
+
+/* Every sample of got is the one of want, and nothing was skipped. */
+static void same_epoch(const struct epoch *got, const struct epoch *want)
+{
+    ck_assert_uint_eq(got->samples, NSAMPLES);
+    ck_assert_uint_eq(want->samples, NSAMPLES);
+    unsigned differ = 0;
+    for (unsigned i = 0; i < NSAMPLES; i++)
+        differ += got->hashes[i] != want->hashes[i] || got->labels[i] != want->labels[i];
+    ck_assert_msg(differ == 0, "%u of %u samples differ from the local directory's", differ,
+                  NSAMPLES);
+    ck_assert_uint_eq(got->fnv, want->fnv);
+}
+
+static double stat_of(const char *parent, const char *key)
+{
+    double v = -1;
+    ck_assert_msg(harness_stat(&H, parent, key, &v) == 0, "no %s.%s in stats", parent, key);
+    return v;
+}
+
+/* A daemon serving the data set as `local` and the mount as `slow`, two
+ * workers, reading files as PRESTO_IO says (NULL: the default). */
+static void start(const char *presto_io)
+{
+    char local[HARNESS_PATH_MAX + 16], slow[HARNESS_PATH_MAX + 16];
+    snprintf(local, sizeof(local), "local=%s", data_root);
+    snprintf(slow, sizeof(slow), "slow=%s", mnt);
+    const char *args[] = {"-d", local, "-d", slow, "-w", "2", NULL};
+    if (presto_io)
+        setenv("PRESTO_IO", presto_io, 1);
+    else
+        unsetenv("PRESTO_IO");
+    int rc = harness_start(&H, args);
+    unsetenv("PRESTO_IO");
+    ck_assert_msg(rc == 0, "prestod did not start");
+}
+
+static void stop(void)
+{
+    ck_assert_int_eq(harness_stop(&H), 0);
+}
+
+/* ---- tests ---- */
+
+/* The issue's test: a cold epoch over the mount, every sample correct, the
+ * reads overlapped. */
+START_TEST(test_cold_epoch_overlaps)
+{
+    struct epoch slow, local;
+    start(NULL);
+    pull("slow", &slow);
+    /* What the stats say about the source reads so far (all over the mount). */
+    double files = stat_of("source", "files"), p50 = stat_of("latency_us", "p50");
+    double in_flight = stat_of("io", "max_in_flight"), chained = stat_of("source", "chained");
+    double bytes = stat_of("source", "bytes"), busy = stat_of("source", "busy_s");
+    pull("local", &local);
+    stop();
+    same_epoch(&slow, &local);
+
+    double serial = NSAMPLES * 2.0 * LATENCY_MS / 1000.0 / 2; /* two workers, one read each */
+    printf("cold epoch of %d samples: local %.2f s, over slowfs (%d ms per open and read) "
+           "%.2f s; one read at a time per worker would take %.2f s; %g files read, "
+           "latency p50 %g us, %g in flight at most, %g chained, %.1f MB/s while busy\n",
+           NSAMPLES, local.seconds, LATENCY_MS, slow.seconds, serial, files, p50, in_flight,
+           chained, busy > 0 ? bytes / busy / 1e6 : 0.0);
+    ck_assert_uint_eq((uint64_t)files, NSAMPLES);
+    /* An open and a read each, both LATENCY_MS: the latency was real. */
+    ck_assert_msg(p50 >= 2 * LATENCY_MS * 1000 * 0.9, "source read p50 %g us", p50);
+    ck_assert_msg(in_flight >= 16, "at most %g reads in flight", in_flight);
+    if (strcmp(harness_env("PRESTO_VALGRIND", "0"), "1") == 0) {
+        printf("valgrind: timing checks left out\n");
+        return;
+    }
+    ck_assert_msg(slow.seconds < serial / 4, "%.2f s: reads did not overlap (serial %.2f s)",
+                  slow.seconds, serial);
+    ck_assert_msg(slow.seconds < local.seconds + serial / 4,
+                  "%.2f s over slowfs against %.2f s locally", slow.seconds, local.seconds);
+}
+END_TEST
+
+/* Every way of reading files gives the same epoch over the mount. _i:
+ * 0 io_uring chains (the default), 1 staged io_uring, 2 pread. */
+START_TEST(test_every_backend)
+{
+    static const char *const io[] = {NULL, "nochain", "pread"};
+    static const char *const counter[] = {"chained", "staged", "sync"};
+    struct epoch slow, local;
+    start(io[_i]);
+    pull("local", &local);
+    pull("slow", &slow);
+    double n = stat_of("source", counter[_i]), errors = stat_of("source", "errors");
+    double in_flight = stat_of("io", "max_in_flight");
+    stop();
+    same_epoch(&slow, &local);
+    printf("%s: over slowfs %.2f s, locally %.2f s; %g reads in flight at most\n",
+           counter[_i], slow.seconds, local.seconds, in_flight);
+    ck_assert_uint_eq((uint64_t)n, 2 * NSAMPLES);
+    ck_assert_uint_eq((uint64_t)errors, 0);
+    if (_i == 2)
+        ck_assert_uint_eq((uint64_t)in_flight, 1);
+    else
+        ck_assert_msg(in_flight > 1, "io_uring reads were not overlapped");
+}
+END_TEST
+
+/* A warm-up over the mount computes every sample once (reading ahead
+ * chunk after chunk); the epoch after it comes from memory, and is the
+ * local directory's. */
+START_TEST(test_warm_over_mount)
+{
+    struct epoch slow, local;
+    presto_t *p;
+    start(NULL);
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    double t0 = now_s();
+    int rc = presto_warm(p, "slow", NULL, NULL);
+    ck_assert_msg(rc == 0, "warm: %s", presto_errmsg(p));
+    double warm_s = now_s() - t0;
+    presto_close(p);
+    double files = stat_of("source", "files");
+    pull("slow", &slow);
+    double hits = stat_of("cache", "hits");
+    pull("local", &local);
+    stop();
+    printf("warm-up over slowfs: %.2f s\n", warm_s);
+    ck_assert_uint_eq((uint64_t)files, NSAMPLES);
+    ck_assert_uint_eq((uint64_t)hits, NSAMPLES);
+    same_epoch(&slow, &local);
+}
+END_TEST
+
+static Suite *slowfs_suite(void)
+{
+    Suite *s = suite_create("slowfs");
+    TCase *tc = tcase_create("slowfs");
+    tcase_set_timeout(tc, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_cold_epoch_overlaps);
+    tcase_add_loop_test(tc, test_every_backend, 0, 3);
+    tcase_add_test(tc, test_warm_over_mount);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    char why[512];
+    if (harness_photos_missing())
+        return HARNESS_SKIP;
+    if (harness_init(&H) < 0)
+        return 1;
+    if (harness_make_dataset(&H, "data", NSAMPLES, NCLASSES, 8, 200, 400, data_root,
+                             sizeof(data_root)) < 0) {
+        harness_cleanup(&H);
+        return 1;
+    }
+    if (slowfs_mount(why, sizeof(why)) < 0) {
+        printf("skip: FUSE is not available here: %s\n", why);
+        harness_cleanup(&H);
+        return HARNESS_SKIP;
+    }
+    int failed = harness_run_suite(slowfs_suite());
+    if (failed)
+        harness_print_all_logs(&H);
+    slowfs_unmount();
+    harness_cleanup(&H);
+    return failed ? 1 : 0;
+}
