@@ -27,7 +27,8 @@
 # to the eval baseline) or bench_case_vs BASELINE NAME TARGET_RATIO RUN_JSON...; the
 # case's figure is the median of its runs (runs carrying reference_samples_per_s are
 # measured against that instead). tests/bench/cases_disk.sh, when present, may define
-# bench_disk_cases, called last with the data set's directory and no prestod running.
+# bench_disk_cases, called last with the data set's directory and no prestod running;
+# tests/bench/cases_fuse.sh likewise bench_fuse_cases (slow storage: FUSE mounts).
 # Exits non-zero only when something crashed; a missed target is printed as MISS.
 set -euo pipefail
 
@@ -224,6 +225,14 @@ bench_main() {
     fi
     if declare -F bench_disk_cases >/dev/null; then
         bench_disk_cases "$BENCH_DATA"
+    fi
+    local fuse_cases=tests/bench/cases_fuse.sh
+    if [[ -f $fuse_cases ]]; then
+        # shellcheck source=/dev/null
+        source "$fuse_cases"
+    fi
+    if declare -F bench_fuse_cases >/dev/null; then
+        bench_fuse_cases
     fi
 
     "$PYTHON" tests/bench/report.py write --baseline "$PRESTO_TMP/baseline-eval.json" \
