@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #define PRESTO_API __attribute__((visibility("default")))
@@ -63,10 +64,19 @@ struct conn {
     char err[PRESTO_ERRMSG_SIZE];
 };
 
+/* Who may keep a finished stream's connection (see "kept connections"):
+ * a presto_t and its streams share one, and only while the presto_t is open
+ * does a stream closing keep its connection. Counted under kept_lock. */
+struct kept_owner {
+    unsigned refs;
+    int open;
+};
+
 struct presto {
     struct conn ctl;
     uint32_t next_req;
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    struct kept_owner *owner;
 };
 
 enum stream_state { STREAM_RUNNING, STREAM_DONE, STREAM_FAILED };
@@ -88,6 +98,7 @@ struct presto_stream {
     size_t ring_bytes;
     uint64_t slot_bytes;
     uint32_t last_slot; /* slot + 1 of the batch presto_next returned last */
+    struct kept_owner *owner; /* its presto_t's */
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 };
 
@@ -351,6 +362,11 @@ PRESTO_API int presto_connect(const char *path, presto_t **out)
     if (!p)
         return -PRESTO_E_NOMEM;
     p->ctl.fd = -1;
+    p->owner = calloc(1, sizeof(*p->owner));
+    if (!p->owner)
+        return conn_fail(&p->ctl, PRESTO_E_NOMEM, "cannot allocate a presto handle");
+    p->owner->refs = 1;
+    p->owner->open = 1;
     if (!path)
         path = presto_default_socket();
     size_t len = strlen(path);
@@ -364,11 +380,120 @@ PRESTO_API int presto_connect(const char *path, presto_t **out)
     return conn_open(&p->ctl, p->path);
 }
 
+/* ---- kept connections ----
+ *
+ * A shared-memory stream that ended keeps its connection and mapped ring
+ * for the next stream to the same daemon: the daemon hands the ring back
+ * (PROTO_TRANSPORT_SHM_KEPT), so an epoch after the first neither maps a
+ * new ring nor makes the daemon fault in fresh pages. Process-wide, since a
+ * stream outlives its presto_t, but only while that presto_t is open:
+ * presto_close drops what its streams kept. A few entries, the oldest
+ * dropped first. A forked child never uses its parent's (it only closes its
+ * copies). */
+#define KEPT_MAX 4
+
+struct kept {
+    pid_t pid;
+    int fd;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    uint8_t *ring;
+    size_t ring_bytes;
+    uint64_t slot_bytes;
+    uint32_t slots;
+    struct kept_owner *owner;
+};
+
+static struct kept kept_conns[KEPT_MAX];
+static unsigned nkept;
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Under kept_lock. */
+static void owner_unref_locked(struct kept_owner *o)
+{
+    if (o && --o->refs == 0)
+        free(o);
+}
+
+static struct kept_owner *owner_ref(struct kept_owner *o)
+{
+    pthread_mutex_lock(&kept_lock);
+    o->refs++;
+    pthread_mutex_unlock(&kept_lock);
+    return o;
+}
+
+static void owner_unref(struct kept_owner *o)
+{
+    pthread_mutex_lock(&kept_lock);
+    owner_unref_locked(o);
+    pthread_mutex_unlock(&kept_lock);
+}
+
+/* Under kept_lock: removes entry i, closing it unless out takes it. */
+static void kept_remove_locked(unsigned i, struct kept *out)
+{
+    if (out) {
+        *out = kept_conns[i];
+    } else {
+        close(kept_conns[i].fd);
+        munmap(kept_conns[i].ring, kept_conns[i].ring_bytes);
+    }
+    owner_unref_locked(kept_conns[i].owner);
+    memmove(kept_conns + i, kept_conns + i + 1, (nkept - i - 1) * sizeof(kept_conns[0]));
+    nkept--;
+}
+
+/* Moves the newest entry for path made by this process into *out: 1, else 0. */
+static int kept_take(const char *path, struct kept *out)
+{
+    int found = 0;
+    pthread_mutex_lock(&kept_lock);
+    for (unsigned i = nkept; i-- > 0 && !found;) {
+        if (strcmp(kept_conns[i].path, path) != 0)
+            continue;
+        found = kept_conns[i].pid == getpid();
+        kept_remove_locked(i, found ? out : NULL);
+    }
+    pthread_mutex_unlock(&kept_lock);
+    return found;
+}
+
+/* Keeps *k (its fd and mapping pass to the table) while its owner is open:
+ * 1, else 0 and nothing is taken. */
+static int kept_put(const struct kept *k)
+{
+    int kept = 0;
+    pthread_mutex_lock(&kept_lock);
+    if (k->owner->open) {
+        if (nkept == KEPT_MAX)
+            kept_remove_locked(0, NULL);
+        k->owner->refs++;
+        kept_conns[nkept++] = *k;
+        kept = 1;
+    }
+    pthread_mutex_unlock(&kept_lock);
+    return kept;
+}
+
+/* presto_close: the owner closes, and what its streams kept goes. */
+static void kept_close_owner(struct kept_owner *o)
+{
+    pthread_mutex_lock(&kept_lock);
+    o->open = 0;
+    for (unsigned i = nkept; i-- > 0;)
+        if (kept_conns[i].owner == o)
+            kept_remove_locked(i, NULL);
+    owner_unref_locked(o);
+    pthread_mutex_unlock(&kept_lock);
+}
+
 PRESTO_API void presto_close(presto_t *p)
 {
     if (!p)
         return;
     conn_close(&p->ctl);
+    if (p->owner)
+        kept_close_owner(p->owner);
     free(p);
 }
 
@@ -639,20 +764,30 @@ static int stream_start(presto_stream_t *s, const struct proto_open *m, uint32_t
         rc = conn_fail(c, PRESTO_E_PROTO, "malformed OPENED from prestod");
         goto fail;
     }
+    if (op.transport == PROTO_TRANSPORT_SHM_KEPT) {
+        if (!s->ring || op.slots != s->info.slots || op.slot_bytes != s->slot_bytes) {
+            rc = conn_fail(c, PRESTO_E_PROTO, "prestod offered a kept ring this stream "
+                           "does not have");
+            goto fail;
+        }
+    } else if (s->ring) { /* a kept ring the daemon did not reuse */
+        munmap(s->ring, s->ring_bytes);
+        s->ring = NULL;
+    }
     if (op.transport == PROTO_TRANSPORT_SHM) {
         rc = stream_map_ring(s, &op, fd); /* takes fd */
         fd = -1;
         if (rc < 0)
             return rc;
-    } else if (transport == PRESTO_TRANSPORT_SHM) {
+    } else if (op.transport == PROTO_TRANSPORT_SOCKET && transport == PRESTO_TRANSPORT_SHM) {
         rc = conn_fail(c, PRESTO_E_INVAL, "prestod could not give this stream shared memory "
                        "(see its log); the socket transport would work");
         goto fail;
     }
     s->transport = op.transport;
     s->info.layout = op.layout;
-    s->info.transport = op.transport == PROTO_TRANSPORT_SHM ? PRESTO_TRANSPORT_SHM
-                                                            : PRESTO_TRANSPORT_SOCKET;
+    s->info.transport = op.transport == PROTO_TRANSPORT_SOCKET ? PRESTO_TRANSPORT_SOCKET
+                                                               : PRESTO_TRANSPORT_SHM;
     s->info.slots = op.slots;
     s->stream_id = op.stream_id;
     s->info.samples = op.samples;
@@ -672,6 +807,17 @@ fail:
 
 static void stream_free(presto_stream_t *s)
 {
+    if (s->state == STREAM_DONE && s->ring && s->c.fd >= 0 && s->owner) {
+        struct kept k = {getpid(), s->c.fd, "", s->ring, s->ring_bytes, s->slot_bytes,
+                         s->info.slots, s->owner};
+        memcpy(k.path, s->path, sizeof(k.path));
+        if (kept_put(&k)) {
+            s->c.fd = -1;
+            s->ring = NULL;
+        }
+    }
+    if (s->owner)
+        owner_unref(s->owner);
     conn_close(&s->c);
     if (s->ring)
         munmap(s->ring, s->ring_bytes);
@@ -696,8 +842,28 @@ PRESTO_API int presto_stream_open(presto_t *p, const presto_stream_opts_t *o,
     s->req_id = presto_req_id(p);
     s->batch_size = m.batch_size;
     s->manual_release = !!o->manual_release;
-    if ((rc = conn_open(&s->c, s->path)) < 0 ||
-        (rc = stream_start(s, &m, (uint32_t)transport)) < 0) {
+    s->owner = p->owner ? owner_ref(p->owner) : NULL;
+    struct kept k;
+    int reuse = (m.flags & PROTO_OPEN_SHM) && kept_take(s->path, &k);
+    if (reuse) { /* the connection and ring of this process's last stream */
+        s->c.fd = k.fd;
+        s->c.path = s->path;
+        s->ring = k.ring;
+        s->ring_bytes = k.ring_bytes;
+        s->slot_bytes = k.slot_bytes;
+        s->info.slots = k.slots;
+        rc = stream_start(s, &m, (uint32_t)transport);
+        if (rc == -PRESTO_E_IO) { /* the daemon closed it meanwhile: a fresh one */
+            conn_close(&s->c);
+            if (s->ring)
+                munmap(s->ring, s->ring_bytes);
+            s->ring = NULL;
+            reuse = 0;
+        }
+    }
+    if (!reuse && (rc = conn_open(&s->c, s->path)) == 0)
+        rc = stream_start(s, &m, (uint32_t)transport);
+    if (rc < 0) {
         memcpy(p->ctl.err, s->c.err, sizeof(p->ctl.err));
         stream_free(s);
         return rc;
@@ -927,7 +1093,8 @@ PRESTO_API int presto_next(presto_stream_t *s, presto_batch_t *b)
             rc = stream_recv_end(s, &h);
             if (rc == 0) {
                 s->state = STREAM_DONE;
-                conn_close(&s->c);
+                if (!s->ring) /* a shm stream's connection may be kept (stream_free) */
+                    conn_close(&s->c);
             }
             break;
         case PROTO_ERROR:

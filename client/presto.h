@@ -166,7 +166,11 @@ void presto_release(presto_stream_t *s, presto_batch_t *b);
 /* Samples skipped by the daemon as bad (known once presto_next returned 0). */
 uint64_t presto_stream_skipped(const presto_stream_t *s);
 const char *presto_stream_errmsg(const presto_stream_t *s);
-/* Stops the stream early if it is still running, and frees it. */
+/* Stops the stream early if it is still running, and frees it. While its
+ * presto_t is open, a shared-memory stream that completed keeps its
+ * connection and ring for the next stream this process opens to the same
+ * daemon (the daemon reuses the ring, which saves mapping and faulting in a
+ * fresh one every epoch); presto_close lets go of what its streams kept. */
 void presto_stream_close(presto_stream_t *s);
 
 #ifdef __cplusplus

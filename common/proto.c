@@ -346,7 +346,7 @@ int proto_get_opened(struct proto_rbuf *r, struct proto_opened *m)
     proto_get_u32(r, &m->slots);
     proto_get_u64(r, &m->slot_bytes);
     if (r->failed || proto_remaining(r) || m->layout > PROTO_LAYOUT_NCHW ||
-        m->transport > PROTO_TRANSPORT_SHM)
+        m->transport > PROTO_TRANSPORT_SHM_KEPT)
         return -PROTO_E_PROTO;
     return 0;
 }

@@ -90,6 +90,12 @@
  * (PROTO_E_LIMIT) and its connection is closed. Where the daemon cannot
  * pass the ring (no memfd, output already queued on the connection), the
  * OPENED says PROTO_TRANSPORT_SOCKET and the stream uses BATCH frames.
+ * A connection keeps the ring of a shared-memory stream that ended (END)
+ * for its next OPEN: one of the same geometry (slots, slot_bytes) gets it
+ * back with PROTO_TRANSPORT_SHM_KEPT and no descriptor, which saves the
+ * client a mapping and the daemon faulting in fresh pages every epoch; a
+ * client must therefore be done with a stream's batches before it opens the
+ * next one on that connection. Any other OPEN frees the kept ring.
  *
  * After WARM the daemon sends PROGRESS frames (the first at once, then at
  * most ten a second), then DONE, all with the WARM's req_id; or an ERROR
@@ -239,7 +245,13 @@ enum proto_dtype { PROTO_DTYPE_U8 = 1, PROTO_DTYPE_F32 = 2 };
 
 /* Element order of float output (u8 output is always NHWC). */
 enum proto_layout { PROTO_LAYOUT_NHWC = 0, PROTO_LAYOUT_NCHW = 1 };
-enum proto_transport { PROTO_TRANSPORT_SOCKET = 0, PROTO_TRANSPORT_SHM = 1 };
+/* SHM_KEPT: shared memory on the ring the connection's previous stream used
+ * (no descriptor comes with the OPENED; the client still has it mapped). */
+enum proto_transport {
+    PROTO_TRANSPORT_SOCKET = 0,
+    PROTO_TRANSPORT_SHM = 1,
+    PROTO_TRANSPORT_SHM_KEPT = 2,
+};
 /* Size of a BATCH_SHM body's fixed part; the labels follow it. */
 #define PROTO_BATCH_SHM_FIXED_SIZE 44u
 

@@ -7,13 +7,18 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-int ring_create(struct ring *r, uint32_t slots, size_t bytes, const char *name)
+size_t ring_slot_size(size_t bytes)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (bytes + page - 1) / page * page;
+}
+
+int ring_create(struct ring *r, uint32_t slots, size_t bytes, const char *name)
+{
     r->fd = -1;
     r->base = NULL;
     r->slots = slots;
-    r->slot_bytes = (bytes + page - 1) / page * page;
+    r->slot_bytes = ring_slot_size(bytes);
     if (slots == 0 || r->slot_bytes == 0 || r->slot_bytes > SIZE_MAX / slots)
         return -EINVAL;
     int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);

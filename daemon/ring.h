@@ -23,6 +23,9 @@ struct ring {
 int ring_create(struct ring *r, uint32_t slots, size_t bytes, const char *name);
 void ring_destroy(struct ring *r);
 
+/* The slot size ring_create makes for `bytes`: whole pages. */
+size_t ring_slot_size(size_t bytes);
+
 static inline size_t ring_bytes(const struct ring *r)
 {
     return r->slots * r->slot_bytes;

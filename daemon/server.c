@@ -31,6 +31,7 @@ struct conn {
     uint32_t nstreams;
     struct warm *warm;       /* a WARM running on this connection */
     int closing; /* close once the output is flushed */
+    struct ring kept; /* a finished shm stream's ring, for the next OPEN */
 };
 
 struct server {
@@ -60,6 +61,7 @@ static void conn_free(struct conn *c)
     struct server *s = c->srv;
     for (uint32_t i = 0; i < c->nstreams; i++)
         stream_close(c->streams[i]);
+    stream_ring_free(&s->env, &c->kept);
     if (c->warm)
         warm_close(c->warm);
     bufferevent_free(c->bev);
@@ -107,6 +109,7 @@ static void conn_stream_finished(struct stream *st, void *owner)
             break;
         }
     }
+    stream_take_ring(st, &c->kept); /* when it ended well and none is kept yet */
     stream_close(st);
     if (dropped) { /* the stream's ERROR says why; close once it is sent */
         c->closing = 1;
@@ -186,8 +189,8 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     }
     struct stream *st;
     int rc = stream_open(&st, &s->env, ds, &req, req.prefetch ? req.prefetch : cfg->prefetch,
-                         ++s->next_stream_id, req_id, c->bev, conn_stream_finished, c, err,
-                         sizeof(err));
+                         ++s->next_stream_id, req_id, c->bev, &c->kept, conn_stream_finished,
+                         c, err, sizeof(err));
     if (rc < 0) {
         frame_send_error(c->bev, req_id, rc, err);
         return;
@@ -392,6 +395,7 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
         return;
     }
     c->srv = s;
+    c->kept.fd = -1;
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
@@ -634,6 +638,7 @@ char *server_stats_json(struct server *s)
     json_u64(&j, "ring_bytes", s->shm_bytes);
     json_u64(&j, "streams_total", sum.c[STAT_shm_streams_total]);
     json_u64(&j, "fallbacks", sum.c[STAT_shm_fallbacks]);
+    json_u64(&j, "rings_kept", sum.c[STAT_shm_rings_kept]);
     json_u64(&j, "releases", sum.c[STAT_shm_releases]);
     json_u64(&j, "release_timeouts", sum.c[STAT_shm_release_timeouts]);
     json_u64(&j, "release_timeout_s", s->d.cfg->release_timeout);

@@ -27,6 +27,7 @@
     X(streams_total, "epoch streams opened")                        \
     X(shm_streams_total, "streams on the shared-memory transport")  \
     X(shm_fallbacks, "shared memory asked for, socket used")        \
+    X(shm_rings_kept, "streams on the ring their connection kept")   \
     X(shm_releases, "shared-memory slots released by clients")      \
     X(shm_release_timeouts, "clients dropped for releasing nothing") \
     X(protocol_errors, "malformed frames received")

@@ -81,6 +81,8 @@ struct stream {
     struct event *release_ev; /* the release timeout, armed while stalled */
     uint32_t release_timeout;
     int dropped;
+    int shm_on;   /* the stream uses shm (which stream_take_ring may empty) */
+    int ended;    /* END sent: the epoch completed */
 };
 
 uint32_t stream_id(const struct stream *s)
@@ -90,7 +92,17 @@ uint32_t stream_id(const struct stream *s)
 
 static int stream_shm(const struct stream *s)
 {
-    return s->shm.fd >= 0;
+    return s->shm_on;
+}
+
+void stream_ring_free(const struct stream_env *env, struct ring *r)
+{
+    if (r->fd < 0)
+        return;
+    *env->buffer_bytes -= ring_bytes(r);
+    *env->ring_bytes -= ring_bytes(r);
+    (*env->live_rings)--;
+    ring_destroy(r);
 }
 
 /* Bytes a job's buffers take (its prefix buffer when it has one; a shared
@@ -117,12 +129,7 @@ static void stream_free(struct stream *s)
     planner_free(&s->plan);
     free(s->labels);
     free(s->inflight);
-    if (stream_shm(s)) {
-        *s->env->buffer_bytes -= ring_bytes(&s->shm);
-        *s->env->ring_bytes -= ring_bytes(&s->shm);
-        (*s->env->live_rings)--;
-        ring_destroy(&s->shm);
-    }
+    stream_ring_free(s->env, &s->shm); /* unless stream_take_ring took it */
     free(s->held);
     (*s->env->live_streams)--;
     struct dataset *ds = s->ds;
@@ -494,6 +501,8 @@ static void stream_send_end(struct stream *s)
     proto_put_end(&w, &end);
     if (frame_send(s->bev, &w) < 0)
         log_error("stream %u: cannot queue END: out of memory", s->id);
+    else
+        s->ended = 1;
     proto_wbuf_free(&w);
     stream_finish(s);
 }
@@ -601,6 +610,16 @@ int stream_dropped(const struct stream *s)
     return s->dropped;
 }
 
+int stream_take_ring(struct stream *s, struct ring *out)
+{
+    if (!stream_shm(s) || !s->ended || s->shm.fd < 0 || out->fd >= 0)
+        return 0;
+    *out = s->shm;
+    s->shm.fd = -1; /* stream_free leaves it alone now */
+    s->shm.base = NULL;
+    return 1;
+}
+
 static void stream_on_pump(evutil_socket_t fd, short what, void *arg)
 {
     struct stream *s = arg;
@@ -618,7 +637,7 @@ static void stream_on_pump(evutil_socket_t fd, short what, void *arg)
 
 /* Sends OPENED: with the ring's descriptor when shared memory was asked for
  * and can be had, else saying the stream uses the socket. */
-static int stream_send_opened(struct stream *s, int want_shm)
+static int stream_send_opened(struct stream *s, int want_shm, struct ring *spare)
 {
     const struct dataset *ds = s->ds;
     struct proto_opened op = {s->id, s->plan.count, s->plan.batches, ds->out_h, ds->out_w,
@@ -630,38 +649,57 @@ static int stream_send_opened(struct stream *s, int want_shm)
 
     if (want_shm) {
         uint32_t slots = s->prefetch < 2 ? 2 : s->prefetch;
-        snprintf(name, sizeof(name), "presto-stream-%u", s->id);
-        rc = ring_create(&s->shm, slots, (size_t)s->plan.batch_size * ds->sample_bytes, name);
+        size_t bytes = (size_t)s->plan.batch_size * ds->sample_bytes;
+        int kept = spare && spare->fd >= 0 && spare->slots == slots &&
+                   spare->slot_bytes == ring_slot_size(bytes);
+        if (kept) { /* the client has it mapped: no descriptor to pass */
+            s->shm = *spare;
+            spare->fd = -1;
+            spare->base = NULL;
+            rc = 0;
+        } else {
+            if (spare) /* the client maps the new one instead */
+                stream_ring_free(s->env, spare);
+            snprintf(name, sizeof(name), "presto-stream-%u", s->id);
+            rc = ring_create(&s->shm, slots, bytes, name);
+            if (rc == 0) {
+                *s->env->buffer_bytes += ring_bytes(&s->shm);
+                *s->env->ring_bytes += ring_bytes(&s->shm);
+                (*s->env->live_rings)++;
+            }
+        }
         s->held = rc == 0 ? calloc(slots, sizeof(*s->held)) : NULL;
         if (rc == 0 && s->held) {
-            op.transport = PROTO_TRANSPORT_SHM;
+            op.transport = kept ? PROTO_TRANSPORT_SHM_KEPT : PROTO_TRANSPORT_SHM;
             op.slots = s->shm.slots;
             op.slot_bytes = s->shm.slot_bytes;
             proto_wbuf_init(&w);
             proto_frame_begin(&w, PROTO_OPENED, s->req_id);
             proto_put_opened(&w, &op);
-            rc = frame_send_fd(s->bev, &w, s->shm.fd);
+            rc = kept ? frame_send(s->bev, &w) : frame_send_fd(s->bev, &w, s->shm.fd);
             proto_wbuf_free(&w);
         } else if (rc == 0) {
             rc = -ENOMEM;
         }
         if (rc == 0) {
+            s->shm_on = 1;
             s->data_off = 0;
-            *s->env->buffer_bytes += ring_bytes(&s->shm);
-            *s->env->ring_bytes += ring_bytes(&s->shm);
-            (*s->env->live_rings)++;
             stats_add(s->env->stats, STAT_shm_streams_total, 1);
+            if (kept)
+                stats_add(s->env->stats, STAT_shm_rings_kept, 1);
             return 0;
         }
         log_info("stream %u: shared memory not possible (%s): using the socket", s->id,
                  rc == -EAGAIN ? "output already queued" : strerror(-rc));
         stats_add(s->env->stats, STAT_shm_fallbacks, 1);
-        ring_destroy(&s->shm);
+        stream_ring_free(s->env, &s->shm);
         free(s->held);
         s->held = NULL;
         op.transport = PROTO_TRANSPORT_SOCKET;
         op.slots = 0;
         op.slot_bytes = 0;
+    } else if (spare) {
+        stream_ring_free(s->env, spare);
     }
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_OPENED, s->req_id);
@@ -673,8 +711,8 @@ static int stream_send_opened(struct stream *s, int want_shm)
 
 int stream_open(struct stream **out, const struct stream_env *env, struct dataset *ds,
                 const struct proto_open *req, uint32_t prefetch, uint32_t id,
-                uint32_t req_id, struct bufferevent *bev, stream_finished_fn finished,
-                void *owner, char *err, size_t errlen)
+                uint32_t req_id, struct bufferevent *bev, struct ring *spare,
+                stream_finished_fn finished, void *owner, char *err, size_t errlen)
 {
     if (ds->out_h == 0 || ds->sample_bytes == 0) {
         snprintf(err, errlen, "dataset '%s': the pipeline's output size varies per image "
@@ -732,7 +770,7 @@ int stream_open(struct stream **out, const struct stream_env *env, struct datase
     dataset_hold(ds);
     stats_add(env->stats, STAT_streams_total, 1);
     *out = s;
-    rc = stream_send_opened(s, !!(req->flags & PROTO_OPEN_SHM));
+    rc = stream_send_opened(s, !!(req->flags & PROTO_OPEN_SHM), spare);
     if (rc < 0) {
         stream_fail(s, PROTO_E_NOMEM, "cannot queue a reply");
         return 0;

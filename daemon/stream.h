@@ -34,6 +34,7 @@
 #include "dataset.h"
 #include "pipeline.h"
 #include "proto.h"
+#include "ring.h"
 #include "stats.h"
 #include "workers.h"
 
@@ -56,11 +57,23 @@ struct stream_env {
 typedef void (*stream_finished_fn)(struct stream *s, void *owner);
 
 /* Plans the epoch and sends OPENED. On a bad request returns a negative
- * PROTO_E_* code with a message in err, and sends nothing. */
+ * PROTO_E_* code with a message in err, and sends nothing. spare (may be
+ * NULL) is the ring the connection kept from its previous stream: a shared
+ * memory stream of the same geometry takes it over (the client has it
+ * mapped already), any other stream frees it. */
 int stream_open(struct stream **out, const struct stream_env *env, struct dataset *ds,
                 const struct proto_open *req, uint32_t prefetch, uint32_t id,
-                uint32_t req_id, struct bufferevent *bev, stream_finished_fn finished,
-                void *owner, char *err, size_t errlen);
+                uint32_t req_id, struct bufferevent *bev, struct ring *spare,
+                stream_finished_fn finished, void *owner, char *err, size_t errlen);
+/* A shared-memory stream that sent END gives its ring to the connection
+ * for the next stream (1; moved into *out, which must be empty), from the
+ * finished callback before stream_close; 0 when it has none to give
+ * (socket, failed, dropped). The client reuses it only once it is done with
+ * every batch of this stream: it opens the next stream after closing this
+ * one. */
+int stream_take_ring(struct stream *s, struct ring *out);
+/* Frees a ring taken with stream_take_ring (nothing when r->fd < 0). */
+void stream_ring_free(const struct stream_env *env, struct ring *r);
 uint32_t stream_id(const struct stream *s);
 /* Shared memory: the client is done with a slot it was sent. A slot it
  * does not hold is refused (-PROTO_E_INVAL, message in err). A stream whose

@@ -2,11 +2,12 @@
 """Benchmark helper: a warm epoch consumed from Python as torch tensors, and the
 machine's memcpy bandwidth, each printed as one JSON line.
 
-    py_epoch.py epoch SOCKET DATASET EPOCH TRANSPORT [--batch-size 64]
-        Pulls one epoch through presto.torch.Loader (transport "shm" or "socket"),
+    py_epoch.py epoch SOCKET DATASET TRANSPORT EPOCH... [--batch-size 64]
+        Pulls the epochs, one after the other in this process as a training loop
+        does, through one presto.torch.Loader (transport "shm" or "socket"),
         touching every batch as tests/bench/torch_baseline.py does (one element of
-        the last image and the last label), and prints samples_per_s, seconds,
-        samples and bytes_per_s (image bytes delivered per second).
+        the last image and the last label), and prints per epoch samples_per_s,
+        seconds, samples and bytes_per_s (image bytes delivered per second).
     py_epoch.py memcpy [--mib 256] [--rounds 7]
         Copies a buffer of MIB MiB into another with numpy (one thread, one
         memcpy per round, after a warm-up round that faults the pages in) and
@@ -30,19 +31,21 @@ def cmd_epoch(a):
 
     loader = Loader(a.dataset, batch_size=a.batch_size, socket=a.socket,
                     transport=a.transport)
-    loader.set_epoch(a.epoch)
-    samples = 0
-    nbytes = 0
-    touched = 0.0
-    start = time.perf_counter()
-    for images, labels in loader:
-        touched += float(images[-1, 0, 0, 0]) + int(labels[-1])
-        samples += images.shape[0]
-        nbytes += images.numel() * images.element_size()
-    seconds = time.perf_counter() - start
-    print(json.dumps({"epoch": a.epoch, "transport": a.transport, "samples": samples,
-                      "seconds": seconds, "samples_per_s": samples / seconds,
-                      "bytes_per_s": nbytes / seconds, "skipped": 0}))
+    for epoch in a.epochs:
+        loader.set_epoch(epoch)
+        samples = 0
+        nbytes = 0
+        touched = 0.0
+        start = time.perf_counter()
+        for images, labels in loader:
+            touched += float(images[-1, 0, 0, 0]) + int(labels[-1])
+            samples += images.shape[0]
+            nbytes += images.numel() * images.element_size()
+        seconds = time.perf_counter() - start
+        print(json.dumps({"epoch": epoch, "transport": a.transport, "samples": samples,
+                          "seconds": seconds, "samples_per_s": samples / seconds,
+                          "bytes_per_s": nbytes / seconds, "skipped": 0}), flush=True)
+    loader.close()
 
 
 def cmd_memcpy(a):
@@ -65,8 +68,8 @@ def main(argv):
     e = sub.add_parser("epoch")
     e.add_argument("socket")
     e.add_argument("dataset")
-    e.add_argument("epoch", type=int)
     e.add_argument("transport", choices=["shm", "socket"])
+    e.add_argument("epochs", type=int, nargs="+")
     e.add_argument("--batch-size", type=int, default=64)
     m = sub.add_parser("memcpy")
     m.add_argument("--mib", type=int, default=256)

@@ -88,10 +88,11 @@ struct epoch {
     char msg[256];
 };
 
-/* Pulls a whole epoch (no check library calls: runs on threads too). */
-static void pull(const presto_stream_opts_t *o, uint32_t want_transport, struct epoch *e)
+/* Pulls a whole epoch through p (no check library calls: runs on threads
+ * too). */
+static void pull_on(presto_t *p, const presto_stream_opts_t *o, uint32_t want_transport,
+                    struct epoch *e)
 {
-    presto_t *p;
     presto_stream_t *s;
     presto_stream_info_t info;
     presto_batch_t b;
@@ -99,10 +100,9 @@ static void pull(const presto_stream_opts_t *o, uint32_t want_transport, struct 
 
     memset(e, 0, sizeof(*e));
     e->fnv = HARNESS_FNV_INIT;
-    if ((rc = presto_connect(H.sock, &p)) < 0 || (rc = presto_stream_open(p, o, &s)) < 0) {
+    if ((rc = presto_stream_open(p, o, &s)) < 0) {
         e->err = rc;
         snprintf(e->msg, sizeof(e->msg), "open: %s", presto_errmsg(p));
-        presto_close(p);
         return;
     }
     presto_stream_info(s, &info);
@@ -131,8 +131,80 @@ static void pull(const presto_stream_opts_t *o, uint32_t want_transport, struct 
         snprintf(e->msg, sizeof(e->msg), "next: %s", presto_stream_errmsg(s));
     }
     presto_stream_close(s);
+}
+
+/* The same on a client handle of its own. */
+static void pull(const presto_stream_opts_t *o, uint32_t want_transport, struct epoch *e)
+{
+    presto_t *p;
+    int rc = presto_connect(H.sock, &p);
+    if (rc < 0) {
+        memset(e, 0, sizeof(*e));
+        e->err = rc;
+        snprintf(e->msg, sizeof(e->msg), "connect: %s", presto_errmsg(p));
+    } else {
+        pull_on(p, o, want_transport, e);
+    }
     presto_close(p);
 }
+
+static void expect_same(const struct epoch *a, const struct epoch *b, const char *what)
+{
+    ck_assert_msg(a->err == 0, "%s: %s", what, a->msg);
+    ck_assert_msg(b->err == 0, "%s: %s", what, b->msg);
+    ck_assert_uint_eq(a->samples, b->samples);
+    ck_assert_msg(a->fnv == b->fnv, "%s: %016llx against %016llx", what,
+                  (unsigned long long)a->fnv, (unsigned long long)b->fnv);
+}
+
+/* Epoch after epoch on one client: the second gets the first one's ring
+ * back (no new mapping, no fresh pages), the same bytes as a fresh stream;
+ * another geometry gets a new ring; presto_close lets go of it; a kept
+ * connection the daemon closed (restart) is replaced without an error. */
+START_TEST(test_next_epoch_reuses_the_ring)
+{
+    presto_t *p;
+    struct epoch a, b, fresh;
+    presto_stream_opts_t o = opts(8, PRESTO_TRANSPORT_SHM), sock;
+
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    pull_on(p, &o, PRESTO_TRANSPORT_SHM, &a);
+    o.epoch = 2;
+    pull_on(p, &o, PRESTO_TRANSPORT_SHM, &b);
+    expect_stat("shm", "rings_kept", 1);
+    expect_stat("shm", "rings", 1); /* kept for a third epoch */
+    /* The reference through the socket (which never takes a kept ring). */
+    sock = o;
+    sock.transport = PRESTO_TRANSPORT_SOCKET;
+    pull(&sock, PRESTO_TRANSPORT_SOCKET, &fresh);
+    expect_same(&b, &fresh, "a kept ring against the socket");
+    ck_assert_msg(a.fnv != b.fnv, "epochs 1 and 2 gave the same bytes");
+    expect_stat("shm", "rings", 1);
+
+    o.batch_size = sock.batch_size = BATCH * 2; /* another slot size: a new ring */
+    pull_on(p, &o, PRESTO_TRANSPORT_SHM, &b);
+    pull(&sock, PRESTO_TRANSPORT_SOCKET, &fresh);
+    expect_same(&b, &fresh, "a new geometry");
+    expect_stat("shm", "rings_kept", 1);
+    expect_stat("shm", "rings", 1); /* the old one went, the new one is kept */
+    presto_close(p);
+    expect_stat("shm", "rings", 0);
+
+    /* A kept connection whose daemon went away. */
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    o.transport = PRESTO_TRANSPORT_SHM;
+    pull_on(p, &o, PRESTO_TRANSPORT_SHM, &a);
+    char path[sizeof(H.sock)];
+    memcpy(path, H.sock, sizeof(path));
+    daemon_teardown();
+    daemon_setup(); /* on a new socket, moved to where the client knows it */
+    ck_assert_int_eq(rename(H.sock, path), 0);
+    memcpy(H.sock, path, sizeof(path));
+    pull_on(p, &o, PRESTO_TRANSPORT_SHM, &b);
+    expect_same(&a, &b, "after a restart");
+    presto_close(p);
+}
+END_TEST
 
 START_TEST(test_same_bytes_both_transports)
 {
@@ -456,6 +528,7 @@ static Suite *shm_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_same_bytes_both_transports);
     tcase_add_test(tc, test_held_slot_never_overwritten);
+    tcase_add_test(tc, test_next_epoch_reuses_the_ring);
     tcase_add_test(tc, test_killed_client_frees_ring);
     tcase_add_test(tc, test_eight_concurrent_streams);
     tcase_add_test(tc, test_holding_every_slot_gets_dropped);
