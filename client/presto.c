@@ -570,6 +570,16 @@ PRESTO_API int presto_datasets(presto_t *p, char **json)
     return presto_call_json(p, PROTO_DATASETS, PROTO_DATASETS_REPLY, json);
 }
 
+PRESTO_API int presto_reload(presto_t *p, char **report)
+{
+    return presto_call_json(p, PROTO_RELOAD, PROTO_RELOAD_REPLY, report);
+}
+
+PRESTO_API int presto_drop_cache(presto_t *p, char **report)
+{
+    return presto_call_json(p, PROTO_DROP_CACHE, PROTO_DROP_CACHE_REPLY, report);
+}
+
 /* ---- warm ---- */
 
 /* Reads one PROGRESS or DONE body into *pr. */

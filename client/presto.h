@@ -132,6 +132,19 @@ const char *presto_errmsg(const presto_t *p);
 int presto_stats(presto_t *p, char **json);
 int presto_datasets(presto_t *p, char **json);
 
+/* Admin operations: the daemon answers them only for root, its own user,
+ * or members of its admin_group, and returns -PRESTO_E_DENIED to anyone
+ * else. */
+/* Re-reads the daemon's config file (as SIGHUP). *report (free() it) is
+ * a JSON document of what changed: {"config", "datasets", "changed",
+ * "restart_needed", "added", "replaced", "removed"}. A config that does not
+ * load gives -PRESTO_E_INVAL, the daemon's "FILE:LINE: key 'K': what" in
+ * presto_errmsg(), and the daemon keeps its running configuration. */
+int presto_reload(presto_t *p, char **report);
+/* Empties the daemon's memory tier (the disk tier stays). *report (free()
+ * it): {"entries": N, "bytes": N} dropped. */
+int presto_drop_cache(presto_t *p, char **report);
+
 /* Progress of a warm. */
 typedef struct presto_progress {
     uint64_t done;     /* samples handled so far, bad ones included */

@@ -2,7 +2,7 @@
  * prestoctl: talks to prestod through libprestoclient's public API only.
  *
  *   prestoctl [-s SOCKET] stats | datasets | epoch DATASET [options] |
- *             warm DATASET [--json]
+ *             warm DATASET [--json] | reload | drop-cache
  *
  * Usage errors print one line and exit 2; failures print one line
  * ("prestoctl: ...") and exit 1. `epoch` is also the C benchmark client,
@@ -30,6 +30,10 @@ static const char usage_text[] =
     "  datasets              print the datasets the daemon serves (JSON)\n"
     "  epoch DATASET         pull one epoch and report its throughput\n"
     "  warm DATASET          materialize a dataset into the cache ahead of training\n"
+    "  reload                re-read the daemon's config file (JSON: what changed)\n"
+    "  drop-cache            empty the daemon's memory tier (JSON: what went)\n"
+    "  (warm, reload, drop-cache and profile are for root, the daemon's user\n"
+    "   and its admin_group)\n"
     "\n"
     "Global options:\n"
     "  -s, --socket SOCKET   daemon socket (default: $PRESTO_SOCKET, else\n"
@@ -125,13 +129,26 @@ static void no_args(const char *cmd, int argc, char *argv[])
         die_usage("%s takes no arguments", cmd);
 }
 
+/* The commands answered by one JSON document. */
 static int cmd_json(const char *sock, int argc, char *argv[])
 {
-    int stats = strcmp(argv[0], "stats") == 0;
+    static const struct {
+        const char *name;
+        int (*call)(presto_t *p, char **json);
+    } calls[] = {
+        {"stats", presto_stats},
+        {"datasets", presto_datasets},
+        {"reload", presto_reload},
+        {"drop-cache", presto_drop_cache},
+    };
+    int (*call)(presto_t *p, char **json) = presto_stats;
+    for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++)
+        if (strcmp(argv[0], calls[i].name) == 0)
+            call = calls[i].call;
     no_args(argv[0], argc, argv);
     presto_t *p = connect_or_die(sock);
     char *json;
-    if ((stats ? presto_stats(p, &json) : presto_datasets(p, &json)) < 0)
+    if (call(p, &json) < 0)
         die(presto_errmsg(p));
     size_t len = strlen(json);
     fputs(json, stdout);
@@ -398,6 +415,8 @@ static const struct {
 } commands[] = {
     {"stats", cmd_json},
     {"datasets", cmd_json},
+    {"reload", cmd_json},
+    {"drop-cache", cmd_json},
     {"epoch", cmd_epoch},
     {"warm", cmd_warm},
 };

@@ -7,8 +7,16 @@
 
 static enum log_level log_level = LOG_LEVEL_INFO;
 
-void log_set_level(enum log_level level) { log_level = level; }
-enum log_level log_get_level(void) { return log_level; }
+/* Relaxed atomics: a reload changes the level while workers log. */
+void log_set_level(enum log_level level)
+{
+    __atomic_store_n(&log_level, level, __ATOMIC_RELAXED);
+}
+
+enum log_level log_get_level(void)
+{
+    return __atomic_load_n(&log_level, __ATOMIC_RELAXED);
+}
 
 static const char *const log_names[] = {"error", "warn", "info", "debug"};
 

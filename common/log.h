@@ -2,7 +2,7 @@
  * Logging: one line per message to stderr (journald adds the time), with
  * the level as a syslog-style "<N>" prefix when stderr is not a terminal.
  * The macros check the level before formatting anything (as redis'
- * serverLog does). The level is set once at start-up.
+ * serverLog does). The level is set at start-up and by a reload.
  */
 #ifndef PRESTO_LOG_H
 #define PRESTO_LOG_H

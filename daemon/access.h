@@ -21,11 +21,14 @@
  * stream and read stats.
  *
  * Dataset files. Clients name datasets, never paths; the daemon opens only
- * the files it indexed under a dataset's root. With follow_symlinks off
- * (the default), indexing refuses a symbolic link whose target resolves
- * outside the root (one pointing inside the root is fine), and every open
- * goes through access_open_beneath(), which refuses a path that leaves the
- * root at open time too (a file swapped for such a link after indexing).
+ * the files it indexed under a dataset's root (and its own cache dir).
+ * With follow_symlinks off (the default), indexing refuses a symbolic link
+ * whose target resolves outside the root (one pointing inside the root is
+ * fine): it is counted (the dataset's "refused" in stats), logged, and
+ * never served. dataset_open_file() opens through access_open_beneath(),
+ * which refuses a path that leaves the root at open time too (a file
+ * swapped for such a link after indexing); the batched reads of io.c open
+ * relative to the root's descriptor and rely on the indexing check.
  */
 #ifndef PRESTO_ACCESS_H
 #define PRESTO_ACCESS_H

@@ -308,6 +308,63 @@ void cache_get_stats(struct cache *c, struct cache_stats *st)
     }
 }
 
+int cache_add_dataset(struct cache *c, const struct cache_dataset *ds, uint32_t *id)
+{
+    struct cache_ds *arr = realloc(c->ds, (c->ndatasets + 1) * sizeof(*arr));
+    if (!arr)
+        return -ENOMEM;
+    c->ds = arr;
+    struct cache_ds *d = &arr[c->ndatasets];
+    memset(d, 0, sizeof(*d));
+    d->n = ds->nsamples;
+    d->entry_bytes = ds->entry_bytes;
+    if (!(d->slot = calloc(d->n ? d->n : 1, sizeof(*d->slot))))
+        return -ENOMEM;
+    c->index_bytes += (uint64_t)d->n * sizeof(*d->slot);
+    c->bytes += (uint64_t)d->n * sizeof(*d->slot);
+    *id = c->ndatasets++;
+    cache_plan(c);
+    return 0;
+}
+
+void cache_retire_dataset(struct cache *c, uint32_t id)
+{
+    if (id >= c->ndatasets)
+        return;
+    struct cache_ds *d = &c->ds[id];
+    c->index_bytes -= (uint64_t)d->n * sizeof(*d->slot);
+    c->bytes -= (uint64_t)d->n * sizeof(*d->slot);
+    free(d->slot);
+    d->slot = NULL;
+    d->n = 0; /* lookups miss, puts are refused; the plan leaves it out */
+    cache_plan(c);
+}
+
+void cache_set_budget(struct cache *c, uint64_t budget)
+{
+    c->budget = budget;
+    cache_plan(c);
+}
+
+void cache_clear(struct cache *c, uint64_t *entries, uint64_t *bytes)
+{
+    *entries = c->entries;
+    *bytes = c->bytes - c->index_bytes;
+    for (struct cache_slab *sl = c->slabs, *next; sl; sl = next) {
+        next = sl->next;
+        munmap(sl, sl->size);
+    }
+    c->slabs = NULL;
+    for (uint32_t i = 0; i < c->ndatasets; i++) {
+        struct cache_ds *d = &c->ds[i];
+        if (d->slot)
+            memset(d->slot, 0, d->n * sizeof(*d->slot));
+        d->entries = d->bytes = 0;
+    }
+    c->entries = 0;
+    c->bytes = c->index_bytes;
+}
+
 void cache_get_dataset_stats(struct cache *c, uint32_t dataset,
                              struct cache_dataset_stats *st)
 {

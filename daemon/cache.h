@@ -89,6 +89,21 @@ const struct cache_entry *cache_put(struct cache *c, uint32_t dataset,
 /* A read-only img view of an entry (data not owned). */
 void cache_entry_img(const struct cache_entry *e, struct img *im);
 void cache_get_stats(struct cache *c, struct cache_stats *st);
+
+/* Changing the tier while it serves (a reload, DROP_CACHE). The caller
+ * makes sure no other thread uses the cache meanwhile (workers_pause). */
+/* A new dataset (a reload added it): its id goes to *id. Returns 0 or
+ * -ENOMEM. The budget is shared out again. */
+int cache_add_dataset(struct cache *c, const struct cache_dataset *ds, uint32_t *id);
+/* A dataset no longer served: its index is freed and lookups of it miss;
+ * its entries stay allocated and counted until cache_clear (entries are
+ * never freed one by one). The budget is shared out again. */
+void cache_retire_dataset(struct cache *c, uint32_t id);
+/* A new budget: what is admitted from now on; lowering it frees nothing. */
+void cache_set_budget(struct cache *c, uint64_t budget);
+/* Drops every entry and gives their memory back to the system; the
+ * datasets stay, with empty indexes. *entries and *bytes say what went. */
+void cache_clear(struct cache *c, uint64_t *entries, uint64_t *bytes);
 void cache_get_dataset_stats(struct cache *c, uint32_t dataset,
                              struct cache_dataset_stats *st);
 

@@ -924,6 +924,38 @@ void config_diff(const struct config *a, const struct config *b, config_diff_fn 
     }
 }
 
+int config_keep_restart_keys(struct config *c, const struct config *running)
+{
+    for (size_t i = 0; i < CFG_NKEYS; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        void *dst = (char *)c + k->off;
+        const void *src = (const char *)running + k->off;
+        if (k->when != CFG_RESTART)
+            continue;
+        switch (k->type) {
+        case CFG_STR: {
+            const char *v = *(char *const *)src;
+            char *dup = v ? strdup(v) : NULL;
+            if (v && !dup)
+                return -ENOMEM;
+            free(*(char **)dst);
+            *(char **)dst = dup;
+            break;
+        }
+        case CFG_LOGLEVEL:
+            *(int *)dst = *(const int *)src;
+            break;
+        case CFG_U64:
+        case CFG_SIZE:
+            *(uint64_t *)dst = *(const uint64_t *)src;
+            break;
+        default:
+            *(uint32_t *)dst = *(const uint32_t *)src;
+        }
+    }
+    return 0;
+}
+
 void config_free(struct config *c)
 {
     for (uint32_t i = 0; i < c->ndatasets; i++)

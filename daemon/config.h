@@ -129,6 +129,9 @@ typedef void (*config_diff_fn)(void *arg, const char *key, const char *was,
                                const char *now, int live);
 void config_diff(const struct config *a, const struct config *b, config_diff_fn fn,
                  void *arg);
+/* Sets every key that needs a restart in c back to its value in running
+ * (what a reload adopts is what runs). Returns 0 or -ENOMEM. */
+int config_keep_restart_keys(struct config *c, const struct config *running);
 void config_free(struct config *c);
 
 /* "123", "64KiB", "2GiB", "1.5G", "25%" (of total RAM). Returns 0 or -EINVAL. */

@@ -1,7 +1,8 @@
 /*
  * prestod: start-up, signals and shutdown. Wires the modules together:
- * config -> datasets -> disk tier -> memory tier -> worker pool -> server,
- * one event loop.
+ * config -> datasets (reload.h: the configuration in force) -> disk tier
+ * -> memory tier -> worker pool -> server, one event loop. SIGHUP reloads
+ * the configuration (reload.h says what a reload applies).
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -19,6 +20,7 @@
 #include "log.h"
 #include "notify.h"
 #include "pipeline.h"
+#include "reload.h"
 #include "server.h"
 #include "stats.h"
 #include "store.h"
@@ -141,8 +143,20 @@ static int apply_args(struct config *c, const struct main_opts *o, char *err, si
         if (rc < 0)
             return rc;
     }
-    log_set_level((enum log_level)c->log_level);
     return 0;
+}
+
+/* The configuration as at start-up: the file, then the command line on
+ * top. Also how a reload reads it again (reload_load_fn). */
+static int load_config(struct config *c, void *arg, char *err, size_t errlen)
+{
+    const struct main_opts *o = arg;
+    int rc = config_load(c, o->config, err, errlen);
+    if (rc == 0)
+        rc = apply_args(c, o, err, errlen);
+    if (rc < 0 && !err[0])
+        snprintf(err, errlen, "%s", strerror(-rc));
+    return rc;
 }
 
 /* Every worker keeps a chunk of source files and segment reads open at
@@ -163,7 +177,7 @@ static void raise_nofile(void)
  * longer current and learns what it holds of each dataset. A disk tier
  * that cannot be opened is logged and left out: the daemon then caches in
  * memory only. Returns 0, or -ENOMEM. */
-static int open_disk_tier(const struct config *cfg, struct dataset *datasets, uint32_t n,
+static int open_disk_tier(const struct config *cfg, struct dataset **datasets, uint32_t n,
                           struct store **out, char *off, size_t offlen)
 {
     struct pipeline_datasets dss = {datasets, n};
@@ -185,7 +199,7 @@ static int open_disk_tier(const struct config *cfg, struct dataset *datasets, ui
     if (rc < 0)
         log_warn("disk tier: compaction at start-up failed: %s", strerror(-rc));
     for (uint32_t i = 0; i < n; i++)
-        if (pipeline_disk_scan(*out, &datasets[i]) < 0)
+        if (pipeline_disk_scan(*out, datasets[i]) < 0)
             return -ENOMEM;
     struct store_stats ss;
     store_get_stats(*out, &ss);
@@ -232,15 +246,25 @@ static void on_hup(evutil_socket_t sig, short what, void *arg)
 {
     (void)sig;
     (void)what;
-    (void)arg;
-    log_warn("SIGHUP: live reload is not supported yet; restart prestod to apply changes");
+    log_info("SIGHUP: reloading the configuration");
+    if (reload_request(arg, NULL, NULL) < 0)
+        log_error("SIGHUP: no memory to start a reload");
+}
+
+static void on_reload_apply(void *arg, const struct config *cfg, struct dataset **datasets,
+                            uint32_t n)
+{
+    server_update(arg, cfg, datasets, n);
 }
 
 int main(int argc, char **argv)
 {
     struct main_opts o;
     struct config cfg;
-    struct dataset *datasets = NULL;
+    struct reload *live = NULL;
+    const struct config *c = NULL;
+    struct dataset **datasets = NULL;
+    uint32_t ndatasets = 0;
     struct cache_dataset *cds = NULL;
     struct cache *cache = NULL;
     struct store *store = NULL;
@@ -251,7 +275,6 @@ int main(int argc, char **argv)
     struct workers *workers = NULL;
     struct server *srv = NULL;
     struct event *sigs[4] = {NULL};
-    uint32_t opened = 0;
     char err[1024] = "";
     int rc, status = 1;
 
@@ -261,11 +284,11 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN); /* a file-size limit: writes fail with EFBIG instead */
-    if (config_load(&cfg, o.config, err, sizeof(err)) < 0 ||
-        apply_args(&cfg, &o, err, sizeof(err)) < 0) {
-        fprintf(stderr, "prestod: %s\n", err[0] ? err : "out of memory");
+    if (load_config(&cfg, &o, err, sizeof(err)) < 0) {
+        fprintf(stderr, "prestod: %s\n", err);
         goto out;
     }
+    log_set_level((enum log_level)cfg.log_level);
     if (o.check_only) {
         printf("%s: ok, %u datasets\n", o.config ? o.config : "(defaults)", cfg.ndatasets);
         status = 0;
@@ -273,28 +296,29 @@ int main(int argc, char **argv)
     }
     raise_nofile();
     notify_send("STATUS=indexing datasets");
-    datasets = calloc(cfg.ndatasets ? cfg.ndatasets : 1, sizeof(*datasets));
-    cds = calloc(cfg.ndatasets ? cfg.ndatasets : 1, sizeof(*cds));
-    if (!datasets || !cds)
-        goto oom;
-    for (; opened < cfg.ndatasets; opened++) {
-        if (dataset_open(&datasets[opened], opened, &cfg.datasets[opened], err,
-                         sizeof(err)) < 0) {
-            log_error("%s", err);
-            goto out;
-        }
-        cds[opened].nsamples = datasets[opened].nsamples;
-        cds[opened].entry_bytes = datasets[opened].mat_bytes;
+    if ((rc = reload_create(&live, &cfg, err, sizeof(err))) < 0) {
+        if (rc == -ENOMEM)
+            goto oom;
+        log_error("%s", err);
+        goto out;
     }
-    if (cfg.ndatasets == 0)
+    c = reload_config(live);
+    datasets = reload_datasets(live, &ndatasets);
+    if (!(cds = calloc(ndatasets ? ndatasets : 1, sizeof(*cds))))
+        goto oom;
+    for (uint32_t i = 0; i < ndatasets; i++) {
+        cds[i].nsamples = datasets[i]->nsamples;
+        cds[i].entry_bytes = datasets[i]->mat_bytes;
+    }
+    if (ndatasets == 0)
         log_warn("no datasets configured: use -d NAME=DIR or a config file");
     notify_send("STATUS=reading the disk tier");
-    if (open_disk_tier(&cfg, datasets, cfg.ndatasets, &store, store_off, sizeof(store_off)) < 0)
+    if (open_disk_tier(c, datasets, ndatasets, &store, store_off, sizeof(store_off)) < 0)
         goto oom;
-    if (cache_create(&cache, cfg.cache_memory, cds, cfg.ndatasets) < 0)
+    if (cache_create(&cache, c->cache_memory, cds, ndatasets) < 0)
         goto oom;
 
-    unsigned nworkers = cfg.workers;
+    unsigned nworkers = c->workers;
     if (nworkers == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         nworkers = n > 0 ? (unsigned)n : 1;
@@ -305,34 +329,42 @@ int main(int argc, char **argv)
     if (!(stats = aligned_alloc(_Alignof(struct stats_thread), (nworkers + 1) * sizeof(*stats))))
         goto oom;
     memset(stats, 0, (nworkers + 1) * sizeof(*stats));
-    struct workers_config wc = {nworkers, cfg.max_pixels, cfg.io_depth,
-                                cfg.io_backend == CONFIG_IO_PREAD};
+    struct workers_config wc = {nworkers, c->max_pixels, c->io_depth,
+                                c->io_backend == CONFIG_IO_PREAD};
     if ((rc = workers_create(&workers, base, &wc, stats)) < 0) {
         log_error("cannot start %u worker threads: %s", nworkers, strerror(-rc));
         goto out;
     }
-    struct pipeline_datasets dss = {datasets, cfg.ndatasets};
+    struct pipeline_datasets dss = {datasets, ndatasets};
     if (store && pipeline_compactor_create(&compactor, store, workers, &dss) < 0)
         goto oom;
     struct server_deps deps = {
-        .base = base, .cfg = &cfg, .datasets = datasets, .ndatasets = cfg.ndatasets,
+        .base = base, .cfg = c, .datasets = datasets, .ndatasets = ndatasets,
         .cache = cache, .store = store, .store_off = store_off, .compactor = compactor,
-        .workers = workers, .stats = stats, .nstats = nworkers + 1,
+        .workers = workers, .stats = stats, .nstats = nworkers + 1, .reload = live,
     };
     if (server_create(&srv, &deps, notify_listen_fd(), err, sizeof(err)) < 0) {
         log_error("%s", err);
         goto out;
     }
+    struct reload_env renv = {
+        .base = base, .workers = workers, .cache = cache, .store = store,
+        .compactor = compactor, .load = load_config, .load_arg = &o,
+        .apply = on_reload_apply, .apply_arg = srv, .stats = &stats[nworkers],
+    };
+    reload_attach(live, &renv);
     int signums[4] = {SIGTERM, SIGINT, SIGHUP, 0};
     for (int i = 0; signums[i]; i++) {
-        sigs[i] = evsignal_new(base, signums[i], signums[i] == SIGHUP ? on_hup : on_stop_signal,
-                               base);
+        if (signums[i] == SIGHUP)
+            sigs[i] = evsignal_new(base, SIGHUP, on_hup, live);
+        else
+            sigs[i] = evsignal_new(base, signums[i], on_stop_signal, base);
         if (!sigs[i] || event_add(sigs[i], NULL) < 0)
             goto oom;
     }
     log_info("prestod %s listening on %s: %u datasets, %u workers, cache %llu MiB in "
-             "memory, %s", PRESTO_VERSION, cfg.socket_path, cfg.ndatasets, nworkers,
-             (unsigned long long)(cfg.cache_memory >> 20),
+             "memory, %s", PRESTO_VERSION, c->socket_path, ndatasets, nworkers,
+             (unsigned long long)(c->cache_memory >> 20),
              store ? "a disk tier" : "no disk tier");
     notify_send("READY=1\nSTATUS=serving");
     struct event *wd = NULL;
@@ -354,6 +386,7 @@ oom:
 out:
     if (srv)
         server_stop(srv);
+    reload_stop(live);
     workers_destroy(workers);
     pipeline_compactor_destroy(compactor);
     for (int i = 0; i < 4; i++)
@@ -364,9 +397,7 @@ out:
     server_destroy(srv);
     cache_destroy(cache);
     store_close(store);
-    for (uint32_t i = 0; i < opened; i++)
-        dataset_close(&datasets[i]);
-    free(datasets);
+    reload_destroy(live);
     free(cds);
     free(stats);
     config_free(&cfg);

@@ -688,7 +688,7 @@ int pipeline_key_live(const struct store_key *key, void *arg)
 {
     const struct pipeline_datasets *dss = arg;
     for (uint32_t i = 0; i < dss->n; i++)
-        if (dataset_key_current(&dss->ds[i], key))
+        if (dataset_key_current(dss->ds[i], key))
             return 1;
     return 0;
 }
@@ -759,6 +759,13 @@ int pipeline_compactor_create(struct pipeline_compactor **out, struct store *st,
     pc->dss = *dss;
     *out = pc;
     return 0;
+}
+
+void pipeline_compactor_set_datasets(struct pipeline_compactor *pc,
+                                     const struct pipeline_datasets *dss)
+{
+    if (pc)
+        pc->dss = *dss;
 }
 
 void pipeline_compactor_destroy(struct pipeline_compactor *pc)

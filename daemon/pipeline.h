@@ -98,7 +98,7 @@ void pipeline_warm(const struct pipeline_env *env, struct dataset *ds, uint32_t 
 /* store_live_fn over the served datasets (arg: struct pipeline_datasets):
  * a key is live when it is the current key of one of their samples. */
 struct pipeline_datasets {
-    struct dataset *ds;
+    struct dataset **ds;
     uint32_t n;
 };
 int pipeline_key_live(const struct store_key *key, void *arg);
@@ -111,6 +111,10 @@ int pipeline_disk_scan(struct store *st, struct dataset *ds);
 /* Compaction on demand, run on the worker pool. */
 int pipeline_compactor_create(struct pipeline_compactor **out, struct store *st,
                               struct workers *workers, const struct pipeline_datasets *dss);
+/* The datasets served changed (a reload): compactions keep their records
+ * from now on. The caller has paused the workers (workers_pause). */
+void pipeline_compactor_set_datasets(struct pipeline_compactor *pc,
+                                     const struct pipeline_datasets *dss);
 /* After workers_destroy (which cancels a queued run). NULL is fine. */
 void pipeline_compactor_destroy(struct pipeline_compactor *pc);
 /* Queues a compaction unless one is queued or running, or one started

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "frame.h"
 #include "json.h"
 #include "log.h"
@@ -27,10 +28,21 @@ struct conn {
     struct server *srv;
     struct bufferevent *bev;
     struct conn *prev, *next;
-    struct stream **streams; /* max_streams_per_conn slots */
-    uint32_t nstreams;
+    struct stream **streams; /* stream_cap slots */
+    uint32_t nstreams, stream_cap; /* cap: limits.streams_per_connection at accept */
     struct warm *warm;       /* a WARM running on this connection */
     int closing; /* close once the output is flushed */
+    struct access_peer peer; /* who connected (SO_PEERCRED at accept) */
+    int reload_pending;      /* a RELOAD (reload_req) waits for its reply */
+    uint32_t reload_req;
+    /* Requests wait while the output is over limits.output_buffer: reading
+     * stops until it drains to half; stalled for output_timeout with nothing
+     * drained, the connection is dropped. */
+    int waiting;
+    uint64_t drained;        /* output bytes the peer took while waiting */
+    uint64_t drained_mark;   /* ... as of the last stall check */
+    struct event *stall_ev;
+    struct evbuffer_cb_entry *drain_cb;
     struct ring kept; /* a finished shm stream's ring, for the next OPEN */
 };
 
@@ -47,6 +59,9 @@ struct server {
     struct stream_env env;
     struct warm_env wenv;
     struct timespec started;
+    uid_t uid;                 /* ours: a peer with it is an admin */
+    struct access_log denials; /* rate limit of the denial log lines */
+    uint64_t peer_errors;      /* peers whose credentials could not be read */
 };
 
 static struct stats_thread *loop_stats(struct server *s)
@@ -64,7 +79,14 @@ static void conn_free(struct conn *c)
     stream_ring_free(&s->env, &c->kept);
     if (c->warm)
         warm_close(c->warm);
+    if (c->reload_pending && s->d.reload)
+        reload_cancel(s->d.reload, c);
+    if (c->stall_ev)
+        event_free(c->stall_ev);
+    if (c->drain_cb)
+        evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->drain_cb);
     bufferevent_free(c->bev);
+    access_peer_free(&c->peer);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -76,11 +98,19 @@ static void conn_free(struct conn *c)
     free(c);
 }
 
+static void conn_on_read(struct bufferevent *bev, void *arg);
+static void conn_resume(struct conn *c);
+
 static void conn_on_write(struct bufferevent *bev, void *arg)
 {
     struct conn *c = arg;
-    if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+    size_t out = evbuffer_get_length(bufferevent_get_output(bev));
+    if (c->closing && out == 0) {
         conn_free(c);
+        return;
+    }
+    if (c->waiting && !c->closing && out <= c->srv->d.cfg->max_output_buffer / 2)
+        conn_resume(c);
 }
 
 /* Replies with an error and closes the connection once it is sent. */
@@ -143,9 +173,46 @@ static char *server_datasets_json(struct server *s);
 static struct dataset *find_dataset(struct server *s, const char *name)
 {
     for (uint32_t i = 0; i < s->d.ndatasets; i++)
-        if (strcmp(s->d.datasets[i].cfg->name, name) == 0)
-            return &s->d.datasets[i];
+        if (strcmp(s->d.datasets[i]->cfg->name, name) == 0)
+            return s->d.datasets[i];
     return NULL;
+}
+
+/* Streams open on the connections of peers with this uid. */
+static uint32_t user_streams(const struct server *s, uid_t uid)
+{
+    uint32_t n = 0;
+    for (const struct conn *c = s->conns; c; c = c->next)
+        if (c->peer.uid == uid)
+            n += c->nstreams;
+    return n;
+}
+
+/* A request refused at a configured limit: counted, answered, logged at
+ * debug (the stats say how often). */
+static void refuse_limit(struct conn *c, uint32_t req_id, enum stats_counter counter,
+                         const char *msg)
+{
+    stats_add(loop_stats(c->srv), counter, 1);
+    log_debug("pid %d uid %u: %s", (int)c->peer.pid, (unsigned)c->peer.uid, msg);
+    frame_send_error(c->bev, req_id, PROTO_E_LIMIT, msg);
+}
+
+/* Admin operations (RELOAD, DROP_CACHE, WARM, the profiler's) call this
+ * first: 1 when the peer is an admin (access.h); else 0, after a
+ * PROTO_E_DENIED reply, a count and a (rate-limited) log line. */
+static int conn_require_admin(struct conn *c, uint32_t req_id, const char *op)
+{
+    struct server *s = c->srv;
+    char msg[160];
+    if (access_is_admin(&c->peer, s->uid, s->d.cfg->admin_group))
+        return 1;
+    stats_add(loop_stats(s), STAT_access_denied, 1);
+    access_log_denied(&s->denials, &c->peer, op, s->uid, s->d.cfg->admin_group);
+    snprintf(msg, sizeof(msg), "%s is an admin operation: root, uid %u or admin_group only",
+             op, (unsigned)s->uid);
+    frame_send_error(c->bev, req_id, PROTO_E_DENIED, msg);
+    return 0;
 }
 
 static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
@@ -165,10 +232,14 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         frame_send_error(c->bev, req_id, PROTO_E_NODATASET, err);
         return;
     }
-    if (req.batch_size == 0 || req.batch_size > cfg->max_batch_size) {
-        snprintf(err, sizeof(err), "batch_size %u is outside [1, %u]", req.batch_size,
-                 cfg->max_batch_size);
-        frame_send_error(c->bev, req_id, PROTO_E_INVAL, err);
+    if (req.batch_size == 0) {
+        frame_send_error(c->bev, req_id, PROTO_E_INVAL, "batch_size 0");
+        return;
+    }
+    if (req.batch_size > cfg->max_batch_size) {
+        snprintf(err, sizeof(err), "batch_size %u is over limits.batch_size (%u)",
+                 req.batch_size, cfg->max_batch_size);
+        refuse_limit(c, req_id, STAT_limit_batch_size, err);
         return;
     }
     if (req.world == 0 || req.rank >= req.world) {
@@ -176,15 +247,22 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         frame_send_error(c->bev, req_id, PROTO_E_INVAL, err);
         return;
     }
-    if (req.prefetch > 256) {
-        snprintf(err, sizeof(err), "prefetch %u is over 256", req.prefetch);
-        frame_send_error(c->bev, req_id, PROTO_E_INVAL, err);
+    if (req.prefetch > cfg->max_prefetch) {
+        snprintf(err, sizeof(err), "prefetch %u is over limits.prefetch (%u)", req.prefetch,
+                 cfg->max_prefetch);
+        refuse_limit(c, req_id, STAT_limit_prefetch, err);
         return;
     }
-    if (c->nstreams >= cfg->max_streams_per_conn) {
-        snprintf(err, sizeof(err), "limit of %u streams per connection reached",
+    if (c->nstreams >= cfg->max_streams_per_conn || c->nstreams >= c->stream_cap) {
+        snprintf(err, sizeof(err), "limits.streams_per_connection (%u) reached",
                  cfg->max_streams_per_conn);
-        frame_send_error(c->bev, req_id, PROTO_E_LIMIT, err);
+        refuse_limit(c, req_id, STAT_limit_streams_per_connection, err);
+        return;
+    }
+    if (user_streams(s, c->peer.uid) >= cfg->max_streams_per_user) {
+        snprintf(err, sizeof(err), "limits.streams_per_user (%u) reached for uid %u",
+                 cfg->max_streams_per_user, (unsigned)c->peer.uid);
+        refuse_limit(c, req_id, STAT_limit_streams_per_user, err);
         return;
     }
     struct stream *st;
@@ -277,6 +355,72 @@ static void handle_warm(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     }
 }
 
+/* A RELOAD this connection asked for ended (reload_done_fn). */
+static void conn_reload_done(void *arg, int rc, const char *text)
+{
+    struct conn *c = arg;
+    uint32_t req_id = c->reload_req;
+    c->reload_pending = 0;
+    if (rc < 0) {
+        frame_send_error(c->bev, req_id, rc == -ENOMEM ? PROTO_E_NOMEM : PROTO_E_INVAL, text);
+        return;
+    }
+    char *json = strdup(text);
+    reply_json(c, PROTO_RELOAD_REPLY, req_id, json);
+}
+
+static void handle_reload(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
+{
+    struct server *s = c->srv;
+    if (proto_remaining(r)) {
+        conn_fail(c, req_id, PROTO_E_PROTO, "malformed RELOAD: the body must be empty");
+        return;
+    }
+    if (!s->d.reload) {
+        frame_send_error(c->bev, req_id, PROTO_E_INTERNAL, "this daemon cannot reload");
+        return;
+    }
+    if (c->reload_pending) {
+        frame_send_error(c->bev, req_id, PROTO_E_LIMIT,
+                         "a RELOAD of this connection is running already");
+        return;
+    }
+    log_info("RELOAD from pid %d uid %u", (int)c->peer.pid, (unsigned)c->peer.uid);
+    c->reload_pending = 1;
+    c->reload_req = req_id;
+    if (reload_request(s->d.reload, conn_reload_done, c) < 0) {
+        c->reload_pending = 0;
+        frame_send_error(c->bev, req_id, PROTO_E_NOMEM, "no memory to reload");
+    }
+}
+
+static void handle_drop_cache(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
+{
+    struct server *s = c->srv;
+    uint64_t entries, bytes;
+    struct json j;
+    if (proto_remaining(r)) {
+        conn_fail(c, req_id, PROTO_E_PROTO, "malformed DROP_CACHE: the body must be empty");
+        return;
+    }
+    /* No worker may hold an entry while the slabs go. */
+    workers_pause(s->d.workers);
+    cache_clear(s->d.cache, &entries, &bytes);
+    workers_resume(s->d.workers);
+    stats_add(loop_stats(s), STAT_cache_drops, 1);
+    log_info("DROP_CACHE from pid %d uid %u: %llu entries, %llu MiB of the memory tier dropped",
+             (int)c->peer.pid, (unsigned)c->peer.uid, (unsigned long long)entries,
+             (unsigned long long)(bytes >> 20));
+    json_init(&j);
+    json_object_begin(&j, NULL);
+    json_u64(&j, "entries", entries);
+    json_u64(&j, "bytes", bytes);
+    json_object_end(&j);
+    if (j.failed)
+        json_free(&j);
+    reply_json(c, PROTO_DROP_CACHE_REPLY, req_id, j.failed ? NULL : j.buf);
+}
+
 static void conn_dispatch(struct conn *c, const struct proto_header *h, const uint8_t *body)
 {
     struct proto_rbuf r;
@@ -299,7 +443,16 @@ static void conn_dispatch(struct conn *c, const struct proto_header *h, const ui
         handle_release(c, h->req_id, &r);
         break;
     case PROTO_WARM:
-        handle_warm(c, h->req_id, &r);
+        if (conn_require_admin(c, h->req_id, "WARM"))
+            handle_warm(c, h->req_id, &r);
+        break;
+    case PROTO_RELOAD:
+        if (conn_require_admin(c, h->req_id, "RELOAD"))
+            handle_reload(c, h->req_id, &r);
+        break;
+    case PROTO_DROP_CACHE:
+        if (conn_require_admin(c, h->req_id, "DROP_CACHE"))
+            handle_drop_cache(c, h->req_id, &r);
         break;
     default:
         stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
@@ -309,27 +462,104 @@ static void conn_dispatch(struct conn *c, const struct proto_header *h, const ui
     }
 }
 
+/* ---- the output limit ---- */
+
+static void conn_on_drain(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct conn *c = arg;
+    (void)buf;
+    c->drained += info->n_deleted;
+}
+
+static void conn_stall_arm(struct conn *c)
+{
+    struct timeval tv = {(time_t)c->srv->d.cfg->output_timeout, 0};
+    c->drained_mark = c->drained;
+    event_add(c->stall_ev, &tv);
+}
+
+/* Every output_timeout while requests wait: the peer took nothing since
+ * the last look, so it stopped reading: ERROR (best effort) and close. */
+static void conn_on_stall(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    struct server *s = c->srv;
+    (void)fd;
+    (void)what;
+    if (!c->waiting)
+        return;
+    if (c->drained != c->drained_mark) {
+        conn_stall_arm(c);
+        return;
+    }
+    stats_add(loop_stats(s), STAT_limit_output_timeout, 1);
+    log_warn("connection of pid %d uid %u dropped: its requests waited on %zu bytes of output "
+             "(limits.output_buffer %llu) and none taken for limits.output_timeout (%u s)",
+             (int)c->peer.pid, (unsigned)c->peer.uid,
+             evbuffer_get_length(bufferevent_get_output(c->bev)),
+             (unsigned long long)s->d.cfg->max_output_buffer, s->d.cfg->output_timeout);
+    frame_send_error(c->bev, 0, PROTO_E_LIMIT, "output buffer over its limit and not read");
+    conn_free(c);
+}
+
+/* The output is over the limit: stop taking requests until it drains. */
+static int conn_wait_output(struct conn *c)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (!c->stall_ev && !(c->stall_ev = evtimer_new(c->srv->d.base, conn_on_stall, c)))
+        return -ENOMEM;
+    if (!c->drain_cb && !(c->drain_cb = evbuffer_add_cb(out, conn_on_drain, c)))
+        return -ENOMEM;
+    c->waiting = 1;
+    stats_add(loop_stats(c->srv), STAT_limit_output_buffer, 1);
+    log_debug("connection of pid %d: %zu bytes of output queued, over limits.output_buffer: "
+              "its requests wait", (int)c->peer.pid, evbuffer_get_length(out));
+    bufferevent_disable(c->bev, EV_READ);
+    bufferevent_setwatermark(c->bev, EV_WRITE, c->srv->d.cfg->max_output_buffer / 2, 0);
+    conn_stall_arm(c);
+    return 0;
+}
+
+static void conn_resume(struct conn *c)
+{
+    c->waiting = 0;
+    event_del(c->stall_ev);
+    evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->drain_cb);
+    c->drain_cb = NULL;
+    bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+    bufferevent_enable(c->bev, EV_READ);
+    conn_on_read(c->bev, c); /* what came meanwhile is in the input already */
+}
+
 static void conn_on_read(struct bufferevent *bev, void *arg)
 {
     struct conn *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
+    const struct config *cfg = c->srv->d.cfg;
     char msg[160];
 
-    while (!c->closing) {
+    while (!c->closing && !c->waiting) {
         uint8_t hdr[PROTO_HEADER_SIZE];
         struct proto_header h;
         size_t avail = evbuffer_get_length(in);
         if (avail < PROTO_HEADER_SIZE)
             return;
+        if (evbuffer_get_length(bufferevent_get_output(bev)) > cfg->max_output_buffer) {
+            if (conn_wait_output(c) == 0)
+                return;
+            conn_fail(c, 0, PROTO_E_NOMEM, "out of memory");
+            break;
+        }
         evbuffer_copyout(in, hdr, sizeof(hdr));
-        int rc = proto_header_decode(hdr, PROTO_MAX_REQUEST, &h);
+        int rc = proto_header_decode(hdr, (uint32_t)cfg->max_frame_size, &h);
         if (rc == -PROTO_E_PROTO) {
             conn_fail(c, 0, PROTO_E_PROTO, "bad magic: not a presto client");
             break;
         }
         if (rc == -PROTO_E_TOOBIG) {
-            snprintf(msg, sizeof(msg), "request body of %u bytes is over the limit of %u",
-                     h.body_len, PROTO_MAX_REQUEST);
+            stats_add(loop_stats(c->srv), STAT_limit_frame_size, 1);
+            snprintf(msg, sizeof(msg), "request body of %u bytes is over limits.frame_size (%llu)",
+                     h.body_len, (unsigned long long)cfg->max_frame_size);
             conn_fail(c, h.req_id, PROTO_E_TOOBIG, msg);
             break;
         }
@@ -382,8 +612,10 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
         return;
     }
     c = calloc(1, sizeof(*c));
-    if (c)
-        c->streams = calloc(s->d.cfg->max_streams_per_conn, sizeof(*c->streams));
+    if (c) {
+        c->stream_cap = s->d.cfg->max_streams_per_conn;
+        c->streams = calloc(c->stream_cap, sizeof(*c->streams));
+    }
     if (c && c->streams)
         c->bev = bufferevent_socket_new(s->d.base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!c || !c->streams || !c->bev) {
@@ -396,6 +628,12 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
     }
     c->srv = s;
     c->kept.fd = -1;
+    if (access_peer_read(fd, &c->peer) < 0 && s->peer_errors++ == 0)
+        log_warn("cannot read a peer's credentials (SO_PEERCRED): %s; such peers may "
+                 "stream but are no admins", strerror(errno));
+    else if (c->peer.source == ACCESS_GROUPS_PROC && s->peer_errors++ == 0)
+        log_warn("no SO_PEERGROUPS (kernel before 4.13): a peer's groups are read from "
+                 "/proc/PID/status at accept");
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
@@ -403,7 +641,7 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
     s->nconns++;
     stats_add(loop_stats(s), STAT_connections_total, 1);
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
-    bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_SIZE + PROTO_MAX_REQUEST);
+    bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_SIZE + s->d.cfg->max_frame_size);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 }
 
@@ -450,7 +688,7 @@ static void stats_disk(struct server *s, struct json *j, const struct store_stat
 {
     uint64_t hits = 0, misses = 0, bytes_read = 0;
     for (uint32_t i = 0; i < s->d.ndatasets; i++) {
-        const struct dataset_counters *n = &s->d.datasets[i].n;
+        const struct dataset_counters *n = &s->d.datasets[i]->n;
         hits += LOAD(&n->disk_hits);
         misses += LOAD(&n->disk_misses);
         bytes_read += LOAD(&n->disk_bytes_read);
@@ -560,6 +798,7 @@ static void stats_dataset(struct server *s, struct json *j, struct dataset *ds)
     json_u64(j, "hits", hits);
     json_u64(j, "misses", misses);
     json_u64(j, "errors", LOAD(&n->errors));
+    json_u64(j, "refused", ds->refused);
     json_double(j, "hit_rate", ratio(hits, hits + misses));
     json_u64(j, "computed", LOAD(&n->computed));
     json_u64(j, "source_reads", LOAD(&n->source_reads));
@@ -598,6 +837,47 @@ static void stats_dataset(struct server *s, struct json *j, struct dataset *ds)
     json_object_end(j);
 }
 
+/* One configured limit: its value and how often it refused something. */
+static void stats_limit(struct json *j, const char *name, uint64_t value, uint64_t hits)
+{
+    json_object_begin(j, name);
+    json_u64(j, "value", value);
+    json_u64(j, "hits", hits);
+    json_object_end(j);
+}
+
+static void stats_limits(struct server *s, struct json *j, const struct stats_thread *sum)
+{
+    const struct config *cfg = s->d.cfg;
+    json_object_begin(j, "access");
+    json_u64(j, "denied", sum->c[STAT_access_denied]);
+    json_u64(j, "uid", (uint64_t)s->uid);
+    if (cfg->admin_group == CONFIG_NO_GROUP)
+        json_str(j, "admin_group", "none");
+    else
+        json_u64(j, "admin_group", cfg->admin_group);
+    json_u64(j, "reloads", sum->c[STAT_reloads]);
+    json_u64(j, "reload_failures", sum->c[STAT_reload_failures]);
+    json_u64(j, "cache_drops", sum->c[STAT_cache_drops]);
+    json_object_end(j);
+    json_object_begin(j, "limits");
+    stats_limit(j, "connections", cfg->max_connections, sum->c[STAT_connections_rejected]);
+    stats_limit(j, "streams_per_connection", cfg->max_streams_per_conn,
+                sum->c[STAT_limit_streams_per_connection]);
+    stats_limit(j, "streams_per_user", cfg->max_streams_per_user,
+                sum->c[STAT_limit_streams_per_user]);
+    stats_limit(j, "batch_size", cfg->max_batch_size, sum->c[STAT_limit_batch_size]);
+    stats_limit(j, "prefetch", cfg->max_prefetch, sum->c[STAT_limit_prefetch]);
+    stats_limit(j, "frame_size", cfg->max_frame_size, sum->c[STAT_limit_frame_size]);
+    stats_limit(j, "output_buffer", cfg->max_output_buffer, sum->c[STAT_limit_output_buffer]);
+    stats_limit(j, "output_timeout", cfg->output_timeout, sum->c[STAT_limit_output_timeout]);
+    stats_limit(j, "release_timeout", cfg->release_timeout,
+                sum->c[STAT_shm_release_timeouts]);
+    /* limits.file_size and limits.pixels refuse samples, not requests:
+     * errors.too_large counts those (a bad sample, skipped or failed). */
+    json_object_end(j);
+}
+
 char *server_stats_json(struct server *s)
 {
     struct stats_thread sum;
@@ -633,6 +913,7 @@ char *server_stats_json(struct server *s)
     json_u64(&j, "connections_rejected", sum.c[STAT_connections_rejected]);
     json_u64(&j, "streams_total", sum.c[STAT_streams_total]);
     json_u64(&j, "protocol_errors", sum.c[STAT_protocol_errors]);
+    stats_limits(s, &j, &sum);
     json_object_begin(&j, "shm");
     json_u64(&j, "rings", s->shm_rings);
     json_u64(&j, "ring_bytes", s->shm_bytes);
@@ -675,7 +956,7 @@ char *server_stats_json(struct server *s)
     json_object_end(&j);
     json_array_begin(&j, "datasets");
     for (uint32_t i = 0; i < s->d.ndatasets; i++)
-        stats_dataset(s, &j, &s->d.datasets[i]);
+        stats_dataset(s, &j, s->d.datasets[i]);
     json_array_end(&j);
     json_object_end(&j);
     if (j.failed) {
@@ -693,7 +974,7 @@ static char *server_datasets_json(struct server *s)
     json_object_begin(&j, NULL);
     json_array_begin(&j, "datasets");
     for (uint32_t i = 0; i < s->d.ndatasets; i++) {
-        const struct dataset *ds = &s->d.datasets[i];
+        const struct dataset *ds = s->d.datasets[i];
         const struct config_dataset *dc = ds->cfg;
         json_object_begin(&j, NULL);
         json_str(&j, "name", dc->name);
@@ -717,6 +998,8 @@ static char *server_datasets_json(struct server *s)
         json_u64(&j, NULL, ds->out_c);
         json_array_end(&j);
         json_str(&j, "on_error", dc->on_error == CONFIG_ON_ERROR_FAIL ? "fail" : "skip");
+        json_u64(&j, "follow_symlinks", dc->follow_symlinks != 0);
+        json_u64(&j, "refused", ds->refused);
         json_object_end(&j);
     }
     json_array_end(&j);
@@ -743,7 +1026,10 @@ static int ensure_parent(const char *path, char *err, size_t errlen)
     return 0;
 }
 
-static int bind_socket(const char *path, uint32_t mode, char *err, size_t errlen)
+/* The socket's mode and group decide who may connect at all (connect(2)
+ * needs write permission on it): socket_mode and socket_group. */
+static int bind_socket(const char *path, uint32_t mode, uint32_t group, char *err,
+                       size_t errlen)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     int fd, rc;
@@ -775,7 +1061,9 @@ static int bind_socket(const char *path, uint32_t mode, char *err, size_t errlen
             close(probe);
         unlink(path);
     }
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, mode) < 0 ||
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        (group != CONFIG_NO_GROUP && chown(path, (uid_t)-1, (gid_t)group) < 0) ||
+        chmod(path, mode) < 0 ||
         listen(fd, 128) < 0) {
         rc = -errno;
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
@@ -792,6 +1080,7 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
     if (!s)
         return -ENOMEM;
     s->d = *deps;
+    s->uid = geteuid();
     clock_gettime(CLOCK_MONOTONIC, &s->started);
     s->env.base = deps->base;
     s->env.workers = deps->workers;
@@ -811,7 +1100,8 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
 
     int fd = listen_fd;
     if (fd < 0) {
-        fd = bind_socket(deps->cfg->socket_path, deps->cfg->socket_mode, err, errlen);
+        fd = bind_socket(deps->cfg->socket_path, deps->cfg->socket_mode,
+                         deps->cfg->socket_group, err, errlen);
         if (fd < 0) {
             free(s);
             return fd;
@@ -833,6 +1123,19 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
     }
     *out = s;
     return 0;
+}
+
+void server_update(struct server *s, const struct config *cfg, struct dataset **datasets,
+                   uint32_t n)
+{
+    s->d.cfg = cfg;
+    s->d.datasets = datasets;
+    s->d.ndatasets = n;
+    s->env.pipe.max_file_size = cfg->max_file_size;
+    s->env.release_timeout = cfg->release_timeout;
+    /* A larger frame_size must fit in what each connection reads at once. */
+    for (struct conn *c = s->conns; c; c = c->next)
+        bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_SIZE + cfg->max_frame_size);
 }
 
 void server_stop(struct server *s)

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "dataset.h"
 #include "pipeline.h"
+#include "reload.h"
 #include "stats.h"
 #include "store.h"
 #include "workers.h"
@@ -22,8 +23,8 @@ struct server;
 
 struct server_deps {
     struct event_base *base;
-    const struct config *cfg;
-    struct dataset *datasets;
+    const struct config *cfg;   /* replaced by server_update on a reload */
+    struct dataset **datasets;  /* the datasets served (likewise) */
     uint32_t ndatasets;
     struct cache *cache;
     struct store *store;        /* NULL: no disk tier */
@@ -32,6 +33,7 @@ struct server_deps {
     struct workers *workers;
     struct stats_thread *stats; /* nstats blocks; the last is the event loop's */
     unsigned nstats;
+    struct reload *reload;      /* RELOAD requests go there (NULL: none) */
 };
 
 /* Binds and listens on cfg->socket_path (or adopts listen_fd >= 0, e.g.
@@ -41,6 +43,10 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
 /* Stops accepting and closes every connection (their streams stop). */
 void server_stop(struct server *s);
 void server_destroy(struct server *s);
+/* A reload's configuration takes over (reload_apply_fn; the workers are
+ * paused): limits, the admin group and the datasets new requests find. */
+void server_update(struct server *s, const struct config *cfg, struct dataset **datasets,
+                   uint32_t n);
 /* The stats document (JSON); the caller frees it. */
 char *server_stats_json(struct server *s);
 

@@ -30,7 +30,18 @@
     X(shm_rings_kept, "streams on the ring their connection kept")   \
     X(shm_releases, "shared-memory slots released by clients")      \
     X(shm_release_timeouts, "clients dropped for releasing nothing") \
-    X(protocol_errors, "malformed frames received")
+    X(protocol_errors, "malformed frames received")                \
+    X(access_denied, "admin requests from peers that are not admins") \
+    X(limit_streams_per_connection, "OPENs refused: the connection's streams") \
+    X(limit_streams_per_user, "OPENs refused: the peer uid's streams") \
+    X(limit_batch_size, "OPENs refused: batch_size over limits.batch_size") \
+    X(limit_prefetch, "OPENs refused: prefetch over limits.prefetch") \
+    X(limit_frame_size, "requests over limits.frame_size (connection closed)") \
+    X(limit_output_buffer, "times a connection's requests waited on its output") \
+    X(limit_output_timeout, "connections dropped: output stuck over the limit") \
+    X(reloads, "configuration reloads applied")                   \
+    X(reload_failures, "reloads refused (the running config stayed)") \
+    X(cache_drops, "DROP_CACHE requests done")
 
 enum stats_counter {
 #define STATS_ENUM(name, doc) STAT_##name,

@@ -39,8 +39,11 @@ struct warm {
 
 static void warm_free(struct warm *w)
 {
+    struct dataset *ds = w->ds;
     free(w->jobs);
     free(w);
+    if (ds)
+        dataset_release(ds); /* last: may free a dataset a reload retired */
 }
 
 static void warm_send(struct warm *w, uint16_t type)
@@ -163,6 +166,7 @@ int warm_start(struct warm **out, const struct warm_env *env, struct dataset *ds
     }
     w->env = env;
     w->ds = ds;
+    dataset_hold(ds);
     w->bev = bev;
     w->req_id = req_id;
     w->finished = finished;

@@ -24,10 +24,12 @@ struct worker_thread {
 struct workers {
     pthread_mutex_t lock;
     pthread_cond_t cond;
+    pthread_cond_t idle;                /* busy fell to 0 while paused */
     struct work *head, *tail;           /* queued, FIFO */
     struct work *done_head, *done_tail; /* finished, for the event loop */
     unsigned queued, busy;
     int stopping;
+    int paused;
     int efd;
     struct event *ev;
     unsigned n;
@@ -51,7 +53,7 @@ static void *worker_main(void *arg)
 
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!p->head && !p->stopping)
+        while ((!p->head || p->paused) && !p->stopping)
             pthread_cond_wait(&p->cond, &p->lock);
         if (p->stopping)
             break;
@@ -67,7 +69,8 @@ static void *worker_main(void *arg)
         w->run(w, &t->ctx);
 
         pthread_mutex_lock(&p->lock);
-        p->busy--;
+        if (--p->busy == 0 && p->paused)
+            pthread_cond_signal(&p->idle);
         w->state = WORK_DONE;
         int wake = p->done_head == NULL;
         list_push(&p->done_head, &p->done_tail, w);
@@ -135,6 +138,7 @@ int workers_create(struct workers **out, struct event_base *base,
         return -ENOMEM;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cond, NULL);
+    pthread_cond_init(&p->idle, NULL);
     p->n = n;
     p->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     p->threads = calloc(n, sizeof(*p->threads));
@@ -203,6 +207,7 @@ void workers_destroy(struct workers *p)
         close(p->efd);
     free(p->threads);
     pthread_cond_destroy(&p->cond);
+    pthread_cond_destroy(&p->idle);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
@@ -241,6 +246,23 @@ int workers_cancel(struct workers *p, struct work *w)
     pthread_mutex_unlock(&p->lock);
     w->done(w, 1);
     return 0;
+}
+
+void workers_pause(struct workers *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->paused = 1;
+    while (p->busy > 0)
+        pthread_cond_wait(&p->idle, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void workers_resume(struct workers *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->paused = 0;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
 }
 
 unsigned workers_count(const struct workers *p)

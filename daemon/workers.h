@@ -62,6 +62,12 @@ void workers_submit(struct workers *p, struct work *w);
  * with cancelled = 1 before this returns 0. -EBUSY when it is running or
  * finished (its done() will still come through the event loop). */
 int workers_cancel(struct workers *p, struct work *w);
+/* Event loop thread: waits until no job runs and keeps workers from
+ * starting new ones (submits queue up), so the caller may change what jobs
+ * read (the cache's tables, the datasets served) with no lock; then
+ * workers_resume. Blocks the loop for as long as the running jobs take. */
+void workers_pause(struct workers *p);
+void workers_resume(struct workers *p);
 unsigned workers_count(const struct workers *p);
 unsigned workers_busy(struct workers *p);
 unsigned workers_queued(struct workers *p);

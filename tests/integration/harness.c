@@ -3,17 +3,23 @@
 #include "harness.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "proto.h"
 
 #define HARNESS_MAX_ARGS 64
 #define READY_TIMEOUT_S 20
@@ -396,6 +402,26 @@ int harness_start(struct harness *h, const char *const *args)
     }
 }
 
+int harness_start_config(struct harness *h, const char *yaml, const char *const *args)
+{
+    const char *argv[HARNESS_MAX_ARGS];
+    char name[64];
+    size_t n = 0;
+    snprintf(name, sizeof(name), "prestod-%u.yaml", h->starts + 1);
+    int rc = harness_write_file(h, name, yaml, h->conf, sizeof(h->conf));
+    if (rc < 0)
+        return rc;
+    argv[n++] = "-c";
+    argv[n++] = h->conf;
+    for (size_t i = 0; args && args[i]; i++) {
+        if (n + 1 >= HARNESS_MAX_ARGS)
+            return -E2BIG;
+        argv[n++] = args[i];
+    }
+    argv[n] = NULL;
+    return harness_start(h, argv);
+}
+
 int harness_stop(struct harness *h)
 {
     if (h->pid <= 0)
@@ -415,6 +441,61 @@ int harness_stop(struct harness *h)
     }
     if (rc != 0)
         harness_print_log(h);
+    return rc;
+}
+
+int harness_log_contains(const struct harness *h, const char *needle)
+{
+    FILE *f = fopen(h->log, "r");
+    char line[4096];
+    int found = 0;
+    if (!f)
+        return 0;
+    while (!found && fgets(line, sizeof(line), f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+int harness_wait_log(const struct harness *h, const char *needle, int timeout_ms)
+{
+    double deadline = now_s() + timeout_ms / 1000.0;
+    while (!harness_log_contains(h, needle)) {
+        if (now_s() > deadline)
+            return -ETIMEDOUT;
+        sleep_ms(20);
+    }
+    return 0;
+}
+
+int harness_pull_epoch(const struct harness *h, const presto_stream_opts_t *o,
+                       struct harness_epoch *e)
+{
+    presto_t *p;
+    presto_stream_t *s;
+    presto_batch_t b;
+    memset(e, 0, sizeof(*e));
+    e->fnv = HARNESS_FNV_INIT;
+    int rc = harness_connect(h, &p);
+    if (rc < 0)
+        return rc;
+    if ((rc = presto_stream_open(p, o, &s)) < 0) {
+        fprintf(stderr, "harness: open '%s': %s\n", o->dataset, presto_errmsg(p));
+        presto_close(p);
+        return rc;
+    }
+    while ((rc = presto_next(s, &b)) > 0) {
+        e->fnv = harness_fnv(e->fnv, b.labels, b.n * sizeof(b.labels[0]));
+        e->fnv = harness_fnv(e->fnv, b.data, b.size);
+        e->samples += b.n;
+        e->batches++;
+        presto_release(s, &b);
+    }
+    if (rc < 0)
+        fprintf(stderr, "harness: epoch of '%s': %s\n", o->dataset, presto_stream_errmsg(s));
+    e->skipped = presto_stream_skipped(s);
+    presto_stream_close(s);
+    presto_close(p);
     return rc;
 }
 
@@ -455,8 +536,19 @@ int harness_json_number(const char *json, const char *parent, const char *key,
                         double *out)
 {
     const char *from = json;
-    if (parent && !(from = json_find_key(json, parent)))
-        return -ENOENT;
+    /* parent may be a path of keys, "limits.connections": each is looked
+     * for after the one before. */
+    for (const char *p = parent; p && *p;) {
+        char part[128];
+        size_t n = strcspn(p, ".");
+        if (n >= sizeof(part))
+            return -ENAMETOOLONG;
+        memcpy(part, p, n);
+        part[n] = '\0';
+        if (!(from = json_find_key(from, part)))
+            return -ENOENT;
+        p += n + (p[n] == '.');
+    }
     const char *v = json_find_key(from, key);
     if (!v)
         return -ENOENT;
@@ -498,6 +590,159 @@ int harness_wait_stat(const struct harness *h, const char *parent, const char *k
             return -ETIMEDOUT;
         sleep_ms(20);
     }
+}
+
+/* ---- raw protocol ---- */
+
+int harness_raw_connect(const struct harness *h)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(h->sock) >= sizeof(sa.sun_path))
+        return -ENAMETOOLONG;
+    memcpy(sa.sun_path, h->sock, strlen(h->sock) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int harness_send_frame(int fd, uint16_t version, uint16_t type, uint32_t req_id,
+                       const void *body, uint32_t len)
+{
+    uint8_t hdr[PROTO_HEADER_SIZE];
+    proto_header_encode(hdr, type, req_id, len);
+    hdr[4] = (uint8_t)version;
+    hdr[5] = (uint8_t)(version >> 8);
+    int rc = write_all(fd, hdr, sizeof(hdr));
+    return rc == 0 && len ? write_all(fd, body, len) : rc;
+}
+
+/* Reads exactly len bytes (buf NULL: drops them) before the deadline. */
+static int read_exact(int fd, uint8_t *buf, size_t len, double deadline)
+{
+    uint8_t scratch[4096];
+    while (len) {
+        int left = (int)((deadline - now_s()) * 1000);
+        if (left <= 0)
+            return -ETIMEDOUT;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int pr = poll(&pfd, 1, left);
+        if (pr < 0 && errno != EINTR)
+            return -errno;
+        if (pr <= 0)
+            continue;
+        size_t want = buf ? len : (len < sizeof(scratch) ? len : sizeof(scratch));
+        ssize_t n = read(fd, buf ? buf : scratch, want);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0 || (n < 0 && errno == ECONNRESET))
+            return -ECONNRESET;
+        if (n < 0)
+            return -errno;
+        if (buf)
+            buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int harness_read_frame(int fd, int timeout_ms, struct proto_header *hdr, uint8_t *body,
+                       size_t cap)
+{
+    uint8_t raw[PROTO_HEADER_SIZE];
+    double deadline = now_s() + timeout_ms / 1000.0;
+    int rc = read_exact(fd, raw, sizeof(raw), deadline);
+    if (rc < 0)
+        return rc;
+    if (proto_header_decode(raw, UINT32_MAX, hdr) == -PROTO_E_PROTO) {
+        fprintf(stderr, "harness: a frame with a bad magic from the daemon\n");
+        return -EPROTO;
+    }
+    size_t keep = hdr->body_len < cap ? hdr->body_len : cap;
+    if ((rc = read_exact(fd, body, keep, deadline)) < 0)
+        return rc;
+    return read_exact(fd, NULL, hdr->body_len - keep, deadline);
+}
+
+long harness_read_until_eof(int fd, int timeout_ms)
+{
+    double deadline = now_s() + timeout_ms / 1000.0;
+    long got = 0;
+    uint8_t buf[4096];
+    for (;;) {
+        int left = (int)((deadline - now_s()) * 1000);
+        if (left <= 0)
+            return -ETIMEDOUT;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, left) <= 0)
+            continue;
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n == 0 || (n < 0 && errno == ECONNRESET))
+            return got;
+        if (n < 0 && errno != EINTR)
+            return -errno;
+        if (n > 0)
+            got += n;
+    }
+}
+
+uint32_t harness_error_code(const uint8_t *body)
+{
+    return (uint32_t)body[0] | (uint32_t)body[1] << 8 | (uint32_t)body[2] << 16 |
+           (uint32_t)body[3] << 24;
+}
+
+/* ---- a process's resources ---- */
+
+long harness_proc_status_kb(pid_t pid, const char *key)
+{
+    char path[64], line[256];
+    size_t klen = strlen(key);
+    long kb = -ENOENT;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -errno;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, key, klen) == 0 && line[klen] == ':')
+            kb = strtol(line + klen + 1, NULL, 10);
+    fclose(f);
+    return kb;
+}
+
+int harness_proc_fds(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return -errno;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
 }
 
 uint64_t harness_fnv(uint64_t h, const void *p, size_t len)

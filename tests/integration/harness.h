@@ -31,6 +31,7 @@ struct harness {
     char dir[HARNESS_PATH_MAX];  /* temporary directory, removed at cleanup */
     char sock[HARNESS_PATH_MAX]; /* the running daemon's socket */
     char log[HARNESS_PATH_MAX];  /* the running daemon's stderr */
+    char conf[HARNESS_PATH_MAX]; /* harness_start_config's file */
     pid_t pid;                   /* the running daemon, or 0 */
     unsigned starts;             /* daemons started so far (names logs) */
 };
@@ -70,6 +71,9 @@ int harness_make_dataset(const struct harness *h, const char *name, unsigned cou
  * log in h->dir and waits (up to 20 s) until it accepts connections. If it
  * exits or does not get ready, prints its log and fails. */
 int harness_start(struct harness *h, const char *const *args);
+/* Writes yaml to h->conf (h->dir/prestod-N.yaml) and starts the daemon
+ * with `-c h->conf` and args (NULL-terminated, may be NULL) after it. */
+int harness_start_config(struct harness *h, const char *yaml, const char *const *args);
 /* SIGTERM, then waits up to 10 s (SIGKILL after). Returns the exit status
  * (0 for a clean shutdown), 128 + signal, or -ETIMEDOUT when it had to be
  * killed. Prints the log unless the status is 0. */
@@ -82,12 +86,27 @@ void harness_print_log(const struct harness *h);
 void harness_print_all_logs(const struct harness *h);
 
 int harness_connect(const struct harness *h, presto_t **p);
+
+/* 1 when the running daemon's log holds needle, else 0. */
+int harness_log_contains(const struct harness *h, const char *needle);
+/* Polls the log (every 20 ms, up to timeout_ms) for needle: 0 or -ETIMEDOUT. */
+int harness_wait_log(const struct harness *h, const char *needle, int timeout_ms);
+
+/* One epoch pulled on a connection of its own: counts, and the FNV-1a of
+ * every batch's labels then data, in order. */
+struct harness_epoch {
+    uint64_t samples, batches, skipped, fnv;
+};
+/* 0, or the negative code of the first failure (printed with its message). */
+int harness_pull_epoch(const struct harness *h, const presto_stream_opts_t *o,
+                       struct harness_epoch *e);
 /* The stats JSON (free() it). */
 int harness_stats(const struct harness *h, char **json);
 
 /* The number at "key": in json, searching after "parent": when parent is
- * not NULL (for the nested objects of the stats document). Returns 0 or
- * -ENOENT. */
+ * not NULL (for the nested objects of the stats document; a dotted path,
+ * "limits.connections", looks for each key after the one before). Returns
+ * 0 or -ENOENT. */
 int harness_json_number(const char *json, const char *parent, const char *key,
                         double *out);
 /* One number from a fresh stats document. */
@@ -97,6 +116,34 @@ int harness_stat(const struct harness *h, const char *parent, const char *key,
  * returns 0 when it did, or -ETIMEDOUT with the last value in *last. */
 int harness_wait_stat(const struct harness *h, const char *parent, const char *key,
                       double want, int timeout_ms, double *last);
+
+/* ---- raw protocol, for malformed and hostile clients ---- */
+
+/* A plain connection to the daemon's socket: the fd, or a negative errno. */
+int harness_raw_connect(const struct harness *h);
+/* Writes one frame (header with this version and type, then body). Returns
+ * 0 or a negative errno. */
+int harness_send_frame(int fd, uint16_t version, uint16_t type, uint32_t req_id,
+                       const void *body, uint32_t len);
+/* Reads one frame within timeout_ms: its header, and up to cap bytes of its
+ * body into body (the rest is read and dropped). Returns 0, -ETIMEDOUT, or
+ * -ECONNRESET when the daemon closed the connection first. */
+struct proto_header;
+int harness_read_frame(int fd, int timeout_ms, struct proto_header *hdr, uint8_t *body,
+                       size_t cap);
+/* Reads and drops what the daemon sends until it closes the connection:
+ * the byte count, or -ETIMEDOUT if it stayed open for timeout_ms. */
+long harness_read_until_eof(int fd, int timeout_ms);
+/* The code of an ERROR body (its first u32). */
+uint32_t harness_error_code(const uint8_t *body);
+
+/* ---- a process's resources ---- */
+
+/* A "Key:" line of /proc/PID/status in kB (VmRSS, VmHWM, ...), or a
+ * negative errno. */
+long harness_proc_status_kb(pid_t pid, const char *key);
+/* Open file descriptors of pid (/proc/PID/fd), or a negative errno. */
+int harness_proc_fds(pid_t pid);
 
 /* FNV-1a 64 over len bytes, continuing from h (start with HARNESS_FNV_INIT). */
 #define HARNESS_FNV_INIT 0xcbf29ce484222325ull

@@ -41,6 +41,13 @@ static void check_defaults(const struct config *c)
     ck_assert_uint_eq(c->max_batch_size, 4096);
     ck_assert_uint_eq(c->max_file_size, 64ull << 20);
     ck_assert_uint_eq(c->max_pixels, 100000000);
+    ck_assert_uint_eq(c->socket_group, CONFIG_NO_GROUP);
+    ck_assert_uint_eq(c->admin_group, CONFIG_NO_GROUP);
+    ck_assert_uint_eq(c->max_streams_per_user, 256);
+    ck_assert_uint_eq(c->max_prefetch, 64);
+    ck_assert_uint_eq(c->max_frame_size, 65536);
+    ck_assert_uint_eq(c->max_output_buffer, 64ull << 20);
+    ck_assert_uint_eq(c->output_timeout, 30);
     ck_assert_uint_eq(c->ndatasets, 0);
 }
 
@@ -322,6 +329,17 @@ static const struct bad_case bad_cases[] = {
      {"root"}},
     {"dataset without name", "datasets:\n  - root: /d\n", 2, {"name"}},
     {"bad on_error", DS "    on_error: ignore\n", 4, {"on_error", "ignore"}},
+    {"bad follow_symlinks", DS "    follow_symlinks: maybe\n", 4, {"follow_symlinks", "maybe"}},
+    {"unknown admin group", "workers: 1\nadmin_group: no-such-group-here\n", 2,
+     {"admin_group", "no such group"}},
+    {"socket_group out of range", "socket_group: 4294967295\n", 1, {"socket_group"}},
+    {"frame_size under its minimum", "limits:\n  frame_size: 100\n", 2,
+     {"limits.frame_size", "100"}},
+    {"output_timeout zero", "limits:\n  output_timeout: 0\n", 2, {"limits.output_timeout"}},
+    {"prefetch over limits.prefetch", "prefetch: 16\nlimits:\n  prefetch: 8\n", 3,
+     {"limits.prefetch", "under prefetch (16)"}},
+    {"limits.prefetch under prefetch", "limits:\n  prefetch: 4\nprefetch: 16\n", 3,
+     {"'prefetch'", "over limits.prefetch (4)"}},
     {"datasets not a list", "datasets:\n  name: a\n", 2, {"datasets"}},
     {"YAML syntax error", "socket: /x\nworkers: 2\n  bad: 1\n", 3, {NULL}},
     {"YAML unclosed flow list", "workers: 2\nsocket: [a, b\nprefetch: 2\n", 3, {NULL}},
@@ -546,6 +564,133 @@ START_TEST(test_parse_size)
 }
 END_TEST
 
+/* The keys access control and limits add. */
+START_TEST(test_access_and_limit_keys)
+{
+    struct config c;
+    char err[512];
+    ck_assert_msg(load(&c,
+                       "socket_group: 4243\n"
+                       "admin_group: root\n"
+                       "prefetch: 4\n"
+                       "limits:\n"
+                       "  streams_per_user: 7\n"
+                       "  prefetch: 4\n"
+                       "  frame_size: 2KiB\n"
+                       "  output_buffer: 1MiB\n"
+                       "  output_timeout: 5\n"
+                       DS "    follow_symlinks: true\n"
+                       "  - name: b\n    root: /e\n    follow_symlinks: no\n",
+                       err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(c.socket_group, 4243);
+    ck_assert_uint_eq(c.admin_group, 0); /* "root", looked up */
+    ck_assert_uint_eq(c.max_streams_per_user, 7);
+    ck_assert_uint_eq(c.max_prefetch, 4);
+    ck_assert_uint_eq(c.max_frame_size, 2048);
+    ck_assert_uint_eq(c.max_output_buffer, 1u << 20);
+    ck_assert_uint_eq(c.output_timeout, 5);
+    ck_assert_int_eq(c.datasets[0].follow_symlinks, 1);
+    ck_assert_int_eq(c.datasets[1].follow_symlinks, 0);
+    config_free(&c);
+}
+END_TEST
+
+struct diff_seen {
+    char keys[16][64];
+    int live[16];
+    int n;
+};
+
+static void on_diff(void *arg, const char *key, const char *was, const char *now, int live)
+{
+    struct diff_seen *d = arg;
+    ck_assert_str_ne(was, now);
+    ck_assert_int_lt(d->n, 16);
+    snprintf(d->keys[d->n], sizeof(d->keys[0]), "%s", key);
+    d->live[d->n++] = live;
+}
+
+/* What a reload compares: which keys changed, and which need a restart. */
+START_TEST(test_diff_and_restart_keys)
+{
+    struct config a, b;
+    char err[512];
+    ck_assert_msg(load(&a, "workers: 2\nlog_level: info\nadmin_group: 5\n"
+                           "cache:\n  dir: /c1\n  memory: 1GiB\n", err, sizeof(err)) == 0,
+                  "%s", err);
+    ck_assert_msg(load(&b, "workers: 4\nlog_level: debug\nadmin_group: 6\n"
+                           "cache:\n  dir: /c2\n  memory: 2GiB\n"
+                           "limits:\n  connections: 9\n  pixels: 1000\n", err,
+                       sizeof(err)) == 0, "%s", err);
+    struct diff_seen d = {.n = 0};
+    config_diff(&a, &b, on_diff, &d);
+    static const struct {
+        const char *key;
+        int live;
+    } want[] = {{"admin_group", 1}, {"workers", 0}, {"log_level", 1}, {"cache.memory", 1},
+                {"cache.dir", 0}, {"limits.connections", 1}, {"limits.pixels", 0}};
+    ck_assert_int_eq(d.n, (int)NELEM(want));
+    for (size_t i = 0; i < NELEM(want); i++) {
+        int found = 0;
+        for (int k = 0; k < d.n; k++)
+            if (strcmp(d.keys[k], want[i].key) == 0) {
+                found = 1;
+                ck_assert_msg(d.live[k] == want[i].live, "%s: live %d", want[i].key,
+                              d.live[k]);
+            }
+        ck_assert_msg(found, "%s not reported", want[i].key);
+    }
+    /* Adopting b keeps what needs a restart as it runs in a. */
+    ck_assert_int_eq(config_keep_restart_keys(&b, &a), 0);
+    ck_assert_uint_eq(b.workers, 2);
+    ck_assert_str_eq(b.cache_dir, "/c1");
+    ck_assert_uint_eq(b.max_pixels, a.max_pixels);
+    ck_assert_uint_eq(b.max_connections, 9);
+    ck_assert_int_eq(b.log_level, LOG_LEVEL_DEBUG);
+    d.n = 0;
+    config_diff(&a, &b, on_diff, &d);
+    for (int k = 0; k < d.n; k++)
+        ck_assert_msg(d.live[k], "%s still differs after keeping it", d.keys[k]);
+    config_free(&a);
+    config_free(&b);
+}
+END_TEST
+
+/* A dataset is the same only when everything that defines it is. */
+START_TEST(test_dataset_same_and_copy)
+{
+    static const char *const variants[] = {
+        "    root: /d\n",
+        "    root: /other\n",
+        "    root: /d\n    steps: [decode, {resize: 255}, {center_crop: 224}]\n",
+        "    root: /d\n    steps: [decode, {resize: 256}, {center_crop: 224}, "
+        "{random_flip: 0.4}]\n",
+        "    root: /d\n    split: 1\n",
+        "    root: /d\n    on_error: fail\n",
+        "    root: /d\n    encoding: zstd\n",
+        "    root: /d\n    follow_symlinks: true\n",
+    };
+    struct config c[NELEM(variants)];
+    char yaml[512], err[512];
+    for (size_t i = 0; i < NELEM(variants); i++) {
+        snprintf(yaml, sizeof(yaml), "datasets:\n  - name: a\n%s", variants[i]);
+        ck_assert_msg(load(&c[i], yaml, err, sizeof(err)) == 0, "%s: %s", variants[i], err);
+    }
+    for (size_t i = 0; i < NELEM(variants); i++)
+        for (size_t k = 0; k < NELEM(variants); k++)
+            ck_assert_msg(config_dataset_same(&c[i].datasets[0], &c[k].datasets[0]) == (i == k),
+                          "variants %zu and %zu", i, k);
+    struct config_dataset copy;
+    ck_assert_int_eq(config_dataset_copy(&copy, &c[1].datasets[0]), 0);
+    ck_assert_ptr_ne(copy.root, c[1].datasets[0].root);
+    for (size_t i = 0; i < NELEM(variants); i++)
+        config_free(&c[i]);
+    ck_assert_str_eq(copy.root, "/other"); /* its own, after the config went */
+    ck_assert_uint_eq(copy.nsteps, 4);
+    config_dataset_free(&copy);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
@@ -568,6 +713,9 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_dataset_arg);
     tcase_add_test(tc, test_dataset_arg_after_file);
     tcase_add_test(tc, test_parse_size);
+    tcase_add_test(tc, test_access_and_limit_keys);
+    tcase_add_test(tc, test_diff_and_restart_keys);
+    tcase_add_test(tc, test_dataset_same_and_copy);
     suite_add_tcase(s, tc);
     return s;
 }
