@@ -77,7 +77,8 @@ $(BUILD)/libprestoclient.a: $(CLIENT_PIC)
 	rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/prestoctl: $(BUILD)/obj/client/prestoctl.o $(BUILD)/libprestoclient.a
+$(BUILD)/prestoctl: $(BUILD)/obj/client/prestoctl.o $(BUILD)/obj/client/profile_report.o \
+                   $(BUILD)/libprestoclient.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lm
 
 $(BUILD)/tests/test_%: tests/unit/test_%.c $(DAEMON_LIB_OBJ) $(COMMON_OBJ)

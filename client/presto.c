@@ -656,6 +656,180 @@ PRESTO_API int presto_warm(presto_t *p, const char *dataset, presto_progress_fn 
     return rc;
 }
 
+/* ---- profile ---- */
+
+/* Largest PROFILE_PROGRESS and PROFILE_RESULT bodies accepted. */
+#define PROFILE_PROGRESS_MAX 256
+#define PROFILE_RESULT_MAX (1u << 20)
+
+PRESTO_API void presto_profile_opts_init(presto_profile_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+}
+
+PRESTO_API void presto_profile_free(presto_profile_result_t *r)
+{
+    if (r)
+        free(r->strategies);
+    free(r);
+}
+
+static void profile_strategy_out(presto_profile_strategy_t *d,
+                                 const struct proto_profile_strategy *m)
+{
+    memcpy(d->name, m->name, sizeof(d->name));
+    d->split = m->split;
+    memcpy(d->last_step, m->last_step, sizeof(d->last_step));
+    d->zstd_level = m->zstd_level;
+    d->samples = m->samples;
+    d->failed = m->failed;
+    d->offline_s = m->offline_s;
+    d->stored_bytes = m->stored_bytes;
+    d->raw_bytes = m->raw_bytes;
+    d->memory_rate = m->memory_rate;
+    d->disk_rate = m->disk_rate;
+    d->memory_cpu_s = m->memory_cpu_s;
+    d->disk_cpu_s = m->disk_cpu_s;
+    d->total_offline_s = m->total_offline_s;
+    d->total_bytes = m->total_bytes;
+    d->memory_fraction = m->memory_fraction;
+    d->epoch_memory_s = m->epoch_memory_s;
+    d->epoch_disk_s = m->epoch_disk_s;
+    d->expected_rate = m->expected_rate;
+    d->expected_epoch_s = m->expected_epoch_s;
+    d->score = m->score;
+    d->fits_memory = (int)m->fits_memory;
+    d->fits_disk = (int)m->fits_disk;
+    d->feasible = (int)m->feasible;
+    d->rank = m->rank;
+}
+
+/* Reads a PROFILE_RESULT body into a new result. */
+static int profile_recv_result(struct conn *c, const struct proto_header *h,
+                               presto_profile_result_t **out)
+{
+    struct proto_profile_result m;
+    struct proto_rbuf r;
+    int rc;
+    if (h->body_len > PROFILE_RESULT_MAX)
+        return conn_fail(c, PRESTO_E_PROTO, "PROFILE_RESULT of %u bytes is too long",
+                         h->body_len);
+    uint8_t *body = malloc(h->body_len ? h->body_len : 1);
+    presto_profile_result_t *res = calloc(1, sizeof(*res));
+    if (!body || !res) {
+        free(body);
+        free(res);
+        return conn_fail(c, PRESTO_E_NOMEM, "no memory for a profile's result");
+    }
+    if ((rc = conn_recv(c, body, h->body_len)) < 0)
+        goto fail;
+    proto_rbuf_init(&r, body, h->body_len);
+    if (proto_get_profile_result(&r, &m) < 0 ||
+        !(res->strategies = calloc(m.count ? m.count : 1, sizeof(*res->strategies)))) {
+        rc = conn_fail(c, PRESTO_E_PROTO, "malformed PROFILE_RESULT from prestod");
+        goto fail;
+    }
+    for (uint32_t i = 0; i < m.count; i++) {
+        struct proto_profile_strategy st;
+        if (proto_get_profile_strategy(&r, &st, i + 1 == m.count) < 0) {
+            rc = conn_fail(c, PRESTO_E_PROTO, "malformed PROFILE_RESULT from prestod");
+            goto fail;
+        }
+        profile_strategy_out(&res->strategies[i], &st);
+    }
+    memcpy(res->dataset, m.dataset, sizeof(res->dataset));
+    res->samples = m.samples;
+    res->sample_size = m.sample_size;
+    res->workers = m.workers;
+    res->profile_workers = m.profile_workers;
+    res->memory_budget = m.memory_budget;
+    res->disk_budget = m.disk_budget;
+    res->w_throughput = m.w_throughput;
+    res->w_offline = m.w_offline;
+    res->w_storage = m.w_storage;
+    res->seconds = m.seconds;
+    res->winner = m.winner;
+    res->applied = (int)m.applied;
+    res->count = m.count;
+    free(body);
+    *out = res;
+    return 0;
+fail:
+    free(body);
+    presto_profile_free(res);
+    return rc;
+}
+
+static int profile_run(struct conn *c, uint32_t req, const presto_profile_opts_t *o,
+                       presto_profile_progress_fn cb, void *arg, presto_profile_result_t **out)
+{
+    struct proto_wbuf w;
+    struct proto_profile m;
+    struct proto_header h;
+    int rc;
+
+    memset(&m, 0, sizeof(m));
+    memcpy(m.dataset, o->dataset, strlen(o->dataset));
+    m.samples = o->samples;
+    m.flags = o->apply ? PROTO_PROFILE_APPLY : 0;
+    m.w_throughput = o->w_throughput;
+    m.w_offline = o->w_offline;
+    m.w_storage = o->w_storage;
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, PROTO_PROFILE, req);
+    proto_put_profile(&w, &m);
+    proto_frame_finish(&w);
+    rc = w.failed ? conn_fail(c, PRESTO_E_NOMEM, "cannot build PROFILE request")
+                  : conn_send(c, w.data, w.len);
+    proto_wbuf_free(&w);
+    while (rc == 0) {
+        if ((rc = conn_recv_header(c, req, &h)) < 0)
+            break;
+        if (h.type == PROTO_ERROR)
+            return conn_recv_error(c, &h);
+        if (h.type == PROTO_PROFILE_RESULT)
+            return profile_recv_result(c, &h, out);
+        if (h.type != PROTO_PROFILE_PROGRESS)
+            return conn_unexpected(c, &h);
+        uint8_t body[PROFILE_PROGRESS_MAX];
+        struct proto_profile_progress pm;
+        struct proto_rbuf r;
+        if ((rc = conn_recv_small(c, &h, body, sizeof(body))) < 0)
+            break;
+        proto_rbuf_init(&r, body, h.body_len);
+        if (proto_get_profile_progress(&r, &pm) < 0)
+            return conn_fail(c, PRESTO_E_PROTO, "malformed PROFILE_PROGRESS from prestod");
+        if (cb) {
+            presto_profile_progress_t pr = {pm.strategy, pm.strategies, pm.name, pm.phase,
+                                            pm.fraction, pm.eta_s};
+            cb(&pr, arg);
+        }
+    }
+    return rc;
+}
+
+PRESTO_API int presto_profile(presto_t *p, const presto_profile_opts_t *o,
+                              presto_profile_progress_fn cb, void *arg,
+                              presto_profile_result_t **out)
+{
+    struct conn c = {.fd = -1};
+    const size_t max = sizeof(((struct proto_profile *)0)->dataset) - 1;
+    int rc;
+    *out = NULL;
+    if (!o || !o->dataset || !*o->dataset || strlen(o->dataset) > max)
+        return conn_fail(&p->ctl, PRESTO_E_INVAL, "bad dataset name (1 to %zu bytes)", max);
+    if (!(o->w_throughput >= 0 && o->w_offline >= 0 && o->w_storage >= 0))
+        return conn_fail(&p->ctl, PRESTO_E_INVAL, "profile weights must be >= 0");
+    if ((rc = conn_open(&c, p->path)) == 0)
+        rc = profile_run(&c, presto_req_id(p), o, cb, arg, out);
+    conn_close(&c);
+    if (rc < 0)
+        memcpy(p->ctl.err, c.err, sizeof(p->ctl.err));
+    else
+        p->ctl.err[0] = '\0';
+    return rc;
+}
+
 /* ---- streams ---- */
 
 PRESTO_API void presto_stream_opts_init(presto_stream_opts_t *o)

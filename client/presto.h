@@ -164,6 +164,84 @@ typedef void (*presto_progress_fn)(const presto_progress_t *progress, int final,
  * code (-PRESTO_E_LIMIT: that dataset is being warmed already). */
 int presto_warm(presto_t *p, const char *dataset, presto_progress_fn cb, void *arg);
 
+/* ---- the strategy profiler (an admin operation) ---- */
+
+typedef struct presto_profile_opts {
+    const char *dataset; /* required */
+    uint32_t samples;    /* sample size; 0: the daemon's (profile.samples, else
+                            2% of the dataset, 64 to 300) */
+    double w_throughput, w_offline, w_storage; /* objective weights, >= 0; all 0
+                            (the default): throughput only */
+    int apply;           /* a split: auto dataset records (and uses) the winner */
+} presto_profile_opts_t;
+
+typedef struct presto_profile_progress {
+    uint32_t strategy, strategies; /* the one being measured, of how many */
+    const char *name;              /* e.g. "center_crop/zstd:3" */
+    const char *phase;             /* "offline", "load", "memory", "disk", "done" */
+    double fraction;               /* of the whole profile, 0..1 */
+    double eta_s;                  /* seconds left, -1 when not known yet */
+} presto_profile_progress_t;
+
+typedef void (*presto_profile_progress_fn)(const presto_profile_progress_t *progress,
+                                           void *arg);
+
+/* One strategy: measured on the sample (rates on profile_workers workers),
+ * then extrapolated to the dataset on every worker. */
+typedef struct presto_profile_strategy {
+    char name[64];        /* "none" (everything online), "STEP/raw", "STEP/zstd:N" */
+    uint32_t split;       /* steps run offline */
+    char last_step[32];   /* the last of them ("" for none) */
+    int zstd_level;       /* disk tier encoding, 0: raw */
+    uint32_t samples, failed;   /* sample images measured, bad ones */
+    double offline_s;           /* worker seconds per sample: read, offline steps,
+                                   encode, store */
+    double stored_bytes;        /* disk tier bytes per sample (record headers in) */
+    double raw_bytes;           /* memory tier bytes per sample (split 0: source) */
+    double memory_rate, disk_rate;   /* samples/s of warm epochs from each tier */
+    double memory_cpu_s, disk_cpu_s; /* CPU seconds per sample online */
+    double total_offline_s, total_bytes; /* for the whole dataset */
+    double memory_fraction;     /* of the dataset the memory budget holds */
+    double epoch_memory_s, epoch_disk_s; /* an epoch from each tier */
+    double expected_rate, expected_epoch_s; /* with that memory fraction */
+    double score;               /* the objective (-1: not feasible) */
+    int fits_memory, fits_disk, feasible; /* feasible: fits the disk budget */
+    uint32_t rank;              /* 1: the winner */
+} presto_profile_strategy_t;
+
+enum {
+    PRESTO_APPLIED_NO = 0,        /* not asked (or not a split: auto dataset) */
+    PRESTO_APPLIED_NOW = 1,       /* the dataset switched to the winner */
+    PRESTO_APPLIED_RESTART = 2,   /* recorded; in force from the daemon's next start */
+    PRESTO_APPLIED_UNCHANGED = 3, /* the winner was in force already */
+};
+
+typedef struct presto_profile_result {
+    char dataset[256];
+    uint64_t samples;            /* of the dataset */
+    uint32_t sample_size;        /* samples profiled */
+    uint32_t workers, profile_workers;
+    uint64_t memory_budget;
+    uint64_t disk_budget;        /* 0: no disk tier */
+    double w_throughput, w_offline, w_storage;
+    double seconds;              /* the profile's run time */
+    uint32_t winner;             /* index into strategies */
+    int applied;                 /* PRESTO_APPLIED_* */
+    uint32_t count;
+    presto_profile_strategy_t *strategies;
+} presto_profile_result_t;
+
+void presto_profile_opts_init(presto_profile_opts_t *o);
+/* Measures every legal strategy (split point x disk encoding) of a dataset
+ * on a sample, on the running daemon, and ranks them. Blocks until done,
+ * calling cb (if not NULL) with each progress report (about ten a second).
+ * Runs on a connection of its own. Returns 0 with *out to free with
+ * presto_profile_free(), or a negative code (-PRESTO_E_LIMIT: a profile
+ * runs already; -PRESTO_E_DENIED: not an admin). */
+int presto_profile(presto_t *p, const presto_profile_opts_t *o, presto_profile_progress_fn cb,
+                   void *arg, presto_profile_result_t **out);
+void presto_profile_free(presto_profile_result_t *r);
+
 void presto_stream_opts_init(presto_stream_opts_t *o);
 /* Opens a stream on its own connection to the daemon. */
 int presto_stream_open(presto_t *p, const presto_stream_opts_t *o,

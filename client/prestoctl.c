@@ -9,6 +9,7 @@
  * so its loop does no per-byte work unless --checksum asks for it.
  */
 #include "presto.h"
+#include "profile_report.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -32,6 +33,8 @@ static const char usage_text[] =
     "  warm DATASET          materialize a dataset into the cache ahead of training\n"
     "  reload                re-read the daemon's config file (JSON: what changed)\n"
     "  drop-cache            empty the daemon's memory tier (JSON: what went)\n"
+    "  profile DATASET       measure every strategy (split point x disk encoding) on a\n"
+    "                        sample of the dataset and rank them\n"
     "  (warm, reload, drop-cache and profile are for root, the daemon's user\n"
     "   and its admin_group)\n"
     "\n"
@@ -56,7 +59,20 @@ static const char usage_text[] =
     "\n"
     "warm options:\n"
     "      --json            no progress, one JSON line at the end\n"
-    "  A progress bar on a terminal, else a progress line every second.\n";
+    "  A progress bar on a terminal, else a progress line every second.\n"
+    "\n"
+    "profile options:\n"
+    "      --samples N       sample size (default: the daemon's profile.samples, else\n"
+    "                        2% of the dataset, 64 to 300)\n"
+    "      --weights t=W,o=W,s=W  objective weights of throughput, offline time and\n"
+    "                        storage (default t=1,o=0,s=0: throughput only; always\n"
+    "                        within the disk budget)\n"
+    "      --apply           a split: auto dataset records and uses the winner\n"
+    "      --csv FILE        write every strategy's figures as CSV ('-': stdout)\n"
+    "      --json FILE       ... as JSON\n"
+    "      --svg FILE        draw throughput against storage per strategy (SVG)\n"
+    "      --quiet           no progress and no table\n"
+    "  Progress (strategy, phase, ETA) on a terminal, else a line per strategy.\n";
 
 __attribute__((format(printf, 1, 2), noreturn))
 static void die_usage(const char *fmt, ...)
@@ -197,6 +213,12 @@ enum {
     OPT_PREFETCH,
     OPT_CHECKSUM,
     OPT_JSON,
+    OPT_SAMPLES,
+    OPT_WEIGHTS,
+    OPT_APPLY,
+    OPT_CSV,
+    OPT_SVG,
+    OPT_QUIET,
 };
 
 static int cmd_epoch(const char *sock, int argc, char *argv[])
@@ -407,6 +429,151 @@ static int cmd_warm(const char *sock, int argc, char *argv[])
     return EXIT_SUCCESS;
 }
 
+/* ---- profile ---- */
+
+struct profile_view {
+    const char *dataset;
+    int tty, quiet;
+    uint32_t last_strategy;
+    int lines; /* plain lines printed */
+};
+
+static void profile_progress(const presto_profile_progress_t *pr, void *arg)
+{
+    struct profile_view *v = arg;
+    char eta[32];
+    if (v->quiet)
+        return;
+    fmt_eta(eta, sizeof(eta), pr->eta_s);
+    if (v->tty) {
+        enum { WIDTH = 24 };
+        char bar[WIDTH + 1];
+        int fill = (int)(pr->fraction * WIDTH);
+        for (int i = 0; i < WIDTH; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[WIDTH] = '\0';
+        printf("\r%s [%s] %5.1f%% strategy %2" PRIu32 "/%" PRIu32 " %-22s %-7s ETA %s ",
+               v->dataset, bar, pr->fraction * 100, pr->strategy + 1, pr->strategies,
+               pr->name, pr->phase, eta);
+        fflush(stdout);
+    } else if (!v->lines || pr->strategy != v->last_strategy) {
+        printf("profile %s: strategy %" PRIu32 "/%" PRIu32 " %s, %.1f%%, ETA %s\n",
+               v->dataset, pr->strategy + 1, pr->strategies, pr->name, pr->fraction * 100,
+               eta);
+        fflush(stdout);
+        v->lines++;
+    }
+    v->last_strategy = pr->strategy;
+}
+
+/* "t=1,o=0.5,s=0" (also throughput=, offline=, storage=). */
+static void parse_weights(const char *arg, presto_profile_opts_t *o)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", arg);
+    o->w_throughput = o->w_offline = o->w_storage = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '='), *end;
+        if (!eq)
+            die_usage("--weights wants KEY=VALUE items, not '%s'", tok);
+        *eq = '\0';
+        errno = 0;
+        double w = strtod(eq + 1, &end);
+        if (end == eq + 1 || *end || errno || !(w >= 0 && w <= 1e6))
+            die_usage("--weights: '%s' is not a weight from 0 to 1000000", eq + 1);
+        if (strcmp(tok, "t") == 0 || strcmp(tok, "throughput") == 0)
+            o->w_throughput = w;
+        else if (strcmp(tok, "o") == 0 || strcmp(tok, "offline") == 0)
+            o->w_offline = w;
+        else if (strcmp(tok, "s") == 0 || strcmp(tok, "storage") == 0)
+            o->w_storage = w;
+        else
+            die_usage("--weights: unknown key '%s' (t, o or s)", tok);
+    }
+}
+
+/* Writes one report to path ('-': stdout). */
+static void write_report(const char *path, int (*fn)(FILE *, const presto_profile_result_t *),
+                         const presto_profile_result_t *r)
+{
+    char msg[600];
+    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
+    if (!f) {
+        snprintf(msg, sizeof(msg), "%s: %s", path, strerror(errno));
+        die(msg);
+    }
+    int rc = fn(f, r);
+    if (f != stdout && fclose(f) != 0)
+        rc = -1;
+    if (rc < 0) {
+        snprintf(msg, sizeof(msg), "writing %s: %s", path, strerror(errno));
+        die(msg);
+    }
+}
+
+static int cmd_profile(const char *sock, int argc, char *argv[])
+{
+    static const struct option opts[] = {
+        {"samples", required_argument, NULL, OPT_SAMPLES},
+        {"weights", required_argument, NULL, OPT_WEIGHTS},
+        {"apply", no_argument, NULL, OPT_APPLY},
+        {"csv", required_argument, NULL, OPT_CSV},
+        {"json", required_argument, NULL, OPT_JSON},
+        {"svg", required_argument, NULL, OPT_SVG},
+        {"quiet", no_argument, NULL, OPT_QUIET},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    const char *csv = NULL, *json = NULL, *svg = NULL;
+    presto_profile_opts_t o;
+    struct profile_view v = {0};
+    int c;
+
+    presto_profile_opts_init(&o);
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_SAMPLES:
+            o.samples = (uint32_t)parse_u64("--samples", optarg, 1, 100000);
+            break;
+        case OPT_WEIGHTS: parse_weights(optarg, &o); break;
+        case OPT_APPLY: o.apply = 1; break;
+        case OPT_CSV: csv = optarg; break;
+        case OPT_JSON: json = optarg; break;
+        case OPT_SVG: svg = optarg; break;
+        case OPT_QUIET: v.quiet = 1; break;
+        case 'h': help();
+        default: die_bad_option(c, argv);
+        }
+    }
+    if (optind >= argc)
+        die_usage("profile needs a DATASET");
+    if (optind + 1 < argc)
+        die_usage("profile takes one DATASET, got also '%s'", argv[optind + 1]);
+    o.dataset = v.dataset = argv[optind];
+    v.tty = isatty(STDOUT_FILENO);
+
+    presto_t *p = connect_or_die(sock);
+    presto_profile_result_t *r;
+    int rc = presto_profile(p, &o, profile_progress, &v, &r);
+    if (v.tty && !v.quiet)
+        putchar('\n');
+    if (rc < 0)
+        die(presto_errmsg(p));
+    if (!v.quiet)
+        profile_report_table(stdout, r);
+    if (csv)
+        write_report(csv, profile_report_csv, r);
+    if (json)
+        write_report(json, profile_report_json, r);
+    if (svg)
+        write_report(svg, profile_report_svg, r);
+    fflush(stdout);
+    presto_profile_free(r);
+    presto_close(p);
+    return EXIT_SUCCESS;
+}
+
 /* ---- main ---- */
 
 static const struct {
@@ -419,6 +586,7 @@ static const struct {
     {"drop-cache", cmd_json},
     {"epoch", cmd_epoch},
     {"warm", cmd_warm},
+    {"profile", cmd_profile},
 };
 
 int main(int argc, char *argv[])

@@ -859,7 +859,8 @@ int config_dataset_same(const struct config_dataset *a, const struct config_data
 {
     if (strcmp(a->name, b->name) != 0 || strcmp(a->root, b->root) != 0 ||
         a->nsteps != b->nsteps || a->split != b->split || a->on_error != b->on_error ||
-        a->zstd_level != b->zstd_level || a->follow_symlinks != b->follow_symlinks)
+        a->zstd_level != b->zstd_level || a->follow_symlinks != b->follow_symlinks ||
+        a->split_auto != b->split_auto)
         return 0;
     /* A step's fingerprint covers every parameter, at full precision. */
     for (uint32_t i = 0; i < a->nsteps; i++)

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "notify.h"
 #include "pipeline.h"
+#include "profile.h"
 #include "reload.h"
 #include "server.h"
 #include "stats.h"
@@ -307,8 +308,11 @@ int main(int argc, char **argv)
     if (!(cds = calloc(ndatasets ? ndatasets : 1, sizeof(*cds))))
         goto oom;
     for (uint32_t i = 0; i < ndatasets; i++) {
+        profile_restore(datasets[i], c); /* split: auto: the recorded choice */
         cds[i].nsamples = datasets[i]->nsamples;
-        cds[i].entry_bytes = datasets[i]->mat_bytes;
+        /* An undecided split: auto dataset learns its entry size later. */
+        cds[i].entry_bytes = datasets[i]->autos.state == DATASET_AUTO_PENDING
+                                 ? 0 : datasets[i]->mat_bytes;
     }
     if (ndatasets == 0)
         log_warn("no datasets configured: use -d NAME=DIR or a config file");

@@ -140,7 +140,7 @@ static enum pipeline_fault run_online(const struct dataset *ds, const struct img
     const struct config_dataset *cfg = ds->cfg;
     struct img slot = {.fmt = IMG_PIXELS, .data = dst, .cap = ds->sample_bytes, .borrowed = 1};
     enum pipeline_fault f =
-        run_steps(cfg, cfg->split, cfg->nsteps, sample_seed, ctx, &cur, &slot, err, errlen);
+        run_steps(cfg, ds->split, cfg->nsteps, sample_seed, ctx, &cur, &slot, err, errlen);
     if (f != PIPE_OK)
         return f;
     if (cur->fmt != IMG_PIXELS || cur->h != ds->out_h || cur->w != ds->out_w ||
@@ -211,7 +211,7 @@ static void disk_put(const struct pipeline_env *env, struct dataset *ds, uint32_
     if (!disk_writable(env, ds))
         return;
     dataset_key(ds, id, f, &key);
-    int rc = store_put(env->store, &key, im, ds->cfg->zstd_level);
+    int rc = store_put(env->store, &key, im, ds->zstd_level);
     if (rc == 0) {
         ADD(&ds->n.disk_puts, 1);
         dataset_key(ds, id, NULL, &indexed);
@@ -251,10 +251,11 @@ static enum pipeline_fault compute(const struct pipeline_env *env, struct datase
     ADD(&ds->n.computed, 1);
     it->computed = 1;
     /* Offline steps are deterministic: they take no seed. */
-    enum pipeline_fault fault = run_steps(cfg, 0, cfg->split, 0, ctx, &cur, NULL, err, errlen);
+    enum pipeline_fault fault = run_steps(cfg, 0, ds->split, 0, ctx, &cur, NULL, err, errlen);
     if (fault != PIPE_OK)
         return fault;
-    if (cfg->split == 0) { /* nothing offline: nothing to cache */
+    /* Nothing offline, or split: auto still undecided: nothing to cache. */
+    if (ds->split == 0 || ds->autos.state == DATASET_AUTO_PENDING) {
         *out = cur;
         return PIPE_OK;
     }
@@ -279,7 +280,6 @@ static uint32_t chunk_gather(const struct pipeline_env *env, struct dataset *ds,
                              const uint32_t *ids, uint32_t n, int warm,
                              struct chunk *C, size_t *bytes)
 {
-    const struct config_dataset *cfg = ds->cfg;
     size_t total = 0;
     uint32_t m;
     for (m = 0; m < n && m < PIPELINE_CHUNK_SAMPLES; m++) {
@@ -292,7 +292,7 @@ static uint32_t chunk_gather(const struct pipeline_env *env, struct dataset *ds,
         it->loc.seg = NULL;
         it->f.fd = -1;
         it->len = 0;
-        if (cfg->split > 0 && (it->e = cache_get(env->cache, ds->id, ds->fingerprint, id))) {
+        if (ds->split > 0 && (it->e = cache_get(env->cache, ds->id, ds->fingerprint, id))) {
             /* Warm also stores what memory has and disk has not. */
             if (!warm || on_disk(ds, id) || !disk_writable(env, ds)) {
                 it->src = SRC_MEM;
@@ -305,7 +305,7 @@ static uint32_t chunk_gather(const struct pipeline_env *env, struct dataset *ds,
             it->src = SRC_SKIP;
             continue;
         }
-        if (cfg->split > 0 && on_disk(ds, id)) {
+        if (ds->split > 0 && on_disk(ds, id)) {
             struct store_key key;
             dataset_key(ds, id, NULL, &key);
             if (store_lookup(env->store, &key, &it->loc) == 0) {
@@ -487,7 +487,7 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
 {
     const struct io_req *q = it->src == SRC_DISK || it->src == SRC_FILE ? &C->reqs[it->req]
                                                                           : NULL;
-    int tiered = env->store && ds->cfg->split > 0;
+    int tiered = env->store && ds->split > 0;
     switch (it->src) {
     case SRC_MEM:
         cache_entry_img(it->e, view);
@@ -586,6 +586,7 @@ uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
     uint32_t k = 0, done = 0, ahead = 0;
     int stop = 0;
 
+    pthread_rwlock_rdlock(&ds->strategy_lock);
     if (L) {
         C = &L->ck[0];
         next = &L->ck[1];
@@ -635,6 +636,7 @@ uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
     }
     if (L) /* stopped early: the reads ahead are not needed */
         chunk_end(env, ctx, L, C);
+    pthread_rwlock_unlock(&ds->strategy_lock);
     return k;
 }
 
@@ -650,6 +652,7 @@ void pipeline_warm(const struct pipeline_env *env, struct dataset *ds, uint32_t 
         log_error("dataset '%s': warm: no memory for the pipeline's buffers", ds->cfg->name);
         return;
     }
+    pthread_rwlock_rdlock(&ds->strategy_lock);
     struct chunk *C = &L->ck[0], *next = &L->ck[1];
     uint32_t ahead = warm_start(env, ds, L, C, first, n, ctx);
     while (n > 0) {
@@ -680,6 +683,7 @@ void pipeline_warm(const struct pipeline_env *env, struct dataset *ds, uint32_t 
         n -= m;
         ahead -= m;
     }
+    pthread_rwlock_unlock(&ds->strategy_lock);
 }
 
 /* ---- the disk tier around the pipeline ---- */
@@ -695,7 +699,7 @@ int pipeline_key_live(const struct store_key *key, void *arg)
 
 int pipeline_disk_scan(struct store *st, struct dataset *ds)
 {
-    if (ds->cfg->split == 0) /* nothing offline: nothing on disk */
+    if (ds->split == 0) /* nothing offline: nothing on disk */
         return 0;
     if (!ds->on_disk && !(ds->on_disk = calloc(ds->nsamples, 1)))
         return -ENOMEM;

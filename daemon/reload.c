@@ -433,6 +433,7 @@ static int reload_start(struct reload *r)
         return -ENOMEM;
     j->work.run = job_run;
     j->work.done = job_done;
+    j->work.unpaused = 1; /* indexes only datasets nobody else sees yet */
     j->r = r;
     r->job = j;
     r->running = r->next;

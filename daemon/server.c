@@ -20,6 +20,7 @@
 #include "frame.h"
 #include "json.h"
 #include "log.h"
+#include "profile.h"
 #include "proto.h"
 #include "stream.h"
 #include "warm.h"
@@ -58,6 +59,7 @@ struct server {
     uint64_t shm_rings, shm_bytes; /* the streams' shared-memory rings */
     struct stream_env env;
     struct warm_env wenv;
+    struct profiler *profiler;
     struct timespec started;
     uid_t uid;                 /* ours: a peer with it is an admin */
     struct access_log denials; /* rate limit of the denial log lines */
@@ -79,6 +81,7 @@ static void conn_free(struct conn *c)
     stream_ring_free(&s->env, &c->kept);
     if (c->warm)
         warm_close(c->warm);
+    profiler_detach(s->profiler, c);
     if (c->reload_pending && s->d.reload)
         reload_cancel(s->d.reload, c);
     if (c->stall_ev)
@@ -127,6 +130,7 @@ static void conn_fail(struct conn *c, uint32_t req_id, int code, const char *msg
     if (c->warm)
         warm_close(c->warm);
     c->warm = NULL;
+    profiler_detach(c->srv->profiler, c);
 }
 
 static void conn_stream_finished(struct stream *st, void *owner)
@@ -274,6 +278,7 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         return;
     }
     c->streams[c->nstreams++] = st;
+    profiler_first_use(s->profiler, ds); /* split: auto without a choice yet */
 }
 
 static void handle_close(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
@@ -347,12 +352,43 @@ static void handle_warm(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
                          "this connection runs a WARM already");
         return;
     }
+    if (ds->autos.state == DATASET_AUTO_PENDING) { /* nothing would be cached */
+        profiler_first_use(s->profiler, ds);
+        snprintf(err, sizeof(err), "dataset '%s' has split: auto and no strategy chosen yet; "
+                 "it is being profiled (prestoctl datasets shows the choice): warm it then",
+                 ds->cfg->name);
+        frame_send_error(c->bev, req_id, PROTO_E_LIMIT, err);
+        return;
+    }
     int rc = warm_start(&c->warm, &s->wenv, ds, req_id, c->bev, conn_warm_finished, c, err,
                         sizeof(err));
     if (rc < 0) {
         c->warm = NULL;
         frame_send_error(c->bev, req_id, rc, err);
     }
+}
+
+static void handle_profile(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
+{
+    struct server *s = c->srv;
+    struct proto_profile req;
+    struct dataset *ds;
+    char err[512];
+
+    if (proto_get_profile(r, &req) < 0) {
+        conn_fail(c, req_id, PROTO_E_PROTO, "malformed PROFILE");
+        return;
+    }
+    if (!conn_require_admin(c, req_id, "PROFILE"))
+        return;
+    if (!(ds = find_dataset(s, req.dataset))) {
+        snprintf(err, sizeof(err), "no dataset named '%s'", req.dataset);
+        frame_send_error(c->bev, req_id, PROTO_E_NODATASET, err);
+        return;
+    }
+    int rc = profiler_request(s->profiler, ds, &req, req_id, c->bev, c, err, sizeof(err));
+    if (rc < 0)
+        frame_send_error(c->bev, req_id, rc, err);
 }
 
 /* A RELOAD this connection asked for ended (reload_done_fn). */
@@ -453,6 +489,9 @@ static void conn_dispatch(struct conn *c, const struct proto_header *h, const ui
     case PROTO_DROP_CACHE:
         if (conn_require_admin(c, h->req_id, "DROP_CACHE"))
             handle_drop_cache(c, h->req_id, &r);
+        break;
+    case PROTO_PROFILE:
+        handle_profile(c, h->req_id, &r);
         break;
     default:
         stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
@@ -992,6 +1031,7 @@ static char *server_datasets_json(struct server *s)
         }
         json_array_end(&j);
         json_u64(&j, "split", ds->split);
+        profile_dataset_json(ds, &j);
         json_array_begin(&j, "shape");
         json_u64(&j, NULL, ds->out_h);
         json_u64(&j, NULL, ds->out_w);
@@ -1097,6 +1137,11 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
     s->wenv.base = deps->base;
     s->wenv.workers = deps->workers;
     s->wenv.pipe = &s->env.pipe;
+    struct profile_env penv = {deps->base, deps->workers, &s->d.cfg, &s->env.pipe};
+    if (profiler_create(&s->profiler, &penv) < 0) {
+        free(s);
+        return -ENOMEM;
+    }
 
     int fd = listen_fd;
     if (fd < 0) {
@@ -1128,6 +1173,14 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
 void server_update(struct server *s, const struct config *cfg, struct dataset **datasets,
                    uint32_t n)
 {
+    /* Out of service: no profile may start on it or stay queued. */
+    for (uint32_t i = 0; i < s->d.ndatasets; i++) {
+        int kept = 0;
+        for (uint32_t k = 0; k < n && !kept; k++)
+            kept = datasets[k] == s->d.datasets[i];
+        if (!kept)
+            profiler_forget(s->profiler, s->d.datasets[i]);
+    }
     s->d.cfg = cfg;
     s->d.datasets = datasets;
     s->d.ndatasets = n;
@@ -1140,6 +1193,8 @@ void server_update(struct server *s, const struct config *cfg, struct dataset **
 
 void server_stop(struct server *s)
 {
+    profiler_destroy(s->profiler);
+    s->profiler = NULL;
     if (s->listener) {
         evconnlistener_free(s->listener);
         s->listener = NULL;

@@ -133,7 +133,7 @@ int warm_start(struct warm **out, const struct warm_env *env, struct dataset *ds
                uint32_t req_id, struct bufferevent *bev, warm_finished_fn finished,
                void *owner, char *err, size_t errlen)
 {
-    if (ds->cfg->split == 0) {
+    if (ds->split == 0) {
         snprintf(err, errlen, "dataset '%s' has no offline steps: nothing to cache",
                  ds->cfg->name);
         return -PROTO_E_INVAL;

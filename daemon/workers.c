@@ -28,6 +28,7 @@ struct workers {
     struct work *head, *tail;           /* queued, FIFO */
     struct work *done_head, *done_tail; /* finished, for the event loop */
     unsigned queued, busy;
+    unsigned guarded;                   /* busy with jobs workers_pause waits for */
     int stopping;
     int paused;
     int efd;
@@ -63,13 +64,15 @@ static void *worker_main(void *arg)
             p->tail = NULL;
         p->queued--;
         p->busy++;
+        p->guarded += !w->unpaused;
         w->state = WORK_RUNNING;
         pthread_mutex_unlock(&p->lock);
 
         w->run(w, &t->ctx);
 
         pthread_mutex_lock(&p->lock);
-        if (--p->busy == 0 && p->paused)
+        p->busy--;
+        if (!w->unpaused && --p->guarded == 0 && p->paused)
             pthread_cond_signal(&p->idle);
         w->state = WORK_DONE;
         int wake = p->done_head == NULL;
@@ -252,7 +255,7 @@ void workers_pause(struct workers *p)
 {
     pthread_mutex_lock(&p->lock);
     p->paused = 1;
-    while (p->busy > 0)
+    while (p->guarded > 0)
         pthread_cond_wait(&p->idle, &p->lock);
     pthread_mutex_unlock(&p->lock);
 }

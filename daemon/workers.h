@@ -50,6 +50,10 @@ struct work {
     void (*done)(struct work *w, int cancelled);        /* event loop thread */
     struct work *next;
     int state; /* internal */
+    /* Set by the submitter of a long job that touches nothing a paused
+     * pool's caller may change (no cache, no served dataset): workers_pause
+     * does not wait for it (a reload's indexing). */
+    int unpaused;
 };
 
 /* stats points at cfg->threads per-thread blocks, one per worker. */
@@ -62,10 +66,11 @@ void workers_submit(struct workers *p, struct work *w);
  * with cancelled = 1 before this returns 0. -EBUSY when it is running or
  * finished (its done() will still come through the event loop). */
 int workers_cancel(struct workers *p, struct work *w);
-/* Event loop thread: waits until no job runs and keeps workers from
- * starting new ones (submits queue up), so the caller may change what jobs
- * read (the cache's tables, the datasets served) with no lock; then
- * workers_resume. Blocks the loop for as long as the running jobs take. */
+/* Event loop thread: waits until no job runs (but those marked unpaused)
+ * and keeps workers from starting new ones (submits queue up), so the
+ * caller may change what jobs read (the cache's tables, the datasets
+ * served) with no lock; then workers_resume. Blocks the loop for as long as
+ * the running jobs take (one batch each). */
 void workers_pause(struct workers *p);
 void workers_resume(struct workers *p);
 unsigned workers_count(const struct workers *p);

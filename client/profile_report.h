@@ -1,0 +1,23 @@
+/*
+ * prestoctl profile's outputs from a presto_profile_result_t: the table on
+ * the terminal, CSV, JSON, and an SVG chart (expected throughput against
+ * storage per strategy, as PRESTO plots them) that a browser opens as is.
+ * Each writer returns 0, or -1 when writing failed (errno says why).
+ */
+#ifndef PRESTO_PROFILE_REPORT_H
+#define PRESTO_PROFILE_REPORT_H
+
+#include <stdio.h>
+
+#include "presto.h"
+
+/* Sizes and counts for people: "1.5 GiB", "312 KiB", "12.3 s", "2:03:04". */
+void profile_fmt_bytes(char *buf, size_t len, double bytes);
+void profile_fmt_seconds(char *buf, size_t len, double secs);
+
+int profile_report_table(FILE *f, const presto_profile_result_t *r);
+int profile_report_csv(FILE *f, const presto_profile_result_t *r);
+int profile_report_json(FILE *f, const presto_profile_result_t *r);
+int profile_report_svg(FILE *f, const presto_profile_result_t *r);
+
+#endif

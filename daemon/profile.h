@@ -1,0 +1,191 @@
+/*
+ * The strategy profiler: PROFILE requests (prestoctl profile) and
+ * `split: auto`.
+ *
+ * A strategy is a split point (steps[0..split) run offline and are cached)
+ * with a disk tier encoding. The legal ones are split 0 (everything
+ * online; nothing is cached, so it has no encoding) and every split s >= 1
+ * that step_split_check() allows (no random step offline; a dct_scale
+ * decode with its resize) times each of PROFILE_LEVELS (raw, zstd 1, 3, 9).
+ *
+ * A profile measures every legal strategy of one dataset on the same
+ * deterministic sample: PROFILE's sample size, else profile.samples, else
+ * 2% of the dataset, at least PROFILE_MIN_SAMPLES and at most
+ * PROFILE_MAX_SAMPLES (all of it when smaller), spread evenly over the
+ * sample ids (so over the classes). Per strategy, on the live daemon's
+ * worker pool, through the real pipeline (pipeline_warm, pipeline_batch)
+ * and the real tier code, on trial tiers of its own:
+ *
+ *   offline  the sample read, run through the offline steps, encoded and
+ *            stored in a trial disk store (pipeline_warm, memory taking
+ *            nothing): worker seconds per sample, and the store's segment
+ *            bytes per sample (record headers included);
+ *   load     (not timed) the records read into a trial memory tier of
+ *            profile.memory bytes;
+ *   memory   warm epochs from that memory tier, online steps included,
+ *            delivered into batch buffers as a stream's worker does it
+ *            (pipeline_batch; the socket, the same for every strategy, is
+ *            left out): samples/s and CPU seconds per sample (thread CPU
+ *            clock). The memory tier holds the same decoded bytes whatever
+ *            the disk encoding, so this (and load) runs once per split
+ *            point, for its first encoding, and the others share it;
+ *   disk     the same from the trial disk store with its segment files
+ *            written back and dropped from the page cache before every
+ *            epoch (fdatasync, POSIX_FADV_DONTNEED).
+ *
+ * Split 0 has no offline phase; its "memory" epochs read the source files
+ * hot in the page cache and its "disk" epochs read them dropped from it.
+ * An online phase repeats whole epochs of the sample (epoch 0, 1, ...)
+ * until PROFILE_MIN_PHASE_MS have passed (at most PROFILE_MAX_PASSES). Its
+ * rate is the samples over the time the profile's workers spent on them,
+ * not the gaps between jobs (which a stream's prefetch fills): the jobs'
+ * wall clocks where they read (disk epochs, and split 0's, waits for reads
+ * included), their thread CPU clocks where they only compute (memory
+ * epochs), so that other processes taking the cores do not reorder
+ * strategies that differ only by noise.
+ *
+ * Trial tiers are private: a struct cache and a struct store of the
+ * profile's own, the store in CACHE_DIR/profile-trial-PID/ (removed after
+ * each strategy and at the end; left-overs of a crashed daemon are removed
+ * at start-up). Nothing of a trial ever enters the daemon's cache tiers,
+ * and its counters and step timings go to a private stats block, not the
+ * daemon's. At most profile.worker_share percent of the workers (at least
+ * one) run a profile's jobs at a time, so streams keep the rest.
+ *
+ * Extrapolation to the dataset (N samples, W workers, the profile ran on
+ * P of them, rates scaling with workers): offline time N x offline_s / W;
+ * storage N x stored bytes; the memory tier's fraction of the dataset
+ * (its budget less the index over N x raw bytes, capped at 1; for split 0
+ * the source bytes stand in, as the page cache holds those); an epoch from
+ * memory N / (memory_rate x W / P), from disk likewise; the expected epoch
+ * mixes them by that fraction (without a disk tier the rest is recomputed:
+ * offline_s / W more per sample).
+ *
+ * Ranking. A strategy is feasible unless its storage exceeds the disk
+ * budget (with a disk tier; split 0 stores nothing). Over the feasible
+ * ones, score = wt x rate / best rate + wo x (1 - offline / most offline)
+ * + ws x (1 - storage / most storage); weights from PROFILE (all 0:
+ * throughput only). Scores within PROFILE_TIE_PCT percent of the best are
+ * a tie (timings on a busy machine vary that much from run to run), won
+ * by the cheapest encoding (raw, then zstd by level: compression buys
+ * nothing when the rates tie, and costs encoding time), then the least
+ * storage, then the first: fixed by the pipeline and the data, so ties
+ * are decided the same way every time.
+ *
+ * split: auto. At start-up (profile_restore) a dataset declared with
+ * `split: auto` looks for CACHE_DIR/profile-NAME.txt, the choice recorded
+ * by an earlier profile, and takes it when its key matches: a hash of the
+ * dataset's files (paths, sizes, mtimes, labels), all its steps and their
+ * parameters, and the memory and disk budgets; so a restart does not
+ * profile again, and a change of any of those does. Without a matching
+ * record the dataset is PENDING: it serves with the default split (before
+ * the first random or float32 step) and caches nothing (entries of a split
+ * about to be abandoned would hold the never-evicting memory tier), and its
+ * first OPEN or WARM (a WARM is refused meanwhile) starts a profile in the
+ * background (profiler_first_use; one profile at a time, others queue).
+ * When a profile of a PENDING dataset ends, the winner is recorded, logged
+ * with its figures and switched to at once: dataset_set_strategy() under
+ * the dataset's strategy lock held for writing, which waits for the
+ * batches in flight (streams go on, the same bytes whatever the split),
+ * then the disk tier is rescanned. PROFILE with PROTO_PROFILE_APPLY does
+ * the same for a split: auto dataset; when one was chosen already and the
+ * memory tier may hold its entries, a different winner is recorded and
+ * takes effect at the next start. `prestoctl datasets` shows the state.
+ */
+#ifndef PRESTO_PROFILE_H
+#define PRESTO_PROFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "dataset.h"
+#include "pipeline.h"
+#include "proto.h"
+#include "step.h"
+#include "workers.h"
+
+#define PROFILE_NLEVELS 4
+#define PROFILE_LEVELS {0, 1, 3, 9} /* zstd levels; 0 is raw */
+#define PROFILE_MAX_STRATEGIES (1 + CONFIG_MAX_STEPS * PROFILE_NLEVELS)
+#define PROFILE_MIN_SAMPLES 64u
+#define PROFILE_MAX_SAMPLES 300u
+#define PROFILE_SAMPLE_PCT 2u
+#define PROFILE_LIMIT_SAMPLES 100000u /* largest sample a PROFILE may ask for */
+#define PROFILE_JOB_SAMPLES 16u       /* offline and load jobs */
+#define PROFILE_BATCH 32u             /* online jobs: a batch */
+#define PROFILE_MIN_PHASE_MS 200u
+#define PROFILE_MAX_PASSES 10000u
+#define PROFILE_TIE_PCT 10u
+#define PROFILE_PROGRESS_MS 100u
+#define PROFILE_SEED 0x70726f66696c65ull /* the online epochs' stream seed */
+
+struct bufferevent;
+struct event_base;
+struct json;
+struct profiler;
+
+/* ---- pure parts (unit-tested) ---- */
+
+/* The legal strategies of a pipeline into out (at most cap): name, split,
+ * last_step and zstd_level set, the rest zeroed. Returns their count. */
+uint32_t profile_strategies(const struct step *steps, uint32_t nsteps,
+                            struct proto_profile_strategy *out, uint32_t cap);
+/* The sample size for a dataset of n samples: requested, else configured,
+ * else the 2% rule; never more than n. */
+uint32_t profile_sample_size(uint32_t n, uint32_t requested, uint32_t configured);
+/* k sample ids spread evenly over [0, n): id i is (2i + 1) n / 2k. */
+void profile_sample_ids(uint32_t n, uint32_t k, uint32_t *ids);
+
+struct profile_scale {
+    uint64_t samples;          /* of the dataset */
+    uint32_t workers;          /* the daemon's */
+    uint32_t profile_workers;  /* those the measurements ran on */
+    uint64_t memory_budget;
+    uint64_t disk_budget;      /* meaningful with disk_tier */
+    int disk_tier;
+};
+/* Extrapolates the measured strategies st[0..n) to the dataset, scores and
+ * ranks them (see above) and returns the winner's index. Weights must be
+ * finite and >= 0. */
+uint32_t profile_rank(struct proto_profile_strategy *st, uint32_t n,
+                      const struct profile_scale *sc, double wt, double wo, double ws);
+
+/* The key a split: auto choice is recorded under (see above). */
+uint64_t profile_key(const struct dataset *ds, const struct config *cfg);
+
+/* ---- the daemon side ---- */
+
+struct profile_env {
+    struct event_base *base;
+    struct workers *workers;
+    const struct config *const *cfg; /* the server's: followed across reloads */
+    const struct pipeline_env *pipe; /* the daemon's tiers (its store is rescanned) */
+};
+
+/* Start-up, before the disk tier is scanned and the memory tier made: a
+ * split: auto dataset takes its recorded choice or becomes PENDING. */
+void profile_restore(struct dataset *ds, const struct config *cfg);
+/* Removes trial directories left in cache_dir by daemons no longer running. */
+void profile_clean_trials(const char *cache_dir);
+
+int profiler_create(struct profiler **out, const struct profile_env *env);
+/* Stops a running profile (its trial tiers are removed) and forgets the queue. */
+void profiler_destroy(struct profiler *pr);
+/* A PROFILE request on the connection `owner`: starts it, sending the first
+ * PROFILE_PROGRESS. Returns 0, or a negative PROTO_E_* code with a message
+ * in err (nothing sent). */
+int profiler_request(struct profiler *pr, struct dataset *ds, const struct proto_profile *req,
+                     uint32_t req_id, struct bufferevent *bev, void *owner, char *err,
+                     size_t errlen);
+/* The connection `owner` is going away: its profile stops. */
+void profiler_detach(struct profiler *pr, const void *owner);
+/* An OPEN or WARM of ds: a PENDING split: auto dataset gets profiled (in
+ * the background, applied when done). */
+void profiler_first_use(struct profiler *pr, struct dataset *ds);
+/* ds is going away (reload): a profile of it stops, its queue entry goes. */
+void profiler_forget(struct profiler *pr, const struct dataset *ds);
+/* The strategy fields of ds for the datasets document. */
+void profile_dataset_json(const struct dataset *ds, struct json *j);
+
+#endif

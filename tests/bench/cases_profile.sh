@@ -1,0 +1,129 @@
+# shellcheck shell=bash
+# `make bench` cases for the strategy profiler, sourced by bench.sh (which provides
+# BUILD, PYTHON, PRESTO_TMP, BENCH_DATA, BENCH_WARM_EPOCHS, bench_case, bench_epoch and
+# demo.sh's presto_* helpers):
+#
+#   bench_profile_cases [DATA_DIR]      (default: $BENCH_DATA)
+#
+# 1. The table: prestod serves DATA_DIR as `bench` with the ImageNet-style eval
+#    pipeline (decode, resize 256, center_crop 224, random_flip) and `split: auto`, a
+#    disk tier and the default memory budget; `prestoctl profile bench --apply` measures
+#    every strategy (split point x raw/zstd:1/zstd:3/zstd:9) on the daemon's default
+#    sample (2% of the dataset, at least 64) and prints the table of all of them; its
+#    CSV, JSON and SVG go to $BUILD/bench-profile.{csv,json,svg}. --apply switches the
+#    dataset to the winner.
+# 2. Case `auto`: epoch 0 fills the cache with the chosen strategy, then the warm epochs
+#    BENCH_WARM_EPOCHS are pulled (median reported). Its reference, measured in this
+#    run: the same epochs from a prestod serving the same steps with `split: 0`
+#    (everything online, the untuned choice); the case's ratio is auto over that.
+# 3. Beside it, the worst strategy of the profile (lowest expected throughput) measured
+#    the same way (its own prestod with that split and encoding, epoch 0 to fill, then
+#    the warm epochs), when it is not everything online already: auto / worst is printed
+#    and kept in bench.json with the case's runs (worst_strategy, worst_samples_per_s).
+
+BENCH_PROFILE_STEPS="[decode, {resize: 256}, {center_crop: 224}, {random_flip: 0.5}]"
+
+# profile_config NAME SPLIT ENCODING CACHE_DIR: a config serving the data as NAME;
+# prints its path.
+profile_config() {
+    local name=$1 split=$2 encoding=$3 cache=$4 file="$PRESTO_TMP/profile-$1.yaml"
+    cat >"$file" <<EOF
+cache:
+  dir: $cache
+  disk: 64GiB
+datasets:
+  - name: $name
+    root: $BENCH_PROFILE_DATA
+    steps: $BENCH_PROFILE_STEPS
+    split: $split
+    encoding: $encoding
+EOF
+    printf '%s\n' "$file"
+}
+
+# profile_epochs NAME: epoch 0 (fills the cache), then the warm epochs; leaves their
+# JSON lines in BENCH_WARM.
+profile_epochs() {
+    # shellcheck disable=SC2034 # bench.sh's bench_epoch pulls BENCH_DATASET
+    BENCH_DATASET=$1
+    echo "  (epoch 0 fills the cache)"
+    bench_epoch 0
+    bench_warm_epochs
+}
+
+# profile_median JSON...: the median samples_per_s of prestoctl epoch lines.
+profile_median() {
+    "$PYTHON" -c 'import json, statistics, sys
+print(statistics.median(json.loads(a)["samples_per_s"] for a in sys.argv[1:]))' "$@"
+}
+
+bench_profile_cases() {
+    BENCH_PROFILE_DATA=${1:-$BENCH_DATA}
+    local dir=$PRESTO_TMP/profile conf out="$BUILD/bench-profile"
+    mkdir -p "$dir"
+
+    echo "== profile: every strategy of decode, resize 256, center_crop 224, random_flip" \
+        "(split: auto, disk tier, default memory budget)"
+    conf=$(profile_config bench auto raw "$dir/cache-auto")
+    presto_start -c "$conf"
+    presto_ctl profile bench --apply --csv "$out.csv" --json "$out.json" --svg "$out.svg"
+    local chosen worst
+    read -r chosen worst < <("$PYTHON" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+st = d["strategies"]
+w = min(st, key=lambda s: s["expected_samples_per_s"])
+print(st[d["winner"]]["name"], w["name"])' "$out.json")
+    presto_ctl datasets | "$PYTHON" -c 'import json, sys
+d = json.load(sys.stdin)["datasets"][0]
+print("  in force: split %d, %s (%s)" % (d["split"], d["encoding"], d["auto"]["state"]))'
+
+    echo "== auto: $chosen, warm epochs ${BENCH_WARM_EPOCHS[*]} (median reported)"
+    profile_epochs bench
+    local auto_runs=("${BENCH_WARM[@]}")
+    presto_stop
+
+    echo "== everything online (split: 0): the reference of auto"
+    conf=$(profile_config bench 0 raw "$dir/cache-online")
+    presto_start -c "$conf"
+    profile_epochs bench
+    local online
+    online=$(profile_median "${BENCH_WARM[@]}")
+    presto_stop
+
+    local worst_rate=$online
+    if [[ $worst != none ]]; then
+        local wsplit wenc
+        read -r wsplit wenc < <("$PYTHON" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+s = [s for s in d["strategies"] if s["name"] == sys.argv[2]][0]
+print(s["split"], s["encoding"])' "$out.json" "$worst")
+        echo "== the profile's worst strategy: $worst (split $wsplit, $wenc)"
+        conf=$(profile_config bench "$wsplit" "$wenc" "$dir/cache-worst")
+        presto_start -c "$conf"
+        profile_epochs bench
+        worst_rate=$(profile_median "${BENCH_WARM[@]}")
+        presto_stop
+    fi
+
+    local runs=() r
+    for r in "${auto_runs[@]}"; do
+        runs+=("$("$PYTHON" -c 'import json, sys
+r = json.loads(sys.argv[1])
+r.update({"reference": "everything-online",
+          "reference_detail": "the same epochs from prestod with split: 0 (every step "
+                              "online), measured in this run",
+          "reference_samples_per_s": float(sys.argv[2]), "strategy": sys.argv[3],
+          "worst_strategy": sys.argv[4], "worst_samples_per_s": float(sys.argv[5])})
+print(json.dumps(r))' "$r" "$online" "$chosen" "$worst" "$worst_rate")")
+    done
+    local auto
+    auto=$(profile_median "${auto_runs[@]}")
+    "$PYTHON" -c 'import sys
+chosen, auto, online, worst, worst_rate = sys.argv[1], *map(float, sys.argv[2:4]), \
+    sys.argv[4], float(sys.argv[5])
+print("  auto (%s): %.1f samples/s; everything online: %.1f (%.2fx); worst strategy %s: "
+      "%.1f (%.2fx)" % (chosen, auto, online, auto / online if online else 0, worst,
+                        worst_rate, auto / worst_rate if worst_rate else 0))' \
+        "$chosen" "$auto" "$online" "$worst" "$worst_rate"
+    bench_case auto 3 "${runs[@]}"
+}

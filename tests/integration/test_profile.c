@@ -1,0 +1,488 @@
+/*
+ * The strategy profiler and split: auto against a real prestod:
+ *
+ *   - slow online step: the pipeline decode, resize 512 (an upscale of
+ *     these small images, deliberately expensive), resize 48, center_crop
+ *     48, random_flip. Strategies that leave the big resize online (split
+ *     0 and 1) must lose by far to the winner, which caches past it; the
+ *     measurements are real, so this only holds if they are. prestoctl
+ *     profile's CSV, JSON and SVG are parsed back (python3: csv, json,
+ *     xml.etree) and agree; random steps are never offline; the profile ran
+ *     on its share of the workers; and nothing of the trials stays: the
+ *     memory and disk tiers hold what they held before and cache.dir has
+ *     no trial directory.
+ *   - disk budget: with a disk budget no cached strategy fits, the winner
+ *     is everything online, however slow, and every strategy over the
+ *     budget is marked infeasible.
+ *   - split: auto: pending at start (a WARM is refused and starts the
+ *     profile), chosen in the background, applied (streams give the same
+ *     bytes before, during and after), recorded in cache.dir; a restart
+ *     takes the record without profiling again; a new profile on the same
+ *     data picks the same strategy; --apply on a fixed split is refused.
+ *   - a profile whose client goes away stops and removes its trial tier.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "presto.h"
+
+#define CASE_TIMEOUT_S 280
+#define NIMAGES 120
+#define SLOW_STEPS "[decode, {resize: 512}, {resize: 48}, {center_crop: 48}, {random_flip: 0.5}]"
+#define RANDOM_STEP 4 /* random_flip's index in SLOW_STEPS */
+
+static struct harness H;
+static char root[HARNESS_PATH_MAX];
+static int under_valgrind;
+static unsigned samples = 24; /* per profile: small, for the tests' time */
+
+/* ---- daemons ---- */
+
+/* A daemon with 2 workers, a disk tier of disk_budget in dir, a 16 MiB
+ * memory tier, and the datasets in yaml ("  - name: ..." items). */
+static void start(const char *dir, const char *disk_budget, const char *datasets)
+{
+    char yaml[4096];
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\n"
+             "cache:\n"
+             "  memory: 16MiB\n"
+             "  dir: %s\n"
+             "  disk: %s\n"
+             "profile:\n"
+             "  samples: %u\n"
+             "  worker_share: 50\n"
+             "datasets:\n%s",
+             dir, disk_budget, samples, datasets);
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+}
+
+static void stop(void)
+{
+    ck_assert_msg(harness_stop(&H) == 0, "prestod did not exit 0 on SIGTERM");
+}
+
+static void test_dir(const char *what, char *buf, size_t len)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "%s-%d", what, (int)getpid());
+    ck_assert_int_eq(harness_path(&H, name, buf, len), 0);
+}
+
+static void dataset_item(char *buf, size_t len, const char *name, const char *split)
+{
+    snprintf(buf, len, "  - name: %s\n    root: %s\n    steps: %s\n%s%s%s", name, root,
+             SLOW_STEPS, split ? "    split: " : "", split ? split : "", split ? "\n" : "");
+}
+
+/* Entries in dir whose names start with prefix. */
+static int count_entries(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    if (!d)
+        return 0;
+    while ((e = readdir(d)))
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+static double stat_num(const char *parent, const char *key)
+{
+    double v = -1;
+    ck_assert_int_eq(harness_stat(&H, parent, key, &v), 0);
+    return v;
+}
+
+/* ---- profiles ---- */
+
+struct progress_seen {
+    unsigned calls;
+    uint32_t strategies;
+    double last_fraction;
+};
+
+static void progress_cb(const presto_profile_progress_t *pr, void *arg)
+{
+    struct progress_seen *s = arg;
+    ck_assert_uint_lt(pr->strategy, pr->strategies);
+    ck_assert(pr->fraction >= 0 && pr->fraction <= 1);
+    ck_assert_ptr_nonnull(pr->name);
+    s->calls++;
+    s->strategies = pr->strategies;
+    s->last_fraction = pr->fraction;
+}
+
+/* Profiles through the C API; returns the daemon's code (0 or negative). */
+static int profile(const char *dataset, int apply, presto_profile_result_t **r,
+                   char *msg, size_t msglen)
+{
+    presto_t *p;
+    presto_profile_opts_t o;
+    struct progress_seen seen = {0};
+    presto_profile_opts_init(&o);
+    o.dataset = dataset;
+    o.apply = apply;
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    int rc = presto_profile(p, &o, progress_cb, &seen, r);
+    snprintf(msg, msglen, "%s", presto_errmsg(p));
+    presto_close(p);
+    if (rc == 0) {
+        ck_assert_uint_ge(seen.calls, 1);
+        ck_assert_uint_eq(seen.strategies, (*r)->count);
+    }
+    return rc;
+}
+
+static const presto_profile_strategy_t *winner(const presto_profile_result_t *r)
+{
+    ck_assert_uint_lt(r->winner, r->count);
+    return &r->strategies[r->winner];
+}
+
+/* The datasets document's "auto" object of a dataset: its state and strategy. */
+static void auto_state(const char *dataset, char *state, size_t slen, char *strategy,
+                       size_t stlen)
+{
+    presto_t *p;
+    char *json, key[96];
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    ck_assert_int_eq(presto_datasets(p, &json), 0);
+    presto_close(p);
+    snprintf(key, sizeof(key), "\"name\":\"%s\"", dataset);
+    const char *at = strstr(json, key);
+    ck_assert_msg(at, "no %s in %s", dataset, json);
+    const char *st = strstr(at, "\"state\":\""), *sg = strstr(at, "\"strategy\":\"");
+    ck_assert_msg(st && sg, "no auto state for %s: %s", dataset, at);
+    st += strlen("\"state\":\"");
+    sg += strlen("\"strategy\":\"");
+    snprintf(state, slen, "%.*s", (int)strcspn(st, "\""), st);
+    snprintf(strategy, stlen, "%.*s", (int)strcspn(sg, "\""), sg);
+    free(json);
+}
+
+static void wait_chosen(const char *dataset, char *strategy, size_t len)
+{
+    char state[32];
+    for (int i = 0; i < (under_valgrind ? 3000 : 600); i++) {
+        auto_state(dataset, state, sizeof(state), strategy, len);
+        if (strcmp(state, "chosen") == 0)
+            return;
+        ck_assert_msg(strcmp(state, "pending") == 0 || strcmp(state, "profiling") == 0,
+                      "state %s", state);
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    ck_abort_msg("dataset %s: no strategy chosen in time", dataset);
+}
+
+static struct harness_epoch pull(const char *dataset, uint64_t epoch)
+{
+    presto_stream_opts_t o;
+    struct harness_epoch e;
+    presto_stream_opts_init(&o);
+    o.dataset = dataset;
+    o.batch_size = 16;
+    o.seed = 7;
+    o.epoch = epoch;
+    ck_assert_int_eq(harness_pull_epoch(&H, &o, &e), 0);
+    ck_assert_uint_eq(e.samples, NIMAGES);
+    return e;
+}
+
+/* ---- tests ---- */
+
+/* Checks prestoctl profile's files with python3 (stdlib only). */
+static const char validate_py[] =
+    "import csv, json, sys, xml.etree.ElementTree as ET\n"
+    "js, cs, sv, random_step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])\n"
+    "doc = json.load(open(js))\n"
+    "st = doc['strategies']\n"
+    "rows = list(csv.DictReader(open(cs)))\n"
+    "assert len(rows) == len(st) == 1 + 4 * 4, (len(rows), len(st))\n"
+    "assert [r['strategy'] for r in rows] == [s['name'] for s in st]\n"
+    "assert sum(int(r['winner']) for r in rows) == 1\n"
+    "w = st[doc['winner']]\n"
+    "assert w['name'] == doc['winner_name'] and w['winner'] and w['rank'] == 1\n"
+    "assert rows[doc['winner']]['winner'] == '1'\n"
+    "assert sorted(s['rank'] for s in st) == list(range(1, len(st) + 1))\n"
+    "for s, r in zip(st, rows):\n"
+    "    assert s['split'] <= random_step, s  # random steps never offline\n"
+    "    assert abs(float(r['expected_samples_per_s']) - s['expected_samples_per_s']) <= "
+    "1e-6 * s['expected_samples_per_s'] + 1e-9\n"
+    "    assert s['samples'] > 0 and s['failed'] == 0, s\n"
+    "    assert s['memory_samples_per_s_measured'] > 0 and s['disk_samples_per_s_measured'] > 0\n"
+    "    assert (s['split'] == 0) == (s['stored_bytes_per_sample'] == 0), s\n"
+    "# The slow step online loses by far.\n"
+    "assert w['split'] >= 3, w\n"
+    "for s in st:\n"
+    "    if s['split'] <= 1:\n"
+    "        assert s['expected_samples_per_s'] * 2 < w['expected_samples_per_s'], (s, w)\n"
+    "assert doc['workers'] == 2 and doc['profile_workers'] == 1, doc\n"
+    "root = ET.parse(sv).getroot()\n"
+    "assert root.tag == '{http://www.w3.org/2000/svg}svg', root.tag\n"
+    "texts = [t.text or '' for t in root.iter('{http://www.w3.org/2000/svg}text')]\n"
+    "for s in st:\n"
+    "    assert any(t.startswith(s['name']) for t in texts), s['name']\n"
+    "assert w['name'] + ' (winner)' in texts, texts\n"
+    "circles = list(root.iter('{http://www.w3.org/2000/svg}circle'))\n"
+    "assert len(circles) >= len(st), len(circles)\n"
+    "print('ok', w['name'])\n";
+
+START_TEST(test_slow_online_step_loses)
+{
+    enum { LEN = HARNESS_PATH_MAX + 16 };
+    char dir[HARNESS_PATH_MAX], cache[LEN], item[1024];
+    char csv[LEN], json[LEN], svg[LEN], out[LEN], py[HARNESS_PATH_MAX], prestoctl[LEN];
+    test_dir("slow", dir, sizeof(dir));
+    snprintf(cache, sizeof(cache), "%s/cache", dir);
+    dataset_item(item, sizeof(item), "slow", NULL);
+    start(cache, "1GiB", item);
+    double entries = stat_num("cache", "entries"), mem = stat_num("memory", "cache_bytes");
+    double disk_entries = stat_num("disk", "entries");
+
+    snprintf(csv, sizeof(csv), "%s.csv", dir);
+    snprintf(json, sizeof(json), "%s.json", dir);
+    snprintf(svg, sizeof(svg), "%s.svg", dir);
+    snprintf(out, sizeof(out), "%s.out", dir);
+    snprintf(prestoctl, sizeof(prestoctl), "%s/prestoctl", harness_env("PRESTO_BUILD", "build"));
+    const char *argv[] = {prestoctl, "-s", H.sock, "profile", "slow", "--csv", csv,
+                          "--json", json, "--svg", svg, NULL};
+    int rc = harness_run(argv, out, CASE_TIMEOUT_S - 30);
+    ck_assert_msg(rc == 0, "prestoctl profile exited %d", rc);
+    /* Not a terminal: a progress line per strategy, then the table. */
+    FILE *f = fopen(out, "r");
+    char text[16384];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    ck_assert_msg(strstr(text, "profile slow: strategy 17/17"), "%s", text);
+    ck_assert_msg(strstr(text, "<- winner") && strstr(text, "winner: "), "%s", text);
+
+    ck_assert_int_eq(harness_write_file(&H, "validate.py", validate_py, py, sizeof(py)), 0);
+    char rs[8];
+    snprintf(rs, sizeof(rs), "%d", RANDOM_STEP);
+    const char *pyargv[] = {harness_env("PYTHON", "/usr/bin/python3"), py, json, csv, svg, rs,
+                            NULL};
+    snprintf(out, sizeof(out), "%s.py.out", dir);
+    rc = harness_run(pyargv, out, 60);
+    if (rc != 0) {
+        f = fopen(out, "r");
+        n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        text[n] = '\0';
+        f = fopen(json, "r");
+        char doc[16384];
+        size_t m = f ? fread(doc, 1, sizeof(doc) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        doc[m] = '\0';
+        ck_abort_msg("the profile's files failed the checks (%d):\n%s\n%s", rc, text, doc);
+    }
+
+    /* Nothing of the trials stays. */
+    ck_assert_int_eq(count_entries(cache, "profile-trial-"), 0);
+    ck_assert_int_eq(count_entries(cache, "profile-"), 0); /* no record: not split: auto */
+    ck_assert(stat_num("cache", "entries") == entries);
+    ck_assert(stat_num("memory", "cache_bytes") == mem);
+    ck_assert(stat_num("disk", "entries") == disk_entries);
+    ck_assert(stat_num("cache", "hits") == 0); /* trials do not count as the daemon's */
+    ck_assert(harness_log_contains(&H, "profile of dataset 'slow': 17 strategies"));
+    stop();
+}
+END_TEST
+
+START_TEST(test_disk_budget)
+{
+    char dir[HARNESS_PATH_MAX], item[1024], msg[512];
+    presto_profile_result_t *r;
+    test_dir("budget", dir, sizeof(dir));
+    dataset_item(item, sizeof(item), "slow", NULL);
+    start(dir, "256KiB", item); /* under any cached strategy's need for 120 images */
+    int rc = profile("slow", 0, &r, msg, sizeof(msg));
+    ck_assert_msg(rc == 0, "profile: %s", msg);
+    ck_assert_uint_eq(r->disk_budget, 256 << 10);
+    ck_assert_uint_eq(r->count, 17);
+    const presto_profile_strategy_t *w = winner(r);
+    ck_assert_msg(w->split == 0, "%s was chosen over the disk budget", w->name);
+    ck_assert(w->feasible && w->total_bytes <= (double)r->disk_budget);
+    int over = 0;
+    for (uint32_t i = 0; i < r->count; i++) {
+        const presto_profile_strategy_t *s = &r->strategies[i];
+        if (s->split == 0)
+            continue;
+        ck_assert_msg(s->total_bytes > (double)r->disk_budget, "%s: %.0f bytes", s->name,
+                      s->total_bytes);
+        ck_assert_msg(!s->feasible && !s->fits_disk, "%s feasible", s->name);
+        ck_assert_uint_gt(s->rank, 1);
+        /* It would have won on throughput. */
+        over += s->expected_rate > w->expected_rate;
+    }
+    ck_assert_int_gt(over, 0);
+    presto_profile_free(r);
+    stop();
+}
+END_TEST
+
+START_TEST(test_split_auto)
+{
+    char dir[HARNESS_PATH_MAX], items[2048], a[1024], b[1024], msg[512];
+    char state[32], strategy[64], strategy2[64], path[HARNESS_PATH_MAX + 32];
+    presto_profile_result_t *r;
+    test_dir("auto", dir, sizeof(dir));
+    dataset_item(a, sizeof(a), "auto", "auto");
+    dataset_item(b, sizeof(b), "fixed", "center_crop");
+    snprintf(items, sizeof(items), "%s%s", a, b);
+    start(dir, "1GiB", items);
+
+    auto_state("auto", state, sizeof(state), strategy, sizeof(strategy));
+    ck_assert_str_eq(state, "pending");
+    ck_assert_str_eq(strategy, "");
+    /* The reference bytes, from the fixed split. */
+    struct harness_epoch ref = pull("fixed", 3);
+
+    /* A WARM is refused until a strategy is chosen, and starts the profile. */
+    presto_t *p;
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    ck_assert_int_eq(presto_warm(p, "auto", NULL, NULL), -PRESTO_E_LIMIT);
+    ck_assert_msg(strstr(presto_errmsg(p), "split: auto"), "%s", presto_errmsg(p));
+    presto_close(p);
+    /* Streams run meanwhile, with the default split, the same bytes. */
+    struct harness_epoch e = pull("auto", 3);
+    ck_assert_uint_eq(e.fnv, ref.fnv);
+    /* Only one profile at a time. */
+    if (!under_valgrind) {
+        auto_state("auto", state, sizeof(state), strategy, sizeof(strategy));
+        if (strcmp(state, "profiling") == 0) {
+            ck_assert_int_eq(profile("fixed", 0, &r, msg, sizeof(msg)), -PRESTO_E_LIMIT);
+            ck_assert_msg(strstr(msg, "one runs at a time"), "%s", msg);
+        }
+    }
+    wait_chosen("auto", strategy, sizeof(strategy));
+    ck_assert_msg(harness_log_contains(&H, "split: auto chose"), "no log line of the choice");
+    /* Cold with the chosen split (now cached), then from the cache. */
+    ck_assert_uint_eq(pull("auto", 3).fnv, ref.fnv);
+    ck_assert_uint_eq(pull("auto", 3).fnv, ref.fnv);
+    ck_assert(stat_num("cache", "hits") > 0);
+    snprintf(path, sizeof(path), "%s/profile-auto.txt", dir);
+    ck_assert_msg(access(path, R_OK) == 0, "no record at %s", path);
+    ck_assert_int_eq(count_entries(dir, "profile-trial-"), 0);
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    ck_assert_int_eq(presto_warm(p, "auto", NULL, NULL), 0);
+    presto_close(p);
+    stop();
+
+    /* A restart takes the record: no profile. */
+    start(dir, "1GiB", items);
+    auto_state("auto", state, sizeof(state), strategy2, sizeof(strategy2));
+    ck_assert_str_eq(state, "chosen");
+    ck_assert_str_eq(strategy2, strategy);
+    ck_assert(harness_log_contains(&H, "as chosen by an earlier profile"));
+    ck_assert_uint_eq(pull("auto", 3).fnv, ref.fnv);
+    ck_assert(!harness_log_contains(&H, "profiling"));
+
+    /* --apply on a fixed split is refused. */
+    ck_assert_int_eq(profile("fixed", 1, &r, msg, sizeof(msg)), -PRESTO_E_INVAL);
+    ck_assert_msg(strstr(msg, "split: auto"), "%s", msg);
+    /* Consistent on the same data: the same sample, the same choice. */
+    if (!under_valgrind) {
+        int rc = profile("auto", 1, &r, msg, sizeof(msg));
+        ck_assert_msg(rc == 0, "profile: %s", msg);
+        ck_assert_msg(strcmp(winner(r)->name, strategy) == 0, "first %s, now %s", strategy,
+                      winner(r)->name);
+        ck_assert_int_eq(r->applied, PRESTO_APPLIED_UNCHANGED);
+        ck_assert_uint_eq(r->sample_size, samples);
+        presto_profile_free(r);
+    }
+    stop();
+
+    /* Other budgets: chosen again. */
+    start(dir, "2GiB", items);
+    auto_state("auto", state, sizeof(state), strategy2, sizeof(strategy2));
+    ck_assert_str_eq(state, "pending");
+    ck_assert(harness_log_contains(&H, "budgets changed"));
+    stop();
+}
+END_TEST
+
+START_TEST(test_client_gone_stops_profile)
+{
+    char dir[HARNESS_PATH_MAX], item[1024], msg[512];
+    test_dir("gone", dir, sizeof(dir));
+    dataset_item(item, sizeof(item), "slow", NULL);
+    start(dir, "1GiB", item);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        presto_profile_result_t *r;
+        profile("slow", 0, &r, msg, sizeof(msg));
+        _exit(0);
+    }
+    /* Kill the client while a trial store exists. */
+    int seen = 0;
+    for (int i = 0; i < 3000 && !seen; i++) {
+        seen = count_entries(dir, "profile-trial-") > 0;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    ck_assert_msg(seen, "no trial directory appeared");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    ck_assert_int_eq(harness_wait_log(&H, "profile of dataset 'slow' stopped", 20000), 0);
+    int gone = 0;
+    for (int i = 0; i < 1000 && !gone; i++) {
+        gone = count_entries(dir, "profile-trial-") == 0;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    ck_assert_msg(gone, "the trial directory stayed");
+    ck_assert(stat_num("cache", "entries") == 0);
+    stop();
+}
+END_TEST
+
+static Suite *profile_suite(void)
+{
+    Suite *s = suite_create("profile");
+    TCase *tc = tcase_create("profile");
+    tcase_set_timeout(tc, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_slow_online_step_loses);
+    tcase_add_test(tc, test_disk_budget);
+    tcase_add_test(tc, test_split_auto);
+    tcase_add_test(tc, test_client_gone_stops_profile);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    if (harness_photos_missing())
+        return HARNESS_SKIP;
+    under_valgrind = strcmp(harness_env("PRESTO_VALGRIND", "0"), "1") == 0;
+    if (under_valgrind)
+        samples = 6; /* decoding is 20-50 times slower */
+    if (harness_init(&H) < 0)
+        return EXIT_FAILURE;
+    if (harness_make_dataset(&H, "images", NIMAGES, 4, 3, 200, 320, root, sizeof(root)) < 0) {
+        harness_cleanup(&H);
+        return EXIT_FAILURE;
+    }
+    int failed = harness_run_suite(profile_suite());
+    if (failed)
+        harness_print_all_logs(&H);
+    harness_cleanup(&H);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
