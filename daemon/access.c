@@ -157,11 +157,13 @@ void access_log_denied(struct access_log *l, const struct access_peer *p, const 
     char group[48] = "no admin_group is configured";
     if (admin_gid != ACCESS_NO_GROUP)
         snprintf(group, sizeof(group), "not in admin_group %u", admin_gid);
-    log_warn("access: %s denied to pid %d uid %u gid %u: not root, not uid %u, %s%s"
-             " (%llu more denials not logged in the last second)",
-             op, (int)p->pid, (unsigned)p->uid, (unsigned)p->gid, (unsigned)daemon_uid, group,
-             p->source == ACCESS_GROUPS_PEERGROUPS ? "" : " (supplementary groups unknown)",
-             (unsigned long long)l->suppressed);
+    char more[64] = "";
+    if (l->suppressed)
+        snprintf(more, sizeof(more), "; %llu more not logged since the last such line",
+                 (unsigned long long)l->suppressed);
+    log_warn("access: %s denied to pid %d uid %u gid %u: not root, not uid %u, %s%s%s", op,
+             (int)p->pid, (unsigned)p->uid, (unsigned)p->gid, (unsigned)daemon_uid, group,
+             p->source == ACCESS_GROUPS_NONE ? " (supplementary groups unknown)" : "", more);
     l->last_ns = now;
     l->suppressed = 0;
 }
