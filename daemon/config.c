@@ -91,20 +91,25 @@ struct cfg_parse {
     size_t line[CFG_NKEYS]; /* where each scalar key was set (0: default) */
 };
 
+/* Keys and values are quoted verbatim: the message is kept one line, so
+ * neither can forge log lines (journald reads a "<N>" prefix per line). */
+static void one_line(char *s)
+{
+    for (char *p = s; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+}
+
 static void cfg_verror(struct cfg_parse *ps, size_t line, const char *key, const char *fmt,
                        va_list ap)
 {
     char msg[512];
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    /* Values are quoted verbatim: keep the message one line, so a value
-     * cannot forge log lines (journald reads a "<N>" prefix per line). */
-    for (char *p = msg; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f)
-            *p = '?';
     if (key)
         snprintf(ps->err, ps->errlen, "%s:%zu: key '%s': %s", ps->file, line, key, msg);
     else
         snprintf(ps->err, ps->errlen, "%s:%zu: %s", ps->file, line, msg);
+    one_line(ps->err);
 }
 
 __attribute__((format(printf, 4, 5)))
@@ -748,6 +753,7 @@ int config_load_string(struct config *c, const char *yaml, size_t len,
         snprintf(err, errlen, "%s:%zu: YAML syntax: %s%s%s", name,
                  parser.problem_mark.line + 1, parser.problem ? parser.problem : "error",
                  parser.context ? " " : "", parser.context ? parser.context : "");
+        one_line(err);
         yaml_parser_delete(&parser);
         return -EINVAL;
     }

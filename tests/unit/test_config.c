@@ -330,6 +330,8 @@ static const struct bad_case bad_cases[] = {
     {"dataset without name", "datasets:\n  - root: /d\n", 2, {"name"}},
     {"bad on_error", DS "    on_error: ignore\n", 4, {"on_error", "ignore"}},
     {"bad follow_symlinks", DS "    follow_symlinks: maybe\n", 4, {"follow_symlinks", "maybe"}},
+    {"a key with line breaks stays one line", "workers: 1\n\"fr\\nob\\r\": 1\n", 2,
+     {"'fr?ob?'", "unknown key"}},
     {"unknown admin group", "workers: 1\nadmin_group: no-such-group-here\n", 2,
      {"admin_group", "no such group"}},
     {"socket_group out of range", "socket_group: 4294967295\n", 1, {"socket_group"}},
@@ -359,7 +361,10 @@ START_TEST(test_bad)
                   bc->what, err, want);
     for (size_t w = 0; w < NELEM(bc->words) && bc->words[w]; w++)
         ck_assert_msg(strstr(err, bc->words[w]) != NULL, "%s: error '%s' lacks '%s'",
-                      bc->what, err, bc->words[w]);
+                      bc->what, err, bc->words[w]);    /* One line whatever the file holds: nothing in it can forge log lines. */
+    for (const char *p = err; *p; p++)
+        ck_assert_msg((unsigned char)*p >= 0x20 && *p != 0x7f, "%s: a control character in '%s'",
+                      bc->what, err);
 }
 END_TEST
 
