@@ -9,6 +9,7 @@
 
 #include "json.h"
 #include "log.h"
+#include "profile.h"
 #include "stats.h"
 
 /* A dataset served: the dataset and its own copy of its declaration (the
@@ -63,9 +64,12 @@ static void served_free(struct served *sv)
     free(sv);
 }
 
-/* Indexes a dataset declared as d. Returns it, or NULL with err set. */
+/* Indexes a dataset declared as d; for a reload (cfg: the new config) also
+ * takes its recorded split: auto choice and scans the disk tier for it, as
+ * start-up does in main. Returns it, or NULL with err set. */
 static struct served *served_open(const struct config_dataset *d, uint32_t id,
-                                  struct store *store, char *err, size_t errlen)
+                                  const struct config *cfg, struct store *store, char *err,
+                                  size_t errlen)
 {
     struct served *sv = calloc(1, sizeof(*sv));
     if (!sv || config_dataset_copy(&sv->cfg, d) < 0) {
@@ -80,6 +84,8 @@ static struct served *served_open(const struct config_dataset *d, uint32_t id,
         free(sv);
         return NULL;
     }
+    if (cfg)
+        profile_restore(&sv->ds, cfg);
     if (store && pipeline_disk_scan(store, &sv->ds) < 0) {
         snprintf(err, errlen, "dataset '%s': out of memory", d->name);
         served_free(sv);
@@ -101,7 +107,7 @@ int reload_create(struct reload **out, struct config *cfg, char *err, size_t err
         return -ENOMEM;
     }
     for (; r->n < r->cfg.ndatasets; r->n++) {
-        struct served *sv = served_open(&r->cfg.datasets[r->n], r->n, NULL, err, errlen);
+        struct served *sv = served_open(&r->cfg.datasets[r->n], r->n, NULL, NULL, err, errlen);
         if (!sv) {
             reload_destroy(r);
             return -EINVAL;
@@ -210,7 +216,8 @@ static void job_run(struct work *w, struct worker_ctx *ctx)
         const struct config_dataset *d = &j->cfg.datasets[i];
         if ((j->table[i] = find_same(r, d)))
             continue;
-        struct served *sv = served_open(d, UINT32_MAX, r->env.store, j->err, sizeof(j->err));
+        struct served *sv =
+            served_open(d, UINT32_MAX, &j->cfg, r->env.store, j->err, sizeof(j->err));
         if (!sv) {
             j->rc = -EINVAL;
             return;
@@ -329,7 +336,10 @@ static char *apply(struct reload *r, struct reload_job *j)
     for (uint32_t i = 0; i < n; i++) {
         if (!j->fresh[i])
             continue;
-        struct cache_dataset cd = {j->table[i]->nsamples, j->table[i]->mat_bytes};
+        /* An undecided split: auto dataset learns its entry size later. */
+        const struct dataset *ds = j->table[i];
+        struct cache_dataset cd = {
+            ds->nsamples, ds->autos.state == DATASET_AUTO_PENDING ? 0 : ds->mat_bytes};
         if (cache_add_dataset(r->env.cache, &cd, &j->table[i]->id) < 0)
             break;
         added++;
