@@ -48,6 +48,10 @@ static const char usage_text[] =
     "epoch options:\n"
     "  -b, --batch-size N    samples per batch (default 64)\n"
     "  -e, --epoch E         epoch number (default 0)\n"
+    "  -n, --epochs N        pull N epochs from E on, one after the other, as a training\n"
+    "                        loop does (one report each; default 1)\n"
+    "      --transport T     shm or socket (default: shared memory where the daemon\n"
+    "                        can give it, else the socket; see $PRESTO_TRANSPORT)\n"
     "      --seed S          shuffle seed (default 0)\n"
     "      --rank R          this rank (default 0)\n"
     "      --world W         number of ranks (default 1)\n"
@@ -219,13 +223,68 @@ enum {
     OPT_CSV,
     OPT_SVG,
     OPT_QUIET,
+    OPT_TRANSPORT,
 };
+
+/* Pulls one epoch on p and reports it; exits on an error. */
+static void epoch_pull(presto_t *p, const presto_stream_opts_t *o, int checksum, int json)
+{
+    presto_stream_t *s;
+    presto_batch_t b;
+    struct timespec t0, t1;
+    uint64_t samples = 0, batches = 0, sum = FNV64_OFFSET;
+    int rc;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (presto_stream_open(p, o, &s) < 0)
+        die(presto_errmsg(p));
+    while ((rc = presto_next(s, &b)) > 0) {
+        samples += b.n;
+        batches++;
+        if (checksum) {
+            sum = fnv1a64(sum, b.labels, (size_t)b.n * sizeof(*b.labels));
+            sum = fnv1a64(sum, b.data, b.size);
+        }
+        presto_release(s, &b);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc < 0)
+        die(presto_stream_errmsg(s));
+
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    double rate = secs > 0 ? (double)samples / secs : 0.0;
+    uint64_t skipped = presto_stream_skipped(s);
+    presto_stream_info_t info;
+    presto_stream_info(s, &info);
+    const char *transport = info.transport == PRESTO_TRANSPORT_SHM ? "shm" : "socket";
+    if (json) {
+        fputs("{\"dataset\":", stdout);
+        put_json_str(o->dataset);
+        printf(",\"epoch\":%" PRIu64 ",\"samples\":%" PRIu64 ",\"batches\":%" PRIu64
+               ",\"seconds\":%.6f,\"samples_per_s\":%.1f,\"skipped\":%" PRIu64
+               ",\"transport\":\"%s\"",
+               o->epoch, samples, batches, secs, rate, skipped, transport);
+        if (checksum)
+            printf(",\"checksum\":\"%016" PRIx64 "\"", sum);
+        puts("}");
+    } else {
+        printf("%s epoch %" PRIu64 ": %" PRIu64 " samples in %" PRIu64 " batches, %.3f s, "
+               "%.1f samples/s, %" PRIu64 " skipped\n",
+               o->dataset, o->epoch, samples, batches, secs, rate, skipped);
+        if (checksum)
+            printf("checksum %016" PRIx64 "\n", sum);
+    }
+    fflush(stdout);
+    presto_stream_close(s);
+}
 
 static int cmd_epoch(const char *sock, int argc, char *argv[])
 {
     static const struct option opts[] = {
         {"batch-size", required_argument, NULL, 'b'},
         {"epoch", required_argument, NULL, 'e'},
+        {"epochs", required_argument, NULL, 'n'},
+        {"transport", required_argument, NULL, OPT_TRANSPORT},
         {"seed", required_argument, NULL, OPT_SEED},
         {"rank", required_argument, NULL, OPT_RANK},
         {"world", required_argument, NULL, OPT_WORLD},
@@ -239,14 +298,24 @@ static int cmd_epoch(const char *sock, int argc, char *argv[])
     };
     presto_stream_opts_t o;
     int checksum = 0, json = 0, c;
+    uint64_t nepochs = 1;
 
     presto_stream_opts_init(&o);
-    while ((c = getopt_long(argc, argv, ":b:e:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":b:e:n:h", opts, NULL)) != -1) {
         switch (c) {
         case 'b':
             o.batch_size = (uint32_t)parse_u64("--batch-size", optarg, 1, UINT32_MAX);
             break;
         case 'e': o.epoch = parse_u64("--epoch", optarg, 0, UINT64_MAX); break;
+        case 'n': nepochs = parse_u64("--epochs", optarg, 1, UINT32_MAX); break;
+        case OPT_TRANSPORT:
+            if (strcmp(optarg, "shm") == 0)
+                o.transport = PRESTO_TRANSPORT_SHM;
+            else if (strcmp(optarg, "socket") == 0)
+                o.transport = PRESTO_TRANSPORT_SOCKET;
+            else
+                die_usage("--transport must be shm or socket, not '%s'", optarg);
+            break;
         case OPT_SEED: o.seed = parse_u64("--seed", optarg, 0, UINT64_MAX); break;
         case OPT_RANK: o.rank = (uint32_t)parse_u64("--rank", optarg, 0, UINT32_MAX - 1); break;
         case OPT_WORLD: o.world = (uint32_t)parse_u64("--world", optarg, 1, UINT32_MAX); break;
@@ -270,48 +339,8 @@ static int cmd_epoch(const char *sock, int argc, char *argv[])
     o.dataset = argv[optind];
 
     presto_t *p = connect_or_die(sock);
-    presto_stream_t *s;
-    presto_batch_t b;
-    struct timespec t0, t1;
-    uint64_t samples = 0, batches = 0, sum = FNV64_OFFSET;
-    int rc;
-
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (presto_stream_open(p, &o, &s) < 0)
-        die(presto_errmsg(p));
-    while ((rc = presto_next(s, &b)) > 0) {
-        samples += b.n;
-        batches++;
-        if (checksum) {
-            sum = fnv1a64(sum, b.labels, (size_t)b.n * sizeof(*b.labels));
-            sum = fnv1a64(sum, b.data, b.size);
-        }
-        presto_release(s, &b);
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (rc < 0)
-        die(presto_stream_errmsg(s));
-
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-    double rate = secs > 0 ? (double)samples / secs : 0.0;
-    uint64_t skipped = presto_stream_skipped(s);
-    if (json) {
-        fputs("{\"dataset\":", stdout);
-        put_json_str(o.dataset);
-        printf(",\"epoch\":%" PRIu64 ",\"samples\":%" PRIu64 ",\"batches\":%" PRIu64
-               ",\"seconds\":%.6f,\"samples_per_s\":%.1f,\"skipped\":%" PRIu64,
-               o.epoch, samples, batches, secs, rate, skipped);
-        if (checksum)
-            printf(",\"checksum\":\"%016" PRIx64 "\"", sum);
-        puts("}");
-    } else {
-        printf("%s epoch %" PRIu64 ": %" PRIu64 " samples in %" PRIu64 " batches, %.3f s, "
-               "%.1f samples/s, %" PRIu64 " skipped\n",
-               o.dataset, o.epoch, samples, batches, secs, rate, skipped);
-        if (checksum)
-            printf("checksum %016" PRIx64 "\n", sum);
-    }
-    presto_stream_close(s);
+    for (uint64_t i = 0; i < nepochs; i++, o.epoch++)
+        epoch_pull(p, &o, checksum, json);
     presto_close(p);
     return EXIT_SUCCESS;
 }

@@ -76,12 +76,21 @@ bench_epoch() {
 }
 
 # bench_warm_epochs: pulls BENCH_WARM_EPOCHS, leaving the JSON lines in BENCH_WARM.
+# One prestoctl pulls them one after the other, as a training loop does (from the
+# second on, a stream runs on the ring its connection kept: see proto.h).
 bench_warm_epochs() {
+    local line
     BENCH_WARM=()
-    for e in "${BENCH_WARM_EPOCHS[@]}"; do
-        bench_epoch "$e"
-        BENCH_WARM+=("$BENCH_RESULT")
-    done
+    while IFS= read -r line; do
+        "$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[1]); print(
+            "  epoch %d: %.1f samples/s (%d samples, %.2f s, %d skipped)"
+            % (r["epoch"], r["samples_per_s"], r["samples"], r["seconds"], r["skipped"]))' \
+            "$line"
+        BENCH_WARM+=("$line")
+    done < <(presto_ctl epoch "$BENCH_DATASET" -e "${BENCH_WARM_EPOCHS[0]}" \
+        -n "${#BENCH_WARM_EPOCHS[@]}" --json)
+    [[ ${#BENCH_WARM[@]} -eq ${#BENCH_WARM_EPOCHS[@]} ]] \
+        || presto_fail "$BENCH_DATASET: warm epochs missing"
 }
 
 # bench_config NAME SPLIT STEPS...: writes a config serving the bench data set as
