@@ -64,9 +64,13 @@ int profile_report_table(FILE *f, const presto_profile_result_t *r)
     fprintf(f, "memory budget %s, disk budget %s; objective: %g x throughput + %g x offline "
                "time + %g x storage\n\n",
             mem, disk, r->w_throughput, r->w_offline, r->w_storage);
+    fputs("per sample: offline ms (read, offline steps, encode, store), bytes stored, online "
+          "CPU ms; memory/s, disk/s:\nsamples/s of warm epochs from each tier; then for the "
+          "whole dataset: offline time, storage, the share the\nmemory budget holds, whether "
+          "it fits the disk budget, expected samples/s and epoch time\n\n", f);
     fprintf(f, "%-4s %-22s %5s %9s %10s %10s %10s %8s  %10s %10s %5s %5s %10s %9s %6s\n",
-            "rank", "strategy", "split", "offl ms/s", "stored/s", "memory/s", "disk/s",
-            "cpu ms/s", "offline", "storage", "mem%", "disk", "expected/s", "epoch", "score");
+            "rank", "strategy", "split", "offl ms", "stored", "memory/s", "disk/s",
+            "cpu ms", "offline", "storage", "mem%", "disk", "expected/s", "epoch", "score");
     for (uint32_t i = 0; i < r->count; i++) {
         const presto_profile_strategy_t *s = &r->strategies[i];
         profile_fmt_bytes(stored, sizeof(stored), s->stored_bytes);
