@@ -9,15 +9,11 @@
 #include <check.h>
 #include <errno.h>
 #include <signal.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -383,48 +379,9 @@ END_TEST
 /* A raw connection to the daemon's socket. */
 static int raw_connect(void)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    ck_assert_uint_lt(strlen(H.sock), sizeof(sa.sun_path));
-    memcpy(sa.sun_path, H.sock, strlen(H.sock) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_msg(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect: %s",
-                  strerror(errno));
+    int fd = harness_raw_connect(&H);
+    ck_assert_msg(fd >= 0, "connect: %s", strerror(-fd));
     return fd;
-}
-
-/* Reads what the daemon sends until it closes (or timeout_ms passes).
- * Returns the byte count, or -ETIMEDOUT if the connection stayed open. */
-static ssize_t read_until_eof(int fd, uint8_t *buf, size_t cap, int timeout_ms)
-{
-    size_t got = 0;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        long left = timeout_ms - ((t.tv_sec - t0.tv_sec) * 1000 +
-                                  (t.tv_nsec - t0.tv_nsec) / 1000000);
-        if (left <= 0)
-            return -ETIMEDOUT;
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (poll(&pfd, 1, (int)left) <= 0)
-            continue;
-        uint8_t scratch[4096];
-        size_t room = cap - got;
-        ssize_t n = read(fd, room ? buf + got : scratch, room ? room : sizeof(scratch));
-        if (n == 0 || (n < 0 && errno == ECONNRESET))
-            return (ssize_t)got;
-        if (n < 0 && errno != EINTR)
-            return -errno;
-        if (n > 0 && room)
-            got += (size_t)n;
-    }
-}
-
-static uint32_t le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
 }
 
 START_TEST(test_garbage_connection)
@@ -432,15 +389,16 @@ START_TEST(test_garbage_connection)
     static const char junk[] = "GET / HTTP/1.1\r\nHost: presto\r\n\r\n";
     int fd = raw_connect();
     ck_assert_int_eq(write(fd, junk, sizeof(junk) - 1), (ssize_t)(sizeof(junk) - 1));
-    uint8_t reply[4096];
-    ssize_t n = read_until_eof(fd, reply, sizeof(reply), 5000);
+    /* If it says anything first, it is an ERROR frame; then it closes. */
+    struct proto_header h;
+    uint8_t body[256];
+    int rc = harness_read_frame(fd, 5000, &h, body, sizeof(body));
+    ck_assert_msg(rc == 0 || rc == -ECONNRESET, "no reply and no close (%d)", rc);
+    if (rc == 0)
+        ck_assert_uint_eq(h.type, PROTO_ERROR);
+    long n = harness_read_until_eof(fd, 5000);
     close(fd);
-    ck_assert_msg(n >= 0, "the daemon kept a garbage connection open (%zd)", n);
-    /* If it said anything first, it was an ERROR frame. */
-    if (n >= PROTO_HEADER_SIZE) {
-        ck_assert_uint_eq(le32(reply), PROTO_MAGIC);
-        ck_assert_uint_eq(reply[6] | reply[7] << 8, PROTO_ERROR);
-    }
+    ck_assert_msg(n >= 0, "the daemon kept a garbage connection open (%ld)", n);
 
     ck_assert_msg(harness_alive(&H), "prestod died");
     struct epoch e;
@@ -450,75 +408,25 @@ START_TEST(test_garbage_connection)
 }
 END_TEST
 
-static void put_header(uint8_t *h, uint16_t version, uint16_t type, uint32_t req_id)
-{
-    const uint32_t words[] = {PROTO_MAGIC, 0, 0, req_id, 0};
-    for (unsigned i = 0; i < 5; i++)
-        for (unsigned k = 0; k < 4; k++)
-            h[i * 4 + k] = (uint8_t)(words[i] >> (8 * k));
-    h[4] = (uint8_t)version;
-    h[5] = (uint8_t)(version >> 8);
-    h[6] = (uint8_t)type;
-    h[7] = (uint8_t)(type >> 8);
-}
-
-/* Reads exactly len bytes within 5 s. */
-static void read_exactly(int fd, uint8_t *buf, size_t len)
-{
-    size_t got = 0;
-    while (got < len) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        ck_assert_msg(poll(&pfd, 1, 5000) == 1, "no reply within 5 s");
-        ssize_t n = read(fd, buf + got, len - got);
-        ck_assert_msg(n > 0, "connection closed (%zd, %s)", n, strerror(errno));
-        got += (size_t)n;
-    }
-}
-
-/* Reads one frame: its type, req_id and (the start of) its body. */
-static void read_frame(int fd, uint16_t *type, uint32_t *req_id, uint8_t *body,
-                       size_t cap, uint32_t *len)
-{
-    uint8_t h[PROTO_HEADER_SIZE], skip[4096];
-    read_exactly(fd, h, sizeof(h));
-    ck_assert_uint_eq(le32(h), PROTO_MAGIC);
-    *type = (uint16_t)(h[6] | h[7] << 8);
-    *req_id = le32(h + 12);
-    *len = le32(h + 16);
-    ck_assert_uint_lt(*len, 1u << 20);
-    for (uint32_t done = 0; done < *len;) {
-        uint32_t chunk = *len - done;
-        uint8_t *dst = done < cap ? body + done : skip;
-        uint32_t room = done < cap ? (uint32_t)(cap - done) : sizeof(skip);
-        if (chunk > room)
-            chunk = room;
-        read_exactly(fd, dst, chunk);
-        done += chunk;
-    }
-}
-
 /* A frame of an unknown protocol version gets an ERROR (PROTO_E_VERSION)
  * and the connection stays usable. */
 START_TEST(test_unknown_version)
 {
-    uint8_t hdr[PROTO_HEADER_SIZE], body[256];
-    uint16_t type;
-    uint32_t req_id, len;
+    uint8_t body[256];
+    struct proto_header h;
     int fd = raw_connect();
 
-    put_header(hdr, PROTO_VERSION + 41, PROTO_STATS, 7);
-    ck_assert_int_eq(write(fd, hdr, sizeof(hdr)), (ssize_t)sizeof(hdr));
-    read_frame(fd, &type, &req_id, body, sizeof(body), &len);
-    ck_assert_uint_eq(type, PROTO_ERROR);
-    ck_assert_uint_eq(req_id, 7);
-    ck_assert_uint_ge(len, 4);
-    ck_assert_uint_eq(le32(body), PROTO_E_VERSION);
+    ck_assert_int_eq(harness_send_frame(fd, PROTO_VERSION + 41, PROTO_STATS, 7, NULL, 0), 0);
+    ck_assert_int_eq(harness_read_frame(fd, 5000, &h, body, sizeof(body)), 0);
+    ck_assert_uint_eq(h.type, PROTO_ERROR);
+    ck_assert_uint_eq(h.req_id, 7);
+    ck_assert_uint_ge(h.body_len, 4);
+    ck_assert_uint_eq(harness_error_code(body), PROTO_E_VERSION);
 
-    put_header(hdr, PROTO_VERSION, PROTO_STATS, 8);
-    ck_assert_int_eq(write(fd, hdr, sizeof(hdr)), (ssize_t)sizeof(hdr));
-    read_frame(fd, &type, &req_id, body, sizeof(body), &len);
-    ck_assert_uint_eq(type, PROTO_STATS_REPLY);
-    ck_assert_uint_eq(req_id, 8);
+    ck_assert_int_eq(harness_send_frame(fd, PROTO_VERSION, PROTO_STATS, 8, NULL, 0), 0);
+    ck_assert_int_eq(harness_read_frame(fd, 5000, &h, body, sizeof(body)), 0);
+    ck_assert_uint_eq(h.type, PROTO_STATS_REPLY);
+    ck_assert_uint_eq(h.req_id, 8);
     close(fd);
 }
 END_TEST

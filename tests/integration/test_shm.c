@@ -415,12 +415,8 @@ END_TEST
 
 static int raw_connect(void)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_uint_lt(strlen(H.sock), sizeof(sa.sun_path));
-    memcpy(sa.sun_path, H.sock, strlen(H.sock) + 1);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    int fd = harness_raw_connect(&H);
+    ck_assert_msg(fd >= 0, "connect: %s", strerror(-fd));
     return fd;
 }
 
