@@ -184,7 +184,8 @@
 #define PROTO_MAGIC 0x54535250u
 #define PROTO_VERSION 1
 #define PROTO_HEADER_SIZE 20
-/* Largest request body a daemon accepts (requests are small). */
+/* Largest request body a daemon accepts by default (requests are small);
+ * its config's limits.frame_size sets it (512 B to 1 MiB). */
 #define PROTO_MAX_REQUEST 65536u
 /* Default largest reply body a client accepts (a batch). */
 #define PROTO_MAX_REPLY (1u << 30)
