@@ -40,7 +40,7 @@ struct item {
     struct store_loc loc;        /* SRC_DISK */
     struct dataset_file f;       /* SRC_FILE: size and mtime as read (fd -1) */
     size_t off, len;             /* SRC_DISK, SRC_FILE: room in the arena */
-    struct img bytes;            /* SRC_FILE: a view of them once read */
+    struct img bytes;            /* a view of them once read (SRC_DISK: decoded) */
     unsigned req;                /* its read */
     char msg[160];               /* SRC_BAD: why */
 };
@@ -501,7 +501,8 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
         int rc = q->res < 0 ? (int)q->res : (size_t)q->res < it->len ? -EIO : 0;
         dataset_key(ds, it->id, NULL, &key);
         if (rc == 0)
-            rc = store_decode(env->store, &key, C->arena + it->off, it->len, &L->decoded);
+            rc = store_decode_view(env->store, &key, C->arena + it->off, it->len,
+                                   &L->decoded, &it->bytes);
         if (rc < 0) {
             if (count)
                 ADD(&ds->n.disk_misses, 1);
@@ -510,7 +511,9 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
         if (count)
             ADD(&ds->n.disk_hits, 1);
         ADD(&ds->n.disk_bytes_read, it->len);
-        admit(env, ds, it->id, &L->decoded, view, out);
+        /* A raw record is used where it was read (it->bytes points into
+         * the arena, valid until the chunk ends): no copy. */
+        admit(env, ds, it->id, &it->bytes, view, out);
         return PIPE_OK;
     }
     case SRC_FILE: {

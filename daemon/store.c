@@ -897,8 +897,10 @@ void store_release(struct store *st, struct store_loc *loc)
     loc->fd = -1;
 }
 
-int store_decode(struct store *st, const struct store_key *key, const void *record,
-                 size_t len, struct img *out)
+/* store_decode, and with view a raw record's payload is not copied: *view
+ * is set to it in place and out is left alone. */
+static int decode_record(struct store *st, const struct store_key *key, const void *record,
+                         size_t len, struct img *out, struct img *view)
 {
     const uint8_t *rec = record;
     struct store_hdr h;
@@ -906,6 +908,13 @@ int store_decode(struct store *st, const struct store_key *key, const void *reco
         len < (size_t)STORE_HEADER_SIZE + h.stored_len ||
         store_crc32c(0, rec + STORE_HEADER_SIZE, h.stored_len) != h.data_crc)
         goto bad;
+    if (view && h.encoding == STORE_ENC_RAW) {
+        *view = (struct img){.fmt = IMG_PIXELS, .h = h.h, .w = h.w, .c = h.c,
+                             .dtype = h.dtype, .len = h.raw_len, .cap = h.raw_len,
+                             .borrowed = 1};
+        view->data = (uint8_t *)(uintptr_t)(rec + STORE_HEADER_SIZE); /* read only */
+        return 0;
+    }
     if (img_reserve(out, h.raw_len) < 0)
         return -ENOMEM;
     if (h.encoding == STORE_ENC_RAW) {
@@ -928,10 +937,26 @@ int store_decode(struct store *st, const struct store_key *key, const void *reco
     out->c = h.c;
     out->dtype = h.dtype;
     out->len = h.raw_len;
+    if (view) {
+        *view = *out;
+        view->borrowed = 1;
+    }
     return 0;
 bad:
     CNT(st, decode_errors, 1);
     return -EBADMSG;
+}
+
+int store_decode(struct store *st, const struct store_key *key, const void *record,
+                 size_t len, struct img *out)
+{
+    return decode_record(st, key, record, len, out, NULL);
+}
+
+int store_decode_view(struct store *st, const struct store_key *key, const void *record,
+                      size_t len, struct img *out, struct img *view)
+{
+    return decode_record(st, key, record, len, out, view);
 }
 
 /* ---- reading segments (recovery and compaction) ---- */

@@ -215,6 +215,12 @@ void store_release(struct store *st, struct store_loc *loc);
  * set). Returns 0, -EBADMSG on any mismatch, or -ENOMEM. Thread-safe. */
 int store_decode(struct store *st, const struct store_key *key, const void *record,
                  size_t len, struct img *out);
+/* store_decode without the copy of a raw record: *view is set to a borrowed
+ * image of the payload inside record (valid as long as record is) and out
+ * is not touched; a compressed record is decoded into out, and *view is a
+ * borrowed image of out. Same checks and returns. */
+int store_decode_view(struct store *st, const struct store_key *key, const void *record,
+                      size_t len, struct img *out, struct img *view);
 
 /* Returns 1 when key is still wanted (its dataset is served, its path
  * exists with that size and mtime, the fingerprint is current). */

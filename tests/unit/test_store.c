@@ -576,6 +576,52 @@ static void flip_byte(uint32_t seg, uint64_t off)
     close(fd);
 }
 
+/* store_decode_view: a raw record is used in place (a borrowed view inside
+ * the bytes read, out untouched), a compressed one is decoded into out;
+ * both give the image put; a wrong key is refused like store_decode. */
+START_TEST(test_decode_view)
+{
+    struct store *st = open_store(0, 0);
+    struct img ims[2];
+    struct store_key keys[2] = {key_of(0), key_of(1)};
+    synth(&ims[0], 64, 48, 0, 8); /* noise: stored raw */
+    synth(&ims[1], 64, 48, 1, 0); /* smooth: stored zstd */
+    ck_assert_int_eq(store_put(st, &keys[0], &ims[0], 0), 0);
+    ck_assert_int_eq(store_put(st, &keys[1], &ims[1], 3), 0);
+    for (int i = 0; i < 2; i++) {
+        struct store_loc loc;
+        ck_assert_int_eq(store_lookup(st, &keys[i], &loc), 0);
+        ck_assert_int_eq(loc.encoding, i == 0 ? STORE_ENC_RAW : STORE_ENC_ZSTD);
+        uint8_t *buf = malloc(loc.len);
+        ck_assert_ptr_nonnull(buf);
+        ck_assert_int_eq(pread(loc.fd, buf, loc.len, (off_t)loc.off), (ssize_t)loc.len);
+        store_release(st, &loc);
+        struct img out = {0}, view = {0};
+        ck_assert_int_eq(store_decode_view(st, &keys[i], buf, loc.len, &out, &view), 0);
+        ck_assert_int_eq(view.borrowed, 1);
+        ck_assert_uint_eq(view.len, ims[i].len);
+        ck_assert_uint_eq(view.h, ims[i].h);
+        ck_assert_uint_eq(view.w, ims[i].w);
+        ck_assert_uint_eq(view.c, ims[i].c);
+        ck_assert_int_eq(view.fmt, IMG_PIXELS);
+        ck_assert_int_eq(memcmp(view.data, ims[i].data, ims[i].len), 0);
+        if (i == 0) { /* in place, no copy */
+            ck_assert(view.data >= buf + STORE_HEADER_SIZE && view.data < buf + loc.len);
+            ck_assert_ptr_null(out.data);
+        } else {
+            ck_assert_ptr_eq(view.data, out.data);
+        }
+        struct store_key other = key_of(7);
+        ck_assert_int_eq(store_decode_view(st, &other, buf, loc.len, &out, &view), -EBADMSG);
+        img_free(&out);
+        free(buf);
+    }
+    img_free(&ims[0]);
+    img_free(&ims[1]);
+    store_close(st);
+}
+END_TEST
+
 /* A damaged payload: store_decode refuses it; on reopen that record alone
  * is dropped and counted; a new put of the key works. */
 START_TEST(test_corrupt_payload)
@@ -1262,6 +1308,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_roundtrip);
     tcase_add_test(tc, test_keys);
     tcase_add_test(tc, test_corrupt_payload);
+    tcase_add_test(tc, test_decode_view);
     tcase_add_test(tc, test_corrupt_header);
     tcase_add_test(tc, test_torn_tail);
     tcase_add_test(tc, test_rollover);
