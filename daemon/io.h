@@ -62,10 +62,10 @@ enum io_state { IO_S_IDLE = 0, IO_S_QUEUED, IO_S_ACTIVE, IO_S_DONE };
 
 struct io_ring;
 
-/* One request. The caller sets fd, buf, len, off and path (the first five
+/* One request. The caller sets fd, buf, len and off (the first four
  * fields, in this order, so that `(struct io_req){fd, buf, len, off, 0}`
- * is a plain read) and keeps the struct, buf and path alive and unmoved
- * until the request is done. On completion res is the number of bytes read
+ * is a plain read) and path, and keeps the struct, buf and path alive and
+ * unmoved until the request is done. On completion res is the number of bytes read
  * (less than len only when the file ends first; 0 at or past EOF), or
  * -errno (-EBADF, -EIO, -ENOENT, ..., -ECANCELED for io_cancel) when it
  * failed; bytes already read then count for nothing. A file request also
@@ -92,8 +92,8 @@ struct io_req {
 };
 
 /* Latency histogram: log-linear buckets of microseconds, exact below 8,
- * then IO_LAT_SUB per power of two (12.5% wide) up to 2^31 us; longer
- * ones land in the last bucket. */
+ * then IO_LAT_SUB per power of two (12.5% wide) over IO_LAT_OCTAVES
+ * powers, up to 2^31 us; longer ones land in the last bucket. */
 #define IO_LAT_SUB 8u
 #define IO_LAT_OCTAVES 28u
 #define IO_LAT_BUCKETS (IO_LAT_SUB * (IO_LAT_OCTAVES + 1)) /* 232 */
