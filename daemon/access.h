@@ -27,8 +27,10 @@
  * fine): it is counted (the dataset's "refused" in stats), logged, and
  * never served. dataset_open_file() opens through access_open_beneath(),
  * which refuses a path that leaves the root at open time too (a file
- * swapped for such a link after indexing); the batched reads of io.c open
- * relative to the root's descriptor and rely on the indexing check.
+ * swapped for such a link after indexing); the batched reads of io.c do
+ * the same in the kernel (io_uring OPENAT2 with RESOLVE_BENEATH), and a
+ * link it refuses goes to access_open_beneath on the worker, which reads an
+ * absolute link that stays inside and refuses one that leaves.
  */
 #ifndef PRESTO_ACCESS_H
 #define PRESTO_ACCESS_H

@@ -1,6 +1,7 @@
 /* I/O backend: see io.h. */
 #define _GNU_SOURCE
 #include "io.h"
+#include "access.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,6 +56,8 @@ struct io_ring {
     enum io_files files;
     unsigned depth;
     int have_openat; /* staged: OPENAT works (else open(2) on this thread) */
+    int have_openat2; /* OPENAT2 too (else files kept below a root open on this
+                         thread) */
     struct io_uring ring; /* IO_URING only */
     struct io_req **act;  /* by slot: the request in the kernel, or NULL */
     uint32_t *free_slots;
@@ -258,6 +261,7 @@ static const char *io_files_setup(struct io_ring *r, unsigned flags)
     if (p) {
         statx = io_uring_opcode_supported(p, IORING_OP_STATX);
         openat = io_uring_opcode_supported(p, IORING_OP_OPENAT);
+        r->have_openat2 = io_uring_opcode_supported(p, IORING_OP_OPENAT2);
         close_ = io_uring_opcode_supported(p, IORING_OP_CLOSE);
         io_uring_free_probe(p);
     }
@@ -479,6 +483,24 @@ static void io_pread_rest(struct io_ring *r, struct io_req *q, int fd, size_t le
     }
 }
 
+/* Opens a file request's path on this thread: below real_root when set. */
+static int io_open_path(const struct io_req *q)
+{
+    if (q->real_root)
+        return access_open_beneath(q->fd, q->real_root, q->path);
+    int fd = openat(q->fd, q->path, O_RDONLY | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+/* The kernel's side of the same rule, for the ring's opens: a link that
+ * leaves the directory fails with EXDEV, and the request is then done on
+ * this thread by access_open_beneath (which tells an absolute link that
+ * stays inside from one that leaves). Read when the SQE is submitted. */
+static struct open_how io_how_direct = {
+    .flags = O_RDONLY, .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+static struct open_how io_how_fd = {
+    .flags = O_RDONLY | O_CLOEXEC, .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+
 static void stat_times(struct io_req *q, const struct stat *sb)
 {
     q->size = (uint64_t)sb->st_size;
@@ -492,9 +514,9 @@ static void io_file_sync(struct io_ring *r, struct io_req *q)
     q->res = 0;
     q->off = 0;
     q->failed = IO_STEP_NONE;
-    int fd = openat(q->fd, q->path, O_RDONLY | O_CLOEXEC);
+    int fd = io_open_path(q);
     if (fd < 0) {
-        q->res = -errno;
+        q->res = fd;
         q->failed = IO_STEP_OPEN;
         return;
     }
@@ -579,7 +601,10 @@ static int prep_chain(struct io_ring *r, struct io_req *q)
     sqe->flags |= IOSQE_IO_LINK | IOSQE_ASYNC;
     sqe = io_uring_get_sqe(&r->ring);
     /* No O_CLOEXEC: a direct descriptor is no process fd (EINVAL). */
-    io_uring_prep_openat_direct(sqe, q->fd, q->path, O_RDONLY, 0, q->slot);
+    if (q->real_root)
+        io_uring_prep_openat2_direct(sqe, q->fd, q->path, &io_how_direct, q->slot);
+    else
+        io_uring_prep_openat_direct(sqe, q->fd, q->path, O_RDONLY, 0, q->slot);
     io_uring_sqe_set_data64(sqe, IO_UD(q->slot, OP_OPEN));
     sqe->flags |= IOSQE_IO_LINK;
     sqe = io_uring_get_sqe(&r->ring);
@@ -602,7 +627,10 @@ static int prep_open(struct io_ring *r, struct io_req *q)
     struct io_uring_sqe *sqe = io_sqe(r);
     if (!sqe)
         return -EBUSY;
-    io_uring_prep_openat(sqe, q->fd, q->path, O_RDONLY | O_CLOEXEC, 0);
+    if (q->real_root)
+        io_uring_prep_openat2(sqe, q->fd, q->path, &io_how_fd);
+    else
+        io_uring_prep_openat(sqe, q->fd, q->path, O_RDONLY | O_CLOEXEC, 0);
     io_uring_sqe_set_data64(sqe, IO_UD(q->slot, OP_SOPEN));
     /* Straight to io-wq: tried inline first, an open whose path is cached
      * runs the file system's open (a network round trip) on this thread. */
@@ -657,17 +685,17 @@ static int io_start(struct io_ring *r, struct io_req *q)
         if (q->len == 0)
             goto finished;
         rc = prep_read(r, q, q->fd, q->len, OP_READ);
-    } else if (r->files == IO_FILES_CHAIN) {
+    } else if (r->files == IO_FILES_CHAIN && (!q->real_root || r->have_openat2)) {
         rc = prep_chain(r, q);
     } else {
         q->ofd = -1;
         q->phase = PH_OPEN;
-        if (r->have_openat) {
+        if (r->have_openat && (!q->real_root || r->have_openat2)) {
             rc = prep_open(r, q);
         } else {
-            q->ofd = openat(q->fd, q->path, O_RDONLY | O_CLOEXEC);
+            q->ofd = io_open_path(q);
             if (q->ofd < 0) {
-                q->res = -errno;
+                q->res = q->ofd;
                 q->failed = IO_STEP_OPEN;
                 goto finished;
             }
@@ -723,9 +751,9 @@ static void chain_finish(struct io_ring *r, struct io_req *q)
         if ((size_t)q->res < want && q->len <= IO_MAX_SQE_LEN) {
             io_file_sync(r, q); /* short of what stat promised: read it again */
         } else if ((size_t)q->res < want) { /* a file over one SQE: the rest */
-            int fd = openat(q->fd, q->path, O_RDONLY | O_CLOEXEC);
+            int fd = io_open_path(q);
             if (fd < 0) {
-                q->res = -errno;
+                q->res = fd;
                 q->failed = IO_STEP_OPEN;
             } else {
                 io_pread_rest(r, q, fd, want);
@@ -758,7 +786,9 @@ static void chain_cqe(struct io_ring *r, struct io_req *q, enum io_op op, int re
         }
         break;
     case OP_OPEN:
-        if (res < 0 && res != -ECANCELED && q->failed == IO_STEP_NONE) {
+        if (res == -EXDEV && q->real_root)
+            q->retry = 1; /* a link: access_open_beneath decides, on this thread */
+        else if (res < 0 && res != -ECANCELED && q->failed == IO_STEP_NONE) {
             q->res = res;
             q->failed = IO_STEP_OPEN;
         }
@@ -803,10 +833,16 @@ static void staged_cqe(struct io_ring *r, struct io_req *q, enum io_op op, int r
                 q_push_head(r, q);
                 return;
             }
+            if (res == -EXDEV && q->real_root) { /* a link: decided on this thread */
+                res = io_open_path(q);
+                if (res >= 0)
+                    goto opened;
+            }
             q->res = res;
             q->failed = IO_STEP_OPEN;
             goto done;
         }
+    opened:
         q->ofd = res;
         r->fds_open++;
         if (drain) /* finished on this thread by io_abandon */

@@ -79,6 +79,9 @@ struct io_req {
     uint64_t off;    /* plain reads only */
     ssize_t res;
     const char *path; /* NULL: a plain read (io_read_batch sets it so) */
+    const char *real_root; /* path: the resolved directory the file must not
+                              leave (no link out of it, RESOLVE_BENEATH);
+                              NULL: follow links anywhere */
     uint64_t size;    /* path: st_size of the file read */
     int64_t mtime_ns; /* path: its st_mtime */
     uint8_t failed;   /* path, res < 0: enum io_step */

@@ -411,6 +411,8 @@ static void chunk_prepare(const struct dataset *ds, struct pipe_local *L, struct
             q->fd = dirfd;
             q->off = 0;
             q->path = dataset_path(ds, it->id);
+            /* Links out of the root stay refused at open (access.h). */
+            q->real_root = ds->cfg->follow_symlinks ? NULL : ds->real_root;
         }
         C->req_item[C->nreq] = i;
         it->req = C->nreq++;

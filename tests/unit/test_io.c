@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -667,6 +668,59 @@ START_TEST(test_file_errors)
 }
 END_TEST
 
+/* With real_root set, a link that leaves the directory is refused (-EXDEV
+ * at open, whichever way the file is opened) and links that stay inside,
+ * relative or absolute, are read; without it any link is followed. _i: the
+ * mode. */
+START_TEST(test_links_beneath)
+{
+    struct io_ring *r = file_ring((enum file_mode)_i, 4);
+    if (!r)
+        return;
+    char root[PATH_MAX], path[PATH_MAX + 64], target[PATH_MAX + 64], outside[PATH_MAX + 64];
+    ck_assert_ptr_nonnull(realpath(file_dir, root));
+    snprintf(outside, sizeof(outside), "%s-outside.bin", root);
+    int fd = open(outside, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, "secret", 6), 6);
+    close(fd);
+    static const char *const names[3] = {"sub/rel-in", "abs-in", "out"};
+    snprintf(path, sizeof(path), "%s/%s", root, names[0]);
+    ck_assert_int_eq(symlink("../file0.bin", path), 0);
+    snprintf(path, sizeof(path), "%s/%s", root, names[1]);
+    snprintf(target, sizeof(target), "%s/file0.bin", root);
+    ck_assert_int_eq(symlink(target, path), 0);
+    snprintf(path, sizeof(path), "%s/%s", root, names[2]);
+    ck_assert_int_eq(symlink(outside, path), 0);
+
+    int dirfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ck_assert_int_ge(dirfd, 0);
+    static uint8_t bufs[4][8192];
+    struct io_req q[4];
+    for (int i = 0; i < 4; i++)
+        q[i] = (struct io_req){.fd = dirfd, .buf = bufs[i], .len = 8192,
+                               .path = names[i < 3 ? i : 2], .real_root = i < 3 ? root : NULL};
+    for (int i = 0; i < 4; i++)
+        io_submit(r, &q[i]);
+    for (int i = 0; i < 4; i++)
+        io_wait(r, &q[i]);
+    check_file(&q[0], 0, 8192, dirfd);
+    check_file(&q[1], 0, 8192, dirfd);
+    ck_assert_int_eq(q[2].res, -EXDEV);
+    ck_assert_uint_ne(q[2].failed, IO_STEP_NONE);
+    ck_assert_int_eq(q[3].res, 6); /* no real_root: followed */
+    ck_assert(memcmp(bufs[3], "secret", 6) == 0);
+
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/%s", root, names[i]);
+        unlink(path);
+    }
+    unlink(outside);
+    close(dirfd);
+    io_ring_destroy(r);
+}
+END_TEST
+
 /* Requests taken back: the queued ones come back -ECANCELED untouched,
  * those in the kernel finish; the ring goes on. _i: the mode. */
 START_TEST(test_cancel)
@@ -794,6 +848,7 @@ static Suite *io_suite(void)
     tcase_add_test(tf, test_files_chained);
     tcase_add_loop_test(tf, test_file_errors, MODE_PREAD, MODE_CHAINED + 1);
     tcase_add_loop_test(tf, test_cancel, MODE_PREAD, MODE_CHAINED + 1);
+    tcase_add_loop_test(tf, test_links_beneath, MODE_PREAD, MODE_CHAINED + 1);
     tcase_add_test(tf, test_latency_quantiles);
     suite_add_tcase(s, tf);
     return s;
