@@ -105,7 +105,8 @@ $(BUILD)/slowfs: tests/tools/slowfs.c
 	    $(filter-out -fsanitize=%,$(LDFLAGS)) $(call pkg_libs,fuse3)
 
 # The raw random-read reader the disk cases of `make bench` compare with.
-$(BUILD)/ioread: tests/bench/ioread.c $(BUILD)/obj/daemon/io.o $(BUILD)/obj/common/log.o
+$(BUILD)/ioread: tests/bench/ioread.c $(BUILD)/obj/daemon/io.o $(BUILD)/obj/daemon/access.o \
+                 $(BUILD)/obj/common/log.o
 	$(CC) $(CFLAGS) $(call pkg_cflags,liburing) -o $@ $^ $(LDFLAGS) $(call pkg_libs,liburing)
 
 # Installs the Debian packages that are missing (root, or sudo when present).
