@@ -32,6 +32,36 @@ static int flip_have_ssse3(void)
 {
     return __builtin_cpu_supports("ssse3");
 }
+
+/* RGB rows, 21 pixels (63 bytes) per cross-lane byte permutation (AVX-512
+ * VBMI). Masked loads and stores touch exactly the block's bytes: vector
+ * byte 0 is left out, so source pixel i sits at bytes 1 + 3i.., and the
+ * 64th output byte is not written. Returns the pixels done. */
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static uint32_t
+flip_row3_vbmi(const uint8_t *src, uint8_t *dst, uint32_t w)
+{
+    /* Output byte 3k + ch is source pixel 20 - k's byte ch: 1 + 3(20 - k) + ch. */
+    static const uint8_t idx_bytes[64] = {
+        61, 62, 63, 58, 59, 60, 55, 56, 57, 52, 53, 54, 49, 50, 51, 46,
+        47, 48, 43, 44, 45, 40, 41, 42, 37, 38, 39, 34, 35, 36, 31, 32,
+        33, 28, 29, 30, 25, 26, 27, 22, 23, 24, 19, 20, 21, 16, 17, 18,
+        13, 14, 15, 10, 11, 12, 7, 8, 9, 4, 5, 6, 1, 2, 3, 0,
+    };
+    const __m512i idx = _mm512_loadu_si512(idx_bytes);
+    const __mmask64 in_mask = ~(__mmask64)1, out_mask = ~(__mmask64)0 >> 1;
+    uint32_t x = 0;
+    for (; x + 21 <= w; x += 21) {
+        const uint8_t *s = src + (size_t)(w - 21 - x) * 3 - 1;
+        __m512i v = _mm512_maskz_loadu_epi8(in_mask, s);
+        _mm512_mask_storeu_epi8(dst + (size_t)x * 3, out_mask, _mm512_permutexvar_epi8(idx, v));
+    }
+    return x;
+}
+
+static int flip_have_vbmi(void)
+{
+    return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
+}
 #else
 static uint32_t flip_row3_ssse3(const uint8_t *src, uint8_t *dst, uint32_t w)
 {
@@ -45,18 +75,47 @@ static int flip_have_ssse3(void)
 {
     return 0;
 }
+
+static uint32_t flip_row3_vbmi(const uint8_t *src, uint8_t *dst, uint32_t w)
+{
+    (void)src;
+    (void)dst;
+    (void)w;
+    return 0;
+}
+
+static int flip_have_vbmi(void)
+{
+    return 0;
+}
 #endif
+
+/* The widest row flip this CPU has, decided once. */
+static int flip_simd_level(void)
+{
+    static int level = -1;
+    int l = __atomic_load_n(&level, __ATOMIC_RELAXED);
+    if (l < 0) {
+        l = flip_have_vbmi() ? 2 : flip_have_ssse3() ? 1 : 0;
+        __atomic_store_n(&level, l, __ATOMIC_RELAXED);
+    }
+    return l;
+}
 
 static void flip_rows(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w,
                       uint32_t c)
 {
     size_t row = (size_t)w * c;
-    int simd = c == 3 && flip_have_ssse3();
+    int simd = c == 3 ? flip_simd_level() : 0;
     for (uint32_t y = 0; y < h; y++, src += row, dst += row) {
         const uint8_t *s = src + row;
         uint8_t *d = dst;
         if (c == 3) {
-            uint32_t x = simd ? flip_row3_ssse3(src, dst, w) : 0;
+            uint32_t x = 0;
+            if (simd == 2) /* whole blocks of 21 pixels, then of 5 */
+                x = flip_row3_vbmi(src, dst, w);
+            if (simd >= 1 && x < w)
+                x += flip_row3_ssse3(src, dst + (size_t)x * 3, w - x);
             s -= (size_t)x * 3;
             d += (size_t)x * 3;
             for (; x < w; x++, d += 3) {
