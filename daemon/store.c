@@ -1261,8 +1261,10 @@ int store_open(struct store **out, const char *dir, uint64_t disk_budget,
         st->active = st->segs[st->nsegs - 1];
     free(ids);
     free(rd.buf);
-    log_info("store: %s: %u segments, %u records, %llu bytes, read in %.2f s", dir,
-             st->nsegs, st->nent, (unsigned long long)st->bytes_disk, now_s() - t0);
+    /* An empty directory (a new cache, a profiler's trial store) says it at debug. */
+    log_at(st->nsegs ? LOG_LEVEL_INFO : LOG_LEVEL_DEBUG,
+           "store: %s: %u segments, %u records, %llu bytes, read in %.2f s", dir, st->nsegs,
+           st->nent, (unsigned long long)st->bytes_disk, now_s() - t0);
     if (st->budget && st->bytes_disk > st->budget)
         log_warn("store: %s: %llu bytes on disk are over the budget of %llu; new records "
                  "are refused until compaction frees space", dir,
