@@ -196,7 +196,7 @@ static void pull(const struct dset *d, uint64_t *hashes, int64_t *labels)
 
     presto_stream_opts_init(&o);
     o.dataset = d->name;
-    o.batch_size = 40; /* over PIPELINE_READ_GROUP: reads in groups */
+    o.batch_size = 40; /* one chunk of reads (PIPELINE_CHUNK_SAMPLES is 256) */
     o.seed = REF_SEED;
     o.epoch = REF_EPOCH;
     o.shuffle = 0;
