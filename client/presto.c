@@ -188,6 +188,18 @@ static int conn_send(struct conn *c, const void *buf, size_t len)
 /* conn_recv that also takes a file descriptor passed with the bytes
  * (SCM_RIGHTS): the first one into *fd (which starts at -1), any others
  * closed. */
+/* Finishes a frame begun with proto_frame_begin(type), sends it and frees
+ * it. Returns 0 or a negative code explained in c->err. */
+static int conn_send_frame(struct conn *c, struct proto_wbuf *w, uint16_t type)
+{
+    proto_frame_finish(w);
+    int rc = w->failed ? conn_fail(c, PRESTO_E_NOMEM, "cannot build %s request",
+                                   proto_type_name(type))
+                       : conn_send(c, w->data, w->len);
+    proto_wbuf_free(w);
+    return rc;
+}
+
 static int conn_recv_fd(struct conn *c, void *buf, size_t len, int *fd)
 {
     uint8_t *p = buf;
@@ -618,10 +630,7 @@ static int warm_run(struct conn *c, uint32_t req, const char *dataset, presto_pr
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_WARM, req);
     proto_put_warm(&w, &m);
-    proto_frame_finish(&w);
-    rc = w.failed ? conn_fail(c, PRESTO_E_NOMEM, "cannot build WARM request")
-                  : conn_send(c, w.data, w.len);
-    proto_wbuf_free(&w);
+    rc = conn_send_frame(c, &w, PROTO_WARM);
     while (rc == 0) {
         if ((rc = conn_recv_header(c, req, &h)) < 0)
             break;
@@ -778,10 +787,7 @@ static int profile_run(struct conn *c, uint32_t req, const presto_profile_opts_t
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_PROFILE, req);
     proto_put_profile(&w, &m);
-    proto_frame_finish(&w);
-    rc = w.failed ? conn_fail(c, PRESTO_E_NOMEM, "cannot build PROFILE request")
-                  : conn_send(c, w.data, w.len);
-    proto_wbuf_free(&w);
+    rc = conn_send_frame(c, &w, PROTO_PROFILE);
     while (rc == 0) {
         if ((rc = conn_recv_header(c, req, &h)) < 0)
             break;
@@ -920,12 +926,7 @@ static int stream_start(presto_stream_t *s, const struct proto_open *m, uint32_t
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_OPEN, s->req_id);
     proto_put_open(&w, m);
-    proto_frame_finish(&w);
-    if (w.failed)
-        rc = conn_fail(c, PRESTO_E_NOMEM, "cannot build OPEN request");
-    else
-        rc = conn_send(c, w.data, w.len);
-    proto_wbuf_free(&w);
+    rc = conn_send_frame(c, &w, PROTO_OPEN);
     if (rc < 0 || (rc = conn_recv_fd(c, raw, sizeof(raw), &fd)) < 0 ||
         (rc = conn_check_header(c, raw, s->req_id, &h)) < 0)
         goto fail;
@@ -1213,17 +1214,12 @@ static int stream_send_release(presto_stream_t *s, uint32_t slot)
 {
     struct proto_wbuf w;
     struct proto_release m = {s->stream_id, slot};
-    int rc;
     if (s->c.fd < 0) /* the stream is over: the daemon let go of its ring */
         return 0;
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_RELEASE, s->req_id);
     proto_put_release(&w, &m);
-    proto_frame_finish(&w);
-    rc = w.failed ? conn_fail(&s->c, PRESTO_E_NOMEM, "cannot build RELEASE")
-                  : conn_send(&s->c, w.data, w.len);
-    proto_wbuf_free(&w);
-    return rc;
+    return conn_send_frame(&s->c, &w, PROTO_RELEASE);
 }
 
 static int stream_recv_end(presto_stream_t *s, const struct proto_header *h)

@@ -95,6 +95,21 @@ static int stream_shm(const struct stream *s)
     return s->shm_on;
 }
 
+/* ring_create, counted in the gauges stream_ring_free takes it out of. */
+static int stream_ring_create(const struct stream_env *env, struct ring *r, uint32_t slots,
+                              size_t bytes, uint32_t id)
+{
+    char name[32];
+    snprintf(name, sizeof(name), "presto-stream-%u", id);
+    int rc = ring_create(r, slots, bytes, name);
+    if (rc == 0) {
+        *env->buffer_bytes += ring_bytes(r);
+        *env->ring_bytes += ring_bytes(r);
+        (*env->live_rings)++;
+    }
+    return rc;
+}
+
 void stream_ring_free(const struct stream_env *env, struct ring *r)
 {
     if (r->fd < 0)
@@ -635,6 +650,18 @@ static void stream_on_pump(evutil_socket_t fd, short what, void *arg)
         stream_pump(s);
 }
 
+/* An OPENED frame, with the descriptor fd attached unless it is -1. */
+static int stream_put_opened(struct stream *s, const struct proto_opened *op, int fd)
+{
+    struct proto_wbuf w;
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, PROTO_OPENED, s->req_id);
+    proto_put_opened(&w, op);
+    int rc = fd < 0 ? frame_send(s->bev, &w) : frame_send_fd(s->bev, &w, fd);
+    proto_wbuf_free(&w);
+    return rc;
+}
+
 /* Sends OPENED: with the ring's descriptor when shared memory was asked for
  * and can be had, else saying the stream uses the socket. */
 static int stream_send_opened(struct stream *s, int want_shm, struct ring *spare)
@@ -643,8 +670,6 @@ static int stream_send_opened(struct stream *s, int want_shm, struct ring *spare
     struct proto_opened op = {s->id, s->plan.count, s->plan.batches, ds->out_h, ds->out_w,
                               ds->out_c, ds->out_dtype, ds->out_layout,
                               PROTO_TRANSPORT_SOCKET, 0, 0};
-    struct proto_wbuf w;
-    char name[32];
     int rc = 1;
 
     if (want_shm) {
@@ -660,24 +685,14 @@ static int stream_send_opened(struct stream *s, int want_shm, struct ring *spare
         } else {
             if (spare) /* the client maps the new one instead */
                 stream_ring_free(s->env, spare);
-            snprintf(name, sizeof(name), "presto-stream-%u", s->id);
-            rc = ring_create(&s->shm, slots, bytes, name);
-            if (rc == 0) {
-                *s->env->buffer_bytes += ring_bytes(&s->shm);
-                *s->env->ring_bytes += ring_bytes(&s->shm);
-                (*s->env->live_rings)++;
-            }
+            rc = stream_ring_create(s->env, &s->shm, slots, bytes, s->id);
         }
         s->held = rc == 0 ? calloc(slots, sizeof(*s->held)) : NULL;
         if (rc == 0 && s->held) {
             op.transport = kept ? PROTO_TRANSPORT_SHM_KEPT : PROTO_TRANSPORT_SHM;
             op.slots = s->shm.slots;
             op.slot_bytes = s->shm.slot_bytes;
-            proto_wbuf_init(&w);
-            proto_frame_begin(&w, PROTO_OPENED, s->req_id);
-            proto_put_opened(&w, &op);
-            rc = kept ? frame_send(s->bev, &w) : frame_send_fd(s->bev, &w, s->shm.fd);
-            proto_wbuf_free(&w);
+            rc = stream_put_opened(s, &op, kept ? -1 : s->shm.fd);
         } else if (rc == 0) {
             rc = -ENOMEM;
         }
@@ -701,12 +716,7 @@ static int stream_send_opened(struct stream *s, int want_shm, struct ring *spare
     } else if (spare) {
         stream_ring_free(s->env, spare);
     }
-    proto_wbuf_init(&w);
-    proto_frame_begin(&w, PROTO_OPENED, s->req_id);
-    proto_put_opened(&w, &op);
-    rc = frame_send(s->bev, &w);
-    proto_wbuf_free(&w);
-    return rc;
+    return stream_put_opened(s, &op, -1);
 }
 
 int stream_open(struct stream **out, const struct stream_env *env, struct dataset *ds,
