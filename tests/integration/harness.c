@@ -86,6 +86,18 @@ static void kill_and_reap(pid_t pid)
         ;
 }
 
+void harness_add_cases(Suite *s, const struct harness_case *cases, size_t n, SFun setup,
+                       SFun teardown, double timeout_s)
+{
+    for (size_t i = 0; i < n; i++) {
+        TCase *tc = tcase_create(cases[i].name);
+        tcase_add_unchecked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, timeout_s);
+        tcase_add_test(tc, cases[i].test);
+        suite_add_tcase(s, tc);
+    }
+}
+
 int harness_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);

@@ -44,6 +44,15 @@ int harness_init(struct harness *h);
 /* Runs a libcheck suite (CK_VERBOSITY picks the output, as CK_ENV does),
  * frees the runner and returns the number of failed tests. */
 int harness_run_suite(Suite *s);
+/* One test case of a table that harness_add_cases spreads over TCases. */
+struct harness_case {
+    const char *name;
+    const TTest *test;
+};
+/* Adds a TCase per case, each with setup/teardown as its unchecked fixture
+ * (a daemon of its own, so its stats start from zero) and timeout_s. */
+void harness_add_cases(Suite *s, const struct harness_case *cases, size_t n, SFun setup,
+                       SFun teardown, double timeout_s);
 /* 1 (after printing a skip line) when PRESTO_PHOTOS names no directory. */
 int harness_photos_missing(void);
 /* Stops a running daemon and removes the directory with all it holds. */

@@ -349,10 +349,7 @@ END_TEST
 static Suite *limits_suite(void)
 {
     Suite *s = suite_create("limits");
-    struct {
-        const char *name;
-        const TTest *test;
-    } cases[] = {
+    const struct harness_case cases[] = {
         {"connections", test_connections},
         {"streams_per_connection", test_streams_per_connection},
         {"streams_per_user", test_streams_per_user},
@@ -362,13 +359,8 @@ static Suite *limits_suite(void)
         {"output_slow", test_output_slow_reader_kept},
     };
     /* A daemon of its own for each, so each limit's hits start at 0. */
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        TCase *tc = tcase_create(cases[i].name);
-        tcase_add_unchecked_fixture(tc, daemon_setup, daemon_teardown);
-        tcase_set_timeout(tc, CASE_TIMEOUT_S);
-        tcase_add_test(tc, cases[i].test);
-        suite_add_tcase(s, tc);
-    }
+    harness_add_cases(s, cases, sizeof(cases) / sizeof(cases[0]), daemon_setup, daemon_teardown,
+                      CASE_TIMEOUT_S);
     return s;
 }
 

@@ -345,10 +345,7 @@ END_TEST
 static Suite *reload_suite(void)
 {
     Suite *s = suite_create("reload");
-    struct {
-        const char *name;
-        const TTest *test;
-    } cases[] = {
+    const struct harness_case cases[] = {
         {"adds_removes", test_reload_adds_and_removes},
         {"sighup", test_sighup_reloads},
         {"bad", test_bad_config_keeps_running_one},
@@ -358,13 +355,8 @@ static Suite *reload_suite(void)
         {"prestoctl", test_prestoctl},
     };
     /* A daemon of its own for each: every one rewrites the config. */
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        TCase *tc = tcase_create(cases[i].name);
-        tcase_add_unchecked_fixture(tc, daemon_setup, daemon_teardown);
-        tcase_set_timeout(tc, CASE_TIMEOUT_S);
-        tcase_add_test(tc, cases[i].test);
-        suite_add_tcase(s, tc);
-    }
+    harness_add_cases(s, cases, sizeof(cases) / sizeof(cases[0]), daemon_setup, daemon_teardown,
+                      CASE_TIMEOUT_S);
     return s;
 }
 
