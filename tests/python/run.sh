@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the Python binding's tests (tests/python/test_*.py, unittest) against
 # a real prestod. Exit status: the suite's, or 77 (skip) when $PYTHON cannot
-# import numpy.
+# import numpy or when there are no photos to make the data sets from (no
+# *.jpg in $PRESTO_PHOTOS, else ../shared/photos beside the repository, the
+# rule of tests/tools/mkdataset.py).
 #
 # Environment (tests/run-tests.sh sets it): PYTHON (default /usr/bin/python3),
 # PRESTO_SRC (the repository; default: found from this script), PRESTO_BUILD
@@ -37,6 +39,15 @@ export PYTHON PRESTO_SRC PRESTO_BUILD PRESTO_LIB
 
 if ! "$PYTHON" -c 'import numpy' >/dev/null 2>&1; then
     echo "skip: $PYTHON cannot import numpy (install python3-numpy)"
+    exit 77
+fi
+if [ -n "${PRESTO_PHOTOS:-}" ]; then
+    photos=$PRESTO_PHOTOS where="PRESTO_PHOTOS=$PRESTO_PHOTOS"
+else
+    photos=$PRESTO_SRC/../shared/photos where=$PRESTO_SRC/../shared/photos
+fi
+if ! compgen -G "$photos/*.jpg" >/dev/null; then
+    echo "skip: no *.jpg photos at $where"
     exit 77
 fi
 for f in "$PRESTO_LIB" "$PRESTO_BUILD/prestod" "$PRESTO_BUILD/prestoctl"; do
