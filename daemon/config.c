@@ -48,6 +48,7 @@ struct cfg_key {
     {sec, name, CFG_ENUM, offsetof(struct config, field), 0, 0, def, names, when}
 
 static const char *const io_backends[] = {"auto", "pread", NULL};
+static const char *const booleans[] = {"false", "true", NULL};
 
 static const struct cfg_key cfg_keys[] = {
     KEY_AT(NULL, "socket", CFG_STR, socket_path, 0, 0, 0, CFG_RESTART),
@@ -60,10 +61,12 @@ static const struct cfg_key cfg_keys[] = {
     KEY("cache", "memory", CFG_SIZE, cache_memory, 0, UINT64_MAX, 0),
     KEY_AT("cache", "dir", CFG_STR, cache_dir, 0, 0, 0, CFG_RESTART),
     KEY_AT("cache", "disk", CFG_SIZE, cache_disk, 0, UINT64_MAX, 0, CFG_RESTART),
+    ENUM_KEY("cache", "direct_io", cache_direct_io, 0, booleans, CFG_RESTART),
     KEY_AT("cache", "segment_size", CFG_SIZE, segment_size, 64ull << 10, 1ull << 40,
            256ull << 20, CFG_RESTART),
     KEY_AT("io", "depth", CFG_U32, io_depth, 1, 4096, 128, CFG_RESTART),
     ENUM_KEY("io", "backend", io_backend, CONFIG_IO_AUTO, io_backends, CFG_RESTART),
+    KEY_AT("io", "readahead", CFG_SIZE, io_readahead, 0, 1ull << 40, 64ull << 20, CFG_RESTART),
     KEY("limits", "connections", CFG_U32, max_connections, 1, 65536, 256),
     KEY("limits", "streams_per_connection", CFG_U32, max_streams_per_conn, 1, 1024, 16),
     KEY("limits", "streams_per_user", CFG_U32, max_streams_per_user, 1, 1u << 20, 256),

@@ -76,8 +76,10 @@ struct config {
     char *cache_dir;
     uint64_t cache_disk;   /* disk tier budget in bytes; 0: no disk tier */
     uint64_t segment_size; /* disk tier segment files */
+    uint32_t cache_direct_io; /* 1: disk tier reads with O_DIRECT (store_direct_io) */
     uint32_t io_depth;     /* reads in flight per worker */
     uint32_t io_backend;   /* enum config_io_backend */
+    uint64_t io_readahead; /* bytes of batches read ahead of their jobs; 0: none */
     uint32_t max_connections;
     uint32_t max_streams_per_conn;
     uint32_t max_streams_per_user;  /* streams open by one peer uid */

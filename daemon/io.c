@@ -55,6 +55,7 @@ struct io_ring {
     enum io_backend backend;
     enum io_files files;
     unsigned depth;
+    int no_sync;     /* IO_NO_SYNC: never block, defer instead */
     int have_openat; /* staged: OPENAT works (else open(2) on this thread) */
     int have_openat2; /* OPENAT2 too (else files kept below a root open on this
                          thread) */
@@ -163,6 +164,7 @@ void io_ring_stats(const struct io_ring *r, struct io_stats *out)
     out->bytes = io_load(&r->st.bytes);
     out->errors = io_load(&r->st.errors);
     out->short_reads = io_load(&r->st.short_reads);
+    out->deferred = io_load(&r->st.deferred);
     out->in_flight = io_load(&r->st.in_flight);
     out->max_in_flight = io_load(&r->st.max_in_flight);
     out->files = io_load(&r->st.files);
@@ -202,6 +204,7 @@ void io_stats_add(struct io_stats *sum, const struct io_stats *s)
     sum->bytes += s->bytes;
     sum->errors += s->errors;
     sum->short_reads += s->short_reads;
+    sum->deferred += s->deferred;
     sum->in_flight += s->in_flight;
     if (s->max_in_flight > sum->max_in_flight)
         sum->max_in_flight = s->max_in_flight;
@@ -240,6 +243,11 @@ static int io_uring_try(struct io_ring *r, unsigned per_req)
         /* COOP_TASKRUN (5.19+) spares an IPI per completion; older
          * kernels answer EINVAL and get the plain ring. */
         p.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL;
+        /* An event loop's ring: completions must wake the loop asleep in
+         * epoll (the eventfd), which cooperative task running would defer
+         * until the thread next enters the kernel. */
+        if (r->no_sync)
+            p.flags &= ~(unsigned)IORING_SETUP_COOP_TASKRUN;
         int rc = io_uring_queue_init_params(r->depth * per_req, &r->ring, &p);
         if (rc == -EINVAL) {
             memset(&p, 0, sizeof(p));
@@ -306,6 +314,7 @@ int io_ring_create(struct io_ring **out, unsigned depth, unsigned flags, char *w
     r->depth = depth;
     r->backend = IO_PREAD;
     r->files = IO_FILES_SYNC;
+    r->no_sync = (flags & IO_NO_SYNC) != 0;
 
     const char *env = getenv("PRESTO_IO");
     if (flags & IO_FORCE_PREAD) {
@@ -352,6 +361,13 @@ const char *io_ring_backend(const struct io_ring *r)
 {
     /* Atomic: stats may ask from another thread while io_abandon switches. */
     return io_load(&r->backend) == IO_URING ? "io_uring" : "pread";
+}
+
+int io_ring_eventfd(struct io_ring *r, int efd)
+{
+    if (r->backend != IO_URING)
+        return -EOPNOTSUPP;
+    return io_uring_register_eventfd(&r->ring, efd);
 }
 
 const char *io_ring_files_mode(const struct io_ring *r)
@@ -456,6 +472,21 @@ static void io_complete(struct io_ring *r, struct io_req *q)
         lat_add(&r->st.read_lat, ns);
     }
     q->state = IO_S_DONE;
+    if (q->on_done)
+        q->on_done(q);
+}
+
+/* IO_NO_SYNC: q would need work on this thread (a pread, a sync open, a
+ * whole-file retry): it ends with IO_DEFERRED for the caller to submit
+ * again on a ring that may block. It holds no slot. */
+static void io_defer(struct io_ring *r, struct io_req *q)
+{
+    q->res = IO_DEFERRED;
+    q->failed = IO_STEP_NONE;
+    io_stat_add(r, deferred, 1);
+    q->state = IO_S_DONE;
+    if (q->on_done)
+        q->on_done(q);
 }
 
 /* ---- on the calling thread (pread backend and fallbacks) ---- */
@@ -478,6 +509,8 @@ static void io_pread_rest(struct io_ring *r, struct io_req *q, int fd, size_t le
             break;
         done += (size_t)n;
         q->res = (ssize_t)done;
+        if (done < len && q->direct && !q->path)
+            break; /* O_DIRECT: the end of the file */
         if (done < len)
             io_stat_add(r, short_reads, 1);
     }
@@ -678,6 +711,11 @@ static int staged_opened(struct io_ring *r, struct io_req *q)
  * SQE could be had (it is back at the head of the queue). */
 static int io_start(struct io_ring *r, struct io_req *q)
 {
+    if (r->no_sync && q->path &&
+        (r->files != IO_FILES_CHAIN || (q->real_root && !r->have_openat2))) {
+        io_defer(r, q); /* staged files fstat (and may open) on this thread */
+        return 1;
+    }
     slot_take(r, q);
     q->state = IO_S_ACTIVE;
     int rc;
@@ -737,6 +775,17 @@ static void chain_finish(struct io_ring *r, struct io_req *q)
     if (q->phase && q->failed == IO_STEP_NONE && !q->retry) {
         /* Cancelled with no reason given: the file again, on this thread. */
         q->retry = 1;
+    }
+    if (r->no_sync && q->res >= 0 && !q->retry) {
+        const struct statx *sx = &r->stx[q->slot];
+        size_t want = sx->stx_size < q->len ? (size_t)sx->stx_size : q->len;
+        if ((size_t)q->res < want)
+            q->retry = 1; /* the rest would be read here */
+    }
+    if (q->retry && r->no_sync) {
+        q->retry = 0;
+        io_defer(r, q);
+        return;
     }
     if (q->retry) {
         /* A read the chain could not finish (interrupted, or short before
@@ -892,16 +941,20 @@ static void read_cqe(struct io_ring *r, struct io_req *q, int res, int drain)
     } else if (res > 0) {
         io_mark_defined((char *)q->buf + q->res, (size_t)res);
         q->res += res;
-        if ((size_t)q->res < q->len) {
+        if ((size_t)q->res < q->len && !q->direct) { /* O_DIRECT: the file's end */
             again = 1;
             io_stat_add(r, short_reads, 1);
         }
     }
     if (again && (drain || prep_read(r, q, q->fd, q->len, OP_READ) == 0))
         return;
+    slot_put(r, q);
+    if (again && r->no_sync) {
+        io_defer(r, q);
+        return;
+    }
     if (again) /* no SQE: the rest here */
         io_pread_rest(r, q, q->fd, q->len);
-    slot_put(r, q);
     io_complete(r, q);
 }
 
@@ -955,6 +1008,11 @@ static void io_abandon(struct io_ring *r, int err)
         if (!q)
             continue;
         slot_put(r, q);
+        if (r->no_sync) {
+            staged_close(r, q);
+            io_defer(r, q);
+            continue;
+        }
         if (q->path) {
             staged_close(r, q);
             io_file_sync(r, q);
@@ -962,6 +1020,11 @@ static void io_abandon(struct io_ring *r, int err)
             io_pread_rest(r, q, q->fd, q->len);
         }
         io_complete(r, q);
+    }
+    while (r->no_sync && r->head) { /* and what waited for the kernel */
+        struct io_req *q = r->head;
+        q_unlink(r, q);
+        io_defer(r, q);
     }
 }
 
@@ -980,7 +1043,10 @@ static int io_push(struct io_ring *r, int wait)
             return 0;
         uint64_t in_kernel = r->consumed - r->seen;
         if ((rc == -EAGAIN || rc == -EBUSY) && (in_kernel > 0 || ++busy < IO_MAX_BUSY_SPINS)) {
-            /* Out of kernel resources for now: completions free them. */
+            /* Out of kernel resources for now: completions free them
+             * (IO_NO_SYNC: the caller polls again when one comes). */
+            if (in_kernel > 0 && r->no_sync)
+                return 0;
             if (in_kernel > 0) {
                 struct io_uring_cqe *cqe;
                 io_uring_wait_cqe(&r->ring, &cqe);
@@ -1006,6 +1072,10 @@ void io_submit(struct io_ring *r, struct io_req *q)
     q->ofd = -1;
     if (q->path)
         q->off = 0;
+    if (r->no_sync && r->backend != IO_URING) {
+        io_defer(r, q);
+        return;
+    }
     q->state = IO_S_QUEUED;
     q_push_tail(r, q);
 }
@@ -1098,6 +1168,14 @@ void io_ring_destroy(struct io_ring *r)
             if (r->act[s] && r->act[s]->path)
                 staged_close(r, r->act[s]);
         io_uring_queue_exit(&r->ring);
+    }
+    while (r->head) { /* never started: cancelled, and their owners told */
+        struct io_req *q = r->head;
+        q_unlink(r, q);
+        q->res = -ECANCELED;
+        q->state = IO_S_DONE;
+        if (q->on_done)
+            q->on_done(q);
     }
     free(r->stx);
     free(r->act);

@@ -44,6 +44,7 @@
 #ifndef PRESTO_IO_H
 #define PRESTO_IO_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -54,6 +55,14 @@
 /* io_ring_create flags */
 #define IO_FORCE_PREAD 0x1u /* never try io_uring */
 #define IO_NO_CHAIN 0x2u    /* io_uring, but files are read staged, not chained */
+#define IO_NO_SYNC 0x4u     /* never block the calling thread: see IO_DEFERRED */
+
+/* IO_NO_SYNC rings (an event loop's) never read, open or wait on the
+ * calling thread: a request that would need it there (any request on the
+ * pread backend, a file when files are not chained, the rest of a short
+ * read, a link checked below the root) ends with res IO_DEFERRED instead,
+ * for its owner to submit again on a ring that may block (a worker's). */
+#define IO_DEFERRED (-EAGAIN)
 
 /* Which step of a file request failed (io_req.failed). */
 enum io_step { IO_STEP_NONE = 0, IO_STEP_OPEN, IO_STEP_STAT, IO_STEP_READ };
@@ -82,6 +91,13 @@ struct io_req {
     const char *real_root; /* path: the resolved directory the file must not
                               leave (no link out of it, RESOLVE_BENEATH);
                               NULL: follow links anywhere */
+    /* plain: fd is O_DIRECT (off, len and buf aligned): a short read is the
+     * end of the file, not resumed (the rest would start unaligned) */
+    uint8_t direct;
+    /* Called on the ring's thread as the request becomes done (NULL: no
+     * call); it must not use the ring. arg is the caller's. */
+    void (*on_done)(struct io_req *q);
+    void *arg;
     uint64_t size;    /* path: st_size of the file read */
     int64_t mtime_ns; /* path: its st_mtime */
     uint8_t failed;   /* path, res < 0: enum io_step */
@@ -113,6 +129,7 @@ struct io_stats {
     uint64_t bytes;         /* bytes read */
     uint64_t errors;        /* requests that ended with res < 0 */
     uint64_t short_reads;   /* resubmissions for the rest of a short read */
+    uint64_t deferred;      /* IO_NO_SYNC: requests ended with IO_DEFERRED */
     uint64_t in_flight;     /* gauge: requests in the kernel right now */
     uint64_t max_in_flight; /* the most there ever were at once */
     /* whole-file requests (source files), counted in the above too */
@@ -136,8 +153,13 @@ struct io_stats {
  * itself cannot be allocated; a refused io_uring is not an error. */
 int io_ring_create(struct io_ring **out, unsigned depth, unsigned flags, char *why,
                    size_t whylen);
-/* Waits for whatever is still in the kernel. NULL is fine. */
+/* Waits for whatever is still in the kernel; requests queued and never
+ * started end with -ECANCELED (their on_done is called). NULL is fine. */
 void io_ring_destroy(struct io_ring *r);
+/* io_uring signals efd (an eventfd) whenever a completion arrives, for an
+ * event loop that then calls io_poll(). 0, or -errno (-EOPNOTSUPP on the
+ * pread backend). */
+int io_ring_eventfd(struct io_ring *r, int efd);
 /* "io_uring" or "pread" (a static string). */
 const char *io_ring_backend(const struct io_ring *r);
 /* How file requests are read: "chained", "staged" or "sync". */
@@ -145,7 +167,8 @@ const char *io_ring_files_mode(const struct io_ring *r);
 unsigned io_ring_depth(const struct io_ring *r);
 
 /* Queues q behind what is queued already (it is not done yet). Nothing
- * reaches the kernel before the next io_poll, io_wait or io_read_batch. */
+ * reaches the kernel before the next io_poll, io_wait or io_read_batch.
+ * (An IO_NO_SYNC ring on the pread backend defers q at once.) */
 void io_submit(struct io_ring *r, struct io_req *q);
 /* Hands queued requests to the kernel as the depth allows and takes the
  * completions there are, without blocking. */

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "notify.h"
 #include "pipeline.h"
+#include "readahead.h"
 #include "profile.h"
 #include "reload.h"
 #include "server.h"
@@ -195,6 +196,11 @@ static int open_disk_tier(const struct config *cfg, struct dataset **datasets, u
         log_error("%s; no disk tier: caching in memory only", err);
         return 0;
     }
+    if (cfg->cache_direct_io && (rc = store_direct_io(*out)) < 0)
+        log_warn("cache.direct_io: %s refuses O_DIRECT (%s); the disk tier is read through "
+                 "the page cache", cfg->cache_dir, strerror(-rc));
+    else if (cfg->cache_direct_io)
+        log_info("cache.direct_io: disk tier records are read with O_DIRECT");
     double t0 = (double)stats_now_ns() / 1e9;
     rc = store_compact(*out, pipeline_key_live, &dss);
     if (rc < 0)
@@ -274,6 +280,7 @@ int main(int argc, char **argv)
     struct event_base *base = NULL;
     struct stats_thread *stats = NULL;
     struct workers *workers = NULL;
+    struct readahead *ra = NULL;
     struct server *srv = NULL;
     struct event *sigs[4] = {NULL};
     char err[1024] = "";
@@ -342,10 +349,14 @@ int main(int argc, char **argv)
     struct pipeline_datasets dss = {datasets, ndatasets};
     if (store && pipeline_compactor_create(&compactor, store, workers, &dss) < 0)
         goto oom;
+    if (readahead_create(&ra, base, c->io_depth, c->io_readahead,
+                         c->io_backend == CONFIG_IO_PREAD) < 0)
+        goto oom;
     struct server_deps deps = {
         .base = base, .cfg = c, .datasets = datasets, .ndatasets = ndatasets,
         .cache = cache, .store = store, .store_off = store_off, .compactor = compactor,
         .workers = workers, .stats = stats, .nstats = nworkers + 1, .reload = live,
+        .readahead = ra,
     };
     if (server_create(&srv, &deps, notify_listen_fd(), err, sizeof(err)) < 0) {
         log_error("%s", err);
@@ -392,6 +403,7 @@ out:
         server_stop(srv);
     reload_stop(live);
     workers_destroy(workers);
+    readahead_stop(ra);
     pipeline_compactor_destroy(compactor);
     for (int i = 0; i < 4; i++)
         if (sigs[i])
@@ -399,6 +411,7 @@ out:
     if (base)
         event_base_free(base);
     server_destroy(srv);
+    readahead_destroy(ra);
     cache_destroy(cache);
     store_close(store);
     reload_destroy(live);

@@ -39,7 +39,9 @@ struct item {
     uint8_t pinned;              /* SRC_DISK: loc is pinned (until its read is done) */
     struct store_loc loc;        /* SRC_DISK */
     struct dataset_file f;       /* SRC_FILE: size and mtime as read (fd -1) */
-    size_t off, len;             /* SRC_DISK, SRC_FILE: room in the arena */
+    size_t off, len;             /* SRC_DISK, SRC_FILE: room in the arena (what is read) */
+    uint32_t lead;               /* SRC_DISK: where the record starts in it (O_DIRECT
+                                    reads start at an aligned offset before it) */
     struct img bytes;            /* a view of them once read (SRC_DISK: decoded) */
     unsigned req;                /* its read */
     char msg[160];               /* SRC_BAD: why */
@@ -62,8 +64,20 @@ struct chunk {
 struct pipe_local {
     struct chunk ck[2];
     struct img decoded; /* a disk record, decoded */
-    int dirfd;          /* O_PATH of root (-1: none), for the file requests */
-    char *root;
+};
+
+/* The first chunk of a batch, gathered and read on the event loop before a
+ * worker takes the batch (pipeline.h). */
+struct pipeline_ahead {
+    struct chunk ck;
+    const struct dataset *ds;
+    uint64_t fingerprint; /* ds's strategy when gathered */
+    uint32_t split;
+    unsigned pending;     /* reads not done, plus one while they are queued */
+    struct pipeline_ahead_budget *budget;
+    size_t reserved;      /* of the budget: the arena */
+    void (*ready)(void *arg);
+    void *ready_arg;
 };
 
 static void local_free(void *p)
@@ -72,19 +86,13 @@ static void local_free(void *p)
     for (int c = 0; c < 2; c++)
         free(L->ck[c].arena);
     img_free(&L->decoded);
-    if (L->dirfd >= 0)
-        close(L->dirfd);
-    free(L->root);
     free(L);
 }
 
 static struct pipe_local *local_get(struct worker_ctx *ctx)
 {
-    struct pipe_local *L;
-    if (!ctx->local && (L = ctx->local = calloc(1, sizeof(struct pipe_local)))) {
+    if (!ctx->local && (ctx->local = calloc(1, sizeof(struct pipe_local))))
         ctx->local_free = local_free;
-        L->dirfd = -1;
-    }
     return ctx->local;
 }
 
@@ -271,6 +279,19 @@ static size_t align_up(size_t n)
     return (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
 }
 
+static size_t direct_align(size_t n)
+{
+    return (n + STORE_DIRECT_ALIGN - 1) & ~(size_t)(STORE_DIRECT_ALIGN - 1);
+}
+
+/* An arena of at least bytes, aligned for O_DIRECT reads; NULL on failure. */
+static uint8_t *arena_alloc(size_t bytes)
+{
+    void *p = NULL;
+    return posix_memalign(&p, STORE_DIRECT_ALIGN, direct_align(bytes ? bytes : 1)) == 0
+               ? p : NULL;
+}
+
 /*
  * Looks up samples ids[0..n) (at least one, at most a chunk's limits):
  * memory entries, disk records (pinned), source files (opened). Sets
@@ -292,6 +313,7 @@ static uint32_t chunk_gather(const struct pipeline_env *env, struct dataset *ds,
         it->loc.seg = NULL;
         it->f.fd = -1;
         it->len = 0;
+        it->lead = 0;
         if (ds->split > 0 && (it->e = cache_get(env->cache, ds->id, ds->fingerprint, id))) {
             /* Warm also stores what memory has and disk has not. */
             if (!warm || on_disk(ds, id) || !disk_writable(env, ds)) {
@@ -315,15 +337,24 @@ static uint32_t chunk_gather(const struct pipeline_env *env, struct dataset *ds,
                     it->src = SRC_SKIP;
                     continue;
                 }
-                if (m > 0 && total + it->loc.len > PIPELINE_CHUNK_BYTES) {
+                /* O_DIRECT: whole aligned blocks around the record, read
+                 * into an aligned place of the (aligned) arena. */
+                size_t lead = 0, len = it->loc.len, at = total;
+                if (it->loc.dfd >= 0) {
+                    lead = it->loc.off % STORE_DIRECT_ALIGN;
+                    len = direct_align(lead + it->loc.len);
+                    at = direct_align(total);
+                }
+                if (m > 0 && at + len > PIPELINE_CHUNK_BYTES) {
                     store_release(env->store, &it->loc);
                     break;
                 }
                 it->src = SRC_DISK;
                 it->pinned = 1;
-                it->len = it->loc.len;
-                it->off = total;
-                total += align_up(it->len);
+                it->lead = (uint32_t)lead;
+                it->len = len;
+                it->off = at;
+                total = at + align_up(len);
                 continue;
             }
         }
@@ -343,28 +374,6 @@ static uint32_t chunk_gather(const struct pipeline_env *env, struct dataset *ds,
     return m;
 }
 
-/* The directory the file requests of ds are relative to (an O_PATH
- * descriptor of its root, kept per thread), or -errno. */
-static int root_fd(struct pipe_local *L, const struct dataset *ds)
-{
-    const char *root = ds->cfg->root;
-    if (L->dirfd >= 0 && strcmp(L->root, root) == 0)
-        return L->dirfd;
-    if (L->dirfd >= 0)
-        close(L->dirfd);
-    free(L->root);
-    L->root = NULL;
-    L->dirfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (L->dirfd < 0)
-        return -errno;
-    if (!(L->root = strdup(root))) {
-        close(L->dirfd);
-        L->dirfd = -1;
-        return -ENOMEM;
-    }
-    return L->dirfd;
-}
-
 /* Lets go of the record item it pinned for its read. */
 static void item_unpin(const struct pipeline_env *env, struct item *it)
 {
@@ -375,21 +384,23 @@ static void item_unpin(const struct pipeline_env *env, struct item *it)
 }
 
 /*
- * Queues the reads of the chunk's records and files on the worker's ring,
- * in sample order, behind those of the chunk before (whose samples run
- * meanwhile), and hands them to the kernel: io.depth of them in flight,
- * the next one issued as soon as one completes, so the reads run ahead of
- * decoding along the epoch's order. A source file is one request (opened,
- * statted, read and closed by the kernel). A read that could not be made
- * has res < 0 and is done.
+ * Queues the reads of the chunk's records and files on a ring (the
+ * worker's, or the event loop's for a batch read ahead), in sample order,
+ * behind those queued before (the chunk before, whose samples run
+ * meanwhile, or the batches before), and hands them to the kernel:
+ * io.depth of them in flight, the next one issued as soon as one
+ * completes, so the reads run ahead of decoding along the epoch's order. A
+ * source file is one request (opened below the dataset's root, statted,
+ * read and closed by the kernel). A read that could not be made has res < 0
+ * and is done. Each request calls on_done (may be NULL) with arg.
  */
-static void chunk_prepare(const struct dataset *ds, struct pipe_local *L, struct chunk *C,
-                          struct worker_ctx *ctx, size_t bytes)
+static void chunk_prepare(const struct dataset *ds, struct chunk *C, struct io_ring *io,
+                          size_t bytes, void (*on_done)(struct io_req *), void *arg)
 {
-    int have_arena = 1, dirfd = 0;
+    int have_arena = 1;
     if (bytes > C->arena_cap) {
         free(C->arena);
-        C->arena = malloc(bytes);
+        C->arena = arena_alloc(bytes);
         C->arena_cap = C->arena ? bytes : 0;
         have_arena = C->arena != NULL;
     }
@@ -401,14 +412,19 @@ static void chunk_prepare(const struct dataset *ds, struct pipe_local *L, struct
         struct io_req *q = &C->reqs[C->nreq];
         q->buf = have_arena ? C->arena + it->off : NULL;
         q->len = it->len;
-        if (it->src == SRC_DISK) {
+        q->on_done = on_done;
+        q->arg = arg;
+        q->direct = it->src == SRC_DISK && it->loc.dfd >= 0;
+        if (q->direct) {
+            q->fd = it->loc.dfd;
+            q->off = it->loc.off - it->lead;
+            q->path = NULL;
+        } else if (it->src == SRC_DISK) {
             q->fd = it->loc.fd;
             q->off = it->loc.off;
             q->path = NULL;
         } else {
-            if (dirfd == 0)
-                dirfd = root_fd(L, ds);
-            q->fd = dirfd;
+            q->fd = ds->root_fd;
             q->off = 0;
             q->path = dataset_path(ds, it->id);
             /* Links out of the root stay refused at open (access.h). */
@@ -416,15 +432,17 @@ static void chunk_prepare(const struct dataset *ds, struct pipe_local *L, struct
         }
         C->req_item[C->nreq] = i;
         it->req = C->nreq++;
-        if (!have_arena || (it->src == SRC_FILE && dirfd < 0)) {
-            q->res = have_arena ? dirfd : -ENOMEM;
+        if (!have_arena) {
+            q->res = -ENOMEM;
             q->failed = IO_STEP_OPEN;
             q->state = IO_S_DONE;
+            if (on_done)
+                on_done(q);
             continue;
         }
-        io_submit(ctx->io, q);
+        io_submit(io, q);
     }
-    io_poll(ctx->io);
+    io_poll(io);
 }
 
 /* Makes sure the read of item it is done. */
@@ -500,10 +518,11 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
         return PIPE_OK;
     case SRC_DISK: {
         struct store_key key;
-        int rc = q->res < 0 ? (int)q->res : (size_t)q->res < it->len ? -EIO : 0;
+        size_t rec_len = it->loc.len; /* kept by item_unpin */
+        int rc = q->res < 0 ? (int)q->res : (size_t)q->res < it->lead + rec_len ? -EIO : 0;
         dataset_key(ds, it->id, NULL, &key);
         if (rc == 0)
-            rc = store_decode_view(env->store, &key, C->arena + it->off, it->len,
+            rc = store_decode_view(env->store, &key, C->arena + it->off + it->lead, rec_len,
                                    &L->decoded, &it->bytes);
         if (rc < 0) {
             if (count)
@@ -512,7 +531,7 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
         }
         if (count)
             ADD(&ds->n.disk_hits, 1);
-        ADD(&ds->n.disk_bytes_read, it->len);
+        ADD(&ds->n.disk_bytes_read, rec_len);
         /* A raw record is used where it was read (it->bytes points into
          * the arena, valid until the chunk ends): no copy. */
         admit(env, ds, it->id, &it->bytes, view, out);
@@ -555,55 +574,189 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
     }
 }
 
-/* Gathers the next chunk of ids[0..n) into C and queues its reads.
- * Returns how many samples it took (at least one). */
+/* Gathers the next chunk of ids[0..n) into C and queues its reads on the
+ * worker's ring. Returns how many samples it took (at least one). */
 static uint32_t chunk_start(const struct pipeline_env *env, struct dataset *ds,
-                            struct pipe_local *L, struct chunk *C, const uint32_t *ids,
-                            uint32_t n, int warm, struct worker_ctx *ctx)
+                            struct chunk *C, const uint32_t *ids, uint32_t n, int warm,
+                            struct worker_ctx *ctx)
 {
     size_t bytes;
     C->m = chunk_gather(env, ds, ids, n, warm, C, &bytes);
-    chunk_prepare(ds, L, C, ctx, bytes);
+    chunk_prepare(ds, C, ctx->io, bytes, NULL, NULL);
     return C->m;
 }
 
 /* chunk_start over samples [first, first + n) (warm). */
 static uint32_t warm_start(const struct pipeline_env *env, struct dataset *ds,
-                           struct pipe_local *L, struct chunk *C, uint32_t first, uint32_t n,
-                           struct worker_ctx *ctx)
+                           struct chunk *C, uint32_t first, uint32_t n, struct worker_ctx *ctx)
 {
     uint32_t want = n < PIPELINE_CHUNK_SAMPLES ? n : PIPELINE_CHUNK_SAMPLES;
     for (uint32_t i = 0; i < want; i++)
         C->ids[i] = first + i;
-    return chunk_start(env, ds, L, C, C->ids, want, 1, ctx);
+    return chunk_start(env, ds, C, C->ids, want, 1, ctx);
+}
+
+/* ---- batches read ahead (on the event loop) ---- */
+
+struct pipeline_ahead *pipeline_ahead_new(void)
+{
+    return calloc(1, sizeof(struct pipeline_ahead));
+}
+
+size_t pipeline_ahead_size(void)
+{
+    return sizeof(struct pipeline_ahead);
+}
+
+int pipeline_ahead_armed(const struct pipeline_ahead *a)
+{
+    return a && a->ck.m > 0;
+}
+
+/* Lets go of what a gathered chunk holds (pins, arena, budget); reads done. */
+void pipeline_ahead_drop(const struct pipeline_env *env, struct pipeline_ahead *a)
+{
+    if (!a)
+        return;
+    for (uint32_t i = 0; i < a->ck.m; i++)
+        item_unpin(env, &a->ck.items[i]);
+    a->ck.m = 0;
+    a->ck.nreq = 0;
+    free(a->ck.arena);
+    a->ck.arena = NULL;
+    a->ck.arena_cap = 0;
+    if (a->reserved)
+        __atomic_fetch_sub(&a->budget->used, a->reserved, __ATOMIC_RELAXED);
+    a->reserved = 0;
+}
+
+void pipeline_ahead_free(const struct pipeline_env *env, struct pipeline_ahead *a)
+{
+    pipeline_ahead_drop(env, a);
+    free(a);
+}
+
+static void ahead_read_done(struct io_req *q)
+{
+    struct pipeline_ahead *a = q->arg;
+    if (--a->pending == 0)
+        a->ready(a->ready_arg);
+}
+
+int pipeline_ahead_start(const struct pipeline_env *env, struct dataset *ds,
+                         const uint32_t *ids, uint32_t n, struct pipeline_ahead *a,
+                         struct io_ring *io, struct pipeline_ahead_budget *budget,
+                         void (*ready)(void *arg), void *arg)
+{
+    size_t bytes;
+    uint32_t reads = 0;
+    if (n == 0 || pthread_rwlock_tryrdlock(&ds->strategy_lock) != 0)
+        return -EBUSY; /* the strategy is changing: the worker reads */
+    a->ck.m = chunk_gather(env, ds, ids, n, 0, &a->ck, &bytes);
+    for (uint32_t i = 0; i < a->ck.m; i++)
+        reads += a->ck.items[i].src == SRC_DISK || a->ck.items[i].src == SRC_FILE;
+    uint64_t used = __atomic_load_n(&budget->used, __ATOMIC_RELAXED);
+    if (reads == 0 || used + bytes > budget->limit) {
+        pthread_rwlock_unlock(&ds->strategy_lock);
+        pipeline_ahead_drop(env, a);
+        return reads == 0 ? 0 : -ENOBUFS;
+    }
+    if (bytes > a->ck.arena_cap) {
+        free(a->ck.arena);
+        a->ck.arena_cap = 0;
+        if (!(a->ck.arena = arena_alloc(bytes))) {
+            pthread_rwlock_unlock(&ds->strategy_lock);
+            pipeline_ahead_drop(env, a);
+            return -ENOMEM;
+        }
+        a->ck.arena_cap = bytes;
+    }
+    __atomic_fetch_add(&budget->used, bytes, __ATOMIC_RELAXED);
+    a->budget = budget;
+    a->reserved = bytes;
+    a->ds = ds;
+    a->fingerprint = ds->fingerprint;
+    a->split = ds->split;
+    a->ready = ready;
+    a->ready_arg = arg;
+    a->pending = 1 + reads;
+    chunk_prepare(ds, &a->ck, io, bytes, ahead_read_done, a);
+    pthread_rwlock_unlock(&ds->strategy_lock);
+    return --a->pending == 0 ? 0 : 1;
+}
+
+/*
+ * Worker: takes over a batch's chunk read ahead as C, when it still fits
+ * the dataset's strategy and its memory entries are all still there (a
+ * DROP_CACHE in between drops them). Reads the event loop left
+ * (IO_DEFERRED) are queued on the worker's ring. 0 when it cannot be used
+ * (then it is dropped).
+ */
+static int ahead_take(const struct pipeline_env *env, struct dataset *ds,
+                      struct pipeline_ahead *a, const uint32_t *ids, uint32_t n,
+                      struct worker_ctx *ctx)
+{
+    struct chunk *C = &a->ck;
+    int ok = a->ds == ds && a->fingerprint == ds->fingerprint && a->split == ds->split &&
+             C->m <= n;
+    for (uint32_t i = 0; ok && i < C->m; i++) {
+        struct item *it = &C->items[i];
+        ok = it->id == ids[i];
+        if (ok && it->src == SRC_MEM)
+            ok = (it->e = cache_get(env->cache, ds->id, ds->fingerprint, it->id)) != NULL;
+    }
+    if (!ok) {
+        pipeline_ahead_drop(env, a);
+        return 0;
+    }
+    for (unsigned r = 0; r < C->nreq; r++) {
+        struct io_req *q = &C->reqs[r];
+        q->on_done = NULL;
+        if (q->res == IO_DEFERRED)
+            io_submit(ctx->io, q);
+    }
+    io_poll(ctx->io);
+    return 1;
 }
 
 /* ---- batches ---- */
 
+/* The chunk after C: one of the worker's two that C is not. */
+static struct chunk *chunk_other(struct pipe_local *L, const struct chunk *C)
+{
+    return C == &L->ck[0] ? &L->ck[1] : &L->ck[0];
+}
+
 uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
                         const uint32_t *ids, uint32_t n, uint64_t seed, uint64_t epoch,
                         uint8_t *dst, int64_t *labels, struct worker_ctx *ctx,
-                        pipeline_bad_fn bad, void *arg)
+                        struct pipeline_ahead *pre, pipeline_bad_fn bad, void *arg)
 {
     struct pipe_local *L = local_get(ctx);
-    struct chunk *C = NULL, *next = NULL;
+    struct chunk *C = NULL;
     char err[512];
     uint32_t k = 0, done = 0, ahead = 0;
     int stop = 0;
 
     pthread_rwlock_rdlock(&ds->strategy_lock);
-    if (L) {
+    if (!L) {
+        pipeline_ahead_drop(env, pre);
+    } else if (pipeline_ahead_armed(pre) && ahead_take(env, ds, pre, ids, n, ctx)) {
+        C = &pre->ck;
+        ahead = C->m;
+    } else {
         C = &L->ck[0];
-        next = &L->ck[1];
-        ahead = chunk_start(env, ds, L, C, ids, n, 0, ctx);
+        ahead = chunk_start(env, ds, C, ids, n, 0, ctx);
     }
     while (done < n && !stop) {
         uint32_t m = 1;
+        struct chunk *next = NULL;
         if (L) {
             /* The next chunk's reads go out behind this one's. */
             m = C->m;
+            next = chunk_other(L, C);
             if (ahead < n)
-                ahead += chunk_start(env, ds, L, next, ids + ahead, n - ahead, 0, ctx);
+                ahead += chunk_start(env, ds, next, ids + ahead, n - ahead, 0, ctx);
         }
         for (uint32_t i = 0; i < m && !stop; i++) {
             uint32_t id = ids[done + i];
@@ -634,13 +787,15 @@ uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
         done += m;
         if (L) {
             chunk_end(env, ctx, L, C);
-            struct chunk *t = C;
+            if (pre && C == &pre->ck)
+                pipeline_ahead_drop(env, pre); /* its arena and budget back */
             C = next;
-            next = t;
         }
     }
-    if (L) /* stopped early: the reads ahead are not needed */
+    if (L && C) /* stopped early: the reads ahead are not needed */
         chunk_end(env, ctx, L, C);
+    if (pre && C == &pre->ck)
+        pipeline_ahead_drop(env, pre);
     pthread_rwlock_unlock(&ds->strategy_lock);
     return k;
 }
@@ -659,11 +814,11 @@ void pipeline_warm(const struct pipeline_env *env, struct dataset *ds, uint32_t 
     }
     pthread_rwlock_rdlock(&ds->strategy_lock);
     struct chunk *C = &L->ck[0], *next = &L->ck[1];
-    uint32_t ahead = warm_start(env, ds, L, C, first, n, ctx);
+    uint32_t ahead = warm_start(env, ds, C, first, n, ctx);
     while (n > 0) {
         uint32_t m = C->m;
         if (ahead < n)
-            ahead += warm_start(env, ds, L, next, first + ahead, n - ahead, ctx);
+            ahead += warm_start(env, ds, next, first + ahead, n - ahead, ctx);
         for (uint32_t i = 0; i < m; i++) {
             struct item *it = &C->items[i];
             chunk_need(env, ctx, C, it);

@@ -40,6 +40,7 @@
 
 #include "cache.h"
 #include "dataset.h"
+#include "io.h"
 #include "store.h"
 #include "workers.h"
 
@@ -69,15 +70,58 @@ typedef int (*pipeline_bad_fn)(void *arg, uint32_t i, enum pipeline_fault f,
  * count, rank or cache state. */
 uint64_t pipeline_sample_seed(uint64_t seed, uint64_t epoch, uint32_t sample);
 
+struct pipeline_ahead;
+
 /* Runs samples ids[0..n) of ds through every step. The good ones are
  * written in order, compacted: the k-th good one to dst + k *
  * ds->sample_bytes, its label to labels[k]. Each bad one is counted, logged
- * (once per sample) and passed to bad(). Returns the number of good
- * samples written. */
+ * (once per sample) and passed to bad(). pre (may be NULL) is the batch's
+ * first chunk read ahead (pipeline_ahead_start, its reads done): used when
+ * the dataset's strategy is still the one it was gathered under and its
+ * memory entries are still there, and dropped either way. Returns the
+ * number of good samples written. */
 uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
                         const uint32_t *ids, uint32_t n, uint64_t seed, uint64_t epoch,
                         uint8_t *dst, int64_t *labels, struct worker_ctx *ctx,
-                        pipeline_bad_fn bad, void *arg);
+                        struct pipeline_ahead *pre, pipeline_bad_fn bad, void *arg);
+
+/* ---- reading batches ahead of their jobs (readahead.h) ----
+ *
+ * A batch job waits in the worker queue behind the jobs before it; a
+ * worker would only then issue its reads, so no more than one batch per
+ * worker would ever be read at once. Instead, as a stream submits a job,
+ * the event loop gathers the batch's first chunk (memory hits, disk
+ * records, source files) and queues its reads on its own ring (IO_NO_SYNC),
+ * behind those of the batches before it: every prefetched batch's reads are
+ * in flight together. Once they are done the job goes to the workers,
+ * whose decoding then never waits for them. Reads the event loop may not
+ * do (IO_DEFERRED) are left to the worker's ring. The arenas of chunks read
+ * ahead are held to a byte budget shared by every stream. */
+struct pipeline_ahead_budget {
+    uint64_t limit;
+    uint64_t used; /* atomic: arenas of chunks read ahead, until dropped */
+};
+
+struct pipeline_ahead *pipeline_ahead_new(void);
+/* Bytes a pipeline_ahead takes, its arena aside (for the memory stats). */
+size_t pipeline_ahead_size(void);
+/* 1 when a holds a gathered chunk (its reads issued). */
+int pipeline_ahead_armed(const struct pipeline_ahead *a);
+/* Event loop: gathers the first chunk of ids[0..n) into a (not armed) and
+ * queues its reads on io, an IO_NO_SYNC ring. Returns 1 when reads are in
+ * flight: ready(arg) is called on io's thread once the last is done (not
+ * from within this call); 0 when there is nothing to read (a is not armed);
+ * -EBUSY (the strategy is changing), -ENOBUFS (over the budget) or
+ * -ENOMEM when it did not read ahead (a is not armed): the worker reads. */
+int pipeline_ahead_start(const struct pipeline_env *env, struct dataset *ds,
+                         const uint32_t *ids, uint32_t n, struct pipeline_ahead *a,
+                         struct io_ring *io, struct pipeline_ahead_budget *budget,
+                         void (*ready)(void *arg), void *arg);
+/* Lets go of an armed chunk whose reads are done (pins, arena, budget); it
+ * is no longer armed. NULL is fine. Any thread. */
+void pipeline_ahead_drop(const struct pipeline_env *env, struct pipeline_ahead *a);
+/* Drops and frees. NULL is fine. */
+void pipeline_ahead_free(const struct pipeline_env *env, struct pipeline_ahead *a);
 
 struct pipeline_warm_result {
     uint64_t done;     /* samples handled, bad ones included */

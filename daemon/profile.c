@@ -472,7 +472,7 @@ static void job_run(struct work *wk, struct worker_ctx *ctx)
         j->failed = (uint32_t)res.failed;
     } else {
         j->good = pipeline_batch(&p->tenv, &p->tds, p->list + j->first, j->n, PROFILE_SEED,
-                                 j->epoch, j->buf, j->labels, ctx, job_bad, j);
+                                 j->epoch, j->buf, j->labels, ctx, NULL, job_bad, j);
     }
     ctx->stats = saved;
     j->cpu_ns = thread_cpu_ns() - c0;

@@ -711,6 +711,9 @@ static void stats_memory(struct server *s, struct json *j, const struct cache_st
 {
     uint64_t workers = workers_mem_bytes(s->d.workers);
     uint64_t store_index = s->d.store ? ss->index_bytes : 0;
+    struct readahead_stats ra;
+    readahead_get_stats(s->d.readahead, &ra);
+    uint64_t ahead = ra.used + ra.chunk_bytes;
     json_object_begin(j, "memory");
     json_u64(j, "budget", cs->budget);
     json_u64(j, "cache_bytes", cs->bytes);
@@ -718,7 +721,8 @@ static void stats_memory(struct server *s, struct json *j, const struct cache_st
     json_u64(j, "store_index_bytes", store_index);
     json_u64(j, "stream_buffers", s->buffer_bytes);
     json_u64(j, "worker_buffers", workers);
-    json_u64(j, "accounted", cs->bytes + store_index + s->buffer_bytes + workers);
+    json_u64(j, "readahead_buffers", ahead);
+    json_u64(j, "accounted", cs->bytes + store_index + s->buffer_bytes + workers + ahead);
     json_u64(j, "rss", rss_bytes());
     json_object_end(j);
 }
@@ -738,6 +742,7 @@ static void stats_disk(struct server *s, struct json *j, const struct store_stat
     json_u64(j, "degraded", s->d.store ? ss->degraded != 0 : 0);
     json_str(j, "degraded_reason", ss->degraded ? strerror(ss->degraded) : "");
     json_str(j, "off_reason", s->d.store ? "" : s->d.store_off);
+    json_u64(j, "direct_io", (uint64_t)(s->d.store && ss->direct_io));
     json_u64(j, "budget", ss->budget);
     json_u64(j, "segment_size", ss->segment_size);
     json_u64(j, "segments", ss->segments);
@@ -801,10 +806,31 @@ static void stats_io_source(struct json *j, const struct io_stats *io)
     json_object_end(j);
 }
 
+/* The event loop's ring: batches read before a worker takes them. */
+static void stats_readahead(struct json *j, const struct readahead_stats *ra)
+{
+    json_object_begin(j, "readahead");
+    json_u64(j, "on", (uint64_t)ra->on);
+    json_u64(j, "budget", ra->budget);
+    json_u64(j, "bytes", ra->used);
+    json_u64(j, "batches", ra->batches);
+    json_u64(j, "batches_without_reads", ra->nothing);
+    json_u64(j, "over_budget", ra->over_budget);
+    json_u64(j, "strategy_busy", ra->busy);
+    json_u64(j, "in_flight", ra->io.in_flight);
+    json_u64(j, "max_in_flight", ra->io.max_in_flight);
+    json_u64(j, "deferred", ra->io.deferred);
+    json_object_end(j);
+}
+
+/* Totals over the workers' rings and the read-ahead ring. */
 static void stats_io(struct server *s, struct json *j)
 {
     struct io_stats io;
+    struct readahead_stats ra;
     workers_io_stats(s->d.workers, &io);
+    readahead_get_stats(s->d.readahead, &ra);
+    io_stats_add(&io, &ra.io);
     json_object_begin(j, "io");
     json_str(j, "backend", workers_io_backend(s->d.workers));
     json_u64(j, "depth", workers_io_depth(s->d.workers));
@@ -818,6 +844,7 @@ static void stats_io(struct server *s, struct json *j)
     json_u64(j, "short_reads", io.short_reads);
     stats_latency(j, "read_latency_us", &io.read_lat);
     stats_io_source(j, &io);
+    stats_readahead(j, &ra);
     json_object_end(j);
 }
 
@@ -1134,6 +1161,7 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
     s->env.release_timeout = deps->cfg->release_timeout;
     s->env.live_rings = &s->shm_rings;
     s->env.ring_bytes = &s->shm_bytes;
+    s->env.readahead = deps->readahead;
     s->wenv.base = deps->base;
     s->wenv.workers = deps->workers;
     s->wenv.pipe = &s->env.pipe;

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "dataset.h"
 #include "pipeline.h"
+#include "readahead.h"
 #include "reload.h"
 #include "stats.h"
 #include "store.h"
@@ -34,6 +35,7 @@ struct server_deps {
     struct stats_thread *stats; /* nstats blocks; the last is the event loop's */
     unsigned nstats;
     struct reload *reload;      /* RELOAD requests go there (NULL: none) */
+    struct readahead *readahead; /* batches read ahead (NULL: none) */
 };
 
 /* Binds and listens on cfg->socket_path (or adopts listen_fd >= 0, e.g.

@@ -1,4 +1,5 @@
 /* Disk tier: see store.h. */
+#define _GNU_SOURCE /* O_DIRECT */
 #include "store.h"
 
 #include <dirent.h>
@@ -285,6 +286,7 @@ static int key_eq(const struct store_key *a, const struct store_key *b)
 struct store_seg {
     uint32_t id;
     int fd;
+    int dfd;          /* O_DIRECT, for reads (store_direct_io); -1: none */
     uint64_t size;    /* bytes reserved: the file's size once writes finish */
     uint64_t live;    /* bytes of indexed records */
     uint64_t dead;    /* bytes known dead */
@@ -346,6 +348,7 @@ struct store {
     unsigned nzfree;
 
     int degraded; /* atomic */
+    int direct;   /* store_direct_io: segments get an O_DIRECT fd */
     struct store_counters n;
 };
 
@@ -548,8 +551,18 @@ static struct store_seg *seg_new(uint32_t id, int fd)
     if (s) {
         s->id = id;
         s->fd = fd;
+        s->dfd = -1;
     }
     return s;
+}
+
+/* Opens the segment again with O_DIRECT for reads; -errno when refused. */
+static int seg_open_direct(struct store *st, struct store_seg *s)
+{
+    char name[STORE_NAME_MAX];
+    seg_name(name, s->id);
+    s->dfd = openat(st->dirfd, name, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    return s->dfd < 0 ? -errno : 0;
 }
 
 static int segs_append(struct store *st, struct store_seg *s)
@@ -570,6 +583,8 @@ static void seg_free(struct store_seg *s)
 {
     if (s->fd >= 0)
         close(s->fd);
+    if (s->dfd >= 0)
+        close(s->dfd);
     free(s);
 }
 
@@ -606,6 +621,9 @@ static int seg_create(struct store *st, struct store_seg **out)
         free(s);
         return -ENOMEM;
     }
+    if (st->direct && seg_open_direct(st, s) < 0) /* read buffered then */
+        log_warn("store: %s/%s: O_DIRECT refused (%s); its records are read buffered",
+                 st->dir, name, strerror(errno));
     *out = s;
     return 0;
 }
@@ -868,6 +886,7 @@ int store_lookup(struct store *st, const struct store_key *key, struct store_loc
         e->seg->refs++;
         loc->seg = e->seg;
         loc->fd = e->seg->fd;
+        loc->dfd = e->seg->dfd;
         loc->off = e->off;
         loc->len = e->len;
         loc->raw_len = e->raw_len;
@@ -895,6 +914,7 @@ void store_release(struct store *st, struct store_loc *loc)
     pthread_mutex_unlock(&st->lock);
     loc->seg = NULL;
     loc->fd = -1;
+    loc->dfd = -1;
 }
 
 /* store_decode, and with view a raw record's payload is not copied: *view
@@ -1278,6 +1298,30 @@ fail:
     return rc;
 }
 
+int store_direct_io(struct store *st)
+{
+    /* A probe file first: the file system may refuse O_DIRECT (tmpfs
+     * before 6.6, some FUSE mounts) with EINVAL at open. */
+    static const char probe[] = "direct-io-probe.tmp";
+    int fd = openat(st->dirfd, probe, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+    int rc = fd < 0 ? -errno : 0;
+    if (fd >= 0)
+        close(fd);
+    unlinkat(st->dirfd, probe, 0);
+    for (uint32_t i = 0; rc == 0 && i < st->nsegs; i++)
+        rc = seg_open_direct(st, st->segs[i]);
+    if (rc < 0) { /* all or nothing */
+        for (uint32_t i = 0; i < st->nsegs; i++) {
+            if (st->segs[i]->dfd >= 0)
+                close(st->segs[i]->dfd);
+            st->segs[i]->dfd = -1;
+        }
+        return rc;
+    }
+    st->direct = 1;
+    return 0;
+}
+
 void store_close(struct store *st)
 {
     if (!st)
@@ -1532,6 +1576,7 @@ void store_get_stats(struct store *st, struct store_stats *o)
     pthread_mutex_lock(&st->lock);
     o->segments = st->nsegs;
     o->records = st->nent;
+    o->direct_io = st->direct;
     o->bytes_disk = st->bytes_disk;
     for (uint32_t i = 0; i < st->nsegs; i++) {
         o->bytes_live += st->segs[i]->live;

@@ -146,6 +146,9 @@ struct store_key {
  * the rest describes it. Valid until store_release(). */
 struct store_loc {
     int fd;
+    int dfd;             /* the same file opened O_DIRECT (store_direct_io),
+                            or -1: reads through it must be aligned to
+                            STORE_DIRECT_ALIGN (offset, length, buffer) */
     uint64_t off;
     uint32_t len;        /* header + payload + padding */
     uint32_t raw_len;    /* bytes of the decoded image */
@@ -180,6 +183,7 @@ struct store_stats {
     uint64_t compact_copied;/* bytes copied by compaction */
     uint64_t compact_freed; /* bytes of files deleted by compaction */
     int degraded;           /* errno of the write failure, 0 when healthy */
+    int direct_io;          /* records are read with O_DIRECT */
 };
 
 struct store;
@@ -194,6 +198,15 @@ int store_open(struct store **out, const char *dir, uint64_t disk_budget,
                uint64_t segment_size, char *err, size_t errlen);
 /* No other call may be in progress, and no store_loc outstanding. NULL is fine. */
 void store_close(struct store *st);
+
+/* Reads with O_DIRECT (cache.direct_io): every segment, and every one made
+ * from now on, gets a second descriptor opened O_DIRECT, given in
+ * store_loc.dfd, so record reads bypass the page cache (which a disk tier
+ * larger than memory only churns). Right after store_open, before other
+ * calls. Returns 0, or -errno (-EINVAL: the file system refuses O_DIRECT)
+ * and the store reads through the page cache as before. */
+#define STORE_DIRECT_ALIGN 4096u
+int store_direct_io(struct store *st);
 
 /* Appends a record of im (IMG_PIXELS) under key; zstd_level 0 stores raw,
  * anything else is a zstd level (negative: zstd's fast levels). Thread-safe.

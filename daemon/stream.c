@@ -12,6 +12,7 @@
 #include "frame.h"
 #include "log.h"
 #include "planner.h"
+#include "readahead.h"
 #include "ring.h"
 
 /* One planned batch, computed by a worker. Its good samples end up
@@ -30,6 +31,7 @@ struct batch_job {
     uint8_t *pre;    /* the prefix of a batch that starts past sample 0 (lazy) */
     uint32_t refs;   /* in flight, the batch being cut, queued chunks, the client */
     uint32_t slot;   /* shared memory: the job's slot of the stream's ring */
+    struct pipeline_ahead *ahead; /* its first chunk, read ahead (readahead.h) */
     int ready;
     struct batch_job *next_free;
 };
@@ -139,6 +141,7 @@ static void stream_free(struct stream *s)
             free(j->buf);
         free(j->pre);
         free(j->labels);
+        readahead_free(s->env->readahead, &s->env->pipe, j->ahead);
         free(j);
     }
     planner_free(&s->plan);
@@ -207,7 +210,7 @@ static void job_run(struct work *w, struct worker_ctx *ctx)
     j->skipped = 0;
     j->fault = PIPE_OK;
     j->n = pipeline_batch(&s->env->pipe, s->ds, s->plan.ids + first, len, s->seed, s->epoch,
-                          job_sample(j, 0), j->labels, ctx, job_bad, j);
+                          job_sample(j, 0), j->labels, ctx, j->ahead, job_bad, j);
     if (j->fault != PIPE_OK)
         j->n = 0;
 }
@@ -232,6 +235,7 @@ static void job_done(struct work *w, int cancelled)
     struct batch_job *j = (struct batch_job *)w;
     struct stream *s = j->s;
     if (cancelled || s->closing) {
+        pipeline_ahead_drop(&s->env->pipe, j->ahead); /* when it never ran */
         job_unref(j);
         return;
     }
@@ -269,6 +273,31 @@ static struct batch_job *job_get(struct stream *s)
     j->work.done = job_done;
     *s->env->buffer_bytes += job_bytes(s, j);
     return j;
+}
+
+/* The job's first chunk is read (readahead_batch): to the workers, unless
+ * the stream closed meanwhile. */
+static void job_read(void *arg)
+{
+    struct batch_job *j = arg;
+    struct stream *s = j->s;
+    if (s->closing) {
+        pipeline_ahead_drop(&s->env->pipe, j->ahead);
+        job_unref(j);
+        return;
+    }
+    workers_submit(s->env->workers, &j->work);
+}
+
+/* Hands a job to the workers, through the read-ahead when it reads. */
+static void job_submit(struct stream *s, struct batch_job *j)
+{
+    uint64_t first;
+    uint32_t len;
+    planner_batch(&s->plan, j->index, &first, &len);
+    if (!readahead_batch(s->env->readahead, &s->env->pipe, s->ds, s->plan.ids + first, len,
+                         &j->ahead, job_read, j))
+        workers_submit(s->env->workers, &j->work);
 }
 
 /* The owner hears of it from the event loop, so no caller of this function
@@ -574,7 +603,7 @@ static void stream_pump(struct stream *s)
         s->inflight[s->next_submit % s->cap] = j;
         s->next_submit++;
         s->live_jobs++;
-        workers_submit(s->env->workers, &j->work);
+        job_submit(s, j);
     }
     if (!s->done && s->next_send == s->plan.batches)
         stream_end(s);

@@ -40,6 +40,7 @@
 
 struct bufferevent;
 struct event_base;
+struct readahead;
 struct stream;
 
 struct stream_env {
@@ -51,6 +52,7 @@ struct stream_env {
     uint64_t *buffer_bytes;      /* gauge of the streams' batch buffers, likewise */
     uint32_t release_timeout;    /* s, see stream_release */
     uint64_t *live_rings, *ring_bytes; /* gauges of the shared-memory rings */
+    struct readahead *readahead; /* NULL: workers read every batch themselves */
 };
 
 /* Called (once) when the stream has sent END or an ERROR. */

@@ -14,6 +14,7 @@
  * The disk tests run twice, once per I/O backend (io.backend: auto, which
  * is io_uring where the kernel allows it, and pread).
  */
+#define _GNU_SOURCE /* O_DIRECT */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -72,6 +73,7 @@ struct dconf {
     const char *backend;  /* io.backend */
     const char *encoding; /* raw or zstd */
     const char *segment;  /* cache.segment_size, NULL: 64KiB */
+    int direct;           /* cache.direct_io */
 };
 
 /* Writes the config and starts a daemon on it. */
@@ -85,6 +87,7 @@ static void start(const struct dconf *c)
              "  dir: %s\n"
              "  disk: %s\n"
              "  segment_size: %s\n"
+             "  direct_io: %s\n"
              "io:\n"
              "  backend: %s\n"
              "datasets:\n"
@@ -93,7 +96,8 @@ static void start(const struct dconf *c)
              "    steps: [decode, {resize: %u}, {center_crop: %u}, {random_flip: 0.5}]\n"
              "    encoding: %s\n",
              c->memory, c->cache ? c->cache : "/nonexistent", c->cache ? c->disk : "0",
-             c->segment ? c->segment : "64KiB", c->backend ? c->backend : "auto", c->d->name, c->d->root, c->d->resize,
+             c->segment ? c->segment : "64KiB", c->direct ? "true" : "false",
+             c->backend ? c->backend : "auto", c->d->name, c->d->root, c->d->resize,
              c->d->crop, c->encoding ? c->encoding : "raw");
     snprintf(name, sizeof(name), "config-%d-%u.yaml", (int)getpid(), H.starts);
     ck_assert_int_eq(harness_write_file(&H, name, text, path, sizeof(path)), 0);
@@ -370,6 +374,61 @@ START_TEST(test_disk_roundtrip)
     /* Served again, from memory now. */
     pull_and_check(&small);
     ck_assert_uint_eq(dstat("memory", "hits"), small.count);
+    stop();
+}
+END_TEST
+
+/* Descriptors of pid open with O_DIRECT (/proc/PID/fdinfo flags). */
+static unsigned direct_fds(pid_t pid)
+{
+    char dir[64], path[320], line[128];
+    unsigned n = 0;
+    snprintf(dir, sizeof(dir), "/proc/%d/fdinfo", (int)pid);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        while (f && fgets(line, sizeof(line), f)) {
+            unsigned long flags;
+            if (sscanf(line, "flags: %lo", &flags) == 1 && (flags & O_DIRECT))
+                n++;
+        }
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+/* cache.direct_io: records (12 KiB, at unaligned offsets of 64 KiB
+ * segments, the last one ending mid-block at the end of its file) are read
+ * with O_DIRECT in whole aligned blocks, and are the same bytes. _i:
+ * backend. */
+START_TEST(test_disk_direct)
+{
+    char cache[HARNESS_PATH_MAX];
+    struct dconf c = {&small, "64MiB", cache, "64MiB", backends[_i], "raw", NULL, 1};
+    test_dir("direct", cache, sizeof(cache));
+    start(&c);
+    pull_and_check(&small);
+    ck_assert_uint_eq(dstat("disk", "puts"), small.count);
+    stop();
+    start(&c);
+    if (gstat("disk", "direct_io") != 1) { /* the file system refuses it */
+        ck_assert(harness_log_contains(&H, "refuses O_DIRECT"));
+        printf("direct_io: refused by the file system of %s; read buffered\n", cache);
+    } else { /* one O_DIRECT descriptor per segment */
+        ck_assert_uint_eq(direct_fds(H.pid), (unsigned)gstat("disk", "segments"));
+    }
+    pull_and_check(&small);
+    ck_assert_uint_eq(dstat("disk", "hits"), small.count);
+    ck_assert_uint_eq(dstat("disk", "misses"), 0);
+    ck_assert_uint_eq(dstat("disk", "bad_records"), 0);
+    ck_assert_uint_eq(dstat("", "computed"), 0);
+    ck_assert_uint_eq(decode_calls(), 0);
     stop();
 }
 END_TEST
@@ -812,6 +871,7 @@ static Suite *cache_suite(void)
     /* Under valgrind one backend is enough (and the tests are slow). */
     int nb = under_valgrind ? 1 : 2;
     tcase_add_loop_test(tc, test_disk_roundtrip, 0, 2 * nb);
+    tcase_add_loop_test(tc, test_disk_direct, 0, nb);
     tcase_add_loop_test(tc, test_disk_recovery, 0, nb);
     tcase_add_test(tc, test_disk_invalidation);
     tcase_add_loop_test(tc, test_disk_budget, 0, nb);

@@ -188,6 +188,8 @@ START_TEST(test_cold_epoch_overlaps)
     double files = stat_of("source", "files"), p50 = stat_of("latency_us", "p50");
     double in_flight = stat_of("io", "max_in_flight"), chained = stat_of("source", "chained");
     double bytes = stat_of("source", "bytes"), busy = stat_of("source", "busy_s");
+    double ahead = stat_of("readahead", "batches");
+    double ahead_flight = stat_of("readahead", "max_in_flight");
     pull("local", &local);
     stop();
     same_epoch(&slow, &local);
@@ -202,6 +204,11 @@ START_TEST(test_cold_epoch_overlaps)
     /* An open and a read each, both LATENCY_MS: the latency was real. */
     ck_assert_msg(p50 >= 2 * LATENCY_MS * 1000 * 0.9, "source read p50 %g us", p50);
     ck_assert_msg(in_flight >= 16, "at most %g reads in flight", in_flight);
+    /* Batches were read before a worker took them, and the reads of more
+     * than one batch were in flight together (readahead.h). */
+    printf("read ahead: %g batches, %g reads in flight at most\n", ahead, ahead_flight);
+    ck_assert_msg(ahead >= NSAMPLES / BATCH, "%g batches read ahead", ahead);
+    ck_assert_msg(ahead_flight > BATCH, "read ahead: at most %g reads in flight", ahead_flight);
     if (strcmp(harness_env("PRESTO_VALGRIND", "0"), "1") == 0 || SLOW_BUILD) {
         printf("valgrind or ThreadSanitizer: timing checks left out\n");
         return;
@@ -261,6 +268,45 @@ START_TEST(test_warm_over_mount)
     printf("warm-up over slowfs: %.2f s\n", warm_s);
     ck_assert_uint_eq((uint64_t)files, NSAMPLES);
     ck_assert_uint_eq((uint64_t)hits, NSAMPLES);
+    same_epoch(&slow, &local);
+}
+END_TEST
+
+/* A trainer that goes away while its batches are being read ahead (reads
+ * in the kernel, over the slow mount): the daemon takes the reads back as
+ * they complete, frees the stream and the read-ahead buffers, and the next
+ * trainer's epoch is right. _i: 0 closes its connection, 1 closes the
+ * stream and keeps the connection. */
+START_TEST(test_vanish_while_reading_ahead)
+{
+    struct epoch slow, local;
+    presto_t *p;
+    presto_stream_t *s;
+    presto_batch_t b;
+    presto_stream_opts_t o;
+    double last = -1;
+    start(NULL);
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    presto_stream_opts_init(&o);
+    o.dataset = "slow";
+    o.batch_size = 8; /* 32 batches: most of them still being read */
+    o.seed = 2;
+    ck_assert_int_eq(presto_stream_open(p, &o, &s), 0);
+    ck_assert_int_eq(presto_next(s, &b), 1);
+    ck_assert_msg(stat_of("readahead", "batches") >= 2, "nothing read ahead");
+    presto_stream_close(s);
+    if (_i == 0)
+        presto_close(p);
+    int rc = harness_wait_stat(&H, NULL, "streams", 0, 10000, &last);
+    ck_assert_msg(rc == 0, "%g streams left", last);
+    rc = harness_wait_stat(&H, "readahead", "bytes", 0, 10000, &last);
+    ck_assert_msg(rc == 0, "%g bytes left in read-ahead buffers", last);
+    if (_i == 1)
+        presto_close(p);
+    pull("slow", &slow);
+    pull("local", &local);
+    ck_assert_msg(harness_alive(&H), "prestod died");
+    stop();
     same_epoch(&slow, &local);
 }
 END_TEST
@@ -343,6 +389,7 @@ static Suite *slowfs_suite(void)
     tcase_add_test(tc, test_cold_epoch_overlaps);
     tcase_add_loop_test(tc, test_every_backend, 0, 3);
     tcase_add_test(tc, test_warm_over_mount);
+    tcase_add_loop_test(tc, test_vanish_while_reading_ahead, 0, 2);
     tcase_add_test(tc, test_changed_files);
     suite_add_tcase(s, tc);
     return s;

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -626,6 +628,97 @@ START_TEST(test_files_chained)
 }
 END_TEST
 
+/* IO_NO_SYNC (an event loop's ring): completions come through on_done,
+ * once each, announced on the eventfd; what would be read on the calling
+ * thread ends IO_DEFERRED instead (everything on pread, files when staged),
+ * and a deferred request submitted again on a plain ring reads right.
+ * _i: the mode. */
+static unsigned nosync_calls[64];
+
+static void nosync_done(struct io_req *q)
+{
+    nosync_calls[(uintptr_t)q->arg]++;
+}
+
+START_TEST(test_no_sync)
+{
+    unsigned flags = _i == MODE_PREAD ? IO_FORCE_PREAD : _i == MODE_STAGED ? IO_NO_CHAIN : 0;
+    struct io_ring *r, *plain = file_ring((enum file_mode)_i, 4);
+    if (!plain)
+        return;
+    ck_assert_int_eq(io_ring_create(&r, 4, flags | IO_NO_SYNC, NULL, 0), 0);
+    int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ck_assert_int_ge(efd, 0);
+    ck_assert_int_eq(io_ring_eventfd(r, efd), _i == MODE_PREAD ? -EOPNOTSUPP : 0);
+    int dirfd = open(file_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ck_assert_int_ge(dirfd, 0);
+    enum { N = 40 };
+    struct io_req q[N];
+    size_t room[N];
+    uint8_t *exp = malloc(MAX_LEN);
+    ck_assert_ptr_nonnull(exp);
+    memset(nosync_calls, 0, sizeof(nosync_calls));
+    for (unsigned i = 0; i < N; i++) {
+        unsigned f = i % NFILES;
+        if (i % 4 == 3)
+            q[i] = (struct io_req){test_fd, NULL, 1 + rnd() % MAX_LEN, rnd() % FILE_SIZE, 0};
+        else
+            q[i] = (struct io_req){.fd = dirfd, .len = file_sizes[f] + 100, .path = file_names[f]};
+        room[i] = q[i].len;
+        q[i].buf = malloc(room[i] + 1);
+        ck_assert_ptr_nonnull(q[i].buf);
+        q[i].on_done = nosync_done;
+        q[i].arg = (void *)(uintptr_t)i;
+        io_submit(r, &q[i]);
+        if (_i == MODE_PREAD) /* deferred at once */
+            ck_assert_uint_eq(nosync_calls[i], 1);
+    }
+    io_poll(r);
+    for (int spins = 0; spins < 500; spins++) {
+        unsigned done = 0;
+        for (unsigned i = 0; i < N; i++)
+            done += io_done(&q[i]);
+        if (done == N)
+            break;
+        struct pollfd pfd = {efd, POLLIN, 0};
+        ck_assert_int_eq(poll(&pfd, 1, 2000), 1); /* the eventfd says when */
+        uint64_t v;
+        ck_assert_int_eq(read(efd, &v, sizeof(v)), (ssize_t)sizeof(v));
+        io_poll(r);
+    }
+    unsigned deferred = 0;
+    for (unsigned i = 0; i < N; i++) {
+        ck_assert_msg(io_done(&q[i]), "request %u not done", i);
+        ck_assert_uint_eq(nosync_calls[i], 1);
+        int want_deferred = _i == MODE_PREAD || (_i == MODE_STAGED && q[i].path);
+        ck_assert_msg((q[i].res == IO_DEFERRED) == want_deferred, "%s request %u: res %zd",
+                      mode_names[_i], i, q[i].res);
+        if (q[i].res == IO_DEFERRED) { /* on a ring that may block */
+            deferred++;
+            q[i].on_done = NULL;
+            io_submit(plain, &q[i]);
+            io_wait(plain, &q[i]);
+        }
+        if (q[i].path) {
+            check_file(&q[i], i % NFILES, room[i], dirfd);
+        } else {
+            ssize_t e = expect(&q[i], exp);
+            ck_assert_int_eq(q[i].res, e);
+            ck_assert_int_eq(memcmp(q[i].buf, exp, (size_t)e), 0);
+        }
+        free(q[i].buf);
+    }
+    struct io_stats s;
+    io_ring_stats(r, &s);
+    ck_assert_uint_eq(s.deferred, deferred);
+    close(dirfd);
+    close(efd);
+    free(exp);
+    io_ring_destroy(r);
+    io_ring_destroy(plain);
+}
+END_TEST
+
 /* A missing file fails at stat (chained: the stat comes first) or open; a
  * directory at read; a bad directory fd at the first step; each fails its
  * own request only. _i: the mode. */
@@ -848,6 +941,7 @@ static Suite *io_suite(void)
     tcase_add_test(tf, test_files_chained);
     tcase_add_loop_test(tf, test_file_errors, MODE_PREAD, MODE_CHAINED + 1);
     tcase_add_loop_test(tf, test_cancel, MODE_PREAD, MODE_CHAINED + 1);
+    tcase_add_loop_test(tf, test_no_sync, MODE_PREAD, MODE_CHAINED + 1);
     tcase_add_loop_test(tf, test_links_beneath, MODE_PREAD, MODE_CHAINED + 1);
     tcase_add_test(tf, test_latency_quantiles);
     suite_add_tcase(s, tf);

@@ -1,0 +1,152 @@
+/* Read-ahead of batches on the event loop: see readahead.h. */
+#include "readahead.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "log.h"
+
+struct readahead {
+    struct io_ring *io;
+    int efd;
+    struct event *ev;
+    struct pipeline_ahead *scratch; /* gathers a batch; swapped into a job's slot */
+    struct pipeline_ahead_budget budget;
+    uint64_t batches, nothing, over_budget, busy;
+    uint64_t chunks; /* pipeline_ahead made (the scratch one included) */
+};
+
+/* io_uring completed something: take it, queue more. */
+static void readahead_on_event(evutil_socket_t fd, short what, void *arg)
+{
+    struct readahead *ra = arg;
+    uint64_t v;
+    (void)what;
+    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        log_error("readahead: eventfd read: %s", strerror(errno));
+    io_poll(ra->io);
+}
+
+int readahead_create(struct readahead **out, struct event_base *base, unsigned depth,
+                     uint64_t budget, int force_pread)
+{
+    struct readahead *ra = calloc(1, sizeof(*ra));
+    char why[256];
+    if (!ra)
+        return -ENOMEM;
+    ra->efd = -1;
+    ra->budget.limit = budget;
+    *out = ra;
+    if (budget == 0 || force_pread)
+        return 0;
+    if (io_ring_create(&ra->io, depth, IO_NO_SYNC, why, sizeof(why)) < 0) {
+        free(ra);
+        return -ENOMEM;
+    }
+    if (strcmp(io_ring_backend(ra->io), "io_uring") != 0) {
+        log_info("io: no read-ahead of batches (%s): workers read them", why);
+        goto off;
+    }
+    ra->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    int rc = ra->efd < 0 ? -errno : io_ring_eventfd(ra->io, ra->efd);
+    if (rc == 0 &&
+        (!(ra->ev = event_new(base, ra->efd, EV_READ | EV_PERSIST, readahead_on_event, ra)) ||
+         event_add(ra->ev, NULL) < 0))
+        rc = -ENOMEM;
+    if (rc < 0) {
+        log_warn("io: no read-ahead of batches: %s", strerror(-rc));
+        goto off;
+    }
+    log_info("io: batches read ahead on the event loop: %u reads in flight, up to %llu MiB",
+             io_ring_depth(ra->io), (unsigned long long)(budget >> 20));
+    return 0;
+off:
+    if (ra->ev)
+        event_free(ra->ev);
+    ra->ev = NULL;
+    if (ra->efd >= 0)
+        close(ra->efd);
+    ra->efd = -1;
+    io_ring_destroy(ra->io);
+    ra->io = NULL;
+    return 0;
+}
+
+void readahead_stop(struct readahead *ra)
+{
+    if (!ra || !ra->io)
+        return;
+    io_ring_destroy(ra->io); /* the last ready callbacks run here */
+    ra->io = NULL;
+    if (ra->ev)
+        event_free(ra->ev);
+    ra->ev = NULL;
+    if (ra->efd >= 0)
+        close(ra->efd);
+    ra->efd = -1;
+}
+
+void readahead_destroy(struct readahead *ra)
+{
+    if (!ra)
+        return;
+    readahead_stop(ra);
+    free(ra->scratch); /* never armed between calls */
+    free(ra);
+}
+
+int readahead_batch(struct readahead *ra, const struct pipeline_env *env, struct dataset *ds,
+                    const uint32_t *ids, uint32_t n, struct pipeline_ahead **slot,
+                    void (*ready)(void *arg), void *arg)
+{
+    if (!ra || !ra->io)
+        return 0;
+    if (!ra->scratch) {
+        if (!(ra->scratch = pipeline_ahead_new()))
+            return 0;
+        ra->chunks++;
+    }
+    int rc = pipeline_ahead_start(env, ds, ids, n, ra->scratch, ra->io, &ra->budget, ready,
+                                  arg);
+    if (rc <= 0) {
+        ra->nothing += rc == 0;
+        ra->over_budget += rc == -ENOBUFS;
+        ra->busy += rc == -EBUSY;
+        return 0;
+    }
+    ra->batches++;
+    struct pipeline_ahead *t = *slot; /* the job's (not armed), or none yet */
+    *slot = ra->scratch;
+    ra->scratch = t;
+    return 1;
+}
+
+void readahead_free(struct readahead *ra, const struct pipeline_env *env,
+                    struct pipeline_ahead *a)
+{
+    if (!a)
+        return;
+    pipeline_ahead_free(env, a);
+    ra->chunks--;
+}
+
+void readahead_get_stats(const struct readahead *ra, struct readahead_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!ra)
+        return;
+    out->on = ra->io != NULL;
+    out->batches = ra->batches;
+    out->nothing = ra->nothing;
+    out->over_budget = ra->over_budget;
+    out->busy = ra->busy;
+    out->budget = ra->budget.limit;
+    out->used = __atomic_load_n(&ra->budget.used, __ATOMIC_RELAXED);
+    out->chunk_bytes = ra->chunks * pipeline_ahead_size();
+    if (ra->io)
+        io_ring_stats(ra->io, &out->io);
+}
