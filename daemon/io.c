@@ -1148,6 +1148,15 @@ unsigned io_read_batch(struct io_ring *r, struct io_req *reqs, unsigned n)
     return failed;
 }
 
+/* A request the ring gives up on (destroyed): cancelled, its owner told. */
+static void io_cancelled(struct io_req *q)
+{
+    q->res = -ECANCELED;
+    q->state = IO_S_DONE;
+    if (q->on_done)
+        q->on_done(q);
+}
+
 void io_ring_destroy(struct io_ring *r)
 {
     if (!r)
@@ -1164,18 +1173,22 @@ void io_ring_destroy(struct io_ring *r)
             io_cqe(r, cqe, 1);
             io_uring_cqe_seen(&r->ring, cqe);
         }
-        for (unsigned s = 0; r->act && s < r->depth; s++)
-            if (r->act[s] && r->act[s]->path)
-                staged_close(r, r->act[s]);
+        /* Left unfinished by the drain (a short read it would resume). */
+        for (unsigned s = 0; r->act && s < r->depth; s++) {
+            struct io_req *q = r->act[s];
+            if (!q)
+                continue;
+            if (q->path)
+                staged_close(r, q);
+            slot_put(r, q);
+            io_cancelled(q);
+        }
         io_uring_queue_exit(&r->ring);
     }
-    while (r->head) { /* never started: cancelled, and their owners told */
+    while (r->head) { /* never started */
         struct io_req *q = r->head;
         q_unlink(r, q);
-        q->res = -ECANCELED;
-        q->state = IO_S_DONE;
-        if (q->on_done)
-            q->on_done(q);
+        io_cancelled(q);
     }
     free(r->stx);
     free(r->act);
