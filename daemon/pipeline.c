@@ -682,7 +682,7 @@ int pipeline_ahead_start(const struct pipeline_env *env, struct dataset *ds,
     a->pending = 1 + reads;
     chunk_prepare(ds, &a->ck, io, bytes, ahead_read_done, a);
     pthread_rwlock_unlock(&ds->strategy_lock);
-    return --a->pending == 0 ? 0 : 1;
+    return --a->pending == 0 ? 2 : 1; /* 2: every read ended at once (deferred) */
 }
 
 /*

@@ -110,7 +110,9 @@ int pipeline_ahead_armed(const struct pipeline_ahead *a);
 /* Event loop: gathers the first chunk of ids[0..n) into a (not armed) and
  * queues its reads on io, an IO_NO_SYNC ring. Returns 1 when reads are in
  * flight: ready(arg) is called on io's thread once the last is done (not
- * from within this call); 0 when there is nothing to read (a is not armed);
+ * from within this call); 2 when a is armed and its reads all ended within
+ * the call (deferred: the ring could not take them), so ready is not
+ * called; 0 when there is nothing to read (a is not armed);
  * -EBUSY (the strategy is changing), -ENOBUFS (over the budget) or
  * -ENOMEM when it did not read ahead (a is not armed): the worker reads. */
 int pipeline_ahead_start(const struct pipeline_env *env, struct dataset *ds,

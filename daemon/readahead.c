@@ -122,7 +122,7 @@ int readahead_batch(struct readahead *ra, const struct pipeline_env *env, struct
     struct pipeline_ahead *t = *slot; /* the job's (not armed), or none yet */
     *slot = ra->scratch;
     ra->scratch = t;
-    return 1;
+    return rc == 1; /* 2: nothing in flight after all; the worker reads */
 }
 
 void readahead_free(struct readahead *ra, const struct pipeline_env *env,

@@ -46,9 +46,10 @@ void readahead_stop(struct readahead *ra);
 void readahead_destroy(struct readahead *ra);
 /* Reads the first chunk of batch ids[0..n) of ds ahead into *slot (a
  * pipeline_ahead made or reused here; the caller frees it with
- * pipeline_ahead_free). Returns 1 when reads are in flight: ready(arg)
- * comes from the event loop once they are done, and *slot is armed; 0 when
- * nothing was read ahead (the caller submits the job now). */
+ * readahead_free). Returns 1 when reads are in flight: ready(arg) comes
+ * from the event loop once they are done, and *slot is armed; 0 when the
+ * caller submits the job now (nothing read ahead, or *slot armed with reads
+ * the ring deferred at once, which the worker makes). */
 int readahead_batch(struct readahead *ra, const struct pipeline_env *env, struct dataset *ds,
                     const uint32_t *ids, uint32_t n, struct pipeline_ahead **slot,
                     void (*ready)(void *arg), void *arg);

@@ -233,7 +233,11 @@ START_TEST(test_every_backend)
     pull("slow", &slow);
     double n = stat_of("source", counter[_i]), errors = stat_of("source", "errors");
     double in_flight = stat_of("io", "max_in_flight");
+    /* Every chunk read ahead was run and gave its bytes back (staged:
+     * the loop's ring defers files, the workers read them). */
+    double ahead_left = stat_of("readahead", "bytes");
     stop();
+    ck_assert_uint_eq((uint64_t)ahead_left, 0);
     same_epoch(&slow, &local);
     printf("%s: over slowfs %.2f s, locally %.2f s; %g reads in flight at most\n",
            counter[_i], slow.seconds, local.seconds, in_flight);
