@@ -4,7 +4,8 @@
 #
 #   bench_disk_cases [DATA_DIR]      (default: $BENCH_DATA)
 #
-# For each encoding, case disk-raw then disk-zstd: prestod serves DATA_DIR as `bench`
+# Cases disk-raw, disk-zstd and disk-raw-direct (raw records read with cache.direct_io:
+# O_DIRECT, whole aligned blocks, against ioread --direct): prestod serves DATA_DIR as `bench`
 # with a disk tier in a fresh directory and a memory budget far below the dataset
 # (1 MiB), and `prestoctl warm` materializes it into the disk tier. Then, three rounds:
 # the segment files are written back and dropped from the page cache and one epoch is
@@ -56,19 +57,20 @@ disk_cpu_sample() {
 # figures on stderr).
 disk_round() {
     local name=$1 dir=$2 epoch=$3 stats0 stats1 run raw cpu0 cpu1 workers depth backend
-    local segs=("$dir"/cache/seg-*.dat) pread_flag=()
+    local direct segs=("$dir"/cache/seg-*.dat) pread_flag=() direct_flag=()
     disk_drop_cache "${segs[@]}"
     stats0=$(presto_ctl stats)
     cpu0=$(disk_cpu_sample "$PRESTO_PID")
     run=$(presto_ctl epoch bench -e "$epoch" -b "$BENCH_DISK_BATCH" --json)
     cpu1=$(disk_cpu_sample "$PRESTO_PID")
     stats1=$(presto_ctl stats)
-    read -r workers depth backend < <("$PYTHON" -c 'import json, sys
+    read -r workers depth backend direct < <("$PYTHON" -c 'import json, sys
 s = json.loads(sys.argv[1])
-print(s["workers"], s["io"]["depth"], s["io"]["backend"])' "$stats1")
+print(s["workers"], s["io"]["depth"], s["io"]["backend"], s["disk"]["direct_io"])' "$stats1")
     [[ $backend == pread ]] && pread_flag=(--pread)
+    [[ $direct == 1 ]] && direct_flag=(--direct)
     raw=$("$BUILD/ioread" --drop --threads "$workers" --depth "$depth" \
-        --batch "$BENCH_DISK_BATCH" "${pread_flag[@]}" "${segs[@]}") \
+        --batch "$BENCH_DISK_BATCH" "${pread_flag[@]}" "${direct_flag[@]}" "${segs[@]}") \
         || presto_fail "ioread failed on $dir/cache"
     "$PYTHON" - "$name" "$run" "$stats0" "$stats1" "$raw" "$cpu0" "$cpu1" \
         "$(getconf CLK_TCK)" <<'EOF'
@@ -89,8 +91,9 @@ run = dict(epoch)
 run.update({
     "reference": "raw-read",
     "reference_detail": "raw random read of the same records (ioread: depth %d, %d threads, "
-                        "batches of %d, %s)" % (raw["depth"], raw["threads"], raw["batch"],
-                                                raw["backend"]),
+                        "batches of %d, %s%s)" % (raw["depth"], raw["threads"], raw["batch"],
+                                                  raw["backend"],
+                                                  ", O_DIRECT" if raw.get("direct") else ""),
     "reference_samples_per_s": raw_mbs * 1e6 / per_sample if per_sample else 0.0,
     "disk_mb_per_s": round(mbs, 1),
     "raw_mb_per_s": raw_mbs,
@@ -109,9 +112,9 @@ print(json.dumps(run))
 EOF
 }
 
-# disk_case NAME ENCODING DATA_DIR
+# disk_case NAME ENCODING DATA_DIR [DIRECT_IO]
 disk_case() {
-    local name=$1 encoding=$2 data=$3
+    local name=$1 encoding=$2 data=$3 direct=${4:-false}
     local dir=$PRESTO_TMP/$name conf=$PRESTO_TMP/$name.yaml warm run runs=() e
     mkdir -p "$dir"
     cat >"$conf" <<EOF
@@ -119,12 +122,13 @@ cache:
   memory: 1MiB
   dir: $dir/cache
   disk: 64GiB
+  direct_io: $direct
 datasets:
   - name: bench
     root: $data
     encoding: $encoding
 EOF
-    echo "== $name: disk tier ($encoding) only, memory budget 1 MiB"
+    echo "== $name: disk tier ($encoding, direct_io $direct) only, memory budget 1 MiB"
     presto_start -c "$conf"
     warm=$(presto_ctl warm bench --json)
     echo "  warm: $warm"
@@ -145,4 +149,5 @@ bench_disk_cases() {
     fi
     disk_case disk-raw raw "$data"
     disk_case disk-zstd zstd "$data"
+    disk_case disk-raw-direct raw "$data" true
 }

@@ -4,7 +4,7 @@
  * disk-tier figures against.
  *
  *   ioread [--depth N] [--threads N] [--batch N] [--pread] [--drop]
- *          [--seed S] SEGMENT...
+ *          [--direct] [--seed S] SEGMENT...
  *
  * Reads every record of the given disk-tier segment files (cache.dir/
  * seg-*.dat), each as one read of the whole record, in a random order:
@@ -14,8 +14,11 @@
  * as the daemon, with no checksum, decompression, steps or socket behind
  * it. --drop first writes back and drops the files' pages from the page
  * cache (fdatasync, POSIX_FADV_DONTNEED), so that the reads reach the
- * device. Prints one JSON line: records, bytes, seconds, mb_per_s
- * (10^6 bytes), backend, depth, threads, batch.
+ * device. --direct reads as prestod does with cache.direct_io: through an
+ * O_DIRECT descriptor, the whole aligned blocks around each record (bytes
+ * still counts the records' own bytes, as the daemon's disk stats do).
+ * Prints one JSON line: records, bytes, seconds, mb_per_s (10^6 bytes),
+ * backend, direct, depth, threads, batch.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,7 +38,9 @@
 struct rec {
     int fd;
     uint64_t off;
-    uint32_t len;
+    uint32_t len;  /* what is read */
+    uint32_t lead; /* --direct: where the record starts in it */
+    uint32_t rec;  /* the record's own bytes */
 };
 
 struct job {
@@ -44,6 +49,7 @@ struct job {
     size_t next; /* atomic: the first record not taken */
     unsigned batch, depth;
     int force_pread;
+    int direct;
     uint32_t max_len;
     uint64_t bytes, errors; /* atomic */
     char backend[16];
@@ -55,11 +61,12 @@ static uint32_t rd32(const uint8_t *p)
 }
 
 /* Appends the records of one segment (walking the headers) to *recs. */
-static int scan(const char *path, int drop, struct rec **recs, size_t *n, size_t *cap,
-                uint32_t *max_len)
+static int scan(const char *path, int drop, int direct, struct rec **recs, size_t *n,
+                size_t *cap, uint32_t *max_len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    int dfd = direct ? open(path, O_RDONLY | O_DIRECT | O_CLOEXEC) : fd;
+    if (fd < 0 || dfd < 0) {
         fprintf(stderr, "ioread: %s: %s\n", path, strerror(errno));
         return -1;
     }
@@ -76,9 +83,15 @@ static int scan(const char *path, int drop, struct rec **recs, size_t *n, size_t
             }
             *recs = r;
         }
-        (*recs)[(*n)++] = (struct rec){fd, off, len};
-        if (len > *max_len)
-            *max_len = len;
+        struct rec r = {dfd, off, len, 0, len};
+        if (direct) { /* whole aligned blocks around the record */
+            r.lead = (uint32_t)(off % STORE_DIRECT_ALIGN);
+            r.off = off - r.lead;
+            r.len = (r.lead + len + STORE_DIRECT_ALIGN - 1) & ~(STORE_DIRECT_ALIGN - 1);
+        }
+        (*recs)[(*n)++] = r;
+        if (r.len > *max_len)
+            *max_len = r.len;
         off += len;
     }
     if (drop) {
@@ -94,7 +107,9 @@ static void *reader(void *arg)
     struct io_ring *r;
     char why[256];
     struct io_req *reqs = calloc(j->batch, sizeof(*reqs));
-    uint8_t *buf = malloc((size_t)j->batch * j->max_len);
+    void *buf = NULL;
+    if (posix_memalign(&buf, STORE_DIRECT_ALIGN, (size_t)j->batch * j->max_len) != 0)
+        buf = NULL;
     if (!reqs || !buf ||
         io_ring_create(&r, j->depth, j->force_pread ? IO_FORCE_PREAD : 0, why, sizeof(why)) < 0) {
         fprintf(stderr, "ioread: out of memory\n");
@@ -108,14 +123,17 @@ static void *reader(void *arg)
         unsigned k = 0;
         for (; k < j->batch && first + k < j->n; k++) {
             const struct rec *c = &j->recs[first + k];
-            reqs[k] = (struct io_req){c->fd, buf + (size_t)k * j->max_len, c->len, c->off, 0};
+            reqs[k] = (struct io_req){c->fd, (uint8_t *)buf + (size_t)k * j->max_len, c->len,
+                                      c->off, 0};
+            reqs[k].direct = (uint8_t)j->direct;
         }
         io_read_batch(r, reqs, k);
         for (unsigned i = 0; i < k; i++) {
-            if (reqs[i].res < 0)
+            const struct rec *c = &j->recs[first + i];
+            if (reqs[i].res < (ssize_t)(c->lead + c->rec))
                 __atomic_fetch_add(&j->errors, 1, __ATOMIC_RELAXED);
             else
-                __atomic_fetch_add(&j->bytes, (uint64_t)reqs[i].res, __ATOMIC_RELAXED);
+                __atomic_fetch_add(&j->bytes, c->rec, __ATOMIC_RELAXED);
         }
     }
     io_ring_destroy(r);
@@ -141,6 +159,7 @@ int main(int argc, char **argv)
         {"depth", required_argument, NULL, 'd'}, {"threads", required_argument, NULL, 't'},
         {"batch", required_argument, NULL, 'b'}, {"pread", no_argument, NULL, 'p'},
         {"drop", no_argument, NULL, 'D'},        {"seed", required_argument, NULL, 's'},
+        {"direct", no_argument, NULL, 'O'},
         {NULL, 0, NULL, 0},
     };
     struct job j = {.batch = 64, .depth = IO_DEFAULT_DEPTH};
@@ -153,16 +172,17 @@ int main(int argc, char **argv)
         case 'b': j.batch = parse_num("--batch", optarg, 1, 65536); break;
         case 'p': j.force_pread = 1; break;
         case 'D': drop = 1; break;
+        case 'O': j.direct = 1; break;
         case 's': seed = parse_num("--seed", optarg, 0, ~0u); break;
         default:
             fprintf(stderr, "usage: ioread [--depth N] [--threads N] [--batch N] [--pread] "
-                            "[--drop] [--seed S] SEGMENT...\n");
+                            "[--drop] [--direct] [--seed S] SEGMENT...\n");
             return 2;
         }
     }
     size_t cap = 0;
     for (int i = optind; i < argc; i++)
-        if (scan(argv[i], drop, &j.recs, &j.n, &cap, &j.max_len) < 0)
+        if (scan(argv[i], drop, j.direct, &j.recs, &j.n, &cap, &j.max_len) < 0)
             return 1;
     if (j.n == 0) {
         fprintf(stderr, "ioread: no records in the given files\n");
@@ -193,10 +213,10 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     printf("{\"records\":%zu,\"bytes\":%llu,\"errors\":%llu,\"seconds\":%.6f,\"mb_per_s\":%.1f,"
-           "\"backend\":\"%s\",\"depth\":%u,\"threads\":%u,\"batch\":%u}\n",
+           "\"backend\":\"%s\",\"direct\":%d,\"depth\":%u,\"threads\":%u,\"batch\":%u}\n",
            j.n, (unsigned long long)j.bytes, (unsigned long long)j.errors, secs,
-           secs > 0 ? (double)j.bytes / 1e6 / secs : 0.0, j.backend, j.depth, threads,
-           j.batch);
+           secs > 0 ? (double)j.bytes / 1e6 / secs : 0.0, j.backend, j.direct, j.depth,
+           threads, j.batch);
     free(tids);
     free(j.recs);
     return j.errors ? 1 : 0;
