@@ -31,6 +31,20 @@ static void readahead_on_event(evutil_socket_t fd, short what, void *arg)
     io_poll(ra->io);
 }
 
+void readahead_stop(struct readahead *ra)
+{
+    if (!ra || !ra->io)
+        return;
+    io_ring_destroy(ra->io); /* the last ready callbacks run here */
+    ra->io = NULL;
+    if (ra->ev)
+        event_free(ra->ev);
+    ra->ev = NULL;
+    if (ra->efd >= 0)
+        close(ra->efd);
+    ra->efd = -1;
+}
+
 int readahead_create(struct readahead **out, struct event_base *base, unsigned depth,
                      uint64_t budget, int force_pread)
 {
@@ -64,30 +78,9 @@ int readahead_create(struct readahead **out, struct event_base *base, unsigned d
     log_info("io: batches read ahead on the event loop: %u reads in flight, up to %llu MiB",
              io_ring_depth(ra->io), (unsigned long long)(budget >> 20));
     return 0;
-off:
-    if (ra->ev)
-        event_free(ra->ev);
-    ra->ev = NULL;
-    if (ra->efd >= 0)
-        close(ra->efd);
-    ra->efd = -1;
-    io_ring_destroy(ra->io);
-    ra->io = NULL;
+off: /* nothing read through it yet */
+    readahead_stop(ra);
     return 0;
-}
-
-void readahead_stop(struct readahead *ra)
-{
-    if (!ra || !ra->io)
-        return;
-    io_ring_destroy(ra->io); /* the last ready callbacks run here */
-    ra->io = NULL;
-    if (ra->ev)
-        event_free(ra->ev);
-    ra->ev = NULL;
-    if (ra->efd >= 0)
-        close(ra->efd);
-    ra->efd = -1;
 }
 
 void readahead_destroy(struct readahead *ra)

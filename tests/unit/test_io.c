@@ -531,6 +531,19 @@ static void check_file(const struct io_req *q, unsigned f, size_t len, int dirfd
             ck_abort_msg("%s: byte %zu differs", file_names[f], i);
 }
 
+/* A done request of a test over the files: file f's bytes and metadata
+ * (room: what it had room for), or a plain read's bytes of test_fd. */
+static void check_req(const struct io_req *q, unsigned f, size_t room, int dirfd, uint8_t *exp)
+{
+    if (q->path) {
+        check_file(q, f, room, dirfd);
+    } else {
+        ssize_t e = expect(q, exp);
+        ck_assert_int_eq(q->res, e);
+        ck_assert_int_eq(memcmp(q->buf, exp, (size_t)e), 0);
+    }
+}
+
 /* n requests cycling over the files (with room for the whole file, half of
  * it or more than it), every 5th one a plain read of test_fd, queued at
  * once on a ring of depth 8 and waited for in order; then the outcomes. */
@@ -574,13 +587,7 @@ static void files_match(enum file_mode mode)
         ssize_t res = io_wait(r, &q[i]);
         ck_assert(io_done(&q[i]));
         ck_assert_int_eq(res, q[i].res);
-        if (q[i].path) {
-            check_file(&q[i], i % NFILES, room[i], dirfd);
-        } else {
-            ssize_t e = expect(&q[i], exp);
-            ck_assert_int_eq(q[i].res, e);
-            ck_assert_int_eq(memcmp(q[i].buf, exp, (size_t)e), 0);
-        }
+        check_req(&q[i], i % NFILES, room[i], dirfd, exp);
         free(q[i].buf);
     }
     io_ring_stats(r, &s);
@@ -699,13 +706,7 @@ START_TEST(test_no_sync)
             io_submit(plain, &q[i]);
             io_wait(plain, &q[i]);
         }
-        if (q[i].path) {
-            check_file(&q[i], i % NFILES, room[i], dirfd);
-        } else {
-            ssize_t e = expect(&q[i], exp);
-            ck_assert_int_eq(q[i].res, e);
-            ck_assert_int_eq(memcmp(q[i].buf, exp, (size_t)e), 0);
-        }
+        check_req(&q[i], i % NFILES, room[i], dirfd, exp);
         free(q[i].buf);
     }
     struct io_stats s;
