@@ -53,7 +53,8 @@ struct harness_case {
  * (a daemon of its own, so its stats start from zero) and timeout_s. */
 void harness_add_cases(Suite *s, const struct harness_case *cases, size_t n, SFun setup,
                        SFun teardown, double timeout_s);
-/* 1 (after printing a skip line) when PRESTO_PHOTOS names no directory. */
+/* 1 (after printing a skip line) when PRESTO_PHOTOS names no directory with a
+ * *.jpg in it (what tests/tools/mkdataset.py makes datasets from). */
 int harness_photos_missing(void);
 /* Stops a running daemon and removes the directory with all it holds. */
 void harness_cleanup(struct harness *h);
