@@ -475,6 +475,25 @@ int harness_stop(struct harness *h)
     return rc;
 }
 
+int harness_stop_checked(struct harness *h)
+{
+    int rc = harness_stop(h);
+    if (rc != 0) {
+        fprintf(stderr, "FAIL: prestod exited with status %d after SIGTERM (want 0)\n", rc);
+        h->stop_failures++;
+    }
+    return rc;
+}
+
+int harness_finish(struct harness *h, int failed)
+{
+    int bad = failed || h->stop_failures;
+    if (bad)
+        harness_print_all_logs(h);
+    harness_cleanup(h);
+    return bad ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
 int harness_log_contains(const struct harness *h, const char *needle)
 {
     FILE *f = fopen(h->log, "r");

@@ -34,6 +34,7 @@ struct harness {
     char conf[HARNESS_PATH_MAX]; /* harness_start_config's file */
     pid_t pid;                   /* the running daemon, or 0 */
     unsigned starts;             /* daemons started so far (names logs) */
+    unsigned stop_failures;      /* harness_stop_checked: daemons that did not exit 0 */
 };
 
 /* $name, or def when unset or empty. */
@@ -58,6 +59,10 @@ void harness_add_cases(Suite *s, const struct harness_case *cases, size_t n, SFu
 int harness_photos_missing(void);
 /* Stops a running daemon and removes the directory with all it holds. */
 void harness_cleanup(struct harness *h);
+/* The end of a suite's main(): every daemon log printed when a test failed
+ * (failed: harness_run_suite's count) or a daemon did not stop cleanly,
+ * then harness_cleanup. Returns main's exit status. */
+int harness_finish(struct harness *h, int failed);
 
 /* h->dir + "/" + name into buf. */
 int harness_path(const struct harness *h, const char *name, char *buf, size_t len);
@@ -88,6 +93,10 @@ int harness_start_config(struct harness *h, const char *yaml, const char *const 
  * (0 for a clean shutdown), 128 + signal, or -ETIMEDOUT when it had to be
  * killed. Prints the log unless the status is 0. */
 int harness_stop(struct harness *h);
+/* harness_stop from a fixture: a daemon that does not exit 0 is a failure
+ * of the suite (a FAIL line, counted in h->stop_failures, which
+ * harness_finish reads). Returns harness_stop's status. */
+int harness_stop_checked(struct harness *h);
 /* 1 while the daemon runs (only in the process that started it). */
 int harness_alive(const struct harness *h);
 /* Copies the daemon's log to stderr. */

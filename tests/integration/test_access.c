@@ -32,7 +32,6 @@
 
 static struct harness H;
 static char data_root[HARNESS_PATH_MAX], outside_root[HARNESS_PATH_MAX];
-static int stop_failures;
 
 /* ---- children that are someone else ---- */
 
@@ -158,11 +157,7 @@ static void admin_setup(void)
 
 static void daemon_teardown(void)
 {
-    int rc = harness_stop(&H);
-    if (rc != 0) {
-        fprintf(stderr, "FAIL: prestod exited with status %d after SIGTERM\n", rc);
-        stop_failures++;
-    }
+    harness_stop_checked(&H);
 }
 
 START_TEST(test_nobody_is_denied)
@@ -390,9 +385,5 @@ int main(void)
         harness_cleanup(&H);
         return EXIT_FAILURE;
     }
-    int failed = harness_run_suite(access_suite());
-    if (failed || stop_failures)
-        harness_print_all_logs(&H);
-    harness_cleanup(&H);
-    return failed || stop_failures ? EXIT_FAILURE : EXIT_SUCCESS;
+    return harness_finish(&H, harness_run_suite(access_suite()));
 }

@@ -85,7 +85,6 @@ static const char plant_py[] =
 static struct harness H;
 static char data_root[HARNESS_PATH_MAX];
 static char config_path[HARNESS_PATH_MAX];
-static int stop_failures; /* daemons that did not exit 0 on SIGTERM */
 
 static void planted_path(unsigned i, char *buf, size_t len)
 {
@@ -175,17 +174,6 @@ static void start_daemon(const char *workers)
     ck_assert_int_eq(unlink(vanished), 0);
 }
 
-static int stop_daemon(void)
-{
-    int rc = harness_stop(&H);
-    if (rc != 0) {
-        fprintf(stderr, "FAIL: prestod exited with status %d after SIGTERM "
-                        "(want 0 within 10 s)\n", rc);
-        stop_failures++;
-    }
-    return rc;
-}
-
 static void daemon_setup(void)
 {
     start_daemon("2");
@@ -193,7 +181,7 @@ static void daemon_setup(void)
 
 static void daemon_teardown(void)
 {
-    stop_daemon();
+    harness_stop_checked(&H);
 }
 
 /* ---- pulling epochs ---- */
@@ -526,7 +514,7 @@ static void pull_with_workers(const char *workers, struct epoch *e, size_t n)
         pull_epoch(&o, &e[i]);
         ck_assert_uint_eq(e[i].samples, NGOOD);
     }
-    ck_assert_int_eq(stop_daemon(), 0);
+    ck_assert_int_eq(harness_stop_checked(&H), 0);
 }
 
 START_TEST(test_same_bytes_any_workers)
@@ -594,9 +582,5 @@ int main(void)
         return EXIT_FAILURE;
     }
 
-    int failed = harness_run_suite(badsamples_suite());
-    if (failed || stop_failures)
-        harness_print_all_logs(&H);
-    harness_cleanup(&H);
-    return failed || stop_failures ? EXIT_FAILURE : EXIT_SUCCESS;
+    return harness_finish(&H, harness_run_suite(badsamples_suite()));
 }

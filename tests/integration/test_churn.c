@@ -46,7 +46,6 @@
 
 static struct harness H;
 static char data_root[HARNESS_PATH_MAX];
-static int stop_failures;
 /* A connection kept open through the test for the stats: one made and
  * closed for each look could still be open in the daemon when its
  * descriptors are counted. */
@@ -69,11 +68,7 @@ static void daemon_setup(void)
 
 static void daemon_teardown(void)
 {
-    int rc = harness_stop(&H);
-    if (rc != 0) {
-        fprintf(stderr, "FAIL: prestod exited with status %d after SIGTERM\n", rc);
-        stop_failures++;
-    }
+    harness_stop_checked(&H);
 }
 
 static int raw(void)
@@ -331,9 +326,5 @@ int main(void)
         harness_cleanup(&H);
         return EXIT_FAILURE;
     }
-    int failed = harness_run_suite(churn_suite());
-    if (failed || stop_failures)
-        harness_print_all_logs(&H);
-    harness_cleanup(&H);
-    return failed || stop_failures ? EXIT_FAILURE : EXIT_SUCCESS;
+    return harness_finish(&H, harness_run_suite(churn_suite()));
 }

@@ -30,7 +30,6 @@
 
 static struct harness H;
 static char data_root[HARNESS_PATH_MAX];
-static int stop_failures; /* daemons that did not exit 0 on SIGTERM */
 
 /* ---- fixture ---- */
 
@@ -44,12 +43,7 @@ static void daemon_setup(void)
 
 static void daemon_teardown(void)
 {
-    int rc = harness_stop(&H);
-    if (rc != 0) {
-        fprintf(stderr, "FAIL: prestod exited with status %d after SIGTERM "
-                        "(want 0 within 10 s)\n", rc);
-        stop_failures++;
-    }
+    harness_stop_checked(&H);
 }
 
 /* ---- pulling epochs ---- */
@@ -557,9 +551,5 @@ int main(void)
         return EXIT_FAILURE;
     }
 
-    int failed = harness_run_suite(e2e_suite());
-    if (failed || stop_failures)
-        harness_print_all_logs(&H);
-    harness_cleanup(&H);
-    return failed || stop_failures ? EXIT_FAILURE : EXIT_SUCCESS;
+    return harness_finish(&H, harness_run_suite(e2e_suite()));
 }

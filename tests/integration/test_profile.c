@@ -487,9 +487,5 @@ int main(void)
         harness_cleanup(&H);
         return EXIT_FAILURE;
     }
-    int failed = harness_run_suite(profile_suite());
-    if (failed)
-        harness_print_all_logs(&H);
-    harness_cleanup(&H);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return harness_finish(&H, harness_run_suite(profile_suite()));
 }

@@ -23,7 +23,6 @@
 
 static struct harness H;
 static char root_a[HARNESS_PATH_MAX], root_b[HARNESS_PATH_MAX];
-static int stop_failures;
 
 /* A config of the given datasets (a, b: the two data sets; "" leaves one
  * out) with extra top-level text. */
@@ -60,11 +59,7 @@ static void daemon_setup(void)
 
 static void daemon_teardown(void)
 {
-    int rc = harness_stop(&H);
-    if (rc != 0) {
-        fprintf(stderr, "FAIL: prestod exited with status %d after SIGTERM\n", rc);
-        stop_failures++;
-    }
+    harness_stop_checked(&H);
 }
 
 static presto_stream_opts_t opts(const char *dataset)
@@ -373,9 +368,5 @@ int main(void)
         harness_cleanup(&H);
         return EXIT_FAILURE;
     }
-    int failed = harness_run_suite(reload_suite());
-    if (failed || stop_failures)
-        harness_print_all_logs(&H);
-    harness_cleanup(&H);
-    return failed || stop_failures ? EXIT_FAILURE : EXIT_SUCCESS;
+    return harness_finish(&H, harness_run_suite(reload_suite()));
 }

@@ -417,9 +417,6 @@ int main(void)
         return HARNESS_SKIP;
     }
     int failed = harness_run_suite(slowfs_suite());
-    if (failed)
-        harness_print_all_logs(&H);
     slowfs_unmount();
-    harness_cleanup(&H);
-    return failed ? 1 : 0;
+    return harness_finish(&H, failed);
 }

@@ -9,7 +9,6 @@
  * makes it a failure.
  */
 #include <check.h>
-#include <sys/stat.h>
 
 #include "harness.h"
 #include "presto.h"
@@ -237,13 +236,9 @@ static Suite *watchdog_suite(void)
 
 int main(void)
 {
-    const char *photos = getenv("PRESTO_PHOTOS");
     char root[HARNESS_PATH_MAX], usec[64];
-    struct stat st;
-    if (photos && *photos && (stat(photos, &st) != 0 || !S_ISDIR(st.st_mode))) {
-        printf("skip: no photos at PRESTO_PHOTOS=%s\n", photos);
+    if (harness_photos_missing())
         return HARNESS_SKIP;
-    }
     if (harness_init(&H) < 0)
         return EXIT_FAILURE;
     if (harness_make_dataset(&H, DATASET, NSAMPLES, NCLASSES, 5, 64, 200, root,
