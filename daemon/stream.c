@@ -355,6 +355,22 @@ static int job_alloc_pre(struct stream *s, struct batch_job *j)
     return 1;
 }
 
+/* After a batch of n samples (bytes on the wire) was queued with status rc:
+ * counted, or on failure the stream fails. Returns 0, or -1 when it failed. */
+static int stream_sent(struct stream *s, int rc, uint32_t n, uint64_t bytes)
+{
+    if (rc < 0) {
+        stream_fail(s, PROTO_E_NOMEM, "cannot queue a batch");
+        return -1;
+    }
+    s->batches_sent++;
+    s->samples_sent += n;
+    stats_add(s->env->stats, STAT_batches_served, 1);
+    stats_add(s->env->stats, STAT_samples_served, n);
+    stats_add(s->env->stats, STAT_bytes_served, bytes);
+    return 0;
+}
+
 /* Sends the batch being cut as the next BATCH frame, without copying its
  * samples: the frame's prefix goes in front of the first sample when that
  * is the first of its job's buffer (there is room for it there), else in the
@@ -397,16 +413,7 @@ static int stream_emit(struct stream *s)
     if (rc == 0)
         rc = stream_queue(s, c, nc);
     stream_drop_parts(s); /* the queued chunks hold their own references */
-    if (rc < 0) {
-        stream_fail(s, PROTO_E_NOMEM, "cannot queue a batch");
-        return -1;
-    }
-    s->batches_sent++;
-    s->samples_sent += n;
-    stats_add(s->env->stats, STAT_batches_served, 1);
-    stats_add(s->env->stats, STAT_samples_served, n);
-    stats_add(s->env->stats, STAT_bytes_served, pre_len + data_len);
-    return 0;
+    return stream_sent(s, rc, n, pre_len + data_len);
 }
 
 /* Appends samples [from, from + m) of src behind the second segment, in its
@@ -480,16 +487,7 @@ static int stream_emit_shm(struct stream *s)
     s->nheld++;
     s->nparts = 0;
     s->part_n = 0;
-    if (rc < 0) {
-        stream_fail(s, PROTO_E_NOMEM, "cannot queue a batch");
-        return -1;
-    }
-    s->batches_sent++;
-    s->samples_sent += n;
-    stats_add(s->env->stats, STAT_batches_served, 1);
-    stats_add(s->env->stats, STAT_samples_served, n);
-    stats_add(s->env->stats, STAT_bytes_served, (uint64_t)n * ds->sample_bytes);
-    return 0;
+    return stream_sent(s, rc, n, (uint64_t)n * ds->sample_bytes);
 }
 
 /*
