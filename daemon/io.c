@@ -771,35 +771,32 @@ static void io_fill(struct io_ring *r)
 /* The end of a chain: its four CQEs are in. */
 static void chain_finish(struct io_ring *r, struct io_req *q)
 {
+    size_t want = 0;
     slot_put(r, q);
     if (q->phase && q->failed == IO_STEP_NONE && !q->retry) {
         /* Cancelled with no reason given: the file again, on this thread. */
         q->retry = 1;
     }
-    if (r->no_sync && q->res >= 0 && !q->retry) {
+    if (!q->retry && q->res >= 0) {
         const struct statx *sx = &r->stx[q->slot];
-        size_t want = sx->stx_size < q->len ? (size_t)sx->stx_size : q->len;
-        if ((size_t)q->res < want)
-            q->retry = 1; /* the rest would be read here */
+        q->size = sx->stx_size;
+        q->mtime_ns = (int64_t)sx->stx_mtime.tv_sec * 1000000000ll + sx->stx_mtime.tv_nsec;
+        want = q->size < q->len ? (size_t)q->size : q->len;
     }
-    if (q->retry && r->no_sync) {
+    /* Read short of what stat promised: the rest is read on this thread. */
+    int rest = !q->retry && q->res >= 0 && (size_t)q->res < want;
+    if (r->no_sync && (q->retry || rest)) {
         q->retry = 0;
         io_defer(r, q);
         return;
     }
-    if (q->retry) {
+    if (q->retry || (rest && q->len <= IO_MAX_SQE_LEN)) {
         /* A read the chain could not finish (interrupted, or short before
          * the end of the file): the whole file again, on this thread. */
         q->retry = 0;
         io_file_sync(r, q);
-    } else if (q->res >= 0) {
-        const struct statx *sx = &r->stx[q->slot];
-        q->size = sx->stx_size;
-        q->mtime_ns = (int64_t)sx->stx_mtime.tv_sec * 1000000000ll + sx->stx_mtime.tv_nsec;
-        size_t want = q->size < q->len ? (size_t)q->size : q->len;
-        if ((size_t)q->res < want && q->len <= IO_MAX_SQE_LEN) {
-            io_file_sync(r, q); /* short of what stat promised: read it again */
-        } else if ((size_t)q->res < want) { /* a file over one SQE: the rest */
+    } else {
+        if (rest) { /* a file over one SQE: the rest */
             int fd = io_open_path(q);
             if (fd < 0) {
                 q->res = fd;
@@ -808,11 +805,7 @@ static void chain_finish(struct io_ring *r, struct io_req *q)
                 io_pread_rest(r, q, fd, want);
                 close(fd);
             }
-            io_stat_add(r, files_chained, 1);
-        } else {
-            io_stat_add(r, files_chained, 1);
         }
-    } else {
         io_stat_add(r, files_chained, 1);
     }
     io_complete(r, q);
