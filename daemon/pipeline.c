@@ -1,13 +1,10 @@
 /* Batched pipeline through the cache tiers: see pipeline.h. */
-#define _GNU_SOURCE /* O_PATH */
 #include "pipeline.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "log.h"
 
@@ -284,12 +281,19 @@ static size_t direct_align(size_t n)
     return (n + STORE_DIRECT_ALIGN - 1) & ~(size_t)(STORE_DIRECT_ALIGN - 1);
 }
 
-/* An arena of at least bytes, aligned for O_DIRECT reads; NULL on failure. */
-static uint8_t *arena_alloc(size_t bytes)
+/* Gives chunk C an arena of at least bytes, aligned for O_DIRECT reads.
+ * 0, or -ENOMEM (C then has none). */
+static int chunk_arena(struct chunk *C, size_t bytes)
 {
     void *p = NULL;
-    return posix_memalign(&p, STORE_DIRECT_ALIGN, direct_align(bytes ? bytes : 1)) == 0
-               ? p : NULL;
+    if (bytes <= C->arena_cap)
+        return 0;
+    free(C->arena);
+    if (posix_memalign(&p, STORE_DIRECT_ALIGN, direct_align(bytes)) != 0)
+        p = NULL;
+    C->arena = p;
+    C->arena_cap = p ? bytes : 0;
+    return p ? 0 : -ENOMEM;
 }
 
 /*
@@ -392,18 +396,13 @@ static void item_unpin(const struct pipeline_env *env, struct item *it)
  * completes, so the reads run ahead of decoding along the epoch's order. A
  * source file is one request (opened below the dataset's root, statted,
  * read and closed by the kernel). A read that could not be made has res < 0
- * and is done. Each request calls on_done (may be NULL) with arg.
+ * and is done (with no on_done call). Each request queued calls on_done
+ * (may be NULL) with arg as it completes.
  */
 static void chunk_prepare(const struct dataset *ds, struct chunk *C, struct io_ring *io,
                           size_t bytes, void (*on_done)(struct io_req *), void *arg)
 {
-    int have_arena = 1;
-    if (bytes > C->arena_cap) {
-        free(C->arena);
-        C->arena = arena_alloc(bytes);
-        C->arena_cap = C->arena ? bytes : 0;
-        have_arena = C->arena != NULL;
-    }
+    int have_arena = chunk_arena(C, bytes) == 0;
     C->nreq = 0;
     for (uint32_t i = 0; i < C->m; i++) {
         struct item *it = &C->items[i];
@@ -435,9 +434,7 @@ static void chunk_prepare(const struct dataset *ds, struct chunk *C, struct io_r
         if (!have_arena) {
             q->res = -ENOMEM;
             q->failed = IO_STEP_OPEN;
-            q->state = IO_S_DONE;
-            if (on_done)
-                on_done(q);
+            q->state = IO_S_DONE; /* no on_done: the loop's chunks have their arena */
             continue;
         }
         io_submit(io, q);
@@ -661,15 +658,10 @@ int pipeline_ahead_start(const struct pipeline_env *env, struct dataset *ds,
         pipeline_ahead_drop(env, a);
         return reads == 0 ? 0 : -ENOBUFS;
     }
-    if (bytes > a->ck.arena_cap) {
-        free(a->ck.arena);
-        a->ck.arena_cap = 0;
-        if (!(a->ck.arena = arena_alloc(bytes))) {
-            pthread_rwlock_unlock(&ds->strategy_lock);
-            pipeline_ahead_drop(env, a);
-            return -ENOMEM;
-        }
-        a->ck.arena_cap = bytes;
+    if (chunk_arena(&a->ck, bytes) < 0) { /* so that every read is made */
+        pthread_rwlock_unlock(&ds->strategy_lock);
+        pipeline_ahead_drop(env, a);
+        return -ENOMEM;
     }
     __atomic_fetch_add(&budget->used, bytes, __ATOMIC_RELAXED);
     a->budget = budget;
