@@ -174,11 +174,16 @@ static void reply_json(struct conn *c, uint16_t type, uint32_t req_id, char *jso
 
 static char *server_datasets_json(struct server *s);
 
-static struct dataset *find_dataset(struct server *s, const char *name)
+/* The dataset a request names, or NULL after answering PROTO_E_NODATASET. */
+static struct dataset *conn_dataset(struct conn *c, uint32_t req_id, const char *name)
 {
+    const struct server *s = c->srv;
+    char err[320]; /* names are under 256 bytes */
     for (uint32_t i = 0; i < s->d.ndatasets; i++)
         if (strcmp(s->d.datasets[i]->cfg->name, name) == 0)
             return s->d.datasets[i];
+    snprintf(err, sizeof(err), "no dataset named '%s'", name);
+    frame_send_error(c->bev, req_id, PROTO_E_NODATASET, err);
     return NULL;
 }
 
@@ -231,11 +236,8 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         conn_fail(c, req_id, PROTO_E_PROTO, "malformed OPEN");
         return;
     }
-    if (!(ds = find_dataset(s, req.dataset))) {
-        snprintf(err, sizeof(err), "no dataset named '%s'", req.dataset);
-        frame_send_error(c->bev, req_id, PROTO_E_NODATASET, err);
+    if (!(ds = conn_dataset(c, req_id, req.dataset)))
         return;
-    }
     if (req.batch_size == 0) {
         frame_send_error(c->bev, req_id, PROTO_E_INVAL, "batch_size 0");
         return;
@@ -342,11 +344,8 @@ static void handle_warm(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         conn_fail(c, req_id, PROTO_E_PROTO, "malformed WARM");
         return;
     }
-    if (!(ds = find_dataset(s, req.dataset))) {
-        snprintf(err, sizeof(err), "no dataset named '%s'", req.dataset);
-        frame_send_error(c->bev, req_id, PROTO_E_NODATASET, err);
+    if (!(ds = conn_dataset(c, req_id, req.dataset)))
         return;
-    }
     if (c->warm) {
         frame_send_error(c->bev, req_id, PROTO_E_LIMIT,
                          "this connection runs a WARM already");
@@ -381,11 +380,8 @@ static void handle_profile(struct conn *c, uint32_t req_id, struct proto_rbuf *r
     }
     if (!conn_require_admin(c, req_id, "PROFILE"))
         return;
-    if (!(ds = find_dataset(s, req.dataset))) {
-        snprintf(err, sizeof(err), "no dataset named '%s'", req.dataset);
-        frame_send_error(c->bev, req_id, PROTO_E_NODATASET, err);
+    if (!(ds = conn_dataset(c, req_id, req.dataset)))
         return;
-    }
     int rc = profiler_request(s->profiler, ds, &req, req_id, c->bev, c, err, sizeof(err));
     if (rc < 0)
         frame_send_error(c->bev, req_id, rc, err);
