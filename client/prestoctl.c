@@ -109,6 +109,16 @@ static void die_bad_option(int c, char *const argv[])
     die_usage("bad option '%s'", arg);
 }
 
+/* The one DATASET operand of a command, after its options. */
+static const char *dataset_operand(const char *cmd, int argc, char *const argv[])
+{
+    if (optind >= argc)
+        die_usage("%s needs a DATASET", cmd);
+    if (optind + 1 < argc)
+        die_usage("%s takes one DATASET, got also '%s'", cmd, argv[optind + 1]);
+    return argv[optind];
+}
+
 static uint64_t parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max)
 {
     char *end;
@@ -330,13 +340,9 @@ static int cmd_epoch(const char *sock, int argc, char *argv[])
         default: die_bad_option(c, argv);
         }
     }
-    if (optind >= argc)
-        die_usage("epoch needs a DATASET");
-    if (optind + 1 < argc)
-        die_usage("epoch takes one DATASET, got also '%s'", argv[optind + 1]);
+    o.dataset = dataset_operand("epoch", argc, argv);
     if (o.rank >= o.world)
         die_usage("--rank %" PRIu32 " must be below --world %" PRIu32, o.rank, o.world);
-    o.dataset = argv[optind];
 
     presto_t *p = connect_or_die(sock);
     for (uint64_t i = 0; i < nepochs; i++, o.epoch++)
@@ -424,11 +430,7 @@ static int cmd_warm(const char *sock, int argc, char *argv[])
         default: die_bad_option(c, argv);
         }
     }
-    if (optind >= argc)
-        die_usage("warm needs a DATASET");
-    if (optind + 1 < argc)
-        die_usage("warm takes one DATASET, got also '%s'", argv[optind + 1]);
-    v.dataset = argv[optind];
+    v.dataset = dataset_operand("warm", argc, argv);
     v.tty = isatty(STDOUT_FILENO);
 
     presto_t *p = connect_or_die(sock);
@@ -575,11 +577,7 @@ static int cmd_profile(const char *sock, int argc, char *argv[])
         default: die_bad_option(c, argv);
         }
     }
-    if (optind >= argc)
-        die_usage("profile needs a DATASET");
-    if (optind + 1 < argc)
-        die_usage("profile takes one DATASET, got also '%s'", argv[optind + 1]);
-    o.dataset = v.dataset = argv[optind];
+    o.dataset = v.dataset = dataset_operand("profile", argc, argv);
     v.tty = isatty(STDOUT_FILENO);
 
     presto_t *p = connect_or_die(sock);
