@@ -58,6 +58,7 @@ int readahead_create(struct readahead **out, struct event_base *base, unsigned d
     if (budget == 0 || force_pread)
         return 0;
     if (io_ring_create(&ra->io, depth, IO_NO_SYNC, why, sizeof(why)) < 0) {
+        *out = NULL; /* the caller's destroy must not find it */
         free(ra);
         return -ENOMEM;
     }
