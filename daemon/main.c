@@ -20,8 +20,8 @@
 #include "log.h"
 #include "notify.h"
 #include "pipeline.h"
-#include "readahead.h"
 #include "profile.h"
+#include "readahead.h"
 #include "reload.h"
 #include "server.h"
 #include "stats.h"
@@ -196,11 +196,13 @@ static int open_disk_tier(const struct config *cfg, struct dataset **datasets, u
         log_error("%s; no disk tier: caching in memory only", err);
         return 0;
     }
-    if (cfg->cache_direct_io && (rc = store_direct_io(*out)) < 0)
-        log_warn("cache.direct_io: %s refuses O_DIRECT (%s); the disk tier is read through "
-                 "the page cache", cfg->cache_dir, strerror(-rc));
-    else if (cfg->cache_direct_io)
-        log_info("cache.direct_io: disk tier records are read with O_DIRECT");
+    if (cfg->cache_direct_io) {
+        if ((rc = store_direct_io(*out)) < 0)
+            log_warn("cache.direct_io: %s refuses O_DIRECT (%s); the disk tier is read "
+                     "through the page cache", cfg->cache_dir, strerror(-rc));
+        else
+            log_info("cache.direct_io: disk tier records are read with O_DIRECT");
+    }
     double t0 = (double)stats_now_ns() / 1e9;
     rc = store_compact(*out, pipeline_key_live, &dss);
     if (rc < 0)
