@@ -225,6 +225,28 @@ static void dataset_shape(struct dataset *ds)
     ds->sample_bytes = (size_t)h * w * c * proto_dtype_size(ds->out_dtype);
 }
 
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    return step_mix64(h ^ v) + 0x9e3779b97f4a7c15ull;
+}
+
+uint64_t dataset_content_hash(const struct dataset *ds, uint64_t h)
+{
+    const struct config_dataset *dc = ds->cfg;
+    h = mix(h, ds->nsamples);
+    for (uint32_t i = 0; i < ds->nsamples; i++) {
+        const struct dataset_sample *s = &ds->samples[i];
+        h = mix(h, s->path_hash);
+        h = mix(h, s->size);
+        h = mix(h, (uint64_t)s->mtime_ns);
+        h = mix(h, s->label);
+    }
+    h = mix(h, dc->nsteps);
+    for (uint32_t i = 0; i < dc->nsteps; i++)
+        h = mix(h, step_fingerprint(&dc->steps[i], 0xcbf29ce484222325ull));
+    return h;
+}
+
 /* Orders sample ids by path hash (ties, two paths with one 64-bit hash,
  * by id). */
 static int cmp_path_hash(const void *a, const void *b, void *arg)
@@ -298,6 +320,9 @@ int dataset_open(struct dataset *ds, uint32_t id, const struct config_dataset *c
     }
     dataset_shape(ds);
     ds->name_hash = store_hash64(cfg->name, strlen(cfg->name));
+    ds->content_fp = dataset_content_hash(ds, DATASET_CONTENT_SEED);
+    if (ds->content_fp == 0)
+        ds->content_fp = 1;
     if (!(ds->by_path = malloc((size_t)ds->nsamples * sizeof(*ds->by_path)))) {
         snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
         dataset_close(ds);

@@ -66,6 +66,10 @@ struct dataset {
     uint32_t *by_path;    /* sample ids sorted by path_hash */
     uint64_t name_hash;   /* store_hash64 of the name: the disk tier's key */
     uint64_t fingerprint; /* of the offline steps and their parameters */
+    /* dataset_content_hash(ds, DATASET_CONTENT_SEED), never 0: what clients
+     * call the dataset's fingerprint (OPENED, DATASETS), which a saved
+     * position in an epoch must match to be resumed. */
+    uint64_t content_fp;
     /* Output of the whole pipeline; h == 0 when it varies per image. */
     uint32_t out_h, out_w, out_c, out_dtype;
     uint32_t out_layout; /* enum step_layout (PROTO_LAYOUT_*) of float output */
@@ -141,6 +145,12 @@ void dataset_set_strategy(struct dataset *ds, uint32_t split, int zstd_level);
  * Returns 0 or -ENOMEM. Free it with dataset_close(). */
 int dataset_subset(struct dataset *out, const struct dataset *ds, const uint32_t *ids,
                    uint32_t n, uint32_t split, int zstd_level);
+/* Continues the hash h over everything a served sample's bytes depend on
+ * besides the stream's arguments: the samples (count, paths, sizes, mtimes,
+ * labels) and every step with all its parameters (not the split or the
+ * encoding, which change where bytes are kept, not what they are). */
+uint64_t dataset_content_hash(const struct dataset *ds, uint64_t h);
+#define DATASET_CONTENT_SEED 0x636f6e74656e7431ull /* "content1" */
 /* Returns 1 the first time it is called for a sample, 0 after. */
 int dataset_first_error(struct dataset *ds, uint32_t sample);
 

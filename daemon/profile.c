@@ -203,19 +203,7 @@ static uint64_t mix(uint64_t h, uint64_t v)
 
 uint64_t profile_key(const struct dataset *ds, const struct config *cfg)
 {
-    const struct config_dataset *dc = ds->cfg;
-    uint64_t h = mix(0, 0x70726f66696c6531ull); /* "profile1" */
-    h = mix(h, ds->nsamples);
-    for (uint32_t i = 0; i < ds->nsamples; i++) {
-        const struct dataset_sample *s = &ds->samples[i];
-        h = mix(h, s->path_hash);
-        h = mix(h, s->size);
-        h = mix(h, (uint64_t)s->mtime_ns);
-        h = mix(h, s->label);
-    }
-    h = mix(h, dc->nsteps);
-    for (uint32_t i = 0; i < dc->nsteps; i++)
-        h = mix(h, step_fingerprint(&dc->steps[i], 0xcbf29ce484222325ull));
+    uint64_t h = dataset_content_hash(ds, mix(0, 0x70726f66696c6531ull)); /* "profile1" */
     h = mix(h, cfg->cache_memory);
     h = mix(h, cfg->cache_disk);
     return h;

@@ -1043,6 +1043,9 @@ static char *server_datasets_json(struct server *s)
         json_str(&j, "root", dc->root);
         json_u64(&j, "samples", ds->nsamples);
         json_u64(&j, "classes", ds->nclasses);
+        char fp[17];
+        snprintf(fp, sizeof(fp), "%016llx", (unsigned long long)ds->content_fp);
+        json_str(&j, "fingerprint", fp);
         json_array_begin(&j, "class_names");
         for (uint32_t k = 0; k < ds->nclasses; k++)
             json_str(&j, NULL, ds->classes[k]);
