@@ -317,7 +317,7 @@ static void handle_release(struct conn *c, uint32_t req_id, struct proto_rbuf *r
     }
     for (uint32_t i = 0; i < c->nstreams; i++) {
         if (stream_id(c->streams[i]) == m.stream_id) {
-            if (stream_release(c->streams[i], m.slot, err, sizeof(err)) < 0) {
+            if (stream_release(c->streams[i], m.slot, m.flags, err, sizeof(err)) < 0) {
                 stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
                 frame_send_error(c->bev, req_id, PROTO_E_INVAL, err);
             }
@@ -984,6 +984,7 @@ char *server_stats_json(struct server *s)
     json_u64(&j, "rings_kept", sum.c[STAT_shm_rings_kept]);
     json_u64(&j, "releases", sum.c[STAT_shm_releases]);
     json_u64(&j, "release_timeouts", sum.c[STAT_shm_release_timeouts]);
+    json_u64(&j, "copies", sum.c[STAT_shm_copies]);
     json_u64(&j, "release_timeout_s", s->d.cfg->release_timeout);
     json_object_end(&j);
     /* The memory tier: keys kept from the first release, then the rest. */

@@ -30,6 +30,7 @@
     X(shm_rings_kept, "streams on the ring their connection kept")   \
     X(shm_releases, "shared-memory slots released by clients")      \
     X(shm_release_timeouts, "clients dropped for releasing nothing") \
+    X(shm_copies, "batches clients copied out: they held every other slot") \
     X(protocol_errors, "malformed frames received")                \
     X(access_denied, "admin requests from peers that are not admins") \
     X(limit_streams_per_connection, "OPENs refused: the connection's streams") \

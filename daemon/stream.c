@@ -71,6 +71,7 @@ struct stream {
     uint32_t nparts, part_n;
     int64_t *labels;         /* a two-segment batch's labels, gathered */
     uint64_t batches_sent, samples_sent, skipped;
+    uint64_t first_batch;    /* where the stream started (OPEN's start_batch) */
     size_t data_off;         /* where sample data starts in a job buffer */
     int done;                /* END or ERROR sent */
     int notified;            /* the owner was told */
@@ -85,6 +86,7 @@ struct stream {
     int dropped;
     int shm_on;   /* the stream uses shm (which stream_take_ring may empty) */
     int ended;    /* END sent: the epoch completed */
+    int copies_logged; /* the client's first copied batch was logged */
 };
 
 uint32_t stream_id(const struct stream *s)
@@ -383,8 +385,8 @@ static int stream_emit(struct stream *s)
     size_t data_len = (size_t)n * ds->sample_bytes;
     size_t pre_len = proto_batch_prefix_size(n);
     const int64_t *labels = p0->job->labels + p0->off;
-    struct proto_batch_hdr hdr = {s->id, s->batches_sent, n, ds->out_h, ds->out_w,
-                                  ds->out_c, ds->out_dtype};
+    struct proto_batch_hdr hdr = {s->id, s->first_batch + s->batches_sent, n, ds->out_h,
+                                  ds->out_w, ds->out_c, ds->out_dtype};
     struct chunk c[3];
     unsigned nc = 0;
     int rc = 0;
@@ -471,8 +473,8 @@ static int stream_emit_shm(struct stream *s)
     const struct dataset *ds = s->ds;
     struct batch_job *t = s->part[0].job;
     uint32_t n = s->part_n;
-    struct proto_batch_shm m = {s->id, s->batches_sent, n, ds->out_h, ds->out_w, ds->out_c,
-                                ds->out_dtype, t->slot,
+    struct proto_batch_shm m = {s->id, s->first_batch + s->batches_sent, n, ds->out_h,
+                                ds->out_w, ds->out_c, ds->out_dtype, t->slot,
                                 (uint64_t)t->slot * s->shm.slot_bytes};
     struct proto_wbuf w;
     proto_wbuf_init(&w);
@@ -629,7 +631,7 @@ static void stream_on_release_timeout(evutil_socket_t fd, short what, void *arg)
     stream_fail(s, PROTO_E_LIMIT, msg);
 }
 
-int stream_release(struct stream *s, uint32_t slot, char *err, size_t errlen)
+int stream_release(struct stream *s, uint32_t slot, uint32_t flags, char *err, size_t errlen)
 {
     if (!stream_shm(s) || slot >= s->shm.slots || !s->held[slot]) {
         snprintf(err, errlen, "stream %u: RELEASE of slot %u, which the client does not hold",
@@ -640,6 +642,14 @@ int stream_release(struct stream *s, uint32_t slot, char *err, size_t errlen)
     s->held[slot] = NULL;
     s->nheld--;
     stats_add(s->env->stats, STAT_shm_releases, 1);
+    if (flags & PROTO_RELEASE_COPIED) {
+        stats_add(s->env->stats, STAT_shm_copies, 1);
+        if (!s->copies_logged) {
+            s->copies_logged = 1;
+            log_info("stream %u: the client keeps every slot of its ring but one and copies "
+                     "batches out of that one (counted in shm.copies)", s->id);
+        }
+    }
     evtimer_del(s->release_ev);
     job_unref(j);
     if (!s->done)
@@ -691,12 +701,14 @@ static int stream_put_opened(struct stream *s, const struct proto_opened *op, in
 
 /* Sends OPENED: with the ring's descriptor when shared memory was asked for
  * and can be had, else saying the stream uses the socket. */
-static int stream_send_opened(struct stream *s, int want_shm, struct ring *spare)
+static int stream_send_opened(struct stream *s, uint32_t flags, struct ring *spare)
 {
     const struct dataset *ds = s->ds;
     struct proto_opened op = {s->id, s->plan.count, s->plan.batches, ds->out_h, ds->out_w,
                               ds->out_c, ds->out_dtype, ds->out_layout,
-                              PROTO_TRANSPORT_SOCKET, 0, 0};
+                              PROTO_TRANSPORT_SOCKET, 0, 0, !!(flags & PROTO_OPEN_INFO),
+                              ds->nsamples, ds->content_fp};
+    int want_shm = !!(flags & PROTO_OPEN_SHM);
     int rc = 1;
 
     if (want_shm) {
@@ -787,6 +799,12 @@ int stream_open(struct stream **out, const struct stream_env *env, struct datase
     s->release_timeout = env->release_timeout;
     s->data_off = (proto_batch_prefix_size(req->batch_size) + 63) & ~(size_t)63;
     s->cap = prefetch + 2;
+    /* Resuming: the plan is the whole epoch's; batches before the start are
+     * neither computed nor sent. */
+    if (req->flags & PROTO_OPEN_START)
+        s->first_batch = req->start_batch < s->plan.batches ? req->start_batch
+                                                              : s->plan.batches;
+    s->next_submit = s->next_send = s->first_batch;
     s->inflight = calloc(s->cap, sizeof(*s->inflight));
     s->labels = malloc(req->batch_size * sizeof(*s->labels));
     s->pump_ev = event_new(env->base, -1, 0, stream_on_pump, s);
@@ -807,14 +825,15 @@ int stream_open(struct stream **out, const struct stream_env *env, struct datase
     dataset_hold(ds);
     stats_add(env->stats, STAT_streams_total, 1);
     *out = s;
-    rc = stream_send_opened(s, !!(req->flags & PROTO_OPEN_SHM), spare);
+    rc = stream_send_opened(s, req->flags, spare);
     if (rc < 0) {
         stream_fail(s, PROTO_E_NOMEM, "cannot queue a reply");
         return 0;
     }
-    log_debug("stream %u: dataset '%s' epoch %llu rank %u/%u: %llu samples, %llu batches, %s",
-              id, ds->cfg->name, (unsigned long long)req->epoch, req->rank, req->world,
-              (unsigned long long)s->plan.count, (unsigned long long)s->plan.batches,
+    log_debug("stream %u: dataset '%s' epoch %llu rank %u/%u: %llu samples, %llu batches "
+              "from batch %llu, %s", id, ds->cfg->name, (unsigned long long)req->epoch,
+              req->rank, req->world, (unsigned long long)s->plan.count,
+              (unsigned long long)s->plan.batches, (unsigned long long)s->first_batch,
               stream_shm(s) ? "shared memory" : "socket");
     stream_pump(s);
     return 0;

@@ -1,6 +1,7 @@
 /*
  * Epoch streams: one trainer's epoch (dataset, batch size, seed, epoch,
- * rank/world, shuffle, drop_last), planned up front and produced by the
+ * rank/world, shuffle, drop_last), planned up front (from OPEN's
+ * start_batch on, when it resumes one: see proto.h) and produced by the
  * worker pool as batch jobs, at most `prefetch` batches ahead of what the
  * client's socket has taken. Batches are sent in order as BATCH frames
  * straight from the buffers the workers filled (no copy), then END.
@@ -77,12 +78,14 @@ int stream_take_ring(struct stream *s, struct ring *out);
 /* Frees a ring taken with stream_take_ring (nothing when r->fd < 0). */
 void stream_ring_free(const struct stream_env *env, struct ring *r);
 uint32_t stream_id(const struct stream *s);
-/* Shared memory: the client is done with a slot it was sent. A slot it
- * does not hold is refused (-PROTO_E_INVAL, message in err). A stream whose
+/* Shared memory: the client is done with a slot it was sent; flags are the
+ * RELEASE's (PROTO_RELEASE_COPIED: counted, and logged once per stream). A
+ * slot it does not hold is refused (-PROTO_E_INVAL, message in err). A stream whose
  * client holds slots and releases none for release_timeout seconds while
  * the ring is full fails with PROTO_E_LIMIT and says so in stream_dropped:
  * the owner then drops the connection. */
-int stream_release(struct stream *s, uint32_t slot, char *err, size_t errlen);
+int stream_release(struct stream *s, uint32_t slot, uint32_t flags, char *err,
+                   size_t errlen);
 int stream_dropped(const struct stream *s);
 /* Stops producing, detaches from the connection; frees when idle. */
 void stream_close(struct stream *s);
