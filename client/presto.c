@@ -180,7 +180,10 @@ static void conn_close(struct conn *c)
 
 static int conn_lost(struct conn *c, int err)
 {
-    if (err)
+    /* On a Unix socket both mean the daemon closed its end: EPIPE on a send,
+     * ECONNRESET on a receive when it closed with requests unread (a
+     * RELEASE sent meanwhile). */
+    if (err && err != EPIPE && err != ECONNRESET)
         return conn_fail(c, PRESTO_E_IO, "connection to prestod at %s failed: %s", c->path,
                          strerror(err));
     return conn_fail(c, PRESTO_E_IO, "prestod at %s closed the connection", c->path);

@@ -173,8 +173,11 @@ class ClientTest(unittest.TestCase):
             with self.assertRaises(presto.PrestoError):
                 first.images
             second = next(s)
-            next(s)  # requesting the next batch releases the current one
-            self.assertTrue(second.released)
+            labels = second.labels.copy()
+            next(s)  # the next batch leaves this one alone: it is released with its views
+            self.assertFalse(second.released)
+            np.testing.assert_array_equal(second.labels, labels)
+            second.release()
             with self.assertRaises(presto.InvalidArgumentError):
                 second.labels
 
@@ -209,12 +212,14 @@ class ClientTest(unittest.TestCase):
         s.close()
         del s, b
         gc.collect()
-        np.testing.assert_array_equal(images, ref)
-        # the view holds the stream (control + stream connection) ...
-        self.assertEqual(self.wait_connections(2), 2)
-        del images
-        # ... and the last view gone, the stream closes its connection
+        # the stream stopped at once: its connection (and ring) are gone ...
         self.assertEqual(self.wait_connections(1), 1)
+        self.assertEqual(self.client.stats()["streams"], 0)
+        # ... and the view still holds its batch's bytes
+        np.testing.assert_array_equal(images, ref)
+        del images
+        gc.collect()
+        self.assertEqual(self.client.stats()["shm"]["rings"], 0)
 
     def test_unknown_dataset(self):
         with self.assertRaises(presto.PrestoError) as cm:
@@ -501,12 +506,14 @@ class LoaderTest(unittest.TestCase):
             self.assertEqual(self.loader(world_size=2).world_size, 2)
 
     def test_errors(self):
-        loader = self.loader(batch_size=4)
-        loader.dataset = "nope"
+        loader = Loader("nope", socket=_daemon.sock, batch_size=4)
+        self.addCleanup(loader.close)
         with self.assertRaisesRegex(presto.NoDatasetError, "no dataset named 'nope'"):
             iter(loader)
         with self.assertRaises(presto.NoDatasetError):
             len(loader)
+        with self.assertRaises(presto.NoDatasetError):
+            loader.dataset
 
 
 if __name__ == "__main__":
