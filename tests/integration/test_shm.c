@@ -391,19 +391,28 @@ START_TEST(test_eight_concurrent_streams)
 }
 END_TEST
 
+/* Opens a stream on a ring of 2 slots (manual_release; interruptible as
+ * asked) and takes both slots' batches: the daemon has nothing to send. */
+static void hold_both_slots(presto_t **p, presto_stream_t **s, presto_batch_t b[2],
+                            int interruptible)
+{
+    presto_stream_opts_t o = opts(2, PRESTO_TRANSPORT_SHM);
+    o.prefetch = 2;
+    o.manual_release = 1;
+    o.interruptible = interruptible;
+    ck_assert_int_eq(harness_connect(&H, p), 0);
+    ck_assert_int_eq(presto_stream_open(*p, &o, s), 0);
+    ck_assert_int_eq(presto_next(*s, &b[0]), 1);
+    ck_assert_int_eq(presto_next(*s, &b[1]), 1);
+}
+
 START_TEST(test_holding_every_slot_gets_dropped)
 {
     presto_t *p;
     presto_stream_t *s;
     presto_batch_t b[2], c;
-    presto_stream_opts_t o = opts(2, PRESTO_TRANSPORT_SHM);
-    o.prefetch = 2;
-    o.manual_release = 1;
 
-    ck_assert_int_eq(harness_connect(&H, &p), 0);
-    ck_assert_int_eq(presto_stream_open(p, &o, &s), 0);
-    ck_assert_int_eq(presto_next(s, &b[0]), 1);
-    ck_assert_int_eq(presto_next(s, &b[1]), 1);
+    hold_both_slots(&p, &s, b, 0);
     /* Both slots held: the stream stalls, and after release_timeout (2 s)
      * the daemon drops this client. */
     int rc = presto_next(s, &c);
@@ -562,19 +571,12 @@ START_TEST(test_interrupted_wait)
     presto_t *p;
     presto_stream_t *s;
     presto_batch_t b[2], c;
-    presto_stream_opts_t o = opts(2, PRESTO_TRANSPORT_SHM);
-    o.prefetch = 2;
-    o.manual_release = 1;
-    o.interruptible = 1;
     struct sigaction sa, old;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_alarm; /* no SA_RESTART */
     ck_assert_int_eq(sigaction(SIGALRM, &sa, &old), 0);
 
-    ck_assert_int_eq(harness_connect(&H, &p), 0);
-    ck_assert_int_eq(presto_stream_open(p, &o, &s), 0);
-    ck_assert_int_eq(presto_next(s, &b[0]), 1);
-    ck_assert_int_eq(presto_next(s, &b[1]), 1);
+    hold_both_slots(&p, &s, b, 1);
     alarm(1); /* well before release_timeout (2 s) */
     int rc = presto_next(s, &c);
     ck_assert_msg(rc == -PRESTO_E_INTR, "next while stalled, then SIGALRM: %d %s", rc,

@@ -9,6 +9,7 @@ Importing this module makes `import presto` load the binding of this tree.
 """
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -118,6 +119,41 @@ class Daemon:
 
 def remove(dir):
     shutil.rmtree(dir, ignore_errors=True)
+
+
+# The suites' dataset "tiny": small images through decode, resize 40, center_crop
+# {side} (offline), random_flip (online).
+TINY_CONFIG = """\
+datasets:
+  - name: tiny
+    root: {root}
+    steps: [decode, {{resize: 40}}, {{center_crop: {side}}}, {{random_flip: 0.5}}]
+    split: center_crop
+"""
+
+
+def serve(config, count, classes, seed, **fields):
+    """A suite's fixture: a temporary directory with a data set of count
+    images in classes classes (make_dataset) and a prestod serving it with
+    config, a format string given root (JSON-quoted) and fields. Returns
+    (dir, root, config path, Daemon); finish() undoes it."""
+    dir = tempdir()
+    root = make_dataset(os.path.join(dir, "data"), count, classes, seed=seed)
+    path = os.path.join(dir, "prestod.yaml")
+    with open(path, "w") as f:
+        f.write(config.format(root=json.dumps(root), **fields))
+    return dir, root, path, Daemon(dir, ["-c", path])
+
+
+def finish(dir, daemon):
+    """The end of serve(): stops the daemon (an exit status other than 0
+    fails, with its log) and removes dir."""
+    try:
+        status = daemon.stop() if daemon else 0
+        if status != 0:
+            raise AssertionError("prestod exited with %r:\n%s" % (status, daemon.log_text()))
+    finally:
+        remove(dir)
 
 
 def prestoctl(sock, *args):

@@ -29,13 +29,7 @@ except ImportError:  # the torch tests skip
 
 COUNT, CLASSES = 48, 3   # dataset size divisible by the 2 ranks of the tests
 SIDE = 32                # the tiny pipeline's output: 32 x 32 x 3
-CONFIG = """\
-datasets:
-  - name: tiny
-    root: {root}
-    steps: [decode, {{resize: 40}}, {{center_crop: {side}}}, {{random_flip: 0.5}}]
-    split: center_crop
-"""
+CONFIG = pt.TINY_CONFIG
 
 needs_torch = unittest.skipUnless(torch is not None, "torch is not importable")
 
@@ -44,21 +38,11 @@ _dir = _daemon = None
 
 def setUpModule():
     global _dir, _daemon
-    _dir = pt.tempdir()
-    root = pt.make_dataset(os.path.join(_dir, "data"), COUNT, CLASSES, seed=7)
-    config = os.path.join(_dir, "prestod.yaml")
-    with open(config, "w") as f:
-        f.write(CONFIG.format(root=json.dumps(root), side=SIDE))
-    _daemon = pt.Daemon(_dir, ["-c", config])
+    _dir, _, _, _daemon = pt.serve(CONFIG, COUNT, CLASSES, 7, side=SIDE)
 
 
 def tearDownModule():
-    try:
-        status = _daemon.stop() if _daemon else 0
-        if status != 0:
-            raise AssertionError("prestod exited with %r:\n%s" % (status, _daemon.log_text()))
-    finally:
-        pt.remove(_dir)
+    pt.finish(_dir, _daemon)
 
 
 def pull(stream):

@@ -34,10 +34,7 @@ import subprocess
 import sys
 import time
 import unittest
-import weakref
 from unittest import mock
-
-import numpy as np
 
 import prestotest as pt
 import presto
@@ -51,13 +48,7 @@ except ImportError:
 
 COUNT, CLASSES, SIDE, BATCH = 48, 3, 32, 4
 NB = COUNT // BATCH  # batches of an epoch (world 1)
-CONFIG = """\
-datasets:
-  - name: tiny
-    root: {root}
-    steps: [decode, {{resize: 40}}, {{center_crop: {side}}}, {{random_flip: 0.5}}]
-    split: center_crop
-"""
+CONFIG = pt.TINY_CONFIG
 SOCKET_RUN = os.environ.get("PRESTO_TRANSPORT") == "socket"
 
 needs_torch = unittest.skipUnless(torch is not None, "torch is not importable")
@@ -68,21 +59,11 @@ _dir = _root = _config = _daemon = None
 
 def setUpModule():
     global _dir, _root, _config, _daemon
-    _dir = pt.tempdir()
-    _root = pt.make_dataset(os.path.join(_dir, "data"), COUNT, CLASSES, seed=5)
-    _config = os.path.join(_dir, "prestod.yaml")
-    with open(_config, "w") as f:
-        f.write(CONFIG.format(root=json.dumps(_root), side=SIDE))
-    _daemon = pt.Daemon(_dir, ["-c", _config])
+    _dir, _root, _config, _daemon = pt.serve(CONFIG, COUNT, CLASSES, 5, side=SIDE)
 
 
 def tearDownModule():
-    try:
-        status = _daemon.stop() if _daemon else 0
-        if status != 0:
-            raise AssertionError("prestod exited with %r:\n%s" % (status, _daemon.log_text()))
-    finally:
-        pt.remove(_dir)
+    pt.finish(_dir, _daemon)
 
 
 def clones(batches):
