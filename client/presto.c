@@ -17,8 +17,11 @@
  */
 #include "presto.h"
 #include "proto.h"
+#include "trust.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +127,49 @@ static int daemon_code(uint32_t code)
 
 /* ---- socket I/O ---- */
 
+/* Who answers at path must be the daemon meant there: root, this process's
+ * user, or the user who alone controls the socket's directory and every
+ * one on the way (trust.h: it owns the directory, nobody else may write to
+ * one on the way, and what is taken from a sticky /tmp is root's: anyone
+ * can make a directory there named like another user's). Else the
+ * connection is refused, unless PRESTO_TRUST_ANY_PEER=1, so that an
+ * impostor who took the socket's place first cannot answer. */
+static int conn_check_peer(struct conn *c, int fd, const char *path)
+{
+    struct { pid_t pid; uid_t uid; gid_t gid; } cr; /* struct ucred, without _GNU_SOURCE */
+    socklen_t len = sizeof(cr);
+    const char *any = getenv("PRESTO_TRUST_ANY_PEER");
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+        return conn_fail(c, PRESTO_E_IO, "cannot tell who listens at %s (SO_PEERCRED): %s",
+                         path, strerror(errno));
+    if (cr.uid == 0 || cr.uid == geteuid() || (any && strcmp(any, "1") == 0))
+        return 0;
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], why[384];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *name = slash ? path + (slash - dir) + 1 : path;
+    if (slash)
+        slash[slash == dir] = '\0'; /* "/x.sock": the directory is "/" */
+    else
+        snprintf(dir, sizeof(dir), ".");
+    struct trust_opts o = {cr.uid, TRUST_OWNER_EXACT | TRUST_STICKY_ROOT, 0};
+    int dfd = trust_open_dir(dir, &o, why, sizeof(why));
+    if (dfd >= 0) {
+        struct stat sb;
+        if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(sb.st_mode))
+            why[0] = '\0';
+        else
+            snprintf(why, sizeof(why), "%s is not a socket itself (a symbolic link?)", path);
+        close(dfd);
+        if (!why[0])
+            return 0;
+    }
+    return conn_fail(c, PRESTO_E_DENIED, "refusing prestod at %s: it runs as uid %u, neither "
+                     "root nor this user (uid %u), and the socket's path is not that user's "
+                     "alone: %s (PRESTO_TRUST_ANY_PEER=1 connects anyway)", path,
+                     (unsigned)cr.uid, (unsigned)geteuid(), why);
+}
+
 static int conn_open(struct conn *c, const char *path)
 {
     struct sockaddr_un sa;
@@ -149,6 +195,10 @@ static int conn_open(struct conn *c, const char *path)
         close(fd);
         return conn_fail(c, PRESTO_E_IO, "cannot connect to prestod at %s: %s", path,
                          strerror(e));
+    }
+    if ((rc = conn_check_peer(c, fd, path)) < 0) {
+        close(fd);
+        return rc;
     }
     c->fd = fd;
     return 0;

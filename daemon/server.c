@@ -23,6 +23,7 @@
 #include "profile.h"
 #include "proto.h"
 #include "stream.h"
+#include "trust.h"
 #include "warm.h"
 
 struct conn {
@@ -1076,17 +1077,37 @@ static char *server_datasets_json(struct server *s)
 
 /* ---- listening socket ---- */
 
-/* Creates the socket's directory (one level) when missing. */
-static int ensure_parent(const char *path, char *err, size_t errlen)
+/* The socket's directory, trusted as the cache directory is (trust.h):
+ * it belongs to the daemon's user, and nobody else may write to it or to a
+ * directory on the way (a sticky /tmp is fine), or another user could
+ * replace the socket. With create (its mode) it is made when missing;
+ * without, a missing one under trusted directories is -ENOENT. An O_PATH
+ * descriptor, or a negative errno with the reason. */
+static int socket_dir_open(const char *path, mode_t create, char *err, size_t errlen)
 {
-    char buf[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    snprintf(buf, sizeof(buf), "%s", path);
-    char *dir = dirname(buf);
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-        snprintf(err, errlen, "socket directory %s: %s", dir, strerror(errno));
-        return -errno;
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], why[512];
+    if (strlen(path) >= sizeof(dir)) {
+        snprintf(err, errlen, "socket path %s is longer than %zu bytes", path, sizeof(dir) - 1);
+        return -ENAMETOOLONG;
     }
-    return 0;
+    snprintf(dir, sizeof(dir), "%s", path);
+    struct trust_opts o = {geteuid(), TRUST_STICKY_OK | TRUST_OWNER_EXACT, create};
+    if (create)
+        o.flags |= TRUST_CREATE;
+    int fd = trust_open_dir(dirname(dir), &o, why, sizeof(why));
+    if (fd < 0)
+        snprintf(err, errlen, "socket directory of %s: %s%s", path, why,
+                 fd == -EPERM ? ": only the daemon's user and root may change it, or "
+                                "another user could replace the socket" : "");
+    return fd;
+}
+
+int server_check_socket(const char *path, char *err, size_t errlen)
+{
+    int fd = socket_dir_open(path, 0, err, errlen);
+    if (fd >= 0)
+        close(fd);
+    return fd < 0 && fd != -ENOENT ? fd : 0; /* a missing directory is made at start-up */
 }
 
 /* The socket's mode and group decide who may connect at all (connect(2)
@@ -1097,13 +1118,11 @@ static int bind_socket(const char *path, uint32_t mode, uint32_t group, char *er
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     int fd, rc;
 
-    if (strlen(path) >= sizeof(sa.sun_path)) {
-        snprintf(err, errlen, "socket path %s is longer than %zu bytes", path,
-                 sizeof(sa.sun_path) - 1);
-        return -ENAMETOOLONG;
-    }
-    if ((rc = ensure_parent(path, err, errlen)) < 0)
+    /* Made 0700, with search (x, never read or write) for everyone when
+     * socket_mode lets the group or others connect: the socket decides. */
+    if ((rc = socket_dir_open(path, (mode & 077) ? 0711 : 0700, err, errlen)) < 0)
         return rc;
+    close(rc);
     memcpy(sa.sun_path, path, strlen(path) + 1);
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
