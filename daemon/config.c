@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
 
@@ -574,6 +575,7 @@ static int cfg_dataset_pair(struct cfg_parse *ps, void *arg, const char *key,
                 return cfg_error(ps, val, key, "'%s': use letters, digits, '-', '_', '.'", s);
         snprintf(d->name, sizeof(d->name), "%s", s);
     } else if (strcmp(key, "root") == 0) {
+        d->root_line = (int)val->start_mark.line + 1;
         free(d->root);
         if (!(d->root = strdup(s)))
             return -ENOMEM;
@@ -840,6 +842,26 @@ int config_add_dataset_arg(struct config *c, const char *arg, char *err, size_t 
         return -ENOMEM;
     default_pipeline(d);
     c->ndatasets++;
+    return 0;
+}
+
+int config_check_roots(const struct config *c, char *err, size_t errlen)
+{
+    for (uint32_t i = 0; i < c->ndatasets; i++) {
+        const struct config_dataset *d = &c->datasets[i];
+        struct stat sb;
+        const char *why = stat(d->root, &sb) < 0 ? strerror(errno)
+                          : !S_ISDIR(sb.st_mode) ? "not a directory" : NULL;
+        if (!why)
+            continue;
+        if (d->root_line > 0 && c->path)
+            snprintf(err, errlen, "%s:%d: key 'datasets.root': dataset '%s': %s: %s", c->path,
+                     d->root_line, d->name, d->root, why);
+        else
+            snprintf(err, errlen, "--dataset %s=%s: %s", d->name, d->root, why);
+        one_line(err);
+        return -EINVAL;
+    }
     return 0;
 }
 

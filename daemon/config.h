@@ -61,6 +61,7 @@ struct config_dataset {
     int split_auto; /* split: auto: the profiler chooses (profile.h); split
                        holds the default until then */
     int line;       /* where it was declared (0: command line) */
+    int root_line;  /* where its root was set (0: command line) */
 };
 
 struct config {
@@ -114,6 +115,10 @@ int config_load_string(struct config *c, const char *yaml, size_t len,
  * center_crop 224 offline; random_flip 0.5 online). */
 int config_add_dataset_arg(struct config *c, const char *arg, char *err,
                            size_t errlen);
+/* Every dataset root exists and is a directory (what start-up and
+ * --check-config check before indexing): 0, or -EINVAL with
+ * "FILE:LINE: key 'datasets.root': ..." (or "--dataset NAME=DIR: ...") in err. */
+int config_check_roots(const struct config *c, char *err, size_t errlen);
 const struct config_dataset *config_find_dataset(const struct config *c,
                                                  const char *name);
 /* A copy of src that owns its strings (config_dataset_free it): a dataset
