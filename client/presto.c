@@ -219,6 +219,31 @@ static int conn_lost(struct conn *c, int err)
     return conn_fail(c, PRESTO_E_IO, "prestod at %s closed the connection", c->path);
 }
 
+static int conn_recv_error(struct conn *c, const struct proto_header *h);
+
+/* The daemon closed the connection: the ERROR it may have sent before
+ * (too many connections, idle too long) says why, else conn_lost does. */
+static int conn_closed_why(struct conn *c, int err)
+{
+    uint8_t raw[PROTO_HEADER_SIZE];
+    struct proto_header h;
+    if (recv(c->fd, raw, sizeof(raw), MSG_DONTWAIT | MSG_PEEK) == (ssize_t)sizeof(raw) &&
+        proto_header_decode(raw, PROTO_MAX_REPLY, &h) == 0 && h.type == PROTO_ERROR &&
+        recv(c->fd, raw, sizeof(raw), MSG_DONTWAIT) == (ssize_t)sizeof(raw))
+        return conn_recv_error(c, &h);
+    return conn_lost(c, err);
+}
+
+/* A connection the daemon closed while this side did not use it (idle for
+ * limits.idle_timeout, a restart) has its ERROR or its end to read: it is
+ * closed, so that the caller makes a fresh one. */
+static void conn_drop_stale(struct conn *c)
+{
+    struct pollfd pfd = {c->fd, POLLIN, 0};
+    if (c->fd >= 0 && poll(&pfd, 1, 0) > 0)
+        conn_close(c);
+}
+
 static int conn_send(struct conn *c, const void *buf, size_t len)
 {
     const uint8_t *p = buf;
@@ -227,6 +252,8 @@ static int conn_send(struct conn *c, const void *buf, size_t len)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
+            if (errno == EPIPE || errno == ECONNRESET)
+                return conn_closed_why(c, errno);
             return conn_lost(c, errno);
         }
         p += n;
@@ -575,6 +602,7 @@ static int presto_call_json(presto_t *p, uint16_t type, uint16_t reply, char **j
     int rc;
 
     *json = NULL;
+    conn_drop_stale(c);
     if (c->fd < 0 && (rc = conn_open(c, p->path)) < 0)
         return rc;
     uint32_t req = presto_req_id(p);
@@ -1087,7 +1115,8 @@ PRESTO_API int presto_stream_open(presto_t *p, const presto_stream_opts_t *o,
         s->ring_bytes = k.ring_bytes;
         s->slot_bytes = k.slot_bytes;
         s->info.slots = k.slots;
-        rc = stream_start(s, &m, (uint32_t)transport);
+        conn_drop_stale(&s->c); /* closed by the daemon meanwhile (idle) */
+        rc = s->c.fd < 0 ? -PRESTO_E_IO : stream_start(s, &m, (uint32_t)transport);
         if (rc == -PRESTO_E_IO) { /* the daemon closed it meanwhile: a fresh one */
             conn_close(&s->c);
             if (s->ring)

@@ -69,6 +69,8 @@ static const struct cfg_key cfg_keys[] = {
     ENUM_KEY("io", "backend", io_backend, CONFIG_IO_AUTO, io_backends, CFG_RESTART),
     KEY_AT("io", "readahead", CFG_SIZE, io_readahead, 0, 1ull << 40, 64ull << 20, CFG_RESTART),
     KEY("limits", "connections", CFG_U32, max_connections, 1, 65536, 256),
+    KEY("limits", "connections_per_user", CFG_U32, max_connections_per_user, 1, 65536, 128),
+    KEY("limits", "idle_timeout", CFG_U32, idle_timeout, 1, 86400, 300),
     KEY("limits", "streams_per_connection", CFG_U32, max_streams_per_conn, 1, 1024, 16),
     KEY("limits", "streams_per_user", CFG_U32, max_streams_per_user, 1, 1u << 20, 256),
     KEY("limits", "batch_size", CFG_U32, max_batch_size, 1, 1u << 20, 4096),

@@ -11,7 +11,8 @@
  *   io: { depth: 64, backend: auto | pread }
  *   profile: { samples: 0 (2% of a dataset, 64 to 300), worker_share: 50 (%),
  *              memory: 256MiB }
- *   limits: { connections: 256, streams_per_connection: 16,
+ *   limits: { connections: 256, connections_per_user: 128, idle_timeout: 300,
+ *             streams_per_connection: 16,
  *             streams_per_user: 256, batch_size: 4096, prefetch: 64,
  *             frame_size: 64KiB, output_buffer: 64MiB, output_timeout: 30,
  *             file_size: 64MiB, pixels: 100000000 }
@@ -82,6 +83,8 @@ struct config {
     uint32_t io_backend;   /* enum config_io_backend */
     uint64_t io_readahead; /* bytes of batches read ahead of their jobs; 0: none */
     uint32_t max_connections;
+    uint32_t max_connections_per_user; /* connections of one peer uid */
+    uint32_t idle_timeout;  /* s a connection with nothing open may send nothing */
     uint32_t max_streams_per_conn;
     uint32_t max_streams_per_user;  /* streams open by one peer uid */
     uint32_t max_prefetch;          /* largest prefetch an OPEN may ask */

@@ -1227,9 +1227,14 @@ int profiler_request(struct profiler *pr, struct dataset *ds, const struct proto
     return 0;
 }
 
+int profiler_runs_for(const struct profiler *pr, const void *owner)
+{
+    return pr && pr->run && !pr->run->background && pr->run->owner == owner;
+}
+
 void profiler_detach(struct profiler *pr, const void *owner)
 {
-    if (pr && pr->run && !pr->run->background && pr->run->owner == owner) {
+    if (profiler_runs_for(pr, owner)) {
         profile_stop(pr->run);
         profiler_next(pr);
     }
