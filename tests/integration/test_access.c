@@ -284,10 +284,17 @@ static void plant_links(void)
     ck_assert_int_eq(symlink(target, link), 0);
 }
 
+static char swap_root[HARNESS_PATH_MAX];
+
 static void paths_setup(void)
 {
-    char yaml[2048];
+    char yaml[4096], cmd[HARNESS_PATH_MAX * 4];
     plant_links();
+    /* A plain copy, one of whose files becomes a link after indexing. */
+    ck_assert_int_eq(harness_path(&H, "swap", swap_root, sizeof(swap_root)), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -al '%s' '%s'", swap_root, data_root,
+             swap_root);
+    ck_assert_int_eq(system(cmd), 0);
     snprintf(yaml, sizeof(yaml),
              "workers: 2\n"
              "datasets:\n"
@@ -297,8 +304,12 @@ static void paths_setup(void)
              "  - name: trusting\n"
              "    root: %s\n"
              "    steps: [decode, {resize: 32}, {center_crop: 32}]\n"
-             "    follow_symlinks: true\n",
-             links_root, links_root);
+             "    follow_symlinks: true\n"
+             "  - name: swap\n"
+             "    root: %s\n"
+             "    steps: [decode, {resize: 32}, {center_crop: 32}]\n"
+             "    on_error: fail\n",
+             links_root, links_root, swap_root);
     ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
 }
 
@@ -338,6 +349,36 @@ START_TEST(test_link_leaving_root_refused)
 }
 END_TEST
 
+/* A file swapped for a link out of the root after indexing: the read
+ * (io_uring's OPENAT2 with RESOLVE_BENEATH, else the worker's open) is
+ * refused, and the stream's error says the path leaves the dataset root,
+ * not the errno's "Invalid cross-device link". */
+START_TEST(test_link_swapped_after_indexing)
+{
+    char file[HARNESS_PATH_MAX * 2], target[HARNESS_PATH_MAX * 2];
+    snprintf(file, sizeof(file), "%s/class_00/img_00000.jpg", swap_root);
+    snprintf(target, sizeof(target), "%s/class_00/img_00000.jpg", outside_root);
+    ck_assert_int_eq(unlink(file), 0);
+    ck_assert_int_eq(symlink(target, file), 0);
+    presto_t *p;
+    presto_stream_t *st;
+    presto_batch_t b;
+    presto_stream_opts_t o = opts("swap");
+    o.shuffle = 0;
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    ck_assert_int_eq(presto_stream_open(p, &o, &st), 0);
+    int rc;
+    while ((rc = presto_next(st, &b)) > 0)
+        presto_release(st, &b);
+    ck_assert_int_eq(rc, -PRESTO_E_SAMPLE);
+    const char *msg = presto_stream_errmsg(st);
+    ck_assert_msg(strstr(msg, "img_00000.jpg") && strstr(msg, "leaves the dataset root") &&
+                  !strstr(msg, "cross-device"), "the stream failed with '%s'", msg);
+    presto_stream_close(st);
+    presto_close(p);
+}
+END_TEST
+
 static TCase *daemon_case(const char *name, void (*setup)(void))
 {
     TCase *tc = tcase_create(name);
@@ -359,6 +400,7 @@ static Suite *access_suite(void)
     suite_add_tcase(s, tc);
     tc = daemon_case("paths", paths_setup);
     tcase_add_test(tc, test_link_leaving_root_refused);
+    tcase_add_test(tc, test_link_swapped_after_indexing);
     suite_add_tcase(s, tc);
     return s;
 }
