@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -803,4 +804,34 @@ uint64_t harness_fnv(uint64_t h, const void *p, size_t len)
         h *= 0x100000001b3ull;
     }
     return h;
+}
+
+int harness_become(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups)
+{
+    if (setgroups(ngroups, groups) < 0 || setgid(gid) < 0 || setuid(uid) < 0) {
+        int e = errno;
+        fprintf(stderr, "harness: becoming uid %u: %s\n", (unsigned)uid, strerror(e));
+        return -e;
+    }
+    if (getuid() != uid || geteuid() != uid) {
+        fprintf(stderr, "harness: still uid %u\n", (unsigned)geteuid());
+        return -EPERM;
+    }
+    return 0;
+}
+
+int harness_run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups,
+                   harness_child_fn fn, void *arg)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0)
+        _exit(harness_become(uid, gid, groups, ngroups) < 0 ? 100 : fn(arg));
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -errno;
+    return wait_status(status);
 }

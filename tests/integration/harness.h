@@ -164,6 +164,19 @@ long harness_proc_status_kb(pid_t pid, const char *key);
 /* Open file descriptors of pid (/proc/PID/fd), or a negative errno. */
 int harness_proc_fds(pid_t pid);
 
+/* ---- other users (the program runs as root) ---- */
+
+/* Drops to uid with primary group gid and the supplementary groups given
+ * (setgroups, setgid, setuid): 0, or a negative errno after saying why. */
+int harness_become(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups);
+/* What a child does as that user; its return is the child's exit status. */
+typedef int (*harness_child_fn)(void *arg);
+/* Runs fn(arg) in a forked child that became uid (harness_become; it exits
+ * 100 if it could not) and waits for it: the exit status (128 + a signal),
+ * or a negative errno. */
+int harness_run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups,
+                   harness_child_fn fn, void *arg);
+
 /* FNV-1a 64 over len bytes, continuing from h (start with HARNESS_FNV_INIT). */
 #define HARNESS_FNV_INIT 0xcbf29ce484222325ull
 uint64_t harness_fnv(uint64_t h, const void *p, size_t len);

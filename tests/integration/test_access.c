@@ -8,15 +8,12 @@
  * Needs root (to become other users and to chown the socket): skips
  * otherwise.
  */
-#define _GNU_SOURCE /* setgroups */
 #include <check.h>
 #include <errno.h>
-#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -37,31 +34,14 @@ static char data_root[HARNESS_PATH_MAX], outside_root[HARNESS_PATH_MAX];
 
 /* What a child does once it is uid NOBODY: returns 0 when every step gave
  * what it should, else the number of the step that did not (its exit
- * status), after saying why on stderr. */
-typedef int (*child_fn)(void *arg);
-
-/* Runs fn in a child with uid NOBODY, primary group gid and the given
- * supplementary groups; returns its exit status. */
-static int run_as(gid_t gid, const gid_t *groups, size_t ngroups, child_fn fn, void *arg)
+ * status), after saying why on stderr. Runs in a child with uid NOBODY,
+ * primary group gid and the given supplementary groups. */
+static int run_as(gid_t gid, const gid_t *groups, size_t ngroups, harness_child_fn fn,
+                  void *arg)
 {
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        if (setgroups(ngroups, groups) < 0 || setgid(gid) < 0 || setuid(NOBODY) < 0) {
-            perror("child: dropping privileges");
-            _exit(100);
-        }
-        if (getuid() != NOBODY || geteuid() != NOBODY) {
-            fprintf(stderr, "child: still uid %u\n", (unsigned)geteuid());
-            _exit(101);
-        }
-        _exit(fn(arg));
-    }
-    int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status), "the child ended with status 0x%x", status);
-    return WEXITSTATUS(status);
+    int rc = harness_run_as(NOBODY, gid, groups, ngroups, fn, arg);
+    ck_assert_msg(rc >= 0 && rc < 128, "the child ended with status %d", rc);
+    return rc;
 }
 
 static presto_stream_opts_t opts(const char *dataset)
