@@ -361,10 +361,7 @@ END_TEST
 
 static TCase *daemon_case(const char *name, void (*setup)(void))
 {
-    TCase *tc = tcase_create(name);
-    tcase_add_unchecked_fixture(tc, setup, daemon_teardown);
-    tcase_set_timeout(tc, CASE_TIMEOUT_S);
-    return tc;
+    return harness_tcase(name, setup, daemon_teardown, CASE_TIMEOUT_S);
 }
 
 static Suite *access_suite(void)
@@ -387,19 +384,12 @@ static Suite *access_suite(void)
 
 int main(void)
 {
-    if (geteuid() != 0) {
-        printf("skip: needs root to run clients as other users\n");
-        return HARNESS_SKIP;
-    }
-    if (harness_photos_missing())
-        return HARNESS_SKIP;
-    if (harness_init(&H) < 0)
-        return EXIT_FAILURE;
     /* Others must reach the socket in it; the data stay the daemon's. */
-    int rc = chmod(H.dir, 0711) < 0 ? -errno : 0;
-    if (rc == 0)
-        rc = harness_make_dataset(&H, "acc", NSAMPLES, NCLASSES, 3, 48, 80, data_root,
-                                  sizeof(data_root));
+    int rc = harness_init_for_others(&H);
+    if (rc != 0)
+        return rc == HARNESS_SKIP ? rc : EXIT_FAILURE;
+    rc = harness_make_dataset(&H, "acc", NSAMPLES, NCLASSES, 3, 48, 80, data_root,
+                              sizeof(data_root));
     if (rc == 0)
         rc = harness_make_dataset(&H, "outside", 2, 1, 4, 48, 80, outside_root,
                                   sizeof(outside_root));

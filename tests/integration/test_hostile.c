@@ -1,7 +1,7 @@
 /*
  * A hostile local user, and an unlucky operator, against a real prestod run
  * as root. The other user is real: forked children that drop to uid 65534
- * (harness_become), as test_access does.
+ * (harness_spawn_as, harness_run_as), as test_access does.
  *
  *   cache:  a cache.dir another user owns, may write to, or reaches through
  *           a link of theirs is refused at start-up and by --check-config,
@@ -203,6 +203,36 @@ static uint32_t expect_error_then_eof(int fd, int timeout_ms, char *text, size_t
     return harness_error_code(body);
 }
 
+/* ---- directories another user could change ---- */
+
+/* Made once (the tests of a run share them): "good", root's 0700 one, and
+ * the bad ones below, each with what prestod says of it. */
+static const struct {
+    const char *rel, *why;
+} bad_dirs[] = {
+    {"tmp/theirs", "tmp/theirs belongs to uid 65534, not to uid 0"},
+    {"open", "open is writable by others (mode 0777)"},
+    {"group", "group is writable by its group (mode 0770)"},
+    {"tmp/theirs/mine", "theirs belongs to uid 65534, not to root or uid 0"},
+    {"tmp/link", "tmp/link is a symbolic link of uid 65534"},
+    {"tmp", "tmp is writable by others (mode 1777)"},
+};
+#define NBAD (sizeof(bad_dirs) / sizeof(bad_dirs[0]))
+
+static void make_bad_dirs(char *good, size_t len)
+{
+    struct stat sb;
+    path_of(good, len, "good");
+    if (lstat(good, &sb) == 0)
+        return;
+    root_dir("good", 0700);
+    nobody_makes("tmp/theirs", 0755, NULL);
+    nobody_makes("tmp/link", 0, good); /* theirs, to root's own */
+    root_dir("open", 0777);
+    root_dir("group", 0770);
+    root_dir("tmp/theirs/mine", 0700); /* root's, in their directory */
+}
+
 /* ---- cache: an untrusted cache.dir ---- */
 
 static void cache_yaml(char *buf, size_t len, const char *dir, const char *disk, int split_auto)
@@ -217,29 +247,13 @@ START_TEST(test_cache_dir_untrusted)
     char good[HARNESS_PATH_MAX], sock[HARNESS_PATH_MAX], dir[HARNESS_PATH_MAX];
     char yaml[2048], want[HARNESS_PATH_MAX * 2];
     path_of(sock, sizeof(sock), "chk.sock");
-    root_dir("good", 0700);
-    path_of(good, sizeof(good), "good");
-    nobody_makes("tmp/theirs", 0755, NULL);
-    nobody_makes("tmp/link", 0, good);
-    root_dir("open", 0777);
-    root_dir("group", 0770);
-    root_dir("tmp/theirs/mine", 0700); /* root's, in their directory */
-    static const struct {
-        const char *rel, *why;
-    } bad[] = {
-        {"tmp/theirs", "belongs to uid 65534, not to uid 0"},
-        {"open", "is writable by others (mode 0777)"},
-        {"group", "is writable by its group (mode 0770)"},
-        {"tmp/theirs/mine", "theirs belongs to uid 65534, not to root or uid 0"},
-        {"tmp/link", "is a symbolic link of uid 65534"},
-        {"tmp", "is writable by others (mode 1777)"},
-    };
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        path_of(dir, sizeof(dir), bad[i].rel);
+    make_bad_dirs(good, sizeof(good));
+    for (size_t i = 0; i < NBAD; i++) {
+        path_of(dir, sizeof(dir), bad_dirs[i].rel);
         cache_yaml(yaml, sizeof(yaml), dir, "64MiB", 0);
         snprintf(want, sizeof(want), "prestod: cache.dir %s: ", dir);
         expect_refused(yaml, sock, want);
-        expect_refused(yaml, sock, bad[i].why);
+        expect_refused(yaml, sock, bad_dirs[i].why);
     }
     /* No disk tier, but a split: auto dataset's record lives there: refused
      * too. Neither: the directory is not used, and not asked about. */
@@ -427,26 +441,14 @@ static void stop_pid(pid_t pid)
 START_TEST(test_socket_dir_untrusted)
 {
     char good[HARNESS_PATH_MAX], sock[HARNESS_PATH_MAX * 2], yaml[2048];
-    root_dir("sgood", 0700);
-    path_of(good, sizeof(good), "sgood");
-    nobody_makes("tmp/stheirs", 0755, NULL);
-    nobody_makes("tmp/slink", 0, good);
-    root_dir("sopen", 0777);
+    make_bad_dirs(good, sizeof(good));
     yaml_with(yaml, sizeof(yaml), "", 0);
-    static const struct {
-        const char *rel, *why;
-    } bad[] = {
-        {"tmp/stheirs", "stheirs belongs to uid 65534, not to uid 0"},
-        {"sopen", "sopen is writable by others (mode 0777)"},
-        {"tmp/slink", "slink is a symbolic link of uid 65534"},
-        {"tmp", "tmp is writable by others (mode 1777)"},
-    };
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    for (size_t i = 0; i < NBAD; i++) {
         char dir[HARNESS_PATH_MAX];
-        path_of(dir, sizeof(dir), bad[i].rel);
+        path_of(dir, sizeof(dir), bad_dirs[i].rel);
         snprintf(sock, sizeof(sock), "%s/prestod.sock", dir);
         expect_refused(yaml, sock, "prestod: socket directory of ");
-        expect_refused(yaml, sock, bad[i].why);
+        expect_refused(yaml, sock, bad_dirs[i].why);
         expect_refused(yaml, sock, "or another user could replace the socket");
     }
     /* Made by prestod: 0700, or 0711 (search only) when others may connect. */
@@ -572,11 +574,8 @@ START_TEST(test_impostor_refused)
     int fds[2];
     ck_assert_int_eq(pipe(fds), 0);
     struct impostor im = {socks, fds[1]};
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0)
-        _exit(harness_become(NOBODY, NOBODY, NULL, 0) < 0 ? 100 : impostor_serve(&im));
+    pid_t pid = harness_spawn_as(NOBODY, NOBODY, NULL, 0, impostor_serve, &im);
+    ck_assert_int_gt(pid, 0);
     close(fds[1]);
     char c;
     ck_assert_msg(read(fds[0], &c, 1) == 1, "the impostor did not start");
@@ -701,11 +700,8 @@ START_TEST(test_connections_per_user)
     ck_assert_int_eq(pipe(up), 0);
     ck_assert_int_eq(pipe(down), 0);
     struct holder ho = {up[1], down[0]};
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0)
-        _exit(harness_become(NOBODY, NOBODY, NULL, 0) < 0 ? 100 : hold_cap(&ho));
+    pid_t pid = harness_spawn_as(NOBODY, NOBODY, NULL, 0, hold_cap, &ho);
+    ck_assert_int_gt(pid, 0);
     close(up[1]);
     close(down[0]);
     ck_assert_msg(wait_byte(up[0]) == 0, "the other user did not get to its cap");
@@ -882,11 +878,7 @@ END_TEST
 
 static TCase *daemon_case(const char *name, void (*setup)(void))
 {
-    TCase *tc = tcase_create(name);
-    if (setup)
-        tcase_add_unchecked_fixture(tc, setup, daemon_teardown);
-    tcase_set_timeout(tc, CASE_TIMEOUT_S);
-    return tc;
+    return harness_tcase(name, setup, setup ? daemon_teardown : NULL, CASE_TIMEOUT_S);
 }
 
 static Suite *hostile_suite(void)
@@ -914,18 +906,11 @@ static Suite *hostile_suite(void)
 
 int main(void)
 {
-    if (geteuid() != 0) {
-        printf("skip: needs root to run as other users\n");
-        return HARNESS_SKIP;
-    }
-    if (harness_photos_missing())
-        return HARNESS_SKIP;
-    if (harness_init(&H) < 0)
-        return EXIT_FAILURE;
-    /* Others must reach their directories and the socket in it. */
-    int rc = chmod(H.dir, 0711) < 0 ? -errno : 0;
-    if (rc == 0)
-        rc = harness_path(&H, "tmp", tmp_dir, sizeof(tmp_dir));
+    /* Others must reach their directories and the sockets in it. */
+    int rc = harness_init_for_others(&H);
+    if (rc != 0)
+        return rc == HARNESS_SKIP ? rc : EXIT_FAILURE;
+    rc = harness_path(&H, "tmp", tmp_dir, sizeof(tmp_dir));
     if (rc == 0 && (mkdir(tmp_dir, 0700) < 0 || chmod(tmp_dir, 01777) < 0))
         rc = -errno;
     if (rc == 0)
