@@ -389,7 +389,7 @@ END_TEST
 /* ---- socket: an untrusted socket directory ---- */
 
 /* Starts prestod (args) on sock, not the harness's: its pid once sock
- * answers. */
+ * answers a request (its event loop runs: SIGTERM is its own by then). */
 static pid_t start_on(const char *sock, const char *const *args)
 {
     const char *argv[16];
@@ -417,7 +417,11 @@ static pid_t start_on(const char *sock, const char *const *args)
     for (double end = now_s() + 20 * (harness_env("PRESTO_VALGRIND", NULL) ? 4 : 1);
          now_s() < end;) {
         presto_t *p = NULL;
+        char *json = NULL;
         int rc = presto_connect(sock, &p);
+        if (rc == 0)
+            rc = presto_stats(p, &json);
+        free(json);
         presto_close(p);
         if (rc == 0)
             return pid;
