@@ -185,7 +185,8 @@ FUZZ_FLAGS   := -g -O1 -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror 
                 $(call pkg_cflags,$(PKG_DAEMON)) $(FUZZ_EXTRA)
 FUZZ_SAN     := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_LIBS    := $(call pkg_libs,$(PKG_DAEMON)) -lm
-FUZZ_STEPS   := $(wildcard daemon/step*.c) common/log.c common/proto.c
+FUZZ_STEPS   := $(wildcard daemon/step*.c) daemon/hash.c daemon/img.c common/log.c \
+                common/proto.c
 FUZZ_NAMES   := fuzz_frame fuzz_config fuzz_store fuzz_decode
 FUZZ_BIN     := $(FUZZ_NAMES:%=$(FUZZ_DIR)/%)
 

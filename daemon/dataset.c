@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "access.h"
+#include "hash.h"
 #include "log.h"
 #include "proto.h"
 
@@ -110,7 +111,7 @@ static int add_sample(struct index_state *st, const char *rel, uint32_t label,
     }
     struct dataset_sample *s = &ds->samples[ds->nsamples++];
     s->path_off = ds->paths_len;
-    s->path_hash = store_hash64(rel, len - 1);
+    s->path_hash = hash_xxh64(rel, len - 1);
     s->label = label;
     s->size = (uint64_t)sb->st_size;
     s->mtime_ns = mtime_ns(sb);
@@ -297,7 +298,7 @@ int dataset_open(struct dataset *ds, uint32_t id, const struct config_dataset *c
         return rc;
     }
     dataset_shape(ds);
-    ds->name_hash = store_hash64(cfg->name, strlen(cfg->name));
+    ds->name_hash = hash_xxh64(cfg->name, strlen(cfg->name));
     if (!(ds->by_path = malloc((size_t)ds->nsamples * sizeof(*ds->by_path)))) {
         snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
         dataset_close(ds);

@@ -18,7 +18,7 @@
 
 struct dataset_sample {
     uint64_t path_off;  /* into dataset.paths: the path relative to root */
-    uint64_t path_hash; /* store_hash64 of that path: the disk tier's key */
+    uint64_t path_hash; /* hash_xxh64 of that path: the disk tier's key */
     uint64_t size;      /* bytes, at indexing time */
     int64_t mtime_ns;
     uint32_t label;
@@ -64,7 +64,7 @@ struct dataset {
     char *paths; /* NUL-separated relative paths */
     size_t paths_len;
     uint32_t *by_path;    /* sample ids sorted by path_hash */
-    uint64_t name_hash;   /* store_hash64 of the name: the disk tier's key */
+    uint64_t name_hash;   /* hash_xxh64 of the name: the disk tier's key */
     uint64_t fingerprint; /* of the offline steps and their parameters */
     /* Output of the whole pipeline; h == 0 when it varies per image. */
     uint32_t out_h, out_w, out_c, out_dtype;

@@ -6,15 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
 #include "log.h"
 
 #define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
 #define ARENA_ALIGN 64u
-
-uint64_t pipeline_sample_seed(uint64_t seed, uint64_t epoch, uint32_t sample)
-{
-    return step_mix64(step_mix64(step_mix64(seed) ^ epoch) ^ sample);
-}
 
 /* ---- per-thread buffers ---- */
 
@@ -117,7 +113,7 @@ static enum pipeline_fault run_steps(const struct config_dataset *cfg, uint32_t 
         struct img *out = &ctx->scratch[1 + (*cur == &ctx->scratch[1])];
         if (last_out && i + 1 == to)
             out = last_out;
-        ctx->step.seed = step_mix64(seed + i);
+        ctx->step.seed = hash_mix64(seed + i);
         uint64_t t0 = stats_now_ns();
         int rc = step_apply(s, &ctx->step, *cur, out);
         stats_step(ctx->stats, s->kind, stats_now_ns() - t0);
@@ -767,7 +763,7 @@ uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
                 f = item_materialize(env, ds, it, L, C, ctx, 1, &view, &im, err, sizeof(err));
             }
             if (f == PIPE_OK)
-                f = run_online(ds, im, pipeline_sample_seed(seed, epoch, id),
+                f = run_online(ds, im, hash_sample_seed(seed, epoch, id),
                                dst + (size_t)k * ds->sample_bytes, ctx, err, sizeof(err));
             if (f == PIPE_OK) {
                 labels[k++] = ds->samples[id].label;

@@ -65,11 +65,6 @@ struct pipeline_env {
 typedef int (*pipeline_bad_fn)(void *arg, uint32_t i, enum pipeline_fault f,
                                const char *err);
 
-/* The seed of a sample's random steps: a function of (stream seed, epoch,
- * sample id) only, so every epoch is reproducible whatever the worker
- * count, rank or cache state. */
-uint64_t pipeline_sample_seed(uint64_t seed, uint64_t epoch, uint32_t sample);
-
 struct pipeline_ahead;
 
 /* Runs samples ids[0..n) of ds through every step. The good ones are

@@ -17,6 +17,7 @@
 
 #include "cache.h"
 #include "frame.h"
+#include "hash.h"
 #include "json.h"
 #include "log.h"
 #include "stats.h"
@@ -198,7 +199,7 @@ uint32_t profile_rank(struct proto_profile_strategy *st, uint32_t n,
 
 static uint64_t mix(uint64_t h, uint64_t v)
 {
-    return step_mix64(h ^ v) + 0x9e3779b97f4a7c15ull;
+    return hash_mix64(h ^ v) + 0x9e3779b97f4a7c15ull;
 }
 
 uint64_t profile_key(const struct dataset *ds, const struct config *cfg)

@@ -51,7 +51,7 @@
  * a source file replaced (size or mtime changed) or offline steps changed
  * (fingerprint) simply never match again. Several records of one key may
  * exist; the newest (highest segment, then offset) wins and the others are
- * dead bytes. The dataset and path fields are store_hash64() of the
+ * dead bytes. The dataset and path fields are hash_xxh64() of the
  * dataset name and of the sample's path relative to the dataset root.
  *
  * Encoding. store_put() with a zstd level compresses; when the result is
@@ -119,7 +119,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "step.h"
+#include "img.h"
 
 #define STORE_MAGIC 0x31525350u /* "PSR1" */
 #define STORE_VERSION 1u
@@ -135,8 +135,8 @@
 enum store_encoding { STORE_ENC_RAW = 0, STORE_ENC_ZSTD = 1 };
 
 struct store_key {
-    uint64_t dataset;     /* store_hash64 of the dataset name */
-    uint64_t path;        /* store_hash64 of the sample's path relative to the root */
+    uint64_t dataset;     /* hash_xxh64 of the dataset name */
+    uint64_t path;        /* hash_xxh64 of the sample's path relative to the root */
     uint64_t fingerprint; /* of the offline steps and their parameters */
     uint64_t src_size;    /* of the source file, bytes */
     int64_t src_mtime_ns; /* of the source file */
@@ -249,11 +249,5 @@ int store_compact(struct store *st, store_live_fn is_live, void *arg);
 /* 0, or the errno that put the store in degraded mode. */
 int store_degraded(const struct store *st);
 void store_get_stats(struct store *st, struct store_stats *out);
-
-/* 64-bit hash of len bytes (XXH64 with seed 0). Its values are stored on
- * disk in keys, so it must never change. */
-uint64_t store_hash64(const void *data, size_t len);
-/* CRC32C (Castagnoli), continued from crc (0 to start): the record checksum. */
-uint32_t store_crc32c(uint32_t crc, const void *data, size_t len);
 
 #endif

@@ -295,7 +295,7 @@ def mix64(x):
 
 
 class Rng:
-    """step_rand01: splitmix64 doubles in [0, 1)."""
+    """hash_rand01: splitmix64 doubles in [0, 1)."""
 
     def __init__(self, state):
         self.state = state
