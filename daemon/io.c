@@ -1022,7 +1022,7 @@ static void io_abandon(struct io_ring *r, int err)
 }
 
 /* Hands prepared SQEs to the kernel and, when `wait`, blocks for one
- * completion. 0, or -1 when the ring was given up. */
+ * completion. 0, or the kernel's -errno when the ring was given up. */
 static int io_push(struct io_ring *r, int wait)
 {
     int busy = 0;
@@ -1049,7 +1049,7 @@ static int io_push(struct io_ring *r, int wait)
             continue;
         }
         io_abandon(r, rc);
-        return -1;
+        return rc;
     }
 }
 

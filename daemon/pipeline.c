@@ -103,7 +103,7 @@ static void local_account(struct worker_ctx *ctx, struct pipe_local *L)
 /* Runs steps [from, to) starting at *cur; *cur ends at the result, which
  * lives in one of the two ping-pong scratch images (or is *cur unchanged),
  * or in last_out for the last step when last_out is given. */
-static enum pipeline_fault run_steps(const struct config_dataset *cfg, uint32_t from,
+static int run_steps(const struct config_dataset *cfg, uint32_t from,
                                      uint32_t to, uint64_t seed, struct worker_ctx *ctx,
                                      const struct img **cur, struct img *last_out,
                                      char *err, size_t errlen)
@@ -120,53 +120,53 @@ static enum pipeline_fault run_steps(const struct config_dataset *cfg, uint32_t 
         if (rc == -ENOSPC && out == last_out) {
             snprintf(err, errlen, "%s: output larger than the stream's %zu-byte sample",
                      step_name(s->kind), last_out->cap);
-            return PIPE_SHAPE;
+            return -EBADMSG;
         }
         if (rc < 0) {
             snprintf(err, errlen, "%s", ctx->step.err); /* steps name themselves */
-            if (rc == -E2BIG)
-                return PIPE_TOO_LARGE;
-            return s->kind == STEP_DECODE ? PIPE_DECODE : PIPE_SHAPE;
+            return rc == -E2BIG ? -E2BIG : -EBADMSG;
         }
         *cur = out;
     }
-    return PIPE_OK;
+    return 0;
 }
 
 /* The online steps, the last one writing straight into the batch's slot. */
-static enum pipeline_fault run_online(const struct dataset *ds, const struct img *cur,
+static int run_online(const struct dataset *ds, const struct img *cur,
                                       uint64_t sample_seed, uint8_t *dst,
                                       struct worker_ctx *ctx, char *err, size_t errlen)
 {
     const struct config_dataset *cfg = ds->cfg;
     struct img slot = {.fmt = IMG_PIXELS, .data = dst, .cap = ds->sample_bytes, .borrowed = 1};
-    enum pipeline_fault f =
-        run_steps(cfg, ds->split, cfg->nsteps, sample_seed, ctx, &cur, &slot, err, errlen);
-    if (f != PIPE_OK)
-        return f;
+    int rc = run_steps(cfg, ds->split, cfg->nsteps, sample_seed, ctx, &cur, &slot, err, errlen);
+    if (rc < 0)
+        return rc;
     if (cur->fmt != IMG_PIXELS || cur->h != ds->out_h || cur->w != ds->out_w ||
         cur->c != ds->out_c || cur->len != ds->sample_bytes) {
         snprintf(err, errlen, "output is %ux%ux%u, the stream's is %ux%ux%u", cur->h,
                  cur->w, cur->c, ds->out_h, ds->out_w, ds->out_c);
-        return PIPE_SHAPE;
+        return -EBADMSG;
     }
     if (cur->data != dst)
         memcpy(dst, cur->data, cur->len);
-    return PIPE_OK;
+    return 0;
 }
 
-static enum stats_counter fault_counter(enum pipeline_fault f)
+/* What a bad sample's -errno counts as: over a limit (file size, pixels),
+ * a step that failed on it (-EBADMSG), or else a read. */
+static enum stats_counter fault_counter(int err)
 {
-    switch (f) {
-    case PIPE_READ: return STAT_err_read;
-    case PIPE_TOO_LARGE: return STAT_err_too_large;
-    default: return STAT_err_decode;
+    switch (err) {
+    case -EFBIG:
+    case -E2BIG: return STAT_err_too_large;
+    case -EBADMSG: return STAT_err_decode;
+    default: return STAT_err_read;
     }
 }
 
 /* Counts a bad sample and logs it the first time. */
 static void fault_report(struct worker_ctx *ctx, struct dataset *ds, uint32_t id,
-                         enum pipeline_fault f, const char *err)
+                         int f, const char *err)
 {
     stats_add(ctx->stats, fault_counter(f), 1);
     ADD(&ds->n.errors, 1);
@@ -239,7 +239,7 @@ static void admit(const struct pipeline_env *env, struct dataset *ds, uint32_t i
 }
 
 /* Source bytes through the offline steps, then into the tiers. */
-static enum pipeline_fault compute(const struct pipeline_env *env, struct dataset *ds,
+static int compute(const struct pipeline_env *env, struct dataset *ds,
                                    struct item *it, const struct img *src,
                                    const struct dataset_file *f, struct worker_ctx *ctx,
                                    struct img *view, const struct img **out, char *err,
@@ -252,17 +252,17 @@ static enum pipeline_fault compute(const struct pipeline_env *env, struct datase
     ADD(&ds->n.computed, 1);
     it->computed = 1;
     /* Offline steps are deterministic: they take no seed. */
-    enum pipeline_fault fault = run_steps(cfg, 0, ds->split, 0, ctx, &cur, NULL, err, errlen);
-    if (fault != PIPE_OK)
-        return fault;
+    int rc = run_steps(cfg, 0, ds->split, 0, ctx, &cur, NULL, err, errlen);
+    if (rc < 0)
+        return rc;
     /* Nothing offline, or split: auto still undecided: nothing to cache. */
     if (ds->split == 0 || ds->autos.state == DATASET_AUTO_PENDING) {
         *out = cur;
-        return PIPE_OK;
+        return 0;
     }
     disk_put(env, ds, it->id, cur, f);
     admit(env, ds, it->id, cur, view, out);
-    return PIPE_OK;
+    return 0;
 }
 
 /* ---- a chunk of samples ---- */
@@ -471,7 +471,7 @@ static void chunk_end(const struct pipeline_env *env, struct worker_ctx *ctx,
 
 /* A disk record that cannot be used: recomputed from the source and
  * stored again (the new record supersedes it). */
-static enum pipeline_fault disk_recover(const struct pipeline_env *env, struct dataset *ds,
+static int disk_recover(const struct pipeline_env *env, struct dataset *ds,
                                         struct item *it, int why, struct worker_ctx *ctx,
                                         struct img *view, const struct img **out, char *err,
                                         size_t errlen)
@@ -483,7 +483,7 @@ static enum pipeline_fault disk_recover(const struct pipeline_env *env, struct d
              why == -EBADMSG ? "corrupt" : strerror(-why));
     int rc = dataset_read(ds, it->id, env->max_file_size, &ctx->scratch[0], &f, err, errlen);
     if (rc < 0)
-        return rc == -EFBIG ? PIPE_TOO_LARGE : PIPE_READ;
+        return rc;
     return compute(env, ds, it, &ctx->scratch[0], &f, ctx, view, out, err, errlen);
 }
 
@@ -491,7 +491,7 @@ static enum pipeline_fault disk_recover(const struct pipeline_env *env, struct d
  * entry, a decoded record or a computed image (NULL for SRC_SKIP), valid
  * until the next sample. Counts the disk tier's hits and misses when
  * `count` (streams; warm reads are not training reads). */
-static enum pipeline_fault item_materialize(const struct pipeline_env *env,
+static int item_materialize(const struct pipeline_env *env,
                                             struct dataset *ds, struct item *it,
                                             struct pipe_local *L, struct chunk *C,
                                             struct worker_ctx *ctx, int count,
@@ -505,10 +505,10 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
     case SRC_MEM:
         cache_entry_img(it->e, view);
         *out = view;
-        return PIPE_OK;
+        return 0;
     case SRC_SKIP:
         *out = NULL;
-        return PIPE_OK;
+        return 0;
     case SRC_DISK: {
         struct store_key key;
         size_t rec_len = it->loc.len; /* kept by item_unpin */
@@ -528,7 +528,7 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
         /* A raw record is used where it was read (it->bytes points into
          * the arena, valid until the chunk ends): no copy. */
         admit(env, ds, it->id, &it->bytes, view, out);
-        return PIPE_OK;
+        return 0;
     }
     case SRC_FILE: {
         if (count && tiered)
@@ -538,19 +538,19 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
                      q->failed == IO_STEP_OPEN ? "open" : q->failed == IO_STEP_STAT ? "stat"
                                                                                  : "read",
                      strerror((int)-q->res));
-            return PIPE_READ;
+            return (int)q->res;
         }
         if (q->size > env->max_file_size) {
             snprintf(err, errlen, "file is %llu bytes, over the limit of %llu",
                      (unsigned long long)q->size, (unsigned long long)env->max_file_size);
-            return PIPE_TOO_LARGE;
+            return -EFBIG;
         }
         it->f = (struct dataset_file){.fd = -1, .size = q->size, .mtime_ns = q->mtime_ns};
         if (q->size > it->len) { /* grew since indexing: read it whole now */
             int rc = dataset_read(ds, it->id, env->max_file_size, &ctx->scratch[0], &it->f,
                                   err, errlen);
             if (rc < 0)
-                return rc == -EFBIG ? PIPE_TOO_LARGE : PIPE_READ;
+                return rc;
             return compute(env, ds, it, &ctx->scratch[0], &it->f, ctx, view, out, err, errlen);
         }
         /* A file that shrank since indexing: decode sees what is there.
@@ -563,7 +563,7 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
         if (count && tiered)
             ADD(&ds->n.disk_misses, 1);
         snprintf(err, errlen, "%s", it->msg);
-        return it->err == -EFBIG ? PIPE_TOO_LARGE : PIPE_READ;
+        return it->err;
     }
 }
 
@@ -750,10 +750,10 @@ uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
             uint32_t id = ids[done + i];
             struct img view;
             const struct img *im = NULL;
-            enum pipeline_fault f;
+            int f;
             if (!L) {
                 snprintf(err, sizeof(err), "no memory for the pipeline's buffers");
-                f = PIPE_READ;
+                f = -ENOMEM;
             } else {
                 struct item *it = &C->items[i];
                 int hit = it->src == SRC_MEM;
@@ -762,10 +762,10 @@ uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
                 ADD(hit ? &ds->n.hits : &ds->n.misses, 1);
                 f = item_materialize(env, ds, it, L, C, ctx, 1, &view, &im, err, sizeof(err));
             }
-            if (f == PIPE_OK)
+            if (f == 0)
                 f = run_online(ds, im, hash_sample_seed(seed, epoch, id),
                                dst + (size_t)k * ds->sample_bytes, ctx, err, sizeof(err));
-            if (f == PIPE_OK) {
+            if (f == 0) {
                 labels[k++] = ds->samples[id].label;
                 continue;
             }
@@ -812,10 +812,9 @@ void pipeline_warm(const struct pipeline_env *env, struct dataset *ds, uint32_t 
             chunk_need(env, ctx, C, it);
             struct img view;
             const struct img *im = NULL;
-            enum pipeline_fault f =
-                item_materialize(env, ds, it, L, C, ctx, 0, &view, &im, err, sizeof(err));
+            int f = item_materialize(env, ds, it, L, C, ctx, 0, &view, &im, err, sizeof(err));
             res->done++;
-            if (f != PIPE_OK) {
+            if (f < 0) {
                 res->failed++;
                 fault_report(ctx, ds, it->id, f, err);
             } else {

@@ -48,9 +48,6 @@
 #define PIPELINE_CHUNK_BYTES (16u << 20)
 #define PIPELINE_COMPACT_INTERVAL_S 30
 
-/* Why a sample was bad, for stats and the error reply. */
-enum pipeline_fault { PIPE_OK = 0, PIPE_READ, PIPE_DECODE, PIPE_TOO_LARGE, PIPE_SHAPE };
-
 struct pipeline_compactor;
 
 struct pipeline_env {
@@ -60,10 +57,11 @@ struct pipeline_env {
     struct pipeline_compactor *compactor; /* NULL: no compaction on demand */
 };
 
-/* Told about each bad sample, in order: i is its index in the batch.
- * Returns nonzero to stop the batch there. */
-typedef int (*pipeline_bad_fn)(void *arg, uint32_t i, enum pipeline_fault f,
-                               const char *err);
+/* Told about each bad sample, in order: i is its index in the batch, err
+ * why (-EFBIG, -E2BIG: over a limit; -EBADMSG: a step failed on it; else
+ * the read's -errno) and msg says so. Returns nonzero to stop the batch
+ * there. */
+typedef int (*pipeline_bad_fn)(void *arg, uint32_t i, int err, const char *msg);
 
 struct pipeline_ahead;
 

@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "cache.h"
-#include "frame.h"
 #include "hash.h"
 #include "json.h"
 #include "log.h"
@@ -400,10 +399,9 @@ struct profile {
     struct profiler *pr;
     struct dataset *ds;
     struct proto_profile req;
-    int background; /* first use: no connection */
-    uint32_t req_id;
-    struct bufferevent *bev;
-    const void *owner;
+    int background; /* first use: nobody asked */
+    struct reply reply;
+    const void *owner; /* reply.to as asked (the reply is cut when it stops) */
     struct proto_profile_strategy st[PROFILE_MAX_STRATEGIES];
     uint32_t nst, cur;
     uint32_t *ids, k;        /* the sample, ids of ds */
@@ -425,8 +423,9 @@ struct profile {
     uint64_t t0_ns, sent_ns;
     struct event *ev; /* finishes outside of any callback of ours */
     int done, closing;
-    int err_code;
+    int err_code;   /* why it failed: -errno (0: it did not) */
     char err[300];
+    uint32_t winner, applied; /* the result, once done well */
 };
 
 struct profiler {
@@ -448,12 +447,12 @@ static double since_s(uint64_t t0)
     return (double)(stats_now_ns() - t0) / 1e9;
 }
 
-static int job_bad(void *arg, uint32_t i, enum pipeline_fault f, const char *err)
+static int job_bad(void *arg, uint32_t i, int err, const char *msg)
 {
     struct profile_job *j = arg;
     (void)i;
-    (void)f;
     (void)err;
+    (void)msg;
     j->failed++;
     return 0;
 }
@@ -497,7 +496,7 @@ static void job_done(struct work *wk, int cancelled)
         return;
     }
     if (cancelled) { /* only while the pool stops */
-        profile_fail(p, PROTO_E_SHUTDOWN, "the daemon is stopping");
+        profile_fail(p, -ECANCELED, "the daemon is stopping");
         return;
     }
     p->job_wall_ns += j->wall_ns;
@@ -529,8 +528,8 @@ static double progress_fraction(const struct profile *p)
 
 static void send_progress(struct profile *p)
 {
+    struct reply_msg rm = {.kind = REPLY_PROFILE_PROGRESS};
     struct proto_profile_progress m;
-    struct proto_wbuf w;
     double frac = progress_fraction(p), t = since_s(p->t0_ns);
     memset(&m, 0, sizeof(m));
     m.strategy = p->cur < p->nst ? p->cur : p->nst - 1;
@@ -540,24 +539,18 @@ static void send_progress(struct profile *p)
     m.fraction = frac;
     m.eta_s = frac > 0.01 ? t * (1 - frac) / frac : -1;
     p->sent_ns = stats_now_ns();
-    if (!p->bev)
-        return;
-    proto_wbuf_init(&w);
-    proto_frame_begin(&w, PROTO_PROFILE_PROGRESS, p->req_id);
-    proto_put_profile_progress(&w, &m);
-    if (frame_send(p->bev, &w) < 0)
+    rm.profile_progress = m;
+    if (reply_progress(&p->reply, &rm, -1) < 0)
         log_error("profile of '%s': cannot queue a progress report: out of memory",
                   p->ds->cfg->name);
-    proto_wbuf_free(&w);
 }
 
-static void send_result(struct profile *p, uint32_t winner, uint32_t applied)
+/* The result, once the profile ended well (from the event loop). */
+static void send_result(struct profile *p)
 {
     const struct config *cfg = *p->pr->env.cfg;
+    struct reply_msg rm = {.kind = REPLY_PROFILE_RESULT};
     struct proto_profile_result m;
-    struct proto_wbuf w;
-    if (!p->bev)
-        return;
     memset(&m, 0, sizeof(m));
     snprintf(m.dataset, sizeof(m.dataset), "%s", p->ds->cfg->name);
     m.samples = p->ds->nsamples;
@@ -570,17 +563,13 @@ static void send_result(struct profile *p, uint32_t winner, uint32_t applied)
     m.w_offline = p->req.w_offline;
     m.w_storage = p->req.w_storage;
     m.seconds = since_s(p->t0_ns);
-    m.winner = winner;
-    m.applied = applied;
+    m.winner = p->winner;
+    m.applied = p->applied;
     m.count = p->nst;
-    proto_wbuf_init(&w);
-    proto_frame_begin(&w, PROTO_PROFILE_RESULT, p->req_id);
-    proto_put_profile_result(&w, &m);
-    for (uint32_t i = 0; i < p->nst; i++)
-        proto_put_profile_strategy(&w, &p->st[i]);
-    if (frame_send(p->bev, &w) < 0)
+    rm.profile.result = &m;
+    rm.profile.strategies = p->st;
+    if (reply_done(&p->reply, &rm) < 0)
         log_error("profile of '%s': cannot queue the result: out of memory", p->ds->cfg->name);
-    proto_wbuf_free(&w);
 }
 
 /* ---- the trial of one strategy ---- */
@@ -599,26 +588,27 @@ static void trial_close(struct profile *p)
         rm_dir(p->dir);
 }
 
+/* 0, or -errno after failing the profile. */
 static int trial_open(struct profile *p, const struct proto_profile_strategy *s)
 {
     const struct config *cfg = *p->pr->env.cfg;
     char err[512];
     if (dataset_subset(&p->tds, p->ds, p->ids, p->k, s->split, s->zstd_level) < 0) {
-        profile_fail(p, PROTO_E_NOMEM, "no memory for a trial dataset");
-        return -1;
+        profile_fail(p, -ENOMEM, "no memory for a trial dataset");
+        return -ENOMEM;
     }
     p->tds_open = 1;
     struct cache_dataset cd = {p->k, p->tds.mat_bytes};
     if (cache_create(&p->tnone, 0, &cd, 1) < 0 ||
         cache_create(&p->tmem, cfg->profile_memory, &cd, 1) < 0) {
-        profile_fail(p, PROTO_E_NOMEM, "no memory for a trial memory tier");
-        return -1;
+        profile_fail(p, -ENOMEM, "no memory for a trial memory tier");
+        return -ENOMEM;
     }
     if (s->split > 0) {
         int rc = store_open(&p->tstore, p->dir, 0, cfg->segment_size, err, sizeof(err));
         if (rc < 0) {
-            profile_fail(p, PROTO_E_IO, "cannot make a trial disk store (cache.dir): %s", err);
-            return -1;
+            profile_fail(p, -EIO, "cannot make a trial disk store (cache.dir): %s", err);
+            return -EIO;
         }
     }
     p->tenv.cache = p->tnone;
@@ -731,7 +721,7 @@ static void phase_end(struct profile *p)
         struct store_stats ss;
         store_get_stats(p->tstore, &ss);
         if (ss.degraded) {
-            profile_fail(p, PROTO_E_IO, "the trial disk store failed to write: %s",
+            profile_fail(p, -EIO, "the trial disk store failed to write: %s",
                          strerror(ss.degraded));
             return;
         }
@@ -936,6 +926,11 @@ static void profile_on_event(evutil_socket_t fd, short what, void *arg)
     struct profiler *pr = p->pr;
     (void)fd;
     (void)what;
+    /* The last word: the result or the failure (before the queue moves on). */
+    if (p->err_code < 0)
+        reply_failed(&p->reply, p->err_code, p->err);
+    else
+        send_result(p);
     p->ds->autos.profiling = 0;
     pr->run = NULL;
     p->closing = 1;
@@ -959,8 +954,6 @@ static void profile_fail(struct profile *p, int code, const char *fmt, ...)
     va_end(ap);
     p->err_code = code;
     log_warn("profile of dataset '%s' failed: %s", p->ds->cfg->name, p->err);
-    if (p->bev)
-        frame_send_error(p->bev, p->req_id, code, p->err);
     profile_end(p);
 }
 
@@ -971,7 +964,7 @@ static void profile_finish(struct profile *p)
     for (uint32_t i = 0; i < p->nst; i++)
         good += p->st[i].samples;
     if (good == 0) {
-        profile_fail(p, PROTO_E_SAMPLE, "no sample of the dataset could be read");
+        profile_fail(p, -EBADMSG, "no sample of the dataset could be read");
         return;
     }
     struct profile_scale sc = {p->ds->nsamples, p->workers, p->njobs, cfg->cache_memory,
@@ -983,29 +976,28 @@ static void profile_finish(struct profile *p)
              "%.0f samples/s expected, %.1f MiB on disk, %.1f s offline", p->ds->cfg->name,
              p->nst, p->k, since_s(p->t0_ns), win->name, win->expected_rate,
              win->total_bytes / (1 << 20), win->total_offline_s);
-    uint32_t applied = PROTO_APPLIED_NO;
+    p->winner = w;
+    p->applied = PROTO_APPLIED_NO;
     if (p->ds->cfg->split_auto && (p->background || (p->req.flags & PROTO_PROFILE_APPLY)))
-        applied = profile_apply(p, win);
+        p->applied = profile_apply(p, win);
     send_progress(p);
-    send_result(p, w, applied);
-    profile_end(p);
+    profile_end(p); /* the result follows from the event loop */
 }
 
 static int profile_create(struct profiler *pr, struct dataset *ds,
-                          const struct proto_profile *req, int background, uint32_t req_id,
-                          struct bufferevent *bev, const void *owner, struct profile **out,
-                          char *err, size_t errlen)
+                          const struct proto_profile *req, const struct reply *reply,
+                          struct profile **out, char *err, size_t errlen)
 {
     const struct config *cfg = *pr->env.cfg;
     if (ds->out_h == 0 || ds->sample_bytes == 0) {
         snprintf(err, errlen, "dataset '%s': the pipeline's output size varies per image",
                  ds->cfg->name);
-        return -PROTO_E_INVAL;
+        return -EINVAL;
     }
     struct profile *p = calloc(1, sizeof(*p));
     if (!p) {
         snprintf(err, errlen, "no memory for a profile");
-        return -PROTO_E_NOMEM;
+        return -ENOMEM;
     }
     p->pr = pr;
     p->ds = ds;
@@ -1013,10 +1005,11 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
     p->req = *req;
     if (!(req->w_throughput > 0 || req->w_offline > 0 || req->w_storage > 0))
         p->req.w_throughput = 1; /* the default objective: throughput only */
-    p->background = background;
-    p->req_id = req_id;
-    p->bev = bev;
-    p->owner = owner;
+    p->background = reply == NULL;
+    if (reply) {
+        p->reply = *reply;
+        p->owner = reply->to;
+    }
     p->t0_ns = stats_now_ns();
     p->nst = profile_strategies(ds->cfg->steps, ds->cfg->nsteps, p->st, PROFILE_MAX_STRATEGIES);
     p->k = profile_sample_size(ds->nsamples, req->samples, cfg->profile_samples);
@@ -1048,7 +1041,7 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
             p->njobs = 0;
         profile_free(p);
         snprintf(err, errlen, "no memory for a profile");
-        return -PROTO_E_NOMEM;
+        return -ENOMEM;
     }
     profile_sample_ids(ds->nsamples, p->k, p->ids);
     *out = p;
@@ -1078,7 +1071,7 @@ static void profile_stop(struct profile *p)
     p->ds->autos.profiling = 0;
     pr->run = NULL;
     p->closing = 1;
-    p->bev = NULL;
+    p->reply.ops = NULL;
     p->busy++; /* a guard through the loop */
     for (uint32_t i = 0; i < p->njobs; i++)
         if (p->jobs[i].busy)
@@ -1121,7 +1114,7 @@ static void profiler_next(struct profiler *pr)
         struct proto_profile req;
         struct profile *p;
         memset(&req, 0, sizeof(req));
-        if (profile_create(pr, ds, &req, 1, 0, NULL, NULL, &p, err, sizeof(err)) < 0) {
+        if (profile_create(pr, ds, &req, NULL, &p, err, sizeof(err)) < 0) {
             log_warn("dataset '%s': split: auto: cannot profile: %s", ds->cfg->name, err);
             continue;
         }
@@ -1130,35 +1123,34 @@ static void profiler_next(struct profiler *pr)
 }
 
 int profiler_request(struct profiler *pr, struct dataset *ds, const struct proto_profile *req,
-                     uint32_t req_id, struct bufferevent *bev, void *owner, char *err,
-                     size_t errlen)
+                     const struct reply *reply, char *err, size_t errlen)
 {
     const double w[3] = {req->w_throughput, req->w_offline, req->w_storage};
     for (int i = 0; i < 3; i++) {
         if (!isfinite(w[i]) || w[i] < 0 || w[i] > 1e6) {
             snprintf(err, errlen, "weights must be numbers from 0 to 1000000");
-            return -PROTO_E_INVAL;
+            return -EINVAL;
         }
     }
     if (req->samples > PROFILE_LIMIT_SAMPLES) {
         snprintf(err, errlen, "a sample of %u is over the limit of %u", req->samples,
                  PROFILE_LIMIT_SAMPLES);
-        return -PROTO_E_INVAL;
+        return -EINVAL;
     }
     if ((req->flags & PROTO_PROFILE_APPLY) && !ds->cfg->split_auto) {
         snprintf(err, errlen, "dataset '%s' has a fixed split in the config (split %u); "
                  "declare it with split: auto to let the profiler choose",
                  ds->cfg->name, ds->split);
-        return -PROTO_E_INVAL;
+        return -EINVAL;
     }
     if (pr->run) {
         snprintf(err, errlen, "a profile of dataset '%s' is running%s; one runs at a time",
                  pr->run->ds->cfg->name,
                  pr->run->background ? " (split: auto, first use)" : "");
-        return -PROTO_E_LIMIT;
+        return -EBUSY;
     }
     struct profile *p;
-    int rc = profile_create(pr, ds, req, 0, req_id, bev, owner, &p, err, errlen);
+    int rc = profile_create(pr, ds, req, reply, &p, err, errlen);
     if (rc < 0)
         return rc;
     profile_begin(p);

@@ -102,6 +102,7 @@
 #include "dataset.h"
 #include "pipeline.h"
 #include "proto.h"
+#include "reply.h"
 #include "step.h"
 #include "workers.h"
 
@@ -120,7 +121,6 @@
 #define PROFILE_PROGRESS_MS 100u
 #define PROFILE_SEED 0x70726f66696c65ull /* the online epochs' stream seed */
 
-struct bufferevent;
 struct event_base;
 struct json;
 struct profiler;
@@ -172,13 +172,14 @@ void profile_clean_trials(const char *cache_dir);
 int profiler_create(struct profiler **out, const struct profile_env *env);
 /* Stops a running profile (its trial tiers are removed) and forgets the queue. */
 void profiler_destroy(struct profiler *pr);
-/* A PROFILE request on the connection `owner`: starts it, sending the first
- * PROFILE_PROGRESS. Returns 0, or a negative PROTO_E_* code with a message
- * in err (nothing sent). */
+/* A PROFILE request, answered through reply: starts it, saying its first
+ * progress; then progress, and done with the result or failed (reply.h).
+ * Returns 0, or -errno with a message in err (nothing said): -EINVAL,
+ * -ENOMEM, -EBUSY (a profile runs already). */
 int profiler_request(struct profiler *pr, struct dataset *ds, const struct proto_profile *req,
-                     uint32_t req_id, struct bufferevent *bev, void *owner, char *err,
-                     size_t errlen);
-/* The connection `owner` is going away: its profile stops. */
+                     const struct reply *reply, char *err, size_t errlen);
+/* The requester `owner` (the `to` of the reply it asked with) is going
+ * away: its profile stops, saying nothing more. */
 void profiler_detach(struct profiler *pr, const void *owner);
 /* An OPEN or WARM of ds: a PENDING split: auto dataset gets profiled (in
  * the background, applied when done). */

@@ -202,8 +202,11 @@ static void job_run(struct work *w, struct worker_ctx *ctx)
     struct reload *r = j->r;
     (void)ctx;
     j->rc = r->env.load(&j->cfg, r->env.load_arg, j->err, sizeof(j->err));
-    if (j->rc < 0)
+    if (j->rc < 0) { /* whatever the reason (no file, a bad key): it does not load */
+        if (j->rc != -ENOMEM)
+            j->rc = -EINVAL;
         return;
+    }
     uint32_t n = j->cfg.ndatasets;
     j->table = calloc(n ? n : 1, sizeof(*j->table));
     j->fresh = calloc(n ? n : 1, 1);

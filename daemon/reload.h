@@ -55,7 +55,8 @@ typedef int (*reload_load_fn)(struct config *c, void *arg, char *err, size_t err
 typedef void (*reload_apply_fn)(void *arg, const struct config *cfg,
                                 struct dataset **datasets, uint32_t n);
 /* A reload asked for by reload_request ended: rc 0 with a JSON report of
- * what changed, or a negative errno with the reason. */
+ * what changed, or -errno with the reason: -EINVAL (the file does not load,
+ * a dataset cannot be indexed), -ENOMEM, -ECANCELED (the daemon stops). */
 typedef void (*reload_done_fn)(void *arg, int rc, const char *text);
 
 struct reload_env {

@@ -25,13 +25,23 @@
 #include "stream.h"
 #include "warm.h"
 
+/* A job a connection runs (a stream, its warm-up, its profile): where the
+ * job's reply goes (reply.h: its `to`). It stays put while the job lives. */
+struct conn_job {
+    struct conn *c;
+    uint32_t req_id;
+    uint32_t stream_id;
+    struct stream *st; /* streams: NULL when the slot is free */
+};
+
 struct conn {
     struct server *srv;
     struct bufferevent *bev;
     struct conn *prev, *next;
-    struct stream **streams; /* stream_cap slots */
+    struct conn_job *streams;      /* stream_cap slots */
     uint32_t nstreams, stream_cap; /* cap: limits.streams_per_connection at accept */
-    struct warm *warm;       /* a WARM running on this connection */
+    struct warm *warm;             /* a WARM running on this connection */
+    struct conn_job warm_job, profile_job;
     int closing; /* close once the output is flushed */
     struct access_peer peer; /* who connected (SO_PEERCRED at accept) */
     int reload_pending;      /* a RELOAD (reload_req) waits for its reply */
@@ -53,11 +63,9 @@ struct server {
     char *path;     /* socket we bound and unlink at exit; NULL if adopted */
     struct conn *conns;
     uint64_t nconns;
-    uint64_t nstreams;
     uint32_t next_stream_id;
-    uint64_t buffer_bytes; /* the streams' batch buffers */
-    uint64_t shm_rings, shm_bytes; /* the streams' shared-memory rings */
-    struct stream_env env;
+    struct pipeline_env pipe;
+    struct streams *streams;
     struct warm_env wenv;
     struct profiler *profiler;
     struct timespec started;
@@ -71,17 +79,58 @@ static struct stats_thread *loop_stats(struct server *s)
     return &s->d.stats[s->d.nstats - 1];
 }
 
+/* ---- errors ---- */
+
+/* The protocol's code of an error from below the server (-errno), in one
+ * place: what jobs, the reload and the server's own checks fail with. */
+static const struct {
+    int err;
+    uint32_t code;
+} error_codes[] = {
+    {EINVAL, PROTO_E_INVAL},       /* a bad request, a config that does not load */
+    {ENOMEM, PROTO_E_NOMEM},
+    {EBUSY, PROTO_E_LIMIT},        /* one at a time: a warm-up, a profile, a reload */
+    {ETIMEDOUT, PROTO_E_LIMIT},    /* a client that released nothing in time */
+    {EBADMSG, PROTO_E_SAMPLE},     /* a bad sample (on_error: fail) */
+    {ECANCELED, PROTO_E_SHUTDOWN}, /* the daemon is stopping */
+    {EIO, PROTO_E_IO},
+};
+
+static uint32_t error_code(int err)
+{
+    for (size_t i = 0; i < sizeof(error_codes) / sizeof(error_codes[0]); i++)
+        if (error_codes[i].err == -err)
+            return error_codes[i].code;
+    return PROTO_E_INTERNAL;
+}
+
+/* Answers a request with an ERROR for -errno err. */
+static void conn_error(struct conn *c, uint32_t req_id, int err, const char *msg)
+{
+    frame_send_error(c->bev, req_id, error_code(err), msg);
+}
+
 /* ---- connections ---- */
+
+static void conn_close_streams(struct conn *c)
+{
+    for (uint32_t i = 0; i < c->stream_cap; i++) {
+        if (c->streams[i].st) {
+            stream_close(c->streams[i].st);
+            c->streams[i].st = NULL;
+        }
+    }
+    c->nstreams = 0;
+}
 
 static void conn_free(struct conn *c)
 {
     struct server *s = c->srv;
-    for (uint32_t i = 0; i < c->nstreams; i++)
-        stream_close(c->streams[i]);
-    stream_ring_free(&s->env, &c->kept);
+    conn_close_streams(c);
+    stream_ring_free(s->streams, &c->kept);
     if (c->warm)
         warm_close(c->warm);
-    profiler_detach(s->profiler, c);
+    profiler_detach(s->profiler, &c->profile_job);
     if (c->reload_pending && s->d.reload)
         reload_cancel(s->d.reload, c);
     if (c->stall_ev)
@@ -116,45 +165,227 @@ static void conn_on_write(struct bufferevent *bev, void *arg)
         conn_resume(c);
 }
 
+/* Stops reading and ends the connection's jobs: it closes once its output
+ * is flushed. */
+static void conn_closing(struct conn *c)
+{
+    c->closing = 1;
+    bufferevent_disable(c->bev, EV_READ);
+    conn_close_streams(c);
+    if (c->warm)
+        warm_close(c->warm);
+    c->warm = NULL;
+    profiler_detach(c->srv->profiler, &c->profile_job);
+}
+
 /* Replies with an error and closes the connection once it is sent. */
 static void conn_fail(struct conn *c, uint32_t req_id, int code, const char *msg)
 {
     stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
     log_info("connection closed: %s", msg);
     frame_send_error(c->bev, req_id, code, msg);
-    c->closing = 1;
-    bufferevent_disable(c->bev, EV_READ);
-    for (uint32_t i = 0; i < c->nstreams; i++)
-        stream_close(c->streams[i]);
-    c->nstreams = 0;
-    if (c->warm)
-        warm_close(c->warm);
-    c->warm = NULL;
-    profiler_detach(c->srv->profiler, c);
+    conn_closing(c);
 }
 
-static void conn_stream_finished(struct stream *st, void *owner)
+/* ---- the replies of jobs (reply.h) ---- */
+
+/* Queues m as the frame of type for the job cj (fd >= 0: passed along). */
+static int conn_send_msg(const struct conn_job *cj, uint16_t type, const struct reply_msg *m,
+                         int fd)
 {
-    struct conn *c = owner;
-    int dropped = stream_dropped(st);
-    for (uint32_t i = 0; i < c->nstreams; i++) {
-        if (c->streams[i] == st) {
-            c->streams[i] = c->streams[--c->nstreams];
-            break;
+    struct proto_wbuf w;
+    struct proto_opened op;
+    struct proto_end end;
+    int rc;
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, type, cj->req_id);
+    switch (m->kind) {
+    case REPLY_OPENED:
+        op = m->opened;
+        op.stream_id = cj->stream_id;
+        proto_put_opened(&w, &op);
+        break;
+    case REPLY_END:
+        end = m->end;
+        end.stream_id = cj->stream_id;
+        proto_put_end(&w, &end);
+        break;
+    case REPLY_WARM:
+        proto_put_progress(&w, &m->warm);
+        break;
+    case REPLY_PROFILE_PROGRESS:
+        proto_put_profile_progress(&w, &m->profile_progress);
+        break;
+    case REPLY_PROFILE_RESULT:
+        proto_put_profile_result(&w, m->profile.result);
+        for (uint32_t i = 0; i < m->profile.result->count; i++)
+            proto_put_profile_strategy(&w, &m->profile.strategies[i]);
+        break;
+    }
+    rc = fd < 0 ? frame_send(cj->c->bev, &w) : frame_send_fd(cj->c->bev, &w, fd);
+    proto_wbuf_free(&w);
+    return rc;
+}
+
+static int conn_progress(const struct reply *r, const struct reply_msg *m, int fd)
+{
+    uint16_t type = m->kind == REPLY_OPENED ? PROTO_OPENED
+                    : m->kind == REPLY_WARM ? PROTO_PROGRESS
+                                            : PROTO_PROFILE_PROGRESS;
+    return conn_send_msg(r->to, type, m, fd);
+}
+
+static int conn_done(const struct reply *r, const struct reply_msg *m)
+{
+    uint16_t type = m->kind == REPLY_END ? PROTO_END
+                    : m->kind == REPLY_WARM ? PROTO_DONE
+                                            : PROTO_PROFILE_RESULT;
+    return conn_send_msg(r->to, type, m, -1);
+}
+
+static void conn_failed(const struct reply *r, int err, const char *msg)
+{
+    const struct conn_job *cj = r->to;
+    conn_error(cj->c, cj->req_id, err, msg);
+}
+
+static void conn_piece_free(const void *data, size_t len, void *arg)
+{
+    struct reply_ref *ref = arg;
+    (void)data;
+    (void)len;
+    ref->release(ref);
+}
+
+/* A BATCH frame whose samples go by reference from the jobs' buffers: its
+ * prefix (header and labels) in the room before the first piece when there
+ * is room, else copied in front. All or nothing. Returns the bytes queued. */
+static int conn_batch_socket(const struct conn_job *cj, const struct reply_batch *b)
+{
+    struct evbuffer *out = bufferevent_get_output(cj->c->bev);
+    struct proto_batch_hdr hdr = {cj->stream_id, b->index, b->n, b->h, b->w, b->c, b->dtype};
+    size_t pre_len = proto_batch_prefix_size(b->n), data_len = 0;
+    int in_place = b->room >= pre_len;
+    unsigned taken = 0;
+    int rc = 0;
+    for (unsigned i = 0; i < b->npieces; i++)
+        data_len += b->piece[i].len;
+    struct evbuffer *dst = in_place && b->npieces == 1 ? out : evbuffer_new();
+    if (dst && in_place) {
+        uint8_t *p0 = b->piece[0].p - pre_len;
+        proto_batch_prefix_encode(p0, cj->req_id, &hdr, b->labels, data_len);
+        if (evbuffer_add_reference(dst, p0, pre_len + b->piece[0].len, conn_piece_free,
+                                   b->piece[0].ref) < 0)
+            rc = -ENOMEM;
+        taken = 1;
+    } else if (dst) {
+        struct evbuffer_iovec v;
+        if (evbuffer_reserve_space(dst, (ev_ssize_t)pre_len, &v, 1) < 1) {
+            rc = -ENOMEM;
+        } else {
+            proto_batch_prefix_encode(v.iov_base, cj->req_id, &hdr, b->labels, data_len);
+            v.iov_len = pre_len;
+            if (evbuffer_commit_space(dst, &v, 1) < 0)
+                rc = -ENOMEM;
+        }
+    } else {
+        rc = -ENOMEM;
+    }
+    for (unsigned i = taken; i < b->npieces; i++) {
+        if (rc < 0 || evbuffer_add_reference(dst, b->piece[i].p, b->piece[i].len,
+                                             conn_piece_free, b->piece[i].ref) < 0) {
+            rc = -ENOMEM;
+            b->piece[i].ref->release(b->piece[i].ref); /* never taken */
         }
     }
-    stream_take_ring(st, &c->kept); /* when it ended well and none is kept yet */
+    if (rc < 0 && taken && dst == out) /* the one reference that failed */
+        b->piece[0].ref->release(b->piece[0].ref);
+    if (dst && dst != out) {
+        if (rc == 0 && evbuffer_add_buffer(out, dst) < 0)
+            rc = -ENOMEM;
+        evbuffer_free(dst); /* on failure, lets go of what it holds */
+    }
+    return rc < 0 ? rc : (int)(pre_len + data_len);
+}
+
+static int conn_batch(const struct reply *r, const struct reply_batch *b)
+{
+    const struct conn_job *cj = r->to;
+    if (!b->shm)
+        return conn_batch_socket(cj, b);
+    struct proto_batch_shm m = {cj->stream_id, b->index, b->n, b->h, b->w, b->c, b->dtype,
+                                b->slot, b->offset};
+    struct proto_wbuf w;
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, PROTO_BATCH_SHM, cj->req_id);
+    proto_put_batch_shm(&w, &m);
+    for (uint32_t i = 0; i < b->n; i++)
+        proto_put_i64(&w, b->labels[i]);
+    int rc = frame_send(cj->c->bev, &w);
+    size_t len = w.len;
+    proto_wbuf_free(&w);
+    return rc < 0 ? rc : (int)len;
+}
+
+/* A stream said its last word: it leaves the connection (its ring kept for
+ * the next OPEN when it ended well); a client dropped for holding its slots
+ * loses the connection once the stream's ERROR is sent. */
+static void conn_stream_ended(struct conn_job *cj, int ended_well)
+{
+    struct conn *c = cj->c;
+    struct stream *st = cj->st;
+    int dropped = stream_dropped(st);
+    cj->st = NULL;
+    c->nstreams--;
+    if (ended_well)
+        stream_take_ring(st, &c->kept); /* unless one is kept already */
     stream_close(st);
-    if (dropped) { /* the stream's ERROR says why; close once it is sent */
-        c->closing = 1;
-        bufferevent_disable(c->bev, EV_READ);
-        for (uint32_t i = 0; i < c->nstreams; i++)
-            stream_close(c->streams[i]);
-        c->nstreams = 0;
+    if (dropped) {
+        conn_closing(c);
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
             conn_free(c);
     }
 }
+
+static int stream_done(const struct reply *r, const struct reply_msg *m)
+{
+    int rc = conn_done(r, m);
+    conn_stream_ended(r->to, rc == 0);
+    return rc;
+}
+
+static void stream_failed(const struct reply *r, int err, const char *msg)
+{
+    conn_failed(r, err, msg);
+    conn_stream_ended(r->to, 0);
+}
+
+static void warm_finished(struct conn_job *cj)
+{
+    struct conn *c = cj->c;
+    struct warm *w = c->warm;
+    c->warm = NULL;
+    warm_close(w);
+}
+
+static int warm_done(const struct reply *r, const struct reply_msg *m)
+{
+    int rc = conn_done(r, m);
+    warm_finished(r->to);
+    return rc;
+}
+
+static void warm_failed(const struct reply *r, int err, const char *msg)
+{
+    conn_failed(r, err, msg);
+    warm_finished(r->to);
+}
+
+static const struct reply_ops stream_reply = {conn_progress, conn_batch, stream_done,
+                                              stream_failed};
+static const struct reply_ops warm_reply = {conn_progress, conn_batch, warm_done, warm_failed};
+static const struct reply_ops profile_reply = {conn_progress, conn_batch, conn_done,
+                                               conn_failed};
 
 static void reply_json(struct conn *c, uint16_t type, uint32_t req_id, char *json)
 {
@@ -239,7 +470,7 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     if (!(ds = conn_dataset(c, req_id, req.dataset)))
         return;
     if (req.batch_size == 0) {
-        frame_send_error(c->bev, req_id, PROTO_E_INVAL, "batch_size 0");
+        conn_error(c, req_id, -EINVAL, "batch_size 0");
         return;
     }
     if (req.batch_size > cfg->max_batch_size) {
@@ -250,7 +481,7 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     }
     if (req.world == 0 || req.rank >= req.world) {
         snprintf(err, sizeof(err), "rank %u is not below world %u", req.rank, req.world);
-        frame_send_error(c->bev, req_id, PROTO_E_INVAL, err);
+        conn_error(c, req_id, -EINVAL, err);
         return;
     }
     if (req.prefetch > cfg->max_prefetch) {
@@ -271,15 +502,26 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         refuse_limit(c, req_id, STAT_limit_streams_per_user, err);
         return;
     }
+    struct conn_job *cj = c->streams;
+    while (cj->st) /* a free slot: nstreams < stream_cap */
+        cj++;
+    struct stream_params p = {
+        .seed = req.seed, .epoch = req.epoch, .rank = req.rank, .world = req.world,
+        .batch_size = req.batch_size, .prefetch = req.prefetch ? req.prefetch : cfg->prefetch,
+        .shuffle = !!(req.flags & PROTO_OPEN_SHUFFLE),
+        .drop_last = !!(req.flags & PROTO_OPEN_DROP_LAST), .shm = !!(req.flags & PROTO_OPEN_SHM),
+        .id = ++s->next_stream_id, .room = proto_batch_prefix_size(req.batch_size),
+    };
+    *cj = (struct conn_job){c, req_id, p.id, NULL};
+    struct reply reply = {&stream_reply, cj};
     struct stream *st;
-    int rc = stream_open(&st, &s->env, ds, &req, req.prefetch ? req.prefetch : cfg->prefetch,
-                         ++s->next_stream_id, req_id, c->bev, &c->kept, conn_stream_finished,
-                         c, err, sizeof(err));
+    int rc = stream_open(&st, s->streams, ds, &p, &reply, &c->kept, err, sizeof(err));
     if (rc < 0) {
-        frame_send_error(c->bev, req_id, rc, err);
+        conn_error(c, req_id, rc, err);
         return;
     }
-    c->streams[c->nstreams++] = st;
+    cj->st = st;
+    c->nstreams++;
     profiler_first_use(s->profiler, ds); /* split: auto without a choice yet */
 }
 
@@ -290,10 +532,11 @@ static void handle_close(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         conn_fail(c, req_id, PROTO_E_PROTO, "malformed CLOSE");
         return;
     }
-    for (uint32_t i = 0; i < c->nstreams; i++) {
-        if (stream_id(c->streams[i]) == id) {
-            stream_close(c->streams[i]);
-            c->streams[i] = c->streams[--c->nstreams];
+    for (uint32_t i = 0; i < c->stream_cap; i++) {
+        if (c->streams[i].st && c->streams[i].stream_id == id) {
+            stream_close(c->streams[i].st);
+            c->streams[i].st = NULL;
+            c->nstreams--;
             break;
         }
     }
@@ -315,22 +558,16 @@ static void handle_release(struct conn *c, uint32_t req_id, struct proto_rbuf *r
         conn_fail(c, req_id, PROTO_E_PROTO, "malformed RELEASE");
         return;
     }
-    for (uint32_t i = 0; i < c->nstreams; i++) {
-        if (stream_id(c->streams[i]) == m.stream_id) {
-            if (stream_release(c->streams[i], m.slot, err, sizeof(err)) < 0) {
+    for (uint32_t i = 0; i < c->stream_cap; i++) {
+        if (c->streams[i].st && c->streams[i].stream_id == m.stream_id) {
+            int rc = stream_release(c->streams[i].st, m.slot, err, sizeof(err));
+            if (rc < 0) {
                 stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
-                frame_send_error(c->bev, req_id, PROTO_E_INVAL, err);
+                conn_error(c, req_id, rc, err);
             }
             return;
         }
     }
-}
-
-static void conn_warm_finished(struct warm *w, void *owner)
-{
-    struct conn *c = owner;
-    c->warm = NULL;
-    warm_close(w);
 }
 
 static void handle_warm(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
@@ -347,8 +584,7 @@ static void handle_warm(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     if (!(ds = conn_dataset(c, req_id, req.dataset)))
         return;
     if (c->warm) {
-        frame_send_error(c->bev, req_id, PROTO_E_LIMIT,
-                         "this connection runs a WARM already");
+        conn_error(c, req_id, -EBUSY, "this connection runs a WARM already");
         return;
     }
     if (ds->autos.state == DATASET_AUTO_PENDING) { /* nothing would be cached */
@@ -356,14 +592,15 @@ static void handle_warm(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         snprintf(err, sizeof(err), "dataset '%s' has split: auto and no strategy chosen yet; "
                  "it is being profiled (prestoctl datasets shows the choice): warm it then",
                  ds->cfg->name);
-        frame_send_error(c->bev, req_id, PROTO_E_LIMIT, err);
+        conn_error(c, req_id, -EBUSY, err);
         return;
     }
-    int rc = warm_start(&c->warm, &s->wenv, ds, req_id, c->bev, conn_warm_finished, c, err,
-                        sizeof(err));
+    c->warm_job = (struct conn_job){c, req_id, 0, NULL};
+    struct reply reply = {&warm_reply, &c->warm_job};
+    int rc = warm_start(&c->warm, &s->wenv, ds, &reply, err, sizeof(err));
     if (rc < 0) {
         c->warm = NULL;
-        frame_send_error(c->bev, req_id, rc, err);
+        conn_error(c, req_id, rc, err);
     }
 }
 
@@ -382,9 +619,11 @@ static void handle_profile(struct conn *c, uint32_t req_id, struct proto_rbuf *r
         return;
     if (!(ds = conn_dataset(c, req_id, req.dataset)))
         return;
-    int rc = profiler_request(s->profiler, ds, &req, req_id, c->bev, c, err, sizeof(err));
+    c->profile_job = (struct conn_job){c, req_id, 0, NULL};
+    struct reply reply = {&profile_reply, &c->profile_job};
+    int rc = profiler_request(s->profiler, ds, &req, &reply, err, sizeof(err));
     if (rc < 0)
-        frame_send_error(c->bev, req_id, rc, err);
+        conn_error(c, req_id, rc, err);
 }
 
 /* A RELOAD this connection asked for ended (reload_done_fn). */
@@ -394,7 +633,7 @@ static void conn_reload_done(void *arg, int rc, const char *text)
     uint32_t req_id = c->reload_req;
     c->reload_pending = 0;
     if (rc < 0) {
-        frame_send_error(c->bev, req_id, rc == -ENOMEM ? PROTO_E_NOMEM : PROTO_E_INVAL, text);
+        conn_error(c, req_id, rc, text);
         return;
     }
     char *json = strdup(text);
@@ -413,8 +652,7 @@ static void handle_reload(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         return;
     }
     if (c->reload_pending) {
-        frame_send_error(c->bev, req_id, PROTO_E_LIMIT,
-                         "a RELOAD of this connection is running already");
+        conn_error(c, req_id, -EBUSY, "a RELOAD of this connection is running already");
         return;
     }
     log_info("RELOAD from pid %d uid %u", (int)c->peer.pid, (unsigned)c->peer.uid);
@@ -422,7 +660,7 @@ static void handle_reload(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     c->reload_req = req_id;
     if (reload_request(s->d.reload, conn_reload_done, c) < 0) {
         c->reload_pending = 0;
-        frame_send_error(c->bev, req_id, PROTO_E_NOMEM, "no memory to reload");
+        conn_error(c, req_id, -ENOMEM, "no memory to reload");
     }
 }
 
@@ -715,10 +953,12 @@ static void stats_memory(struct server *s, struct json *j, const struct cache_st
     json_u64(j, "cache_bytes", cs->bytes);
     json_u64(j, "cache_index_bytes", cs->index_bytes);
     json_u64(j, "store_index_bytes", store_index);
-    json_u64(j, "stream_buffers", s->buffer_bytes);
+    struct streams_stats st;
+    streams_get_stats(s->streams, &st);
+    json_u64(j, "stream_buffers", st.buffer_bytes);
     json_u64(j, "worker_buffers", workers);
     json_u64(j, "readahead_buffers", ahead);
-    json_u64(j, "accounted", cs->bytes + store_index + s->buffer_bytes + workers + ahead);
+    json_u64(j, "accounted", cs->bytes + store_index + st.buffer_bytes + workers + ahead);
     json_u64(j, "rss", rss_bytes());
     json_object_end(j);
 }
@@ -908,7 +1148,8 @@ static void stats_limit(struct json *j, const char *name, uint64_t value, uint64
     json_object_end(j);
 }
 
-static void stats_limits(struct server *s, struct json *j, const struct stats_thread *sum)
+static void stats_limits(struct server *s, struct json *j, const struct stats_thread *sum,
+                         const struct streams_stats *st)
 {
     const struct config *cfg = s->d.cfg;
     json_object_begin(j, "access");
@@ -933,8 +1174,7 @@ static void stats_limits(struct server *s, struct json *j, const struct stats_th
     stats_limit(j, "frame_size", cfg->max_frame_size, sum->c[STAT_limit_frame_size]);
     stats_limit(j, "output_buffer", cfg->max_output_buffer, sum->c[STAT_limit_output_buffer]);
     stats_limit(j, "output_timeout", cfg->output_timeout, sum->c[STAT_limit_output_timeout]);
-    stats_limit(j, "release_timeout", cfg->release_timeout,
-                sum->c[STAT_shm_release_timeouts]);
+    stats_limit(j, "release_timeout", cfg->release_timeout, st->shm_release_timeouts);
     /* limits.file_size and limits.pixels refuse samples, not requests:
      * errors.too_large counts those (a bad sample, skipped or failed). */
     json_object_end(j);
@@ -943,6 +1183,7 @@ static void stats_limits(struct server *s, struct json *j, const struct stats_th
 char *server_stats_json(struct server *s)
 {
     struct stats_thread sum;
+    struct streams_stats st;
     struct cache_stats cs;
     struct store_stats ss;
     struct timespec now;
@@ -950,6 +1191,7 @@ char *server_stats_json(struct server *s)
     char ver[32];
 
     stats_sum(s->d.stats, s->d.nstats, &sum);
+    streams_get_stats(s->streams, &st);
     cache_get_stats(s->d.cache, &cs);
     memset(&ss, 0, sizeof(ss));
     if (s->d.store)
@@ -966,24 +1208,24 @@ char *server_stats_json(struct server *s)
     json_u64(&j, "workers_busy", workers_busy(s->d.workers));
     json_u64(&j, "jobs_queued", workers_queued(s->d.workers));
     json_u64(&j, "connections", s->nconns);
-    json_u64(&j, "streams", s->nstreams);
-    json_u64(&j, "samples_served", sum.c[STAT_samples_served]);
-    json_u64(&j, "batches_served", sum.c[STAT_batches_served]);
-    json_u64(&j, "bytes_served", sum.c[STAT_bytes_served]);
-    json_u64(&j, "samples_skipped", sum.c[STAT_samples_skipped]);
+    json_u64(&j, "streams", st.streams);
+    json_u64(&j, "samples_served", st.samples_served);
+    json_u64(&j, "batches_served", st.batches_served);
+    json_u64(&j, "bytes_served", st.bytes_served);
+    json_u64(&j, "samples_skipped", st.samples_skipped);
     json_u64(&j, "connections_total", sum.c[STAT_connections_total]);
     json_u64(&j, "connections_rejected", sum.c[STAT_connections_rejected]);
-    json_u64(&j, "streams_total", sum.c[STAT_streams_total]);
+    json_u64(&j, "streams_total", st.streams_total);
     json_u64(&j, "protocol_errors", sum.c[STAT_protocol_errors]);
-    stats_limits(s, &j, &sum);
+    stats_limits(s, &j, &sum, &st);
     json_object_begin(&j, "shm");
-    json_u64(&j, "rings", s->shm_rings);
-    json_u64(&j, "ring_bytes", s->shm_bytes);
-    json_u64(&j, "streams_total", sum.c[STAT_shm_streams_total]);
-    json_u64(&j, "fallbacks", sum.c[STAT_shm_fallbacks]);
-    json_u64(&j, "rings_kept", sum.c[STAT_shm_rings_kept]);
-    json_u64(&j, "releases", sum.c[STAT_shm_releases]);
-    json_u64(&j, "release_timeouts", sum.c[STAT_shm_release_timeouts]);
+    json_u64(&j, "rings", st.rings);
+    json_u64(&j, "ring_bytes", st.ring_bytes);
+    json_u64(&j, "streams_total", st.shm_streams_total);
+    json_u64(&j, "fallbacks", st.shm_fallbacks);
+    json_u64(&j, "rings_kept", st.shm_rings_kept);
+    json_u64(&j, "releases", st.shm_releases);
+    json_u64(&j, "release_timeouts", st.shm_release_timeouts);
     json_u64(&j, "release_timeout_s", s->d.cfg->release_timeout);
     json_object_end(&j);
     /* The memory tier: keys kept from the first release, then the rest. */
@@ -1145,24 +1387,21 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
     s->d = *deps;
     s->uid = geteuid();
     clock_gettime(CLOCK_MONOTONIC, &s->started);
-    s->env.base = deps->base;
-    s->env.workers = deps->workers;
-    s->env.pipe.cache = deps->cache;
-    s->env.pipe.store = deps->store;
-    s->env.pipe.compactor = deps->compactor;
-    s->env.pipe.max_file_size = deps->cfg->max_file_size;
-    s->env.stats = loop_stats(s);
-    s->env.live_streams = &s->nstreams;
-    s->env.buffer_bytes = &s->buffer_bytes;
-    s->env.release_timeout = deps->cfg->release_timeout;
-    s->env.live_rings = &s->shm_rings;
-    s->env.ring_bytes = &s->shm_bytes;
-    s->env.readahead = deps->readahead;
+    s->pipe.cache = deps->cache;
+    s->pipe.store = deps->store;
+    s->pipe.compactor = deps->compactor;
+    s->pipe.max_file_size = deps->cfg->max_file_size;
     s->wenv.base = deps->base;
     s->wenv.workers = deps->workers;
-    s->wenv.pipe = &s->env.pipe;
-    struct profile_env penv = {deps->base, deps->workers, &s->d.cfg, &s->env.pipe};
+    s->wenv.pipe = &s->pipe;
+    struct profile_env penv = {deps->base, deps->workers, &s->d.cfg, &s->pipe};
+    if (streams_create(&s->streams, deps->base, deps->workers, &s->pipe, deps->readahead) < 0) {
+        free(s);
+        return -ENOMEM;
+    }
+    streams_set_release_timeout(s->streams, deps->cfg->release_timeout);
     if (profiler_create(&s->profiler, &penv) < 0) {
+        streams_destroy(s->streams);
         free(s);
         return -ENOMEM;
     }
@@ -1172,12 +1411,12 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
         fd = bind_socket(deps->cfg->socket_path, deps->cfg->socket_mode,
                          deps->cfg->socket_group, err, errlen);
         if (fd < 0) {
-            free(s);
+            server_destroy(s);
             return fd;
         }
         if (!(s->path = strdup(deps->cfg->socket_path))) {
             close(fd);
-            free(s);
+            server_destroy(s);
             return -ENOMEM;
         }
     }
@@ -1186,8 +1425,7 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
     if (!s->listener) {
         snprintf(err, errlen, "cannot listen: %s", strerror(errno));
         close(fd);
-        free(s->path);
-        free(s);
+        server_destroy(s);
         return -ENOMEM;
     }
     *out = s;
@@ -1208,8 +1446,8 @@ void server_update(struct server *s, const struct config *cfg, struct dataset **
     s->d.cfg = cfg;
     s->d.datasets = datasets;
     s->d.ndatasets = n;
-    s->env.pipe.max_file_size = cfg->max_file_size;
-    s->env.release_timeout = cfg->release_timeout;
+    s->pipe.max_file_size = cfg->max_file_size;
+    streams_set_release_timeout(s->streams, cfg->release_timeout);
     /* A larger frame_size must fit in what each connection reads at once. */
     for (struct conn *c = s->conns; c; c = c->next)
         bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_SIZE + cfg->max_frame_size);
@@ -1236,5 +1474,6 @@ void server_destroy(struct server *s)
         unlink(s->path);
         free(s->path);
     }
+    streams_destroy(s->streams);
     free(s);
 }

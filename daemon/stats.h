@@ -13,10 +13,6 @@
 #include "step.h"
 
 #define STATS_COUNTERS(X)                                            \
-    X(samples_served, "samples delivered in batches")               \
-    X(batches_served, "batches delivered")                          \
-    X(bytes_served, "batch bytes delivered")                        \
-    X(samples_skipped, "bad samples dropped from epochs")           \
     X(cache_hits, "samples found in the memory cache")             \
     X(cache_misses, "samples not found in the memory cache")       \
     X(err_read, "source files that could not be read")              \
@@ -24,12 +20,6 @@
     X(err_too_large, "source files or images over a limit")         \
     X(connections_total, "connections accepted")                    \
     X(connections_rejected, "connections refused at the limit")     \
-    X(streams_total, "epoch streams opened")                        \
-    X(shm_streams_total, "streams on the shared-memory transport")  \
-    X(shm_fallbacks, "shared memory asked for, socket used")        \
-    X(shm_rings_kept, "streams on the ring their connection kept")   \
-    X(shm_releases, "shared-memory slots released by clients")      \
-    X(shm_release_timeouts, "clients dropped for releasing nothing") \
     X(protocol_errors, "malformed frames received")                \
     X(access_denied, "admin requests from peers that are not admins") \
     X(limit_streams_per_connection, "OPENs refused: the connection's streams") \

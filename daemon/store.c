@@ -394,22 +394,22 @@ static void seg_name(char buf[STORE_NAME_MAX], uint32_t id)
     snprintf(buf, STORE_NAME_MAX, "seg-%06u.dat", id);
 }
 
-/* seg-<digits>.dat -> id (> 0); -1 for any other name. */
+/* seg-<digits>.dat -> id (> 0): 0, or -EINVAL for any other name. */
 static int seg_parse(const char *name, uint32_t *id)
 {
     if (strncmp(name, "seg-", 4) != 0)
-        return -1;
+        return -EINVAL;
     const char *p = name + 4;
     uint64_t v = 0;
     if (*p < '0' || *p > '9')
-        return -1;
+        return -EINVAL;
     for (; *p >= '0' && *p <= '9'; p++) {
         v = v * 10 + (uint64_t)(*p - '0');
         if (v >= UINT32_MAX)
-            return -1;
+            return -EINVAL;
     }
     if (strcmp(p, ".dat") != 0 || v == 0)
-        return -1;
+        return -EINVAL;
     *id = (uint32_t)v;
     return 0;
 }

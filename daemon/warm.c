@@ -7,9 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frame.h"
 #include "log.h"
-#include "proto.h"
 
 struct warm_job {
     struct work work; /* first: the work is the job */
@@ -22,11 +20,8 @@ struct warm_job {
 struct warm {
     const struct warm_env *env;
     struct dataset *ds;
-    struct bufferevent *bev;
-    uint32_t req_id;
-    warm_finished_fn finished;
-    void *owner;
-    struct event *ev; /* tells the owner, outside of any callback of ours */
+    struct reply reply;
+    struct event *ev; /* says done, outside of any call the owner made */
     struct warm_job *jobs;
     uint32_t njobs;
     uint32_t busy;    /* jobs with the pool */
@@ -46,16 +41,12 @@ static void warm_free(struct warm *w)
         dataset_release(ds); /* last: may free a dataset a reload retired */
 }
 
-static void warm_send(struct warm *w, uint16_t type)
+static void warm_say_progress(struct warm *w)
 {
-    struct proto_wbuf b;
-    proto_wbuf_init(&b);
-    proto_frame_begin(&b, type, w->req_id);
-    proto_put_progress(&b, &w->prog);
-    if (frame_send(w->bev, &b) < 0)
-        log_error("warm of '%s': cannot queue %s: out of memory", w->ds->cfg->name,
-                  proto_type_name(type));
-    proto_wbuf_free(&b);
+    struct reply_msg m = {.kind = REPLY_WARM, .warm = w->prog};
+    if (reply_progress(&w->reply, &m, -1) < 0)
+        log_error("warm of '%s': cannot queue a progress report: out of memory",
+                  w->ds->cfg->name);
     w->sent_ns = stats_now_ns();
 }
 
@@ -105,7 +96,6 @@ static void warm_pump(struct warm *w)
         workers_submit(w->env->workers, &j->work);
     }
     if (w->next == total && w->busy == 0) {
-        warm_send(w, PROTO_DONE);
         w->done = 1;
         log_info("dataset '%s': warmed %llu samples (%llu computed, %llu bad, %.1f MiB) "
                  "in %.2f s", w->ds->cfg->name, (unsigned long long)w->prog.done,
@@ -114,7 +104,7 @@ static void warm_pump(struct warm *w)
                  (double)(stats_now_ns() - w->t0_ns) / 1e9);
         event_active(w->ev, EV_TIMEOUT, 0);
     } else if (stats_now_ns() - w->sent_ns >= WARM_PROGRESS_MS * 1000000ull) {
-        warm_send(w, PROTO_PROGRESS);
+        warm_say_progress(w);
     }
 }
 
@@ -124,28 +114,30 @@ static void warm_on_event(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     if (w->done && !w->notified) {
+        struct reply_msg m = {.kind = REPLY_WARM, .warm = w->prog};
         w->notified = 1;
-        w->finished(w, w->owner); /* the owner closes w: touch it no more */
+        /* The owner may close w from within: touch it no more. */
+        if (reply_done(&w->reply, &m) < 0)
+            log_error("warm of '%s': cannot queue DONE: out of memory", w->ds->cfg->name);
     }
 }
 
 int warm_start(struct warm **out, const struct warm_env *env, struct dataset *ds,
-               uint32_t req_id, struct bufferevent *bev, warm_finished_fn finished,
-               void *owner, char *err, size_t errlen)
+               const struct reply *reply, char *err, size_t errlen)
 {
     if (ds->split == 0) {
         snprintf(err, errlen, "dataset '%s' has no offline steps: nothing to cache",
                  ds->cfg->name);
-        return -PROTO_E_INVAL;
+        return -EINVAL;
     }
     if (ds->warming) {
         snprintf(err, errlen, "dataset '%s' is being warmed already", ds->cfg->name);
-        return -PROTO_E_LIMIT;
+        return -EBUSY;
     }
     struct warm *w = calloc(1, sizeof(*w));
     if (!w) {
         snprintf(err, errlen, "no memory to warm a dataset");
-        return -PROTO_E_NOMEM;
+        return -ENOMEM;
     }
     w->njobs = 2 * workers_count(env->workers);
     if (w->njobs == 0)
@@ -157,7 +149,7 @@ int warm_start(struct warm **out, const struct warm_env *env, struct dataset *ds
             event_free(w->ev);
         warm_free(w);
         snprintf(err, errlen, "no memory to warm a dataset");
-        return -PROTO_E_NOMEM;
+        return -ENOMEM;
     }
     for (uint32_t i = 0; i < w->njobs; i++) {
         w->jobs[i].work.run = job_run;
@@ -167,15 +159,12 @@ int warm_start(struct warm **out, const struct warm_env *env, struct dataset *ds
     w->env = env;
     w->ds = ds;
     dataset_hold(ds);
-    w->bev = bev;
-    w->req_id = req_id;
-    w->finished = finished;
-    w->owner = owner;
+    w->reply = *reply;
     w->prog.total = ds->nsamples;
     w->t0_ns = stats_now_ns();
     ds->warming = 1;
     log_info("dataset '%s': warming %u samples", ds->cfg->name, ds->nsamples);
-    warm_send(w, PROTO_PROGRESS);
+    warm_say_progress(w);
     *out = w;
     warm_pump(w);
     return 0;
@@ -184,7 +173,7 @@ int warm_start(struct warm **out, const struct warm_env *env, struct dataset *ds
 void warm_close(struct warm *w)
 {
     w->closing = 1;
-    w->bev = NULL;
+    w->reply.ops = NULL;
     w->ds->warming = 0;
     event_free(w->ev);
     w->ev = NULL;
