@@ -16,7 +16,7 @@ struct readahead {
     struct event *ev;
     struct pipeline_ahead *scratch; /* gathers a batch; swapped into a job's slot */
     struct pipeline_ahead_budget budget;
-    uint64_t batches, nothing, over_budget, busy;
+    uint64_t batches, nothing, over_budget;
     uint64_t chunks; /* pipeline_ahead made (the scratch one included) */
 };
 
@@ -93,7 +93,7 @@ void readahead_destroy(struct readahead *ra)
     free(ra);
 }
 
-int readahead_batch(struct readahead *ra, const struct pipeline_env *env, struct dataset *ds,
+int readahead_batch(struct readahead *ra, struct pipeline *pipe, struct dataset *ds,
                     const uint32_t *ids, uint32_t n, struct pipeline_ahead **slot,
                     void (*ready)(void *arg), void *arg)
 {
@@ -104,12 +104,11 @@ int readahead_batch(struct readahead *ra, const struct pipeline_env *env, struct
             return 0;
         ra->chunks++;
     }
-    int rc = pipeline_ahead_start(env, ds, ids, n, ra->scratch, ra->io, &ra->budget, ready,
+    int rc = pipeline_ahead_start(pipe, ds, ids, n, ra->scratch, ra->io, &ra->budget, ready,
                                   arg);
     if (rc <= 0) {
         ra->nothing += rc == 0;
         ra->over_budget += rc == -ENOBUFS;
-        ra->busy += rc == -EBUSY;
         return 0;
     }
     ra->batches++;
@@ -119,12 +118,11 @@ int readahead_batch(struct readahead *ra, const struct pipeline_env *env, struct
     return rc == 1; /* 2: nothing in flight after all; the worker reads */
 }
 
-void readahead_free(struct readahead *ra, const struct pipeline_env *env,
-                    struct pipeline_ahead *a)
+void readahead_free(struct readahead *ra, struct pipeline_ahead *a)
 {
     if (!a)
         return;
-    pipeline_ahead_free(env, a);
+    pipeline_ahead_free(a);
     ra->chunks--;
 }
 
@@ -137,7 +135,6 @@ void readahead_get_stats(const struct readahead *ra, struct readahead_stats *out
     out->batches = ra->batches;
     out->nothing = ra->nothing;
     out->over_budget = ra->over_budget;
-    out->busy = ra->busy;
     out->budget = ra->budget.limit;
     out->used = __atomic_load_n(&ra->budget.used, __ATOMIC_RELAXED);
     out->chunk_bytes = ra->chunks * pipeline_ahead_size();

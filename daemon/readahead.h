@@ -27,7 +27,6 @@ struct readahead_stats {
     uint64_t batches;     /* batches read ahead */
     uint64_t nothing;     /* batches with nothing to read (memory hits) */
     uint64_t over_budget; /* batches left to the worker: the budget was used up */
-    uint64_t busy;        /* ... the dataset's strategy was changing */
     uint64_t budget, used; /* bytes: the limit, and the arenas read ahead */
     uint64_t chunk_bytes;  /* the chunks' own structures, read ahead or not */
     struct io_stats io;   /* the ring's */
@@ -50,13 +49,12 @@ void readahead_destroy(struct readahead *ra);
  * from the event loop once they are done, and *slot is armed; 0 when the
  * caller submits the job now (nothing read ahead, or *slot armed with reads
  * the ring deferred at once, which the worker makes). */
-int readahead_batch(struct readahead *ra, const struct pipeline_env *env, struct dataset *ds,
+int readahead_batch(struct readahead *ra, struct pipeline *pipe, struct dataset *ds,
                     const uint32_t *ids, uint32_t n, struct pipeline_ahead **slot,
                     void (*ready)(void *arg), void *arg);
 /* Frees a pipeline_ahead readahead_batch put in a slot (dropping it first).
  * NULL a is fine. */
-void readahead_free(struct readahead *ra, const struct pipeline_env *env,
-                    struct pipeline_ahead *a);
+void readahead_free(struct readahead *ra, struct pipeline_ahead *a);
 void readahead_get_stats(const struct readahead *ra, struct readahead_stats *out);
 
 #endif

@@ -27,6 +27,28 @@
 
 /* A job a connection runs (a stream, its warm-up, its profile): where the
  * job's reply goes (reply.h: its `to`). It stays put while the job lives. */
+/* The server's counters (event loop thread only). */
+#define SERVER_COUNTERS(X)                                                    \
+    X(connections_total, "connections accepted")                              \
+    X(connections_rejected, "connections refused at limits.connections")      \
+    X(protocol_errors, "malformed frames received")                           \
+    X(access_denied, "admin requests from peers that are not admins")         \
+    X(limit_streams_per_connection, "OPENs refused: the connection's streams")\
+    X(limit_streams_per_user, "OPENs refused: the peer uid's streams")        \
+    X(limit_batch_size, "OPENs refused: batch_size over limits.batch_size")   \
+    X(limit_prefetch, "OPENs refused: prefetch over limits.prefetch")         \
+    X(limit_frame_size, "requests over limits.frame_size (connection closed)")\
+    X(limit_output_buffer, "times a connection's requests waited on its output") \
+    X(limit_output_timeout, "connections dropped: output stuck over the limit") \
+    X(cache_drops, "DROP_CACHE requests done")
+
+enum server_counter {
+#define SERVER_COUNTER_ENUM(name, help) SRV_##name,
+    SERVER_COUNTERS(SERVER_COUNTER_ENUM)
+#undef SERVER_COUNTER_ENUM
+    SERVER_NCOUNTERS
+};
+
 struct conn_job {
     struct conn *c;
     uint32_t req_id;
@@ -64,20 +86,14 @@ struct server {
     struct conn *conns;
     uint64_t nconns;
     uint32_t next_stream_id;
-    struct pipeline_env pipe;
     struct streams *streams;
-    struct warm_env wenv;
     struct profiler *profiler;
     struct timespec started;
     uid_t uid;                 /* ours: a peer with it is an admin */
     struct access_log denials; /* rate limit of the denial log lines */
     uint64_t peer_errors;      /* peers whose credentials could not be read */
+    uint64_t n[SERVER_NCOUNTERS]; /* event loop thread only */
 };
-
-static struct stats_thread *loop_stats(struct server *s)
-{
-    return &s->d.stats[s->d.nstats - 1];
-}
 
 /* ---- errors ---- */
 
@@ -181,7 +197,7 @@ static void conn_closing(struct conn *c)
 /* Replies with an error and closes the connection once it is sent. */
 static void conn_fail(struct conn *c, uint32_t req_id, int code, const char *msg)
 {
-    stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
+    c->srv->n[SRV_protocol_errors]++;
     log_info("connection closed: %s", msg);
     frame_send_error(c->bev, req_id, code, msg);
     conn_closing(c);
@@ -411,7 +427,7 @@ static struct dataset *conn_dataset(struct conn *c, uint32_t req_id, const char 
     const struct server *s = c->srv;
     char err[320]; /* names are under 256 bytes */
     for (uint32_t i = 0; i < s->d.ndatasets; i++)
-        if (strcmp(s->d.datasets[i]->cfg->name, name) == 0)
+        if (strcmp(dataset_name(s->d.datasets[i]), name) == 0)
             return s->d.datasets[i];
     snprintf(err, sizeof(err), "no dataset named '%s'", name);
     frame_send_error(c->bev, req_id, PROTO_E_NODATASET, err);
@@ -430,10 +446,10 @@ static uint32_t user_streams(const struct server *s, uid_t uid)
 
 /* A request refused at a configured limit: counted, answered, logged at
  * debug (the stats say how often). */
-static void refuse_limit(struct conn *c, uint32_t req_id, enum stats_counter counter,
+static void refuse_limit(struct conn *c, uint32_t req_id, enum server_counter counter,
                          const char *msg)
 {
-    stats_add(loop_stats(c->srv), counter, 1);
+    c->srv->n[counter]++;
     log_debug("pid %d uid %u: %s", (int)c->peer.pid, (unsigned)c->peer.uid, msg);
     frame_send_error(c->bev, req_id, PROTO_E_LIMIT, msg);
 }
@@ -447,7 +463,7 @@ static int conn_require_admin(struct conn *c, uint32_t req_id, const char *op)
     char msg[160];
     if (access_is_admin(&c->peer, s->uid, s->d.cfg->admin_group))
         return 1;
-    stats_add(loop_stats(s), STAT_access_denied, 1);
+    s->n[SRV_access_denied]++;
     access_log_denied(&s->denials, &c->peer, op, s->uid, s->d.cfg->admin_group);
     snprintf(msg, sizeof(msg), "%s is an admin operation: root, uid %u or admin_group only",
              op, (unsigned)s->uid);
@@ -476,7 +492,7 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     if (req.batch_size > cfg->max_batch_size) {
         snprintf(err, sizeof(err), "batch_size %u is over limits.batch_size (%u)",
                  req.batch_size, cfg->max_batch_size);
-        refuse_limit(c, req_id, STAT_limit_batch_size, err);
+        refuse_limit(c, req_id, SRV_limit_batch_size, err);
         return;
     }
     if (req.world == 0 || req.rank >= req.world) {
@@ -487,19 +503,19 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     if (req.prefetch > cfg->max_prefetch) {
         snprintf(err, sizeof(err), "prefetch %u is over limits.prefetch (%u)", req.prefetch,
                  cfg->max_prefetch);
-        refuse_limit(c, req_id, STAT_limit_prefetch, err);
+        refuse_limit(c, req_id, SRV_limit_prefetch, err);
         return;
     }
     if (c->nstreams >= cfg->max_streams_per_conn || c->nstreams >= c->stream_cap) {
         snprintf(err, sizeof(err), "limits.streams_per_connection (%u) reached",
                  cfg->max_streams_per_conn);
-        refuse_limit(c, req_id, STAT_limit_streams_per_connection, err);
+        refuse_limit(c, req_id, SRV_limit_streams_per_connection, err);
         return;
     }
     if (user_streams(s, c->peer.uid) >= cfg->max_streams_per_user) {
         snprintf(err, sizeof(err), "limits.streams_per_user (%u) reached for uid %u",
                  cfg->max_streams_per_user, (unsigned)c->peer.uid);
-        refuse_limit(c, req_id, STAT_limit_streams_per_user, err);
+        refuse_limit(c, req_id, SRV_limit_streams_per_user, err);
         return;
     }
     struct conn_job *cj = c->streams;
@@ -562,7 +578,7 @@ static void handle_release(struct conn *c, uint32_t req_id, struct proto_rbuf *r
         if (c->streams[i].st && c->streams[i].stream_id == m.stream_id) {
             int rc = stream_release(c->streams[i].st, m.slot, err, sizeof(err));
             if (rc < 0) {
-                stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
+                c->srv->n[SRV_protocol_errors]++;
                 conn_error(c, req_id, rc, err);
             }
             return;
@@ -587,17 +603,18 @@ static void handle_warm(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         conn_error(c, req_id, -EBUSY, "this connection runs a WARM already");
         return;
     }
-    if (ds->autos.state == DATASET_AUTO_PENDING) { /* nothing would be cached */
+    if (dataset_auto(ds)->state == DATASET_AUTO_PENDING) { /* nothing would be cached */
         profiler_first_use(s->profiler, ds);
         snprintf(err, sizeof(err), "dataset '%s' has split: auto and no strategy chosen yet; "
                  "it is being profiled (prestoctl datasets shows the choice): warm it then",
-                 ds->cfg->name);
+                 dataset_name(ds));
         conn_error(c, req_id, -EBUSY, err);
         return;
     }
     c->warm_job = (struct conn_job){c, req_id, 0, NULL};
     struct reply reply = {&warm_reply, &c->warm_job};
-    int rc = warm_start(&c->warm, &s->wenv, ds, &reply, err, sizeof(err));
+    int rc = warm_start(&c->warm, s->d.base, s->d.workers, s->d.pipeline, ds, &reply, err,
+                        sizeof(err));
     if (rc < 0) {
         c->warm = NULL;
         conn_error(c, req_id, rc, err);
@@ -675,9 +692,9 @@ static void handle_drop_cache(struct conn *c, uint32_t req_id, struct proto_rbuf
     }
     /* No worker may hold an entry while the slabs go. */
     workers_pause(s->d.workers);
-    cache_clear(s->d.cache, &entries, &bytes);
+    tiers_drop_memory(s->d.tiers, &entries, &bytes);
     workers_resume(s->d.workers);
-    stats_add(loop_stats(s), STAT_cache_drops, 1);
+    s->n[SRV_cache_drops]++;
     log_info("DROP_CACHE from pid %d uid %u: %llu entries, %llu MiB of the memory tier dropped",
              (int)c->peer.pid, (unsigned)c->peer.uid, (unsigned long long)entries,
              (unsigned long long)(bytes >> 20));
@@ -728,7 +745,7 @@ static void conn_dispatch(struct conn *c, const struct proto_header *h, const ui
         handle_profile(c, h->req_id, &r);
         break;
     default:
-        stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
+        c->srv->n[SRV_protocol_errors]++;
         snprintf(msg, sizeof(msg), "unexpected message type %u (%s)", h->type,
                  proto_type_name(h->type));
         frame_send_error(c->bev, h->req_id, PROTO_E_PROTO, msg);
@@ -765,7 +782,7 @@ static void conn_on_stall(evutil_socket_t fd, short what, void *arg)
         conn_stall_arm(c);
         return;
     }
-    stats_add(loop_stats(s), STAT_limit_output_timeout, 1);
+    s->n[SRV_limit_output_timeout]++;
     log_warn("connection of pid %d uid %u dropped: its requests waited on %zu bytes of output "
              "(limits.output_buffer %llu) and none taken for limits.output_timeout (%u s)",
              (int)c->peer.pid, (unsigned)c->peer.uid,
@@ -784,7 +801,7 @@ static int conn_wait_output(struct conn *c)
     if (!c->drain_cb && !(c->drain_cb = evbuffer_add_cb(out, conn_on_drain, c)))
         return -ENOMEM;
     c->waiting = 1;
-    stats_add(loop_stats(c->srv), STAT_limit_output_buffer, 1);
+    c->srv->n[SRV_limit_output_buffer]++;
     log_debug("connection of pid %d: %zu bytes of output queued, over limits.output_buffer: "
               "its requests wait", (int)c->peer.pid, evbuffer_get_length(out));
     bufferevent_disable(c->bev, EV_READ);
@@ -830,7 +847,7 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
             break;
         }
         if (rc == -PROTO_E_TOOBIG) {
-            stats_add(loop_stats(c->srv), STAT_limit_frame_size, 1);
+            c->srv->n[SRV_limit_frame_size]++;
             snprintf(msg, sizeof(msg), "request body of %u bytes is over limits.frame_size (%llu)",
                      h.body_len, (unsigned long long)cfg->max_frame_size);
             conn_fail(c, h.req_id, PROTO_E_TOOBIG, msg);
@@ -842,7 +859,7 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
         if (rc == -PROTO_E_VERSION) {
             snprintf(msg, sizeof(msg), "protocol version %u is not supported; prestod speaks %u",
                      h.version, PROTO_VERSION);
-            stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
+            c->srv->n[SRV_protocol_errors]++;
             frame_send_error(bev, h.req_id, PROTO_E_VERSION, msg);
         } else {
             const uint8_t *body = h.body_len ? evbuffer_pullup(in, h.body_len) : NULL;
@@ -871,7 +888,7 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
     (void)len;
     if (s->nconns >= s->d.cfg->max_connections) {
         struct proto_wbuf w;
-        stats_add(loop_stats(s), STAT_connections_rejected, 1);
+        s->n[SRV_connections_rejected]++;
         log_warn("connection refused: limit of %u connections reached",
                  s->d.cfg->max_connections);
         proto_wbuf_init(&w);
@@ -912,7 +929,7 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
         s->conns->prev = c;
     s->conns = c;
     s->nconns++;
-    stats_add(loop_stats(s), STAT_connections_total, 1);
+    s->n[SRV_connections_total]++;
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_SIZE + s->d.cfg->max_frame_size);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
@@ -940,11 +957,11 @@ static uint64_t rss_bytes(void)
     return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
 }
 
-static void stats_memory(struct server *s, struct json *j, const struct cache_stats *cs,
-                         const struct store_stats *ss)
+static void stats_memory(struct server *s, struct json *j, const struct tiers_stats *ts)
 {
+    const struct cache_stats *cs = &ts->mem;
     uint64_t workers = workers_mem_bytes(s->d.workers);
-    uint64_t store_index = s->d.store ? ss->index_bytes : 0;
+    uint64_t store_index = ts->disk_on ? ts->disk.index_bytes : 0;
     struct readahead_stats ra;
     readahead_get_stats(s->d.readahead, &ra);
     uint64_t ahead = ra.used + ra.chunk_bytes;
@@ -963,22 +980,17 @@ static void stats_memory(struct server *s, struct json *j, const struct cache_st
     json_object_end(j);
 }
 
-static void stats_disk(struct server *s, struct json *j, const struct store_stats *ss)
+static void stats_disk(struct json *j, const struct tiers_stats *ts)
 {
-    uint64_t hits = 0, misses = 0, bytes_read = 0;
-    for (uint32_t i = 0; i < s->d.ndatasets; i++) {
-        const struct dataset_counters *n = &s->d.datasets[i]->n;
-        hits += LOAD(&n->disk_hits);
-        misses += LOAD(&n->disk_misses);
-        bytes_read += LOAD(&n->disk_bytes_read);
-    }
+    const struct store_stats *ss = &ts->disk;
+    uint64_t hits = ts->disk_hits, misses = ts->disk_misses, bytes_read = ts->disk_bytes_read;
     json_object_begin(j, "disk");
-    json_u64(j, "enabled", s->d.store != NULL);
-    json_str(j, "dir", s->d.store ? s->d.cfg->cache_dir : "");
-    json_u64(j, "degraded", s->d.store ? ss->degraded != 0 : 0);
+    json_u64(j, "enabled", (uint64_t)ts->disk_on);
+    json_str(j, "dir", ts->disk_on ? ts->dir : "");
+    json_u64(j, "degraded", ts->disk_on ? ss->degraded != 0 : 0);
     json_str(j, "degraded_reason", ss->degraded ? strerror(ss->degraded) : "");
-    json_str(j, "off_reason", s->d.store ? "" : s->d.store_off);
-    json_u64(j, "direct_io", (uint64_t)(s->d.store && ss->direct_io));
+    json_str(j, "off_reason", ts->off_reason);
+    json_u64(j, "direct_io", (uint64_t)(ts->disk_on && ss->direct_io));
     json_u64(j, "budget", ss->budget);
     json_u64(j, "segment_size", ss->segment_size);
     json_u64(j, "segments", ss->segments);
@@ -1003,7 +1015,7 @@ static void stats_disk(struct server *s, struct json *j, const struct store_stat
     json_u64(j, "dropped", ss->dropped);
     json_u64(j, "torn_bytes", ss->torn_bytes);
     json_u64(j, "compactions", ss->compactions);
-    json_u64(j, "compactions_on_demand", pipeline_compactor_runs(s->d.compactor));
+    json_u64(j, "compactions_on_demand", ts->compactions_on_demand);
     json_u64(j, "compact_copied", ss->compact_copied);
     json_u64(j, "compact_freed", ss->compact_freed);
     json_object_end(j);
@@ -1052,7 +1064,6 @@ static void stats_readahead(struct json *j, const struct readahead_stats *ra)
     json_u64(j, "batches", ra->batches);
     json_u64(j, "batches_without_reads", ra->nothing);
     json_u64(j, "over_budget", ra->over_budget);
-    json_u64(j, "strategy_busy", ra->busy);
     json_u64(j, "in_flight", ra->io.in_flight);
     json_u64(j, "max_in_flight", ra->io.max_in_flight);
     json_u64(j, "deferred", ra->io.deferred);
@@ -1086,44 +1097,47 @@ static void stats_io(struct server *s, struct json *j)
 
 static void stats_dataset(struct server *s, struct json *j, struct dataset *ds)
 {
-    const struct dataset_counters *n = &ds->n;
-    struct cache_dataset_stats cd;
-    uint64_t hits = LOAD(&n->hits), misses = LOAD(&n->misses);
-    uint64_t dhits = LOAD(&n->disk_hits), dmisses = LOAD(&n->disk_misses);
-    uint64_t raw = LOAD(&n->disk_bytes_raw), stored = LOAD(&n->disk_bytes_stored);
+    struct tiers_dataset_stats t;
+    const struct cache_dataset_stats *cd = &t.mem;
+    tiers_get_dataset_stats(s->d.tiers, ds, &t);
+    const struct strategy *st = dataset_strategy(ds);
+    int level = st->zstd_level;
+    strategy_put(st);
+    uint64_t hits = t.hits, misses = t.misses;
+    uint64_t dhits = t.disk_hits, dmisses = t.disk_misses;
+    uint64_t raw = t.disk_bytes_raw, stored = t.disk_bytes_stored;
     char enc[16];
-    cache_get_dataset_stats(s->d.cache, ds->id, &cd);
     json_object_begin(j, NULL);
-    json_str(j, "name", ds->cfg->name);
-    json_u64(j, "samples", ds->nsamples);
-    json_u64(j, "classes", ds->nclasses);
+    json_str(j, "name", dataset_name(ds));
+    json_u64(j, "samples", dataset_size(ds));
+    json_u64(j, "classes", dataset_nclasses(ds));
     json_u64(j, "hits", hits);
     json_u64(j, "misses", misses);
-    json_u64(j, "errors", LOAD(&n->errors));
-    json_u64(j, "refused", ds->refused);
+    json_u64(j, "errors", dataset_counter(ds, DATASET_errors));
+    json_u64(j, "refused", dataset_refused(ds));
     json_double(j, "hit_rate", ratio(hits, hits + misses));
-    json_u64(j, "computed", LOAD(&n->computed));
-    json_u64(j, "source_reads", LOAD(&n->source_reads));
-    json_u64(j, "source_bytes", LOAD(&n->source_bytes));
+    json_u64(j, "computed", dataset_counter(ds, DATASET_computed));
+    json_u64(j, "source_reads", dataset_counter(ds, DATASET_source_reads));
+    json_u64(j, "source_bytes", dataset_counter(ds, DATASET_source_bytes));
     json_object_begin(j, "memory");
-    json_u64(j, "entries", cd.entries);
-    json_u64(j, "bytes", cd.bytes);
+    json_u64(j, "entries", cd->entries);
+    json_u64(j, "bytes", cd->bytes);
     json_u64(j, "hits", hits);
     json_u64(j, "misses", misses);
     json_double(j, "hit_rate", ratio(hits, hits + misses));
     json_u64(j, "evictions", 0);
-    json_double(j, "admit_fraction", cd.fraction);
-    json_u64(j, "not_admitted", cd.not_admitted);
-    json_u64(j, "rejected", cd.rejected);
+    json_double(j, "admit_fraction", cd->fraction);
+    json_u64(j, "not_admitted", cd->not_admitted);
+    json_u64(j, "rejected", cd->rejected);
     json_object_end(j);
     json_object_begin(j, "disk");
-    if (ds->zstd_level)
-        snprintf(enc, sizeof(enc), "zstd:%d", ds->zstd_level);
+    if (level)
+        snprintf(enc, sizeof(enc), "zstd:%d", level);
     else
         snprintf(enc, sizeof(enc), "raw");
     json_str(j, "encoding", enc);
-    json_u64(j, "degraded", s->d.store ? store_degraded(s->d.store) != 0 : 0);
-    json_u64(j, "entries", LOAD(&n->disk_entries));
+    json_u64(j, "degraded", (uint64_t)t.disk_degraded);
+    json_u64(j, "entries", t.disk_entries);
     json_u64(j, "bytes_raw", raw);
     json_u64(j, "bytes_stored", stored);
     json_double(j, "compression_ratio", ratio(raw, stored));
@@ -1131,10 +1145,10 @@ static void stats_dataset(struct server *s, struct json *j, struct dataset *ds)
     json_u64(j, "misses", dmisses);
     json_double(j, "hit_rate", ratio(dhits, dhits + dmisses));
     json_u64(j, "evictions", 0);
-    json_u64(j, "bytes_read", LOAD(&n->disk_bytes_read));
-    json_u64(j, "bad_records", LOAD(&n->disk_bad));
-    json_u64(j, "puts", LOAD(&n->disk_puts));
-    json_u64(j, "put_errors", LOAD(&n->disk_put_errors));
+    json_u64(j, "bytes_read", t.disk_bytes_read);
+    json_u64(j, "bad_records", t.disk_bad);
+    json_u64(j, "puts", t.disk_puts);
+    json_u64(j, "put_errors", t.disk_put_errors);
     json_object_end(j);
     json_object_end(j);
 }
@@ -1148,32 +1162,34 @@ static void stats_limit(struct json *j, const char *name, uint64_t value, uint64
     json_object_end(j);
 }
 
-static void stats_limits(struct server *s, struct json *j, const struct stats_thread *sum,
-                         const struct streams_stats *st)
+static void stats_limits(struct server *s, struct json *j, const struct streams_stats *st)
 {
     const struct config *cfg = s->d.cfg;
+    const uint64_t *n = s->n;
+    uint64_t reloads, reload_failures;
+    reload_get_stats(s->d.reload, &reloads, &reload_failures);
     json_object_begin(j, "access");
-    json_u64(j, "denied", sum->c[STAT_access_denied]);
+    json_u64(j, "denied", n[SRV_access_denied]);
     json_u64(j, "uid", (uint64_t)s->uid);
     if (cfg->admin_group == CONFIG_NO_GROUP)
         json_str(j, "admin_group", "none");
     else
         json_u64(j, "admin_group", cfg->admin_group);
-    json_u64(j, "reloads", sum->c[STAT_reloads]);
-    json_u64(j, "reload_failures", sum->c[STAT_reload_failures]);
-    json_u64(j, "cache_drops", sum->c[STAT_cache_drops]);
+    json_u64(j, "reloads", reloads);
+    json_u64(j, "reload_failures", reload_failures);
+    json_u64(j, "cache_drops", n[SRV_cache_drops]);
     json_object_end(j);
     json_object_begin(j, "limits");
-    stats_limit(j, "connections", cfg->max_connections, sum->c[STAT_connections_rejected]);
+    stats_limit(j, "connections", cfg->max_connections, n[SRV_connections_rejected]);
     stats_limit(j, "streams_per_connection", cfg->max_streams_per_conn,
-                sum->c[STAT_limit_streams_per_connection]);
+                n[SRV_limit_streams_per_connection]);
     stats_limit(j, "streams_per_user", cfg->max_streams_per_user,
-                sum->c[STAT_limit_streams_per_user]);
-    stats_limit(j, "batch_size", cfg->max_batch_size, sum->c[STAT_limit_batch_size]);
-    stats_limit(j, "prefetch", cfg->max_prefetch, sum->c[STAT_limit_prefetch]);
-    stats_limit(j, "frame_size", cfg->max_frame_size, sum->c[STAT_limit_frame_size]);
-    stats_limit(j, "output_buffer", cfg->max_output_buffer, sum->c[STAT_limit_output_buffer]);
-    stats_limit(j, "output_timeout", cfg->output_timeout, sum->c[STAT_limit_output_timeout]);
+                n[SRV_limit_streams_per_user]);
+    stats_limit(j, "batch_size", cfg->max_batch_size, n[SRV_limit_batch_size]);
+    stats_limit(j, "prefetch", cfg->max_prefetch, n[SRV_limit_prefetch]);
+    stats_limit(j, "frame_size", cfg->max_frame_size, n[SRV_limit_frame_size]);
+    stats_limit(j, "output_buffer", cfg->max_output_buffer, n[SRV_limit_output_buffer]);
+    stats_limit(j, "output_timeout", cfg->output_timeout, n[SRV_limit_output_timeout]);
     stats_limit(j, "release_timeout", cfg->release_timeout, st->shm_release_timeouts);
     /* limits.file_size and limits.pixels refuse samples, not requests:
      * errors.too_large counts those (a bad sample, skipped or failed). */
@@ -1182,20 +1198,17 @@ static void stats_limits(struct server *s, struct json *j, const struct stats_th
 
 char *server_stats_json(struct server *s)
 {
-    struct stats_thread sum;
     struct streams_stats st;
-    struct cache_stats cs;
-    struct store_stats ss;
+    struct tiers_stats ts;
+    struct pipeline_stats ps;
     struct timespec now;
     struct json j;
     char ver[32];
 
-    stats_sum(s->d.stats, s->d.nstats, &sum);
     streams_get_stats(s->streams, &st);
-    cache_get_stats(s->d.cache, &cs);
-    memset(&ss, 0, sizeof(ss));
-    if (s->d.store)
-        store_get_stats(s->d.store, &ss);
+    tiers_get_stats(s->d.tiers, &ts);
+    pipeline_get_stats(s->d.pipeline, &ps);
+    const struct cache_stats cs = ts.mem;
     clock_gettime(CLOCK_MONOTONIC, &now);
     snprintf(ver, sizeof(ver), "%s", PRESTO_VERSION);
     json_init(&j);
@@ -1213,11 +1226,11 @@ char *server_stats_json(struct server *s)
     json_u64(&j, "batches_served", st.batches_served);
     json_u64(&j, "bytes_served", st.bytes_served);
     json_u64(&j, "samples_skipped", st.samples_skipped);
-    json_u64(&j, "connections_total", sum.c[STAT_connections_total]);
-    json_u64(&j, "connections_rejected", sum.c[STAT_connections_rejected]);
+    json_u64(&j, "connections_total", s->n[SRV_connections_total]);
+    json_u64(&j, "connections_rejected", s->n[SRV_connections_rejected]);
     json_u64(&j, "streams_total", st.streams_total);
-    json_u64(&j, "protocol_errors", sum.c[STAT_protocol_errors]);
-    stats_limits(s, &j, &sum, &st);
+    json_u64(&j, "protocol_errors", s->n[SRV_protocol_errors]);
+    stats_limits(s, &j, &st);
     json_object_begin(&j, "shm");
     json_u64(&j, "rings", st.rings);
     json_u64(&j, "ring_bytes", st.ring_bytes);
@@ -1233,28 +1246,27 @@ char *server_stats_json(struct server *s)
     json_u64(&j, "memory_budget", cs.budget);
     json_u64(&j, "memory_bytes", cs.bytes);
     json_u64(&j, "entries", cs.entries);
-    json_u64(&j, "hits", sum.c[STAT_cache_hits]);
-    json_u64(&j, "misses", sum.c[STAT_cache_misses]);
+    json_u64(&j, "hits", ts.hits);
+    json_u64(&j, "misses", ts.misses);
     json_u64(&j, "rejected", cs.rejected);
     json_u64(&j, "not_admitted", cs.not_admitted);
     json_u64(&j, "evictions", cs.evictions);
     json_u64(&j, "index_bytes", cs.index_bytes);
-    json_double(&j, "hit_rate", ratio(sum.c[STAT_cache_hits],
-                                      sum.c[STAT_cache_hits] + sum.c[STAT_cache_misses]));
+    json_double(&j, "hit_rate", ratio(ts.hits, ts.hits + ts.misses));
     json_object_end(&j);
-    stats_memory(s, &j, &cs, &ss);
-    stats_disk(s, &j, &ss);
+    stats_memory(s, &j, &ts);
+    stats_disk(&j, &ts);
     stats_io(s, &j);
     json_object_begin(&j, "errors");
-    json_u64(&j, "read", sum.c[STAT_err_read]);
-    json_u64(&j, "decode", sum.c[STAT_err_decode]);
-    json_u64(&j, "too_large", sum.c[STAT_err_too_large]);
+    json_u64(&j, "read", ps.errors[PIPELINE_ERR_read]);
+    json_u64(&j, "decode", ps.errors[PIPELINE_ERR_decode]);
+    json_u64(&j, "too_large", ps.errors[PIPELINE_ERR_too_large]);
     json_object_end(&j);
     json_object_begin(&j, "steps");
     for (int k = 0; k < STEP_KIND_MAX; k++) {
         json_object_begin(&j, step_name((enum step_kind)k));
-        json_u64(&j, "calls", sum.step_calls[k]);
-        json_double(&j, "seconds", (double)sum.step_ns[k] / 1e9);
+        json_u64(&j, "calls", ps.step_calls[k]);
+        json_double(&j, "seconds", (double)ps.step_ns[k] / 1e9);
         json_object_end(&j);
     }
     json_object_end(&j);
@@ -1278,16 +1290,20 @@ static char *server_datasets_json(struct server *s)
     json_object_begin(&j, NULL);
     json_array_begin(&j, "datasets");
     for (uint32_t i = 0; i < s->d.ndatasets; i++) {
-        const struct dataset *ds = s->d.datasets[i];
-        const struct config_dataset *dc = ds->cfg;
+        struct dataset *ds = s->d.datasets[i];
+        const struct config_dataset *dc = dataset_config(ds);
+        const struct dataset_output *o = dataset_output(ds);
+        const struct strategy *st = dataset_strategy(ds);
+        uint32_t split = st->split;
+        strategy_put(st);
         json_object_begin(&j, NULL);
         json_str(&j, "name", dc->name);
         json_str(&j, "root", dc->root);
-        json_u64(&j, "samples", ds->nsamples);
-        json_u64(&j, "classes", ds->nclasses);
+        json_u64(&j, "samples", dataset_size(ds));
+        json_u64(&j, "classes", dataset_nclasses(ds));
         json_array_begin(&j, "class_names");
-        for (uint32_t k = 0; k < ds->nclasses; k++)
-            json_str(&j, NULL, ds->classes[k]);
+        for (uint32_t k = 0; k < dataset_nclasses(ds); k++)
+            json_str(&j, NULL, dataset_class(ds, k));
         json_array_end(&j);
         json_array_begin(&j, "steps");
         for (uint32_t k = 0; k < dc->nsteps; k++) {
@@ -1295,16 +1311,16 @@ static char *server_datasets_json(struct server *s)
             json_str(&j, NULL, desc);
         }
         json_array_end(&j);
-        json_u64(&j, "split", ds->split);
+        json_u64(&j, "split", split);
         profile_dataset_json(ds, &j);
         json_array_begin(&j, "shape");
-        json_u64(&j, NULL, ds->out_h);
-        json_u64(&j, NULL, ds->out_w);
-        json_u64(&j, NULL, ds->out_c);
+        json_u64(&j, NULL, o->h);
+        json_u64(&j, NULL, o->w);
+        json_u64(&j, NULL, o->c);
         json_array_end(&j);
         json_str(&j, "on_error", dc->on_error == CONFIG_ON_ERROR_FAIL ? "fail" : "skip");
         json_u64(&j, "follow_symlinks", dc->follow_symlinks != 0);
-        json_u64(&j, "refused", ds->refused);
+        json_u64(&j, "refused", dataset_refused(ds));
         json_object_end(&j);
     }
     json_array_end(&j);
@@ -1387,20 +1403,13 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
     s->d = *deps;
     s->uid = geteuid();
     clock_gettime(CLOCK_MONOTONIC, &s->started);
-    s->pipe.cache = deps->cache;
-    s->pipe.store = deps->store;
-    s->pipe.compactor = deps->compactor;
-    s->pipe.max_file_size = deps->cfg->max_file_size;
-    s->wenv.base = deps->base;
-    s->wenv.workers = deps->workers;
-    s->wenv.pipe = &s->pipe;
-    struct profile_env penv = {deps->base, deps->workers, &s->d.cfg, &s->pipe};
-    if (streams_create(&s->streams, deps->base, deps->workers, &s->pipe, deps->readahead) < 0) {
+    if (streams_create(&s->streams, deps->base, deps->workers, deps->pipeline,
+                       deps->readahead) < 0) {
         free(s);
         return -ENOMEM;
     }
     streams_set_release_timeout(s->streams, deps->cfg->release_timeout);
-    if (profiler_create(&s->profiler, &penv) < 0) {
+    if (profiler_create(&s->profiler, deps->base, deps->workers, &s->d.cfg, deps->tiers) < 0) {
         streams_destroy(s->streams);
         free(s);
         return -ENOMEM;
@@ -1446,7 +1455,7 @@ void server_update(struct server *s, const struct config *cfg, struct dataset **
     s->d.cfg = cfg;
     s->d.datasets = datasets;
     s->d.ndatasets = n;
-    s->pipe.max_file_size = cfg->max_file_size;
+    pipeline_set_max_file_size(s->d.pipeline, cfg->max_file_size);
     streams_set_release_timeout(s->streams, cfg->release_timeout);
     /* A larger frame_size must fit in what each connection reads at once. */
     for (struct conn *c = s->conns; c; c = c->next)

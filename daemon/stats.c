@@ -1,35 +1,45 @@
 /* Per-thread counters: see stats.h. */
 #include "stats.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-void stats_sum(const struct stats_thread *threads, unsigned n, struct stats_thread *out)
-{
-    memset(out, 0, sizeof(*out));
-    for (unsigned t = 0; t < n; t++) {
-        for (int i = 0; i < STAT_MAX; i++)
-            out->c[i] += __atomic_load_n(&threads[t].c[i], __ATOMIC_RELAXED);
-        for (int k = 0; k < STEP_KIND_MAX; k++) {
-            out->step_calls[k] += __atomic_load_n(&threads[t].step_calls[k], __ATOMIC_RELAXED);
-            out->step_ns[k] += __atomic_load_n(&threads[t].step_ns[k], __ATOMIC_RELAXED);
-        }
-    }
-}
-
-const char *stats_name(enum stats_counter c)
-{
-    static const char *const names[STAT_MAX] = {
-#define STATS_NAME(name, doc) #name,
-        STATS_COUNTERS(STATS_NAME)
-#undef STATS_NAME
-    };
-    return c < STAT_MAX ? names[c] : "unknown";
-}
 
 uint64_t stats_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int stats_percpu_init(struct stats_percpu *pc, unsigned threads, unsigned n)
+{
+    /* Each thread's counters on cache lines of their own. */
+    unsigned stride = (n + 7) & ~7u;
+    void *p = NULL;
+    memset(pc, 0, sizeof(*pc));
+    if (posix_memalign(&p, 64, (size_t)(threads ? threads : 1) * (stride ? stride : 8) * 8) != 0)
+        return -ENOMEM;
+    memset(p, 0, (size_t)(threads ? threads : 1) * (stride ? stride : 8) * 8);
+    pc->v = p;
+    pc->n = n;
+    pc->stride = stride;
+    pc->threads = threads;
+    return 0;
+}
+
+void stats_percpu_free(struct stats_percpu *pc)
+{
+    free(pc->v);
+    memset(pc, 0, sizeof(*pc));
+}
+
+void stats_percpu_sum(const struct stats_percpu *pc, uint64_t *out)
+{
+    for (unsigned i = 0; i < pc->n; i++)
+        out[i] = 0;
+    for (unsigned t = 0; t < pc->threads; t++)
+        for (unsigned i = 0; i < pc->n; i++)
+            out[i] += __atomic_load_n(&pc->v[(size_t)t * pc->stride + i], __ATOMIC_RELAXED);
 }

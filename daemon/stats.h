@@ -1,65 +1,35 @@
 /*
- * Counters, defined once (X-macro) and kept per thread, as memcached does:
- * each worker thread and the event loop thread own one struct stats_thread
- * and bump it with relaxed atomics; a stats request sums them. Counters
- * only grow; gauges (connections, streams, workers busy, cache bytes) are
- * read from their owners when the document is built.
+ * Stats: what every module uses to keep and report its own counters.
+ * Counters only grow; gauges (connections, streams, workers busy, cache
+ * bytes) are read from their owners when the document is built.
  */
 #ifndef PRESTO_STATS_H
 #define PRESTO_STATS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-#include "step.h"
-
-#define STATS_COUNTERS(X)                                            \
-    X(cache_hits, "samples found in the memory cache")             \
-    X(cache_misses, "samples not found in the memory cache")       \
-    X(err_read, "source files that could not be read")              \
-    X(err_decode, "source files that did not decode")               \
-    X(err_too_large, "source files or images over a limit")         \
-    X(connections_total, "connections accepted")                    \
-    X(connections_rejected, "connections refused at the limit")     \
-    X(protocol_errors, "malformed frames received")                \
-    X(access_denied, "admin requests from peers that are not admins") \
-    X(limit_streams_per_connection, "OPENs refused: the connection's streams") \
-    X(limit_streams_per_user, "OPENs refused: the peer uid's streams") \
-    X(limit_batch_size, "OPENs refused: batch_size over limits.batch_size") \
-    X(limit_prefetch, "OPENs refused: prefetch over limits.prefetch") \
-    X(limit_frame_size, "requests over limits.frame_size (connection closed)") \
-    X(limit_output_buffer, "times a connection's requests waited on its output") \
-    X(limit_output_timeout, "connections dropped: output stuck over the limit") \
-    X(reloads, "configuration reloads applied")                   \
-    X(reload_failures, "reloads refused (the running config stayed)") \
-    X(cache_drops, "DROP_CACHE requests done")
-
-enum stats_counter {
-#define STATS_ENUM(name, doc) STAT_##name,
-    STATS_COUNTERS(STATS_ENUM)
-#undef STATS_ENUM
-    STAT_MAX
+/* Counters kept per thread, memcached's way: `n` counters for each of
+ * `threads` threads, each thread's on cache lines of its own; a thread adds
+ * to its own with relaxed atomics, a reader sums them. For the modules
+ * whose counters worker threads bump per sample (the tiers, the pipeline):
+ * `thread` is the worker's index. */
+struct stats_percpu {
+    uint64_t *v;
+    unsigned n, stride, threads;
 };
-
-struct stats_thread {
-    uint64_t c[STAT_MAX];
-    uint64_t step_calls[STEP_KIND_MAX];
-    uint64_t step_ns[STEP_KIND_MAX];
-} __attribute__((aligned(64)));
-
-static inline void stats_add(struct stats_thread *t, enum stats_counter c, uint64_t n)
+/* 0 or -ENOMEM. */
+int stats_percpu_init(struct stats_percpu *pc, unsigned threads, unsigned n);
+void stats_percpu_free(struct stats_percpu *pc);
+static inline void stats_percpu_add(struct stats_percpu *pc, unsigned thread, unsigned i,
+                                    uint64_t n)
 {
-    __atomic_fetch_add(&t->c[c], n, __ATOMIC_RELAXED);
+    if (thread < pc->threads)
+        __atomic_fetch_add(&pc->v[(size_t)thread * pc->stride + i], n, __ATOMIC_RELAXED);
 }
+/* out[0..n) = the sums over the threads. */
+void stats_percpu_sum(const struct stats_percpu *pc, uint64_t *out);
 
-static inline void stats_step(struct stats_thread *t, enum step_kind k, uint64_t ns)
-{
-    __atomic_fetch_add(&t->step_calls[k], 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&t->step_ns[k], ns, __ATOMIC_RELAXED);
-}
-
-/* Sums n per-thread blocks into out. */
-void stats_sum(const struct stats_thread *threads, unsigned n, struct stats_thread *out);
-const char *stats_name(enum stats_counter c);
 uint64_t stats_now_ns(void);
 
 #endif

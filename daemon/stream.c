@@ -15,7 +15,7 @@
 struct streams {
     struct event_base *base;
     struct workers *workers;
-    const struct pipeline_env *pipe;
+    struct pipeline *pipe;
     struct readahead *readahead;
     uint32_t release_timeout;
     struct streams_stats st; /* event loop thread only */
@@ -86,7 +86,7 @@ struct stream {
 /* ---- the streams' context ---- */
 
 int streams_create(struct streams **out, struct event_base *base, struct workers *workers,
-                   const struct pipeline_env *pipe, struct readahead *readahead)
+                   struct pipeline *pipe, struct readahead *readahead)
 {
     struct streams *ss = calloc(1, sizeof(*ss));
     if (!ss)
@@ -120,6 +120,11 @@ static int stream_shm(const struct stream *s)
     return s->shm_on;
 }
 
+static size_t stream_sample_bytes(const struct stream *s)
+{
+    return dataset_output(s->ds)->bytes;
+}
+
 /* ring_create, counted in the gauges stream_ring_free takes it out of. */
 static int stream_ring_create(struct streams *ss, struct ring *r, uint32_t slots, size_t bytes,
                               uint32_t id)
@@ -151,7 +156,7 @@ static size_t job_bytes(const struct stream *s)
 {
     size_t b = sizeof(struct batch_job) + s->p.batch_size * sizeof(int64_t);
     if (!stream_shm(s))
-        b += s->data_off + (size_t)s->p.batch_size * s->ds->sample_bytes;
+        b += s->data_off + (size_t)s->p.batch_size * stream_sample_bytes(s);
     return b;
 }
 
@@ -164,7 +169,7 @@ static void stream_free(struct stream *s)
         if (!stream_shm(s))
             free(j->buf);
         free(j->labels);
-        readahead_free(ss->readahead, ss->pipe, j->ahead);
+        readahead_free(ss->readahead, j->ahead);
         free(j);
     }
     planner_free(&s->plan);
@@ -198,7 +203,7 @@ static void job_unref(struct batch_job *j)
 
 static uint8_t *job_sample(const struct batch_job *j, uint32_t i)
 {
-    return j->buf + j->s->data_off + (size_t)i * j->s->ds->sample_bytes;
+    return j->buf + j->s->data_off + (size_t)i * stream_sample_bytes(j->s);
 }
 
 /* ---- worker thread ---- */
@@ -209,14 +214,15 @@ static int job_bad(void *arg, uint32_t i, int err, const char *msg)
     struct batch_job *j = arg;
     const struct stream *s = j->s;
     const struct dataset *ds = s->ds;
+    const struct config_dataset *cfg = dataset_config(ds);
     (void)err;
-    if (ds->cfg->on_error == CONFIG_ON_ERROR_FAIL) {
+    if (cfg->on_error == CONFIG_ON_ERROR_FAIL) {
         uint64_t first;
         uint32_t len;
         planner_batch(&s->plan, j->index, &first, &len);
         j->failed = 1;
-        snprintf(j->err, sizeof(j->err), "dataset '%s': bad sample %s/%s: %s", ds->cfg->name,
-                 ds->cfg->root, dataset_path(ds, s->plan.ids[first + i]), msg);
+        snprintf(j->err, sizeof(j->err), "dataset '%s': bad sample %s/%s: %s", cfg->name,
+                 cfg->root, dataset_path(ds, s->plan.ids[first + i]), msg);
         return 1;
     }
     j->skipped++;
@@ -258,7 +264,7 @@ static void job_done(struct work *w, int cancelled)
     struct batch_job *j = (struct batch_job *)w;
     struct stream *s = j->s;
     if (cancelled || s->closing) {
-        pipeline_ahead_drop(s->ss->pipe, j->ahead); /* when it never ran */
+        pipeline_ahead_drop(j->ahead); /* when it never ran */
         job_unref(j);
         return;
     }
@@ -282,7 +288,7 @@ static struct batch_job *job_get(struct stream *s)
     if (stream_shm(s))
         j->buf = ring_slot(&s->shm, j->slot = s->nslots_used);
     else
-        j->buf = malloc(s->data_off + (size_t)s->p.batch_size * s->ds->sample_bytes);
+        j->buf = malloc(s->data_off + (size_t)s->p.batch_size * stream_sample_bytes(s));
     if (!j->labels || !j->buf) {
         free(j->labels);
         if (!stream_shm(s))
@@ -306,7 +312,7 @@ static void job_read(void *arg)
     struct batch_job *j = arg;
     struct stream *s = j->s;
     if (s->closing) {
-        pipeline_ahead_drop(s->ss->pipe, j->ahead);
+        pipeline_ahead_drop(j->ahead);
         job_unref(j);
         return;
     }
@@ -370,7 +376,7 @@ static void batch_piece(struct stream *s, struct reply_batch *b, struct batch_jo
 {
     unsigned k = b->npieces++;
     b->piece[k].p = job_sample(j, off);
-    b->piece[k].len = (size_t)n * s->ds->sample_bytes;
+    b->piece[k].len = (size_t)n * stream_sample_bytes(s);
     b->piece[k].ref = &j->ref;
     j->refs++;
 }
@@ -379,14 +385,14 @@ static void batch_piece(struct stream *s, struct reply_batch *b, struct batch_jo
 static void batch_init(const struct stream *s, struct reply_batch *b, uint32_t n,
                        const int64_t *labels)
 {
-    const struct dataset *ds = s->ds;
+    const struct dataset_output *o = dataset_output(s->ds);
     memset(b, 0, sizeof(*b));
     b->index = s->batches_sent;
     b->n = n;
-    b->h = ds->out_h;
-    b->w = ds->out_w;
-    b->c = ds->out_c;
-    b->dtype = ds->out_dtype;
+    b->h = o->h;
+    b->w = o->w;
+    b->c = o->c;
+    b->dtype = o->dtype;
     b->labels = labels;
 }
 
@@ -422,7 +428,8 @@ static void stream_append(struct stream *s, struct batch_job *src, uint32_t from
                           uint32_t m)
 {
     struct segment *p1 = &s->part[1];
-    memcpy(job_sample(p1->job, p1->n), job_sample(src, from), (size_t)m * s->ds->sample_bytes);
+    memcpy(job_sample(p1->job, p1->n), job_sample(src, from),
+           (size_t)m * stream_sample_bytes(s));
     memcpy(p1->job->labels + p1->n, src->labels + from, m * sizeof(*src->labels));
     p1->n += m;
 }
@@ -481,7 +488,7 @@ static int stream_emit_shm(struct stream *s)
     s->nheld++;
     s->nparts = 0;
     s->part_n = 0;
-    return stream_sent(s, rc, n, (uint64_t)n * s->ds->sample_bytes);
+    return stream_sent(s, rc, n, (uint64_t)n * stream_sample_bytes(s));
 }
 
 /*
@@ -496,7 +503,7 @@ static int stream_emit_shm(struct stream *s)
 static int stream_take_shm(struct stream *s, struct batch_job *j)
 {
     uint32_t bs = s->p.batch_size, used = 0;
-    size_t sb = s->ds->sample_bytes;
+    size_t sb = stream_sample_bytes(s);
     int rc = 0;
 
     s->skipped += j->skipped;
@@ -672,18 +679,17 @@ static void stream_on_pump(evutil_socket_t fd, short what, void *arg)
  * and can be had, else saying the stream uses the socket. */
 static int stream_say_opened(struct stream *s, struct ring *spare)
 {
-    const struct dataset *ds = s->ds;
+    const struct dataset_output *o = dataset_output(s->ds);
     struct streams *ss = s->ss;
     struct reply_msg m = {.kind = REPLY_OPENED};
     struct proto_opened *op = &m.opened;
     int rc = 1;
 
-    *op = (struct proto_opened){0, s->plan.count, s->plan.batches, ds->out_h, ds->out_w,
-                                ds->out_c, ds->out_dtype, ds->out_layout,
-                                PROTO_TRANSPORT_SOCKET, 0, 0};
+    *op = (struct proto_opened){0, s->plan.count, s->plan.batches, o->h, o->w, o->c, o->dtype,
+                                o->layout, PROTO_TRANSPORT_SOCKET, 0, 0};
     if (s->p.shm) {
         uint32_t slots = s->p.prefetch < 2 ? 2 : s->p.prefetch;
-        size_t bytes = (size_t)s->p.batch_size * ds->sample_bytes;
+        size_t bytes = (size_t)s->p.batch_size * o->bytes;
         int kept = spare && spare->fd >= 0 && spare->slots == slots &&
                    spare->slot_bytes == ring_slot_size(bytes);
         if (kept) { /* the client has it mapped: no descriptor to pass */
@@ -732,9 +738,10 @@ int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
                 const struct stream_params *p, const struct reply *reply, struct ring *spare,
                 char *err, size_t errlen)
 {
-    if (ds->out_h == 0 || ds->sample_bytes == 0) {
+    const struct dataset_output *o = dataset_output(ds);
+    if (o->h == 0 || o->bytes == 0) {
         snprintf(err, errlen, "dataset '%s': the pipeline's output size varies per image "
-                 "(end it with center_crop)", ds->cfg->name);
+                 "(end it with center_crop)", dataset_name(ds));
         return -EINVAL;
     }
     struct stream *s = calloc(1, sizeof(*s));
@@ -742,7 +749,7 @@ int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
         snprintf(err, errlen, "no memory for a stream");
         return -ENOMEM;
     }
-    int rc = planner_make(&s->plan, ds->nsamples, p->seed, p->epoch, p->shuffle, p->rank,
+    int rc = planner_make(&s->plan, dataset_size(ds), p->seed, p->epoch, p->shuffle, p->rank,
                           p->world, p->batch_size, p->drop_last);
     if (rc < 0) {
         free(s);
@@ -787,7 +794,7 @@ int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
         return 0;
     }
     log_debug("stream %u: dataset '%s' epoch %llu rank %u/%u: %llu samples, %llu batches, %s",
-              p->id, ds->cfg->name, (unsigned long long)p->epoch, p->rank, p->world,
+              p->id, dataset_name(ds), (unsigned long long)p->epoch, p->rank, p->world,
               (unsigned long long)s->plan.count, (unsigned long long)s->plan.batches,
               stream_shm(s) ? "shared memory" : "socket");
     stream_pump(s);

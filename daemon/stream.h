@@ -69,7 +69,7 @@ struct streams_stats {
 
 /* readahead may be NULL (workers read every batch themselves). */
 int streams_create(struct streams **out, struct event_base *base, struct workers *workers,
-                   const struct pipeline_env *pipe, struct readahead *readahead);
+                   struct pipeline *pipe, struct readahead *readahead);
 /* After every stream is freed. NULL is fine. */
 void streams_destroy(struct streams *ss);
 /* limits.release_timeout, seconds (see stream_release); for new streams. */

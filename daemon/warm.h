@@ -28,17 +28,12 @@
 struct event_base;
 struct warm;
 
-struct warm_env {
-    struct event_base *base;
-    struct workers *workers;
-    const struct pipeline_env *pipe;
-};
-
 /* Starts warming ds and says its first progress. Returns 0, or -errno
  * with a message in err (nothing said): -EBUSY when ds is being warmed
  * already, -EINVAL when it has no offline steps, -ENOMEM. */
-int warm_start(struct warm **out, const struct warm_env *env, struct dataset *ds,
-               const struct reply *reply, char *err, size_t errlen);
+int warm_start(struct warm **out, struct event_base *base, struct workers *workers,
+               struct pipeline *pipe, struct dataset *ds, const struct reply *reply,
+               char *err, size_t errlen);
 /* Stops handing out work and says nothing more; frees when idle. */
 void warm_close(struct warm *w);
 

@@ -132,7 +132,7 @@ static int workers_io_setup(struct workers *p, const struct workers_config *cfg)
 }
 
 int workers_create(struct workers **out, struct event_base *base,
-                   const struct workers_config *cfg, struct stats_thread *stats)
+                   const struct workers_config *cfg)
 {
     struct workers *p = calloc(1, sizeof(*p));
     unsigned n = cfg->threads;
@@ -160,7 +160,6 @@ int workers_create(struct workers **out, struct event_base *base,
         struct worker_thread *t = &p->threads[i];
         t->pool = p;
         t->ctx.index = i;
-        t->ctx.stats = &stats[i];
         step_ctx_init(&t->ctx.step);
         t->ctx.step.max_pixels = cfg->max_pixels;
         if ((rc = -pthread_create(&t->tid, NULL, worker_main, t)) < 0)

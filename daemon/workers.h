@@ -18,18 +18,17 @@
 #include <stdint.h>
 
 #include "io.h"
-#include "stats.h"
 #include "step.h"
 
 struct event_base;
 struct workers;
 
-/* What a worker thread owns: its stats block, step state, I/O ring, and
- * the buffers of whoever runs on it (`local`, freed with local_free when
- * the pool stops). */
+/* What a worker thread owns: its index (0 to threads - 1: where modules
+ * keep its per-thread counters, stats.h), step state, I/O ring, and the
+ * buffers of whoever runs on it (`local`, freed with local_free when the
+ * pool stops). */
 struct worker_ctx {
     unsigned index;
-    struct stats_thread *stats;
     struct step_ctx step;
     struct img scratch[3]; /* file bytes and two ping-pong images */
     struct io_ring *io;
@@ -56,9 +55,8 @@ struct work {
     int unpaused;
 };
 
-/* stats points at cfg->threads per-thread blocks, one per worker. */
 int workers_create(struct workers **out, struct event_base *base,
-                   const struct workers_config *cfg, struct stats_thread *stats);
+                   const struct workers_config *cfg);
 /* Stops the threads after their current job; queued jobs get done(w, 1). */
 void workers_destroy(struct workers *p);
 void workers_submit(struct workers *p, struct work *w);
