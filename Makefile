@@ -9,7 +9,8 @@ SANITIZE ?=
 # Debian packages the build, the tests and the benchmarks need.
 DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
             libturbojpeg0-dev libyaml-dev check python3-numpy python3-torch \
-            python3-torchvision python3-pil valgrind fuse3 libfuse3-dev
+            python3-torchvision python3-pil python3-prometheus-client valgrind fuse3 \
+            libfuse3-dev
 
 PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1
 PKG_CHECK  := check
@@ -106,7 +107,7 @@ $(BUILD)/slowfs: tests/tools/slowfs.c
 
 # The raw random-read reader the disk cases of `make bench` compare with.
 $(BUILD)/ioread: tests/bench/ioread.c $(BUILD)/obj/daemon/io.o $(BUILD)/obj/daemon/access.o \
-                 $(BUILD)/obj/daemon/stats.o $(BUILD)/obj/common/log.o
+                 $(BUILD)/obj/daemon/stats.o $(BUILD)/obj/daemon/json.o $(BUILD)/obj/common/log.o
 	$(CC) $(CFLAGS) $(call pkg_cflags,liburing) -o $@ $^ $(LDFLAGS) $(call pkg_libs,liburing)
 
 # Installs the Debian packages that are missing (root, or sudo when present).
@@ -185,8 +186,8 @@ FUZZ_FLAGS   := -g -O1 -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror 
                 $(call pkg_cflags,$(PKG_DAEMON)) $(FUZZ_EXTRA)
 FUZZ_SAN     := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_LIBS    := $(call pkg_libs,$(PKG_DAEMON)) -lm
-FUZZ_STEPS   := $(wildcard daemon/step*.c) daemon/hash.c daemon/img.c common/log.c \
-                common/proto.c
+FUZZ_STEPS   := $(wildcard daemon/step*.c) daemon/hash.c daemon/img.c daemon/stats.c \
+                daemon/json.c common/log.c common/proto.c
 FUZZ_NAMES   := fuzz_frame fuzz_config fuzz_store fuzz_decode
 FUZZ_BIN     := $(FUZZ_NAMES:%=$(FUZZ_DIR)/%)
 

@@ -10,6 +10,7 @@
 #include "hash.h"
 #include "proto.h"
 #include "source_dir.h"
+#include "stats.h"
 #include "step.h"
 
 struct dataset {
@@ -37,18 +38,6 @@ struct dataset {
     void *released_arg;
     int warming;
     struct dataset_auto autos;
-};
-
-const char *const dataset_counter_names[DATASET_COUNTER_MAX] = {
-#define DATASET_COUNTER_NAME(name, help) #name,
-    DATASET_COUNTERS(DATASET_COUNTER_NAME)
-#undef DATASET_COUNTER_NAME
-};
-
-const char *const dataset_counter_help[DATASET_COUNTER_MAX] = {
-#define DATASET_COUNTER_HELP(name, help) help,
-    DATASET_COUNTERS(DATASET_COUNTER_HELP)
-#undef DATASET_COUNTER_HELP
 };
 
 /* The index's sample of sample i of ds. */
@@ -318,9 +307,18 @@ void dataset_count(struct dataset *ds, enum dataset_counter c, uint64_t n)
     __atomic_fetch_add(&ds->counters[c], n, __ATOMIC_RELAXED);
 }
 
-uint64_t dataset_counter(const struct dataset *ds, enum dataset_counter c)
+static const struct stats_decl dataset_decl[] = {DATASET_STATS(STATS_DECL)};
+static const struct stats_decl counter_decl[] = {DATASET_COUNTERS(STATS_DECL)};
+
+void dataset_stats(const struct dataset *ds, struct stats_out *o)
 {
-    return __atomic_load_n(&ds->counters[c], __ATOMIC_RELAXED);
+    uint64_t c[DATASET_COUNTER_MAX];
+    struct stats_val v[] = {stats_str(ds->cfg->name), stats_u64(ds->n),
+                            stats_u64(ds->ix->nclasses), stats_u64(ds->src->refused)};
+    stats_emit(o, dataset_decl, v, sizeof(v) / sizeof(v[0]));
+    for (int i = 0; i < DATASET_COUNTER_MAX; i++)
+        c[i] = __atomic_load_n(&ds->counters[i], __ATOMIC_RELAXED);
+    stats_emit_u64(o, counter_decl, c, DATASET_COUNTER_MAX);
 }
 
 /* ---- users, warm-ups, split: auto (event loop thread) ---- */

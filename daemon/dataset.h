@@ -65,19 +65,28 @@ struct dataset_ident {
     int64_t mtime_ns;
 };
 
-/* Counters of what happened to a dataset's samples (relaxed atomics). */
+/* A dataset's entry in the stats document ("datasets": metrics
+ * presto_dataset_*{dataset="NAME"}): what it is, then its counters of what
+ * happened to its samples (relaxed atomics, any thread: dataset_count). */
+#define DATASET_STATS(X)                                                      \
+    X(name, LABEL, "", "the dataset's name")                                   \
+    X(samples, GAUGE, "samples", "samples indexed")                            \
+    X(classes, GAUGE, "classes", "classes indexed")                            \
+    X(refused, GAUGE, "entries", "entries refused at indexing: links leaving the root")
 #define DATASET_COUNTERS(X)                                                   \
-    X(errors, "bad samples met")                                              \
-    X(computed, "samples run through the offline steps")                      \
-    X(source_reads, "source files read")                                      \
-    X(source_bytes, "bytes of source files read")
+    X(errors, COUNTER, "samples", "bad samples met")                           \
+    X(computed, COUNTER, "samples", "samples run through the offline steps")   \
+    X(source_reads, COUNTER, "files", "source files read")                     \
+    X(source_bytes, COUNTER, "bytes", "bytes of source files read")
 
 enum dataset_counter {
-#define DATASET_COUNTER_ENUM(name, help) DATASET_##name,
+#define DATASET_COUNTER_ENUM(name, ...) DATASET_##name,
     DATASET_COUNTERS(DATASET_COUNTER_ENUM)
 #undef DATASET_COUNTER_ENUM
     DATASET_COUNTER_MAX
 };
+
+struct stats_out;
 
 /* Indexes cfg->root (cfg must outlive the dataset). Returns 0, or -errno
  * with a message. */
@@ -143,9 +152,8 @@ uint64_t dataset_file_size(const struct dataset *ds, uint32_t sample);
 int dataset_first_error(struct dataset *ds, uint32_t sample);
 
 void dataset_count(struct dataset *ds, enum dataset_counter c, uint64_t n);
-uint64_t dataset_counter(const struct dataset *ds, enum dataset_counter c);
-extern const char *const dataset_counter_names[DATASET_COUNTER_MAX];
-extern const char *const dataset_counter_help[DATASET_COUNTER_MAX];
+/* The fields of DATASET_STATS and DATASET_COUNTERS, in the dataset's entry. */
+void dataset_stats(const struct dataset *ds, struct stats_out *o);
 
 /* Streams and warm-ups using the dataset (event loop thread). When a
  * reload takes it out of service, its owner sets on_released, called once

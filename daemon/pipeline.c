@@ -56,13 +56,26 @@ void pipeline_set_max_file_size(struct pipeline *p, uint64_t bytes)
     p->max_file_size = bytes;
 }
 
-void pipeline_get_stats(const struct pipeline *p, struct pipeline_stats *out)
+static const struct stats_decl errors_decl[] = {PIPELINE_ERRORS(STATS_DECL)};
+static const struct stats_decl step_decl[] = {PIPELINE_STEP_STATS(STATS_DECL)};
+
+void pipeline_stats(const struct pipeline *p, struct stats_out *o)
 {
     uint64_t c[CNT_MAX];
     stats_percpu_sum(&p->counters, c);
-    memcpy(out->errors, c, sizeof(out->errors));
-    memcpy(out->step_calls, c + CNT_CALLS, sizeof(out->step_calls));
-    memcpy(out->step_ns, c + CNT_NS, sizeof(out->step_ns));
+    stats_begin(o, "errors", NULL, NULL, NULL);
+    stats_emit_u64(o, errors_decl, c, PIPELINE_ERR_MAX);
+    stats_end(o);
+    stats_begin(o, "steps", "", NULL, NULL);
+    for (int k = 0; k < STEP_KIND_MAX; k++) {
+        const char *name = step_name((enum step_kind)k);
+        struct stats_val v[] = {stats_u64(c[CNT_CALLS + k]),
+                                stats_f64((double)c[CNT_NS + k] / 1e9)};
+        stats_begin(o, name, "step", "step", name);
+        stats_emit(o, step_decl, v, 2);
+        stats_end(o);
+    }
+    stats_end(o);
 }
 
 /* ---- per-thread buffers ---- */

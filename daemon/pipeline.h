@@ -135,25 +135,26 @@ void pipeline_warm(struct pipeline *p, struct dataset *ds, uint32_t first, uint3
 
 /* ---- stats ---- */
 
-/* Bad samples by kind, per worker thread. */
-#define PIPELINE_ERRORS(X)                                   \
-    X(read, "source files that could not be read")            \
-    X(decode, "source files that did not decode")             \
-    X(too_large, "source files or images over a limit")
+/* Bad samples by kind (section "errors"), and each step kind's calls and
+ * time (section "steps", one entry per step: presto_step_*{step="NAME"}),
+ * kept per worker thread. */
+#define PIPELINE_ERRORS(X)                                                  \
+    X(read, COUNTER, "samples", "source files that could not be read")        \
+    X(decode, COUNTER, "samples", "source files that did not decode, or a step failed on") \
+    X(too_large, COUNTER, "samples", "source files or images over a limit")
 
 enum pipeline_error {
-#define PIPELINE_ERROR_ENUM(name, help) PIPELINE_ERR_##name,
+#define PIPELINE_ERROR_ENUM(name, ...) PIPELINE_ERR_##name,
     PIPELINE_ERRORS(PIPELINE_ERROR_ENUM)
 #undef PIPELINE_ERROR_ENUM
     PIPELINE_ERR_MAX
 };
 
-struct pipeline_stats {
-    uint64_t errors[PIPELINE_ERR_MAX];
-    uint64_t step_calls[STEP_KIND_MAX];
-    uint64_t step_ns[STEP_KIND_MAX];
-};
+#define PIPELINE_STEP_STATS(X)                                              \
+    X(calls, COUNTER, "calls", "times the step ran")                         \
+    X(seconds, COUNTER, "seconds", "time the step took")
 
-void pipeline_get_stats(const struct pipeline *p, struct pipeline_stats *out);
+struct stats_out;
+void pipeline_stats(const struct pipeline *p, struct stats_out *o);
 
 #endif

@@ -10,6 +10,7 @@
 #include "json.h"
 #include "log.h"
 #include "profile.h"
+#include "stats.h"
 
 /* A dataset served: the dataset and its own copy of its declaration (the
  * config it came from is replaced by the next reload). */
@@ -510,8 +511,10 @@ void reload_cancel(struct reload *r, void *arg)
     }
 }
 
-void reload_get_stats(const struct reload *r, uint64_t *reloads, uint64_t *failures)
+static const struct stats_decl reload_decl[] = {RELOAD_STATS(STATS_DECL)};
+
+void reload_stats(const struct reload *r, struct stats_out *o)
 {
-    *reloads = r ? r->reloads : 0;
-    *failures = r ? r->failures : 0;
+    uint64_t v[2] = {r ? r->reloads : 0, r ? r->failures : 0};
+    stats_emit_u64(o, reload_decl, v, 2);
 }

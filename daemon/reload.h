@@ -85,7 +85,11 @@ struct dataset **reload_datasets(const struct reload *r, uint32_t *n);
 int reload_request(struct reload *r, reload_done_fn done, void *arg);
 /* Forgets the requests made with arg (its connection went away). */
 void reload_cancel(struct reload *r, void *arg);
-/* Reloads applied and refused so far. */
-void reload_get_stats(const struct reload *r, uint64_t *reloads, uint64_t *failures);
+/* Reloads applied and refused so far (in the stats' "access" section). */
+#define RELOAD_STATS(X)                                                        \
+    X(reloads, COUNTER, "reloads", "configuration reloads applied")            \
+    X(reload_failures, COUNTER, "reloads", "reloads refused: the running configuration stayed")
+struct stats_out;
+void reload_stats(const struct reload *r, struct stats_out *o);
 
 #endif

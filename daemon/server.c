@@ -20,6 +20,7 @@
 #include "frame.h"
 #include "json.h"
 #include "log.h"
+#include "metrics.h"
 #include "profile.h"
 #include "proto.h"
 #include "stream.h"
@@ -27,27 +28,58 @@
 
 /* A job a connection runs (a stream, its warm-up, its profile): where the
  * job's reply goes (reply.h: its `to`). It stays put while the job lives. */
-/* The server's counters (event loop thread only). */
-#define SERVER_COUNTERS(X)                                                    \
-    X(connections_total, "connections accepted")                              \
-    X(connections_rejected, "connections refused at limits.connections")      \
-    X(protocol_errors, "malformed frames received")                           \
-    X(access_denied, "admin requests from peers that are not admins")         \
-    X(limit_streams_per_connection, "OPENs refused: the connection's streams")\
-    X(limit_streams_per_user, "OPENs refused: the peer uid's streams")        \
-    X(limit_batch_size, "OPENs refused: batch_size over limits.batch_size")   \
-    X(limit_prefetch, "OPENs refused: prefetch over limits.prefetch")         \
-    X(limit_frame_size, "requests over limits.frame_size (connection closed)")\
-    X(limit_output_buffer, "times a connection's requests waited on its output") \
-    X(limit_output_timeout, "connections dropped: output stuck over the limit") \
-    X(cache_drops, "DROP_CACHE requests done")
+/* The server's fields of the stats document: at its top, in "access",
+ * one entry per configured limit in "limits" (presto_limit_*{limit="NAME"};
+ * release_timeout's hits are the streams'), and the process's "memory". */
+#define SERVER_STATS(X)                                                               \
+    X(version, INFO, "", "prestod's version")                                          \
+    X(pid, GAUGE, "", "prestod's process id")                                          \
+    X(uptime_s, GAUGE, "seconds", "time since prestod started", "uptime_seconds")      \
+    X(connections, GAUGE, "connections", "client connections open", "connections_open") \
+    X(connections_total, COUNTER, "connections", "connections accepted")               \
+    X(connections_rejected, COUNTER, "connections", "connections refused at limits.connections") \
+    X(protocol_errors, COUNTER, "requests", "malformed frames and bad requests received")
+#define SERVER_ACCESS_STATS(X)                                                        \
+    X(denied, COUNTER, "requests", "admin requests from peers that are not admins")    \
+    X(uid, GAUGE, "", "prestod's uid: peers with it are admins")                       \
+    X(admin_group, GAUGE, "", "admin_group's gid (in JSON \"none\" when unset)")       \
+    X(cache_drops, COUNTER, "requests", "DROP_CACHE requests done")
+#define SERVER_LIMIT_STATS(X)                                                         \
+    X(value, GAUGE, "", "the limit as configured (limits.NAME)")                       \
+    X(hits, COUNTER, "refusals", "what the limit refused")
+#define SERVER_MEMORY_STATS(X)                                                        \
+    X(budget, GAUGE, "bytes", "cache.memory, the memory tier's budget")                \
+    X(cache_bytes, GAUGE, "bytes", "the memory tier's entries and index")              \
+    X(cache_index_bytes, GAUGE, "bytes", "of that, the index")                         \
+    X(store_index_bytes, GAUGE, "bytes", "the disk tier's index")                      \
+    X(stream_buffers, GAUGE, "bytes", "the streams' batch buffers and rings")          \
+    X(worker_buffers, GAUGE, "bytes", "the worker threads' buffers")                   \
+    X(readahead_buffers, GAUGE, "bytes", "batches read ahead on the event loop")       \
+    X(accounted, GAUGE, "bytes", "all of the above but the budget")                    \
+    X(rss, GAUGE, "bytes", "the process's resident set")
 
-enum server_counter {
-#define SERVER_COUNTER_ENUM(name, help) SRV_##name,
-    SERVER_COUNTERS(SERVER_COUNTER_ENUM)
-#undef SERVER_COUNTER_ENUM
-    SERVER_NCOUNTERS
+/* The configured limits: name and field of struct config. */
+#define SERVER_LIMITS(X)                                                              \
+    X(connections, max_connections)                                                    \
+    X(streams_per_connection, max_streams_per_conn)                                    \
+    X(streams_per_user, max_streams_per_user)                                          \
+    X(batch_size, max_batch_size)                                                      \
+    X(prefetch, max_prefetch)                                                          \
+    X(frame_size, max_frame_size)                                                      \
+    X(output_buffer, max_output_buffer)                                                \
+    X(output_timeout, output_timeout)                                                  \
+    X(release_timeout, release_timeout)
+
+enum server_limit {
+#define SERVER_LIMIT_ENUM(name, field) LIMIT_##name,
+    SERVER_LIMITS(SERVER_LIMIT_ENUM)
+#undef SERVER_LIMIT_ENUM
+    LIMIT_MAX
 };
+
+/* The server's counters (event loop thread only). */
+enum server_counter { SRV_connections_total, SRV_protocol_errors, SRV_access_denied,
+                      SRV_cache_drops, SERVER_NCOUNTERS };
 
 struct conn_job {
     struct conn *c;
@@ -88,11 +120,13 @@ struct server {
     uint32_t next_stream_id;
     struct streams *streams;
     struct profiler *profiler;
+    struct metrics *metrics; /* /metrics over HTTP (NULL: off) */
     struct timespec started;
     uid_t uid;                 /* ours: a peer with it is an admin */
     struct access_log denials; /* rate limit of the denial log lines */
     uint64_t peer_errors;      /* peers whose credentials could not be read */
-    uint64_t n[SERVER_NCOUNTERS]; /* event loop thread only */
+    uint64_t n[SERVER_NCOUNTERS];       /* event loop thread only */
+    uint64_t limit_hits[LIMIT_MAX];     /* likewise */
 };
 
 /* ---- errors ---- */
@@ -403,6 +437,7 @@ static const struct reply_ops warm_reply = {conn_progress, conn_batch, warm_done
 static const struct reply_ops profile_reply = {conn_progress, conn_batch, conn_done,
                                                conn_failed};
 
+/* Replies with one string (a document), which it frees. */
 static void reply_json(struct conn *c, uint16_t type, uint32_t req_id, char *json)
 {
     struct proto_wbuf w;
@@ -446,10 +481,10 @@ static uint32_t user_streams(const struct server *s, uid_t uid)
 
 /* A request refused at a configured limit: counted, answered, logged at
  * debug (the stats say how often). */
-static void refuse_limit(struct conn *c, uint32_t req_id, enum server_counter counter,
+static void refuse_limit(struct conn *c, uint32_t req_id, enum server_limit limit,
                          const char *msg)
 {
-    c->srv->n[counter]++;
+    c->srv->limit_hits[limit]++;
     log_debug("pid %d uid %u: %s", (int)c->peer.pid, (unsigned)c->peer.uid, msg);
     frame_send_error(c->bev, req_id, PROTO_E_LIMIT, msg);
 }
@@ -492,7 +527,7 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     if (req.batch_size > cfg->max_batch_size) {
         snprintf(err, sizeof(err), "batch_size %u is over limits.batch_size (%u)",
                  req.batch_size, cfg->max_batch_size);
-        refuse_limit(c, req_id, SRV_limit_batch_size, err);
+        refuse_limit(c, req_id, LIMIT_batch_size, err);
         return;
     }
     if (req.world == 0 || req.rank >= req.world) {
@@ -503,19 +538,19 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     if (req.prefetch > cfg->max_prefetch) {
         snprintf(err, sizeof(err), "prefetch %u is over limits.prefetch (%u)", req.prefetch,
                  cfg->max_prefetch);
-        refuse_limit(c, req_id, SRV_limit_prefetch, err);
+        refuse_limit(c, req_id, LIMIT_prefetch, err);
         return;
     }
     if (c->nstreams >= cfg->max_streams_per_conn || c->nstreams >= c->stream_cap) {
         snprintf(err, sizeof(err), "limits.streams_per_connection (%u) reached",
                  cfg->max_streams_per_conn);
-        refuse_limit(c, req_id, SRV_limit_streams_per_connection, err);
+        refuse_limit(c, req_id, LIMIT_streams_per_connection, err);
         return;
     }
     if (user_streams(s, c->peer.uid) >= cfg->max_streams_per_user) {
         snprintf(err, sizeof(err), "limits.streams_per_user (%u) reached for uid %u",
                  cfg->max_streams_per_user, (unsigned)c->peer.uid);
-        refuse_limit(c, req_id, SRV_limit_streams_per_user, err);
+        refuse_limit(c, req_id, LIMIT_streams_per_user, err);
         return;
     }
     struct conn_job *cj = c->streams;
@@ -715,7 +750,11 @@ static void conn_dispatch(struct conn *c, const struct proto_header *h, const ui
     proto_rbuf_init(&r, body, h->body_len);
     switch (h->type) {
     case PROTO_STATS:
-        reply_json(c, PROTO_STATS_REPLY, h->req_id, server_stats_json(c->srv));
+        reply_json(c, PROTO_STATS_REPLY, h->req_id, server_stats_doc(c->srv, STATS_JSON));
+        break;
+    case PROTO_METRICS:
+        reply_json(c, PROTO_METRICS_REPLY, h->req_id,
+                   server_stats_doc(c->srv, STATS_PROMETHEUS));
         break;
     case PROTO_DATASETS:
         reply_json(c, PROTO_DATASETS_REPLY, h->req_id, server_datasets_json(c->srv));
@@ -782,7 +821,7 @@ static void conn_on_stall(evutil_socket_t fd, short what, void *arg)
         conn_stall_arm(c);
         return;
     }
-    s->n[SRV_limit_output_timeout]++;
+    s->limit_hits[LIMIT_output_timeout]++;
     log_warn("connection of pid %d uid %u dropped: its requests waited on %zu bytes of output "
              "(limits.output_buffer %llu) and none taken for limits.output_timeout (%u s)",
              (int)c->peer.pid, (unsigned)c->peer.uid,
@@ -801,7 +840,7 @@ static int conn_wait_output(struct conn *c)
     if (!c->drain_cb && !(c->drain_cb = evbuffer_add_cb(out, conn_on_drain, c)))
         return -ENOMEM;
     c->waiting = 1;
-    c->srv->n[SRV_limit_output_buffer]++;
+    c->srv->limit_hits[LIMIT_output_buffer]++;
     log_debug("connection of pid %d: %zu bytes of output queued, over limits.output_buffer: "
               "its requests wait", (int)c->peer.pid, evbuffer_get_length(out));
     bufferevent_disable(c->bev, EV_READ);
@@ -847,7 +886,7 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
             break;
         }
         if (rc == -PROTO_E_TOOBIG) {
-            c->srv->n[SRV_limit_frame_size]++;
+            c->srv->limit_hits[LIMIT_frame_size]++;
             snprintf(msg, sizeof(msg), "request body of %u bytes is over limits.frame_size (%llu)",
                      h.body_len, (unsigned long long)cfg->max_frame_size);
             conn_fail(c, h.req_id, PROTO_E_TOOBIG, msg);
@@ -888,7 +927,7 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
     (void)len;
     if (s->nconns >= s->d.cfg->max_connections) {
         struct proto_wbuf w;
-        s->n[SRV_connections_rejected]++;
+        s->limit_hits[LIMIT_connections]++;
         log_warn("connection refused: limit of %u connections reached",
                  s->d.cfg->max_connections);
         proto_wbuf_init(&w);
@@ -937,12 +976,12 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
 
 /* ---- documents ---- */
 
-#define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+static const struct stats_decl server_decl[] = {SERVER_STATS(STATS_DECL)};
+static const struct stats_decl access_decl[] = {SERVER_ACCESS_STATS(STATS_DECL)};
+static const struct stats_decl limit_decl[] = {SERVER_LIMIT_STATS(STATS_DECL)};
+static const struct stats_decl memory_decl[] = {SERVER_MEMORY_STATS(STATS_DECL)};
 
-static double ratio(uint64_t num, uint64_t den)
-{
-    return den ? (double)num / (double)den : 0.0;
-}
+#define NDECL(d) (sizeof(d) / sizeof((d)[0]))
 
 /* The process's resident set (/proc/self/statm), bytes; 0 if unknown. */
 static uint64_t rss_bytes(void)
@@ -957,329 +996,135 @@ static uint64_t rss_bytes(void)
     return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
 }
 
-static void stats_memory(struct server *s, struct json *j, const struct tiers_stats *ts)
+static void server_top_stats(struct server *s, struct stats_out *o)
 {
-    const struct cache_stats *cs = &ts->mem;
-    uint64_t workers = workers_mem_bytes(s->d.workers);
-    uint64_t store_index = ts->disk_on ? ts->disk.index_bytes : 0;
-    struct readahead_stats ra;
-    readahead_get_stats(s->d.readahead, &ra);
-    uint64_t ahead = ra.used + ra.chunk_bytes;
-    json_object_begin(j, "memory");
-    json_u64(j, "budget", cs->budget);
-    json_u64(j, "cache_bytes", cs->bytes);
-    json_u64(j, "cache_index_bytes", cs->index_bytes);
-    json_u64(j, "store_index_bytes", store_index);
-    struct streams_stats st;
-    streams_get_stats(s->streams, &st);
-    json_u64(j, "stream_buffers", st.buffer_bytes);
-    json_u64(j, "worker_buffers", workers);
-    json_u64(j, "readahead_buffers", ahead);
-    json_u64(j, "accounted", cs->bytes + store_index + st.buffer_bytes + workers + ahead);
-    json_u64(j, "rss", rss_bytes());
-    json_object_end(j);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    struct stats_val v[] = {
+        stats_str(PRESTO_VERSION),
+        stats_u64((uint64_t)getpid()),
+        stats_f64((double)(now.tv_sec - s->started.tv_sec) +
+                  (double)(now.tv_nsec - s->started.tv_nsec) / 1e9),
+        stats_u64(s->nconns),
+        stats_u64(s->n[SRV_connections_total]),
+        stats_u64(s->limit_hits[LIMIT_connections]),
+        stats_u64(s->n[SRV_protocol_errors]),
+    };
+    stats_emit(o, server_decl, v, NDECL(v));
 }
 
-static void stats_disk(struct json *j, const struct tiers_stats *ts)
-{
-    const struct store_stats *ss = &ts->disk;
-    uint64_t hits = ts->disk_hits, misses = ts->disk_misses, bytes_read = ts->disk_bytes_read;
-    json_object_begin(j, "disk");
-    json_u64(j, "enabled", (uint64_t)ts->disk_on);
-    json_str(j, "dir", ts->disk_on ? ts->dir : "");
-    json_u64(j, "degraded", ts->disk_on ? ss->degraded != 0 : 0);
-    json_str(j, "degraded_reason", ss->degraded ? strerror(ss->degraded) : "");
-    json_str(j, "off_reason", ts->off_reason);
-    json_u64(j, "direct_io", (uint64_t)(ts->disk_on && ss->direct_io));
-    json_u64(j, "budget", ss->budget);
-    json_u64(j, "segment_size", ss->segment_size);
-    json_u64(j, "segments", ss->segments);
-    json_u64(j, "entries", ss->records);
-    json_u64(j, "bytes", ss->bytes_disk);
-    json_u64(j, "bytes_live", ss->bytes_live);
-    json_u64(j, "bytes_dead", ss->bytes_dead);
-    json_u64(j, "bytes_raw", ss->bytes_raw);
-    json_u64(j, "bytes_stored", ss->bytes_stored);
-    json_double(j, "compression_ratio", ratio(ss->bytes_raw, ss->bytes_stored));
-    json_u64(j, "hits", hits);
-    json_u64(j, "misses", misses);
-    json_double(j, "hit_rate", ratio(hits, hits + misses));
-    json_u64(j, "evictions", 0);
-    json_u64(j, "bytes_read", bytes_read);
-    json_u64(j, "decode_errors", ss->decode_errors);
-    json_u64(j, "puts", ss->puts);
-    json_u64(j, "put_refused_budget", ss->put_budget);
-    json_u64(j, "put_too_large", ss->put_too_large);
-    json_u64(j, "put_failed", ss->put_io + ss->put_other);
-    json_u64(j, "recovered", ss->recovered);
-    json_u64(j, "dropped", ss->dropped);
-    json_u64(j, "torn_bytes", ss->torn_bytes);
-    json_u64(j, "compactions", ss->compactions);
-    json_u64(j, "compactions_on_demand", ts->compactions_on_demand);
-    json_u64(j, "compact_copied", ss->compact_copied);
-    json_u64(j, "compact_freed", ss->compact_freed);
-    json_object_end(j);
-}
-
-/* A latency histogram's summary, in microseconds. */
-static void stats_latency(struct json *j, const char *name, const struct io_lat *h)
-{
-    json_object_begin(j, name);
-    json_u64(j, "count", h->count);
-    json_u64(j, "p50", io_lat_quantile(h, 0.50));
-    json_u64(j, "p90", io_lat_quantile(h, 0.90));
-    json_u64(j, "p99", io_lat_quantile(h, 0.99));
-    json_u64(j, "max", h->max_us);
-    json_double(j, "mean", h->count ? (double)h->sum_us / (double)h->count : 0.0);
-    json_object_end(j);
-}
-
-/* Source files read whole through the I/O rings (cold epochs, warm,
- * profiling): how many, how fast, how long each took. */
-static void stats_io_source(struct json *j, const struct io_stats *io)
-{
-    double busy = (double)io->file_busy_ns / 1e9;
-    json_object_begin(j, "source");
-    json_u64(j, "files", io->files);
-    json_u64(j, "bytes", io->file_bytes);
-    json_u64(j, "errors", io->file_errors);
-    json_u64(j, "in_flight", io->files_in_flight);
-    json_u64(j, "chained", io->files_chained);
-    json_u64(j, "staged", io->files_staged);
-    json_u64(j, "sync", io->files_sync);
-    json_u64(j, "bytes_per_s", io->file_bytes_per_s);
-    json_double(j, "busy_s", busy);
-    json_double(j, "bytes_per_busy_s", busy > 0 ? (double)io->file_bytes / busy : 0.0);
-    stats_latency(j, "latency_us", &io->file_lat);
-    json_object_end(j);
-}
-
-/* The event loop's ring: batches read before a worker takes them. */
-static void stats_readahead(struct json *j, const struct readahead_stats *ra)
-{
-    json_object_begin(j, "readahead");
-    json_u64(j, "on", (uint64_t)ra->on);
-    json_u64(j, "budget", ra->budget);
-    json_u64(j, "bytes", ra->used);
-    json_u64(j, "batches", ra->batches);
-    json_u64(j, "batches_without_reads", ra->nothing);
-    json_u64(j, "over_budget", ra->over_budget);
-    json_u64(j, "in_flight", ra->io.in_flight);
-    json_u64(j, "max_in_flight", ra->io.max_in_flight);
-    json_u64(j, "deferred", ra->io.deferred);
-    json_object_end(j);
-}
-
-/* Totals over the workers' rings and the read-ahead ring. */
-static void stats_io(struct server *s, struct json *j)
-{
-    struct io_stats io;
-    struct readahead_stats ra;
-    workers_io_stats(s->d.workers, &io);
-    readahead_get_stats(s->d.readahead, &ra);
-    io_stats_add(&io, &ra.io);
-    json_object_begin(j, "io");
-    json_str(j, "backend", workers_io_backend(s->d.workers));
-    json_u64(j, "depth", workers_io_depth(s->d.workers));
-    json_u64(j, "in_flight", io.in_flight);
-    json_u64(j, "max_in_flight", io.max_in_flight);
-    json_u64(j, "batches", io.batches);
-    json_u64(j, "reads", io.reads);
-    json_u64(j, "submitted", io.submitted);
-    json_u64(j, "bytes", io.bytes);
-    json_u64(j, "errors", io.errors);
-    json_u64(j, "short_reads", io.short_reads);
-    stats_latency(j, "read_latency_us", &io.read_lat);
-    stats_io_source(j, &io);
-    stats_readahead(j, &ra);
-    json_object_end(j);
-}
-
-static void stats_dataset(struct server *s, struct json *j, struct dataset *ds)
-{
-    struct tiers_dataset_stats t;
-    const struct cache_dataset_stats *cd = &t.mem;
-    tiers_get_dataset_stats(s->d.tiers, ds, &t);
-    const struct strategy *st = dataset_strategy(ds);
-    int level = st->zstd_level;
-    strategy_put(st);
-    uint64_t hits = t.hits, misses = t.misses;
-    uint64_t dhits = t.disk_hits, dmisses = t.disk_misses;
-    uint64_t raw = t.disk_bytes_raw, stored = t.disk_bytes_stored;
-    char enc[16];
-    json_object_begin(j, NULL);
-    json_str(j, "name", dataset_name(ds));
-    json_u64(j, "samples", dataset_size(ds));
-    json_u64(j, "classes", dataset_nclasses(ds));
-    json_u64(j, "hits", hits);
-    json_u64(j, "misses", misses);
-    json_u64(j, "errors", dataset_counter(ds, DATASET_errors));
-    json_u64(j, "refused", dataset_refused(ds));
-    json_double(j, "hit_rate", ratio(hits, hits + misses));
-    json_u64(j, "computed", dataset_counter(ds, DATASET_computed));
-    json_u64(j, "source_reads", dataset_counter(ds, DATASET_source_reads));
-    json_u64(j, "source_bytes", dataset_counter(ds, DATASET_source_bytes));
-    json_object_begin(j, "memory");
-    json_u64(j, "entries", cd->entries);
-    json_u64(j, "bytes", cd->bytes);
-    json_u64(j, "hits", hits);
-    json_u64(j, "misses", misses);
-    json_double(j, "hit_rate", ratio(hits, hits + misses));
-    json_u64(j, "evictions", 0);
-    json_double(j, "admit_fraction", cd->fraction);
-    json_u64(j, "not_admitted", cd->not_admitted);
-    json_u64(j, "rejected", cd->rejected);
-    json_object_end(j);
-    json_object_begin(j, "disk");
-    if (level)
-        snprintf(enc, sizeof(enc), "zstd:%d", level);
-    else
-        snprintf(enc, sizeof(enc), "raw");
-    json_str(j, "encoding", enc);
-    json_u64(j, "degraded", (uint64_t)t.disk_degraded);
-    json_u64(j, "entries", t.disk_entries);
-    json_u64(j, "bytes_raw", raw);
-    json_u64(j, "bytes_stored", stored);
-    json_double(j, "compression_ratio", ratio(raw, stored));
-    json_u64(j, "hits", dhits);
-    json_u64(j, "misses", dmisses);
-    json_double(j, "hit_rate", ratio(dhits, dhits + dmisses));
-    json_u64(j, "evictions", 0);
-    json_u64(j, "bytes_read", t.disk_bytes_read);
-    json_u64(j, "bad_records", t.disk_bad);
-    json_u64(j, "puts", t.disk_puts);
-    json_u64(j, "put_errors", t.disk_put_errors);
-    json_object_end(j);
-    json_object_end(j);
-}
-
-/* One configured limit: its value and how often it refused something. */
-static void stats_limit(struct json *j, const char *name, uint64_t value, uint64_t hits)
-{
-    json_object_begin(j, name);
-    json_u64(j, "value", value);
-    json_u64(j, "hits", hits);
-    json_object_end(j);
-}
-
-static void stats_limits(struct server *s, struct json *j, const struct streams_stats *st)
+static void server_access_stats(struct server *s, struct stats_out *o)
 {
     const struct config *cfg = s->d.cfg;
-    const uint64_t *n = s->n;
-    uint64_t reloads, reload_failures;
-    reload_get_stats(s->d.reload, &reloads, &reload_failures);
-    json_object_begin(j, "access");
-    json_u64(j, "denied", n[SRV_access_denied]);
-    json_u64(j, "uid", (uint64_t)s->uid);
-    if (cfg->admin_group == CONFIG_NO_GROUP)
-        json_str(j, "admin_group", "none");
-    else
-        json_u64(j, "admin_group", cfg->admin_group);
-    json_u64(j, "reloads", reloads);
-    json_u64(j, "reload_failures", reload_failures);
-    json_u64(j, "cache_drops", n[SRV_cache_drops]);
-    json_object_end(j);
-    json_object_begin(j, "limits");
-    stats_limit(j, "connections", cfg->max_connections, n[SRV_connections_rejected]);
-    stats_limit(j, "streams_per_connection", cfg->max_streams_per_conn,
-                n[SRV_limit_streams_per_connection]);
-    stats_limit(j, "streams_per_user", cfg->max_streams_per_user,
-                n[SRV_limit_streams_per_user]);
-    stats_limit(j, "batch_size", cfg->max_batch_size, n[SRV_limit_batch_size]);
-    stats_limit(j, "prefetch", cfg->max_prefetch, n[SRV_limit_prefetch]);
-    stats_limit(j, "frame_size", cfg->max_frame_size, n[SRV_limit_frame_size]);
-    stats_limit(j, "output_buffer", cfg->max_output_buffer, n[SRV_limit_output_buffer]);
-    stats_limit(j, "output_timeout", cfg->output_timeout, n[SRV_limit_output_timeout]);
-    stats_limit(j, "release_timeout", cfg->release_timeout, st->shm_release_timeouts);
-    /* limits.file_size and limits.pixels refuse samples, not requests:
-     * errors.too_large counts those (a bad sample, skipped or failed). */
-    json_object_end(j);
+    struct stats_val v[] = {
+        stats_u64(s->n[SRV_access_denied]),
+        stats_u64((uint64_t)s->uid),
+        cfg->admin_group == CONFIG_NO_GROUP ? stats_str("none") : stats_u64(cfg->admin_group),
+        stats_u64(s->n[SRV_cache_drops]),
+    };
+    stats_begin(o, "access", NULL, NULL, NULL);
+    stats_emit(o, access_decl, v, NDECL(v));
+    reload_stats(s->d.reload, o);
+    stats_end(o);
 }
 
-char *server_stats_json(struct server *s)
+/* Each configured limit: its value and how often it refused something.
+ * limits.file_size and limits.pixels refuse samples, not requests:
+ * errors.too_large counts those (a bad sample, skipped or failed). */
+static void server_limits_stats(struct server *s, struct stats_out *o)
 {
-    struct streams_stats st;
-    struct tiers_stats ts;
-    struct pipeline_stats ps;
-    struct timespec now;
-    struct json j;
-    char ver[32];
+    static const char *const names[LIMIT_MAX] = {
+#define SERVER_LIMIT_NAME(name, field) #name,
+        SERVER_LIMITS(SERVER_LIMIT_NAME)
+#undef SERVER_LIMIT_NAME
+    };
+    const struct config *cfg = s->d.cfg;
+    const uint64_t values[LIMIT_MAX] = {
+#define SERVER_LIMIT_VALUE(name, field) cfg->field,
+        SERVER_LIMITS(SERVER_LIMIT_VALUE)
+#undef SERVER_LIMIT_VALUE
+    };
+    stats_begin(o, "limits", "", NULL, NULL);
+    for (int i = 0; i < LIMIT_MAX; i++) {
+        uint64_t hits = i == LIMIT_release_timeout ? streams_release_timeouts(s->streams)
+                                                   : s->limit_hits[i];
+        uint64_t v[2] = {values[i], hits};
+        stats_begin(o, names[i], "limit", "limit", names[i]);
+        stats_emit_u64(o, limit_decl, v, 2);
+        stats_end(o);
+    }
+    stats_end(o);
+}
 
-    streams_get_stats(s->streams, &st);
-    tiers_get_stats(s->d.tiers, &ts);
-    pipeline_get_stats(s->d.pipeline, &ps);
-    const struct cache_stats cs = ts.mem;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    snprintf(ver, sizeof(ver), "%s", PRESTO_VERSION);
-    json_init(&j);
-    json_object_begin(&j, NULL);
-    json_str(&j, "version", ver);
-    json_u64(&j, "pid", (uint64_t)getpid());
-    json_double(&j, "uptime_s", (double)(now.tv_sec - s->started.tv_sec) +
-                                    (double)(now.tv_nsec - s->started.tv_nsec) / 1e9);
-    json_u64(&j, "workers", workers_count(s->d.workers));
-    json_u64(&j, "workers_busy", workers_busy(s->d.workers));
-    json_u64(&j, "jobs_queued", workers_queued(s->d.workers));
-    json_u64(&j, "connections", s->nconns);
-    json_u64(&j, "streams", st.streams);
-    json_u64(&j, "samples_served", st.samples_served);
-    json_u64(&j, "batches_served", st.batches_served);
-    json_u64(&j, "bytes_served", st.bytes_served);
-    json_u64(&j, "samples_skipped", st.samples_skipped);
-    json_u64(&j, "connections_total", s->n[SRV_connections_total]);
-    json_u64(&j, "connections_rejected", s->n[SRV_connections_rejected]);
-    json_u64(&j, "streams_total", st.streams_total);
-    json_u64(&j, "protocol_errors", s->n[SRV_protocol_errors]);
-    stats_limits(s, &j, &st);
-    json_object_begin(&j, "shm");
-    json_u64(&j, "rings", st.rings);
-    json_u64(&j, "ring_bytes", st.ring_bytes);
-    json_u64(&j, "streams_total", st.shm_streams_total);
-    json_u64(&j, "fallbacks", st.shm_fallbacks);
-    json_u64(&j, "rings_kept", st.shm_rings_kept);
-    json_u64(&j, "releases", st.shm_releases);
-    json_u64(&j, "release_timeouts", st.shm_release_timeouts);
-    json_u64(&j, "release_timeout_s", s->d.cfg->release_timeout);
-    json_object_end(&j);
-    /* The memory tier: keys kept from the first release, then the rest. */
-    json_object_begin(&j, "cache");
-    json_u64(&j, "memory_budget", cs.budget);
-    json_u64(&j, "memory_bytes", cs.bytes);
-    json_u64(&j, "entries", cs.entries);
-    json_u64(&j, "hits", ts.hits);
-    json_u64(&j, "misses", ts.misses);
-    json_u64(&j, "rejected", cs.rejected);
-    json_u64(&j, "not_admitted", cs.not_admitted);
-    json_u64(&j, "evictions", cs.evictions);
-    json_u64(&j, "index_bytes", cs.index_bytes);
-    json_double(&j, "hit_rate", ratio(ts.hits, ts.hits + ts.misses));
-    json_object_end(&j);
-    stats_memory(s, &j, &ts);
-    stats_disk(&j, &ts);
-    stats_io(s, &j);
-    json_object_begin(&j, "errors");
-    json_u64(&j, "read", ps.errors[PIPELINE_ERR_read]);
-    json_u64(&j, "decode", ps.errors[PIPELINE_ERR_decode]);
-    json_u64(&j, "too_large", ps.errors[PIPELINE_ERR_too_large]);
-    json_object_end(&j);
-    json_object_begin(&j, "steps");
-    for (int k = 0; k < STEP_KIND_MAX; k++) {
-        json_object_begin(&j, step_name((enum step_kind)k));
-        json_u64(&j, "calls", ps.step_calls[k]);
-        json_double(&j, "seconds", (double)ps.step_ns[k] / 1e9);
-        json_object_end(&j);
+/* What the process's memory goes to, by owner. */
+static void server_memory_stats(struct server *s, struct stats_out *o)
+{
+    struct tiers_memory tm;
+    tiers_memory_use(s->d.tiers, &tm);
+    uint64_t streams = streams_buffer_bytes(s->streams);
+    uint64_t workers = workers_mem_bytes(s->d.workers);
+    uint64_t ahead = readahead_buffer_bytes(s->d.readahead);
+    uint64_t v[] = {tm.budget,    tm.bytes, tm.index_bytes,
+                    tm.store_index, streams, workers,
+                    ahead,        tm.bytes + tm.store_index + streams + workers + ahead,
+                    rss_bytes()};
+    stats_begin(o, "memory", NULL, NULL, NULL);
+    stats_emit_u64(o, memory_decl, v, NDECL(v));
+    stats_end(o);
+}
+
+/* The I/O section: the workers' rings and the read-ahead's, summed. */
+static void server_io_stats(struct server *s, struct stats_out *o)
+{
+    struct io_stats io;
+    workers_io_stats(s->d.workers, &io);
+    readahead_io_stats(s->d.readahead, &io);
+    stats_begin(o, "io", NULL, NULL, NULL);
+    workers_io_fields(s->d.workers, o);
+    io_stats_emit(o, &io);
+    readahead_stats(s->d.readahead, o);
+    stats_end(o);
+}
+
+/* The stats document: each module fills its own sections. */
+static void server_stats(struct server *s, struct stats_out *o)
+{
+    stats_begin(o, NULL, NULL, NULL, NULL);
+    server_top_stats(s, o);
+    workers_stats(s->d.workers, o);
+    streams_stats(s->streams, o);
+    server_access_stats(s, o);
+    server_limits_stats(s, o);
+    streams_shm_stats(s->streams, o);
+    tiers_stats(s->d.tiers, o);
+    server_memory_stats(s, o);
+    server_io_stats(s, o);
+    pipeline_stats(s->d.pipeline, o);
+    stats_list_begin(o, "datasets");
+    for (uint32_t i = 0; i < s->d.ndatasets; i++) {
+        struct dataset *ds = s->d.datasets[i];
+        stats_begin(o, NULL, "dataset", "dataset", dataset_name(ds));
+        dataset_stats(ds, o);
+        tiers_dataset_stats(s->d.tiers, ds, o);
+        stats_end(o);
     }
-    json_object_end(&j);
-    json_array_begin(&j, "datasets");
-    for (uint32_t i = 0; i < s->d.ndatasets; i++)
-        stats_dataset(s, &j, s->d.datasets[i]);
-    json_array_end(&j);
-    json_object_end(&j);
-    if (j.failed) {
-        json_free(&j);
+    stats_list_end(o);
+    metrics_stats(s->metrics, o);
+    stats_end(o);
+}
+
+char *server_stats_doc(struct server *s, enum stats_format format)
+{
+    struct stats_out *o = stats_out_new(format);
+    if (!o)
         return NULL;
-    }
-    return j.buf;
+    server_stats(s, o);
+    return stats_out_finish(o);
+}
+
+static char *server_metrics_doc(void *arg)
+{
+    return server_stats_doc(arg, STATS_PROMETHEUS);
 }
 
 static char *server_datasets_json(struct server *s)
@@ -1415,6 +1260,12 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
         return -ENOMEM;
     }
 
+    if (deps->cfg->metrics_listen &&
+        metrics_create(&s->metrics, deps->base, deps->cfg->metrics_listen, server_metrics_doc,
+                       s, err, errlen) < 0) {
+        server_destroy(s);
+        return -EINVAL;
+    }
     int fd = listen_fd;
     if (fd < 0) {
         fd = bind_socket(deps->cfg->socket_path, deps->cfg->socket_mode,
@@ -1466,6 +1317,8 @@ void server_stop(struct server *s)
 {
     profiler_destroy(s->profiler);
     s->profiler = NULL;
+    metrics_destroy(s->metrics);
+    s->metrics = NULL;
     if (s->listener) {
         evconnlistener_free(s->listener);
         s->listener = NULL;

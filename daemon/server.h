@@ -14,6 +14,7 @@
 #include "pipeline.h"
 #include "readahead.h"
 #include "reload.h"
+#include "stats.h"
 #include "tiers.h"
 #include "workers.h"
 
@@ -43,7 +44,8 @@ void server_destroy(struct server *s);
  * paused): limits, the admin group and the datasets new requests find. */
 void server_update(struct server *s, const struct config *cfg, struct dataset **datasets,
                    uint32_t n);
-/* The stats document (JSON); the caller frees it. */
-char *server_stats_json(struct server *s);
+/* The stats document (JSON or Prometheus text); the caller frees it. NULL
+ * without memory. */
+char *server_stats_doc(struct server *s, enum stats_format format);
 
 #endif

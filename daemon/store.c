@@ -19,6 +19,7 @@
 
 #include "hash.h"
 #include "log.h"
+#include "stats.h"
 #include "proto.h"
 
 #define STORE_SCAN_BUF (4u << 20)  /* read-ahead window of a segment scan */
@@ -1473,4 +1474,41 @@ void store_get_stats(struct store *st, struct store_stats *o)
     o->compact_copied = LOAD(st, compact_copied);
     o->compact_freed = LOAD(st, compact_freed);
     o->degraded = store_degraded(st);
+}
+
+static const struct stats_decl store_decl[] = {STORE_STATS(STATS_DECL)};
+
+void store_stats_emit(struct store *st, struct stats_out *o)
+{
+    struct store_stats ss;
+    memset(&ss, 0, sizeof(ss));
+    if (st)
+        store_get_stats(st, &ss);
+    struct stats_val v[] = {
+        stats_u64(ss.degraded != 0),
+        stats_str(ss.degraded ? strerror(ss.degraded) : ""),
+        stats_u64(ss.direct_io != 0),
+        stats_u64(ss.budget),
+        stats_u64(ss.segment_size),
+        stats_u64(ss.segments),
+        stats_u64(ss.records),
+        stats_u64(ss.bytes_disk),
+        stats_u64(ss.bytes_live),
+        stats_u64(ss.bytes_dead),
+        stats_u64(ss.bytes_raw),
+        stats_u64(ss.bytes_stored),
+        stats_f64(stats_ratio(ss.bytes_raw, ss.bytes_stored)),
+        stats_u64(ss.decode_errors),
+        stats_u64(ss.puts),
+        stats_u64(ss.put_budget),
+        stats_u64(ss.put_too_large),
+        stats_u64(ss.put_io + ss.put_other),
+        stats_u64(ss.recovered),
+        stats_u64(ss.dropped),
+        stats_u64(ss.torn_bytes),
+        stats_u64(ss.compactions),
+        stats_u64(ss.compact_copied),
+        stats_u64(ss.compact_freed),
+    };
+    stats_emit(o, store_decl, v, sizeof(v) / sizeof(v[0]));
 }

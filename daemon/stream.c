@@ -12,13 +12,23 @@
 #include "readahead.h"
 #include "ring.h"
 
+#define STREAMS_IDX(name, ...) SS_##name,
+#define SHM_IDX(name, ...) SHM_##name,
+enum { STREAMS_STATS(STREAMS_IDX) SS_MAX };
+enum { STREAMS_SHM_STATS(SHM_IDX) SHM_MAX };
+static const struct stats_decl streams_decl[] = {STREAMS_STATS(STATS_DECL)};
+static const struct stats_decl shm_decl[] = {STREAMS_SHM_STATS(STATS_DECL)};
+
 struct streams {
     struct event_base *base;
     struct workers *workers;
     struct pipeline *pipe;
     struct readahead *readahead;
     uint32_t release_timeout;
-    struct streams_stats st; /* event loop thread only */
+    /* Event loop thread only. */
+    uint64_t n[SS_MAX];    /* STREAMS_STATS */
+    uint64_t shm[SHM_MAX]; /* STREAMS_SHM_STATS, release_timeout_s aside */
+    uint64_t buffer_bytes; /* batch buffers and rings */
 };
 
 /* One planned batch, computed by a worker. Its good samples end up
@@ -110,9 +120,29 @@ void streams_set_release_timeout(struct streams *ss, uint32_t seconds)
     ss->release_timeout = seconds;
 }
 
-void streams_get_stats(const struct streams *ss, struct streams_stats *out)
+void streams_stats(const struct streams *ss, struct stats_out *o)
 {
-    *out = ss->st;
+    stats_emit_u64(o, streams_decl, ss->n, SS_MAX);
+}
+
+void streams_shm_stats(const struct streams *ss, struct stats_out *o)
+{
+    uint64_t v[SHM_MAX];
+    memcpy(v, ss->shm, sizeof(v));
+    v[SHM_release_timeout_s] = ss->release_timeout;
+    stats_begin(o, "shm", NULL, NULL, NULL);
+    stats_emit_u64(o, shm_decl, v, SHM_MAX);
+    stats_end(o);
+}
+
+uint64_t streams_buffer_bytes(const struct streams *ss)
+{
+    return ss->buffer_bytes;
+}
+
+uint64_t streams_release_timeouts(const struct streams *ss)
+{
+    return ss->shm[SHM_release_timeouts];
 }
 
 static int stream_shm(const struct stream *s)
@@ -133,9 +163,9 @@ static int stream_ring_create(struct streams *ss, struct ring *r, uint32_t slots
     snprintf(name, sizeof(name), "presto-stream-%u", id);
     int rc = ring_create(r, slots, bytes, name);
     if (rc == 0) {
-        ss->st.buffer_bytes += ring_bytes(r);
-        ss->st.ring_bytes += ring_bytes(r);
-        ss->st.rings++;
+        ss->buffer_bytes += ring_bytes(r);
+        ss->shm[SHM_ring_bytes] += ring_bytes(r);
+        ss->shm[SHM_rings]++;
     }
     return rc;
 }
@@ -144,9 +174,9 @@ void stream_ring_free(struct streams *ss, struct ring *r)
 {
     if (r->fd < 0)
         return;
-    ss->st.buffer_bytes -= ring_bytes(r);
-    ss->st.ring_bytes -= ring_bytes(r);
-    ss->st.rings--;
+    ss->buffer_bytes -= ring_bytes(r);
+    ss->shm[SHM_ring_bytes] -= ring_bytes(r);
+    ss->shm[SHM_rings]--;
     ring_destroy(r);
 }
 
@@ -165,7 +195,7 @@ static void stream_free(struct stream *s)
     struct streams *ss = s->ss;
     for (struct batch_job *j = s->free_jobs, *next; j; j = next) {
         next = j->next_free;
-        ss->st.buffer_bytes -= job_bytes(s);
+        ss->buffer_bytes -= job_bytes(s);
         if (!stream_shm(s))
             free(j->buf);
         free(j->labels);
@@ -177,7 +207,7 @@ static void stream_free(struct stream *s)
     free(s->inflight);
     stream_ring_free(ss, &s->shm); /* unless stream_take_ring took it */
     free(s->held);
-    ss->st.streams--;
+    ss->n[SS_streams]--;
     struct dataset *ds = s->ds;
     free(s);
     dataset_release(ds); /* last: may free a dataset a reload retired */
@@ -301,7 +331,7 @@ static struct batch_job *job_get(struct stream *s)
     j->work.run = job_run;
     j->work.done = job_done;
     j->ref.release = job_piece_back;
-    s->ss->st.buffer_bytes += job_bytes(s);
+    s->ss->buffer_bytes += job_bytes(s);
     return j;
 }
 
@@ -357,16 +387,16 @@ static void stream_drop_parts(struct stream *s)
  * on failure the stream fails. Returns 0, or -ENOMEM when it failed. */
 static int stream_sent(struct stream *s, int rc, uint32_t n, uint64_t bytes)
 {
-    struct streams_stats *st = &s->ss->st;
+    uint64_t *st = s->ss->n;
     if (rc < 0) {
         stream_finish(s, -ENOMEM, "cannot queue a batch");
         return -ENOMEM;
     }
     s->batches_sent++;
     s->samples_sent += n;
-    st->batches_served++;
-    st->samples_served += n;
-    st->bytes_served += bytes;
+    st[SS_batches_served]++;
+    st[SS_samples_served] += n;
+    st[SS_bytes_served] += bytes;
     return 0;
 }
 
@@ -451,7 +481,7 @@ static int stream_take(struct stream *s, struct batch_job *j)
     int rc = 0;
 
     s->skipped += j->skipped;
-    s->ss->st.samples_skipped += j->skipped;
+    s->ss->n[SS_samples_skipped] += j->skipped;
     while (rc == 0 && used < j->n) {
         uint32_t m = j->n - used;
         if (m > bs - s->part_n)
@@ -507,7 +537,7 @@ static int stream_take_shm(struct stream *s, struct batch_job *j)
     int rc = 0;
 
     s->skipped += j->skipped;
-    s->ss->st.samples_skipped += j->skipped;
+    s->ss->n[SS_samples_skipped] += j->skipped;
     while (rc == 0 && used < j->n) {
         uint32_t m = j->n - used;
         if (m > bs - s->part_n)
@@ -610,7 +640,7 @@ static void stream_on_release_timeout(evutil_socket_t fd, short what, void *arg)
     snprintf(msg, sizeof(msg), "stream %u: the client held all %u slots and released none "
              "for %u s: dropped", s->p.id, s->shm.slots, s->release_timeout);
     log_warn("%s", msg);
-    s->ss->st.shm_release_timeouts++;
+    s->ss->shm[SHM_release_timeouts]++;
     s->dropped = 1;
     stream_finish(s, -ETIMEDOUT, msg);
 }
@@ -625,7 +655,7 @@ int stream_release(struct stream *s, uint32_t slot, char *err, size_t errlen)
     struct batch_job *j = s->held[slot];
     s->held[slot] = NULL;
     s->nheld--;
-    s->ss->st.shm_releases++;
+    s->ss->shm[SHM_releases]++;
     evtimer_del(s->release_ev);
     job_unref(j);
     if (!s->done)
@@ -714,14 +744,14 @@ static int stream_say_opened(struct stream *s, struct ring *spare)
         if (rc == 0) {
             s->shm_on = 1;
             s->data_off = 0;
-            ss->st.shm_streams_total++;
+            ss->shm[SHM_streams_total]++;
             if (kept)
-                ss->st.shm_rings_kept++;
+                ss->shm[SHM_rings_kept]++;
             return 0;
         }
         log_info("stream %u: shared memory not possible (%s): using the socket", s->p.id,
                  rc == -EAGAIN ? "output already queued" : strerror(-rc));
-        ss->st.shm_fallbacks++;
+        ss->shm[SHM_fallbacks]++;
         stream_ring_free(ss, &s->shm);
         free(s->held);
         s->held = NULL;
@@ -784,8 +814,8 @@ int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
         snprintf(err, errlen, "no memory for a stream");
         return -ENOMEM;
     }
-    ss->st.streams++;
-    ss->st.streams_total++;
+    ss->n[SS_streams]++;
+    ss->n[SS_streams_total]++;
     dataset_hold(ds);
     *out = s;
     rc = stream_say_opened(s, spare);

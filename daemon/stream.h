@@ -40,6 +40,7 @@
 #include "pipeline.h"
 #include "reply.h"
 #include "ring.h"
+#include "stats.h"
 #include "workers.h"
 
 struct event_base;
@@ -58,14 +59,27 @@ struct stream_params {
     size_t room;       /* bytes the reply wants free before each batch's samples */
 };
 
-struct streams_stats {
-    uint64_t streams;          /* gauge: open */
-    uint64_t buffer_bytes;     /* gauge: batch buffers and rings */
-    uint64_t rings, ring_bytes; /* gauges: shared-memory rings, kept ones included */
-    uint64_t streams_total, samples_served, batches_served, bytes_served, samples_skipped;
-    uint64_t shm_streams_total, shm_fallbacks, shm_rings_kept, shm_releases,
-        shm_release_timeouts;
-};
+/* The streams' counters and gauges (event loop thread), at the top of the
+ * stats document, and its "shm" section. */
+#define STREAMS_STATS(X)                                                              \
+    X(streams, GAUGE, "streams", "epoch streams open", "streams_open")                 \
+    X(streams_total, COUNTER, "streams", "epoch streams opened")                       \
+    X(samples_served, COUNTER, "samples", "samples delivered in batches")              \
+    X(batches_served, COUNTER, "batches", "batches delivered")                         \
+    X(bytes_served, COUNTER, "bytes",                                                  \
+      "batch bytes delivered: whole frames through the socket, samples through shared memory") \
+    X(samples_skipped, COUNTER, "samples", "bad samples left out of epochs (on_error: skip)")
+
+#define STREAMS_SHM_STATS(X)                                                          \
+    X(rings, GAUGE, "rings", "shared-memory rings: the streams' and those kept for the next")    \
+    X(ring_bytes, GAUGE, "bytes", "bytes of those rings")                              \
+    X(streams_total, COUNTER, "streams", "streams on the shared-memory transport")     \
+    X(fallbacks, COUNTER, "streams", "streams that asked for shared memory and got the socket") \
+    X(rings_kept, COUNTER, "streams", "streams on the ring their connection kept")     \
+    X(releases, COUNTER, "slots", "slots released by clients")                        \
+    X(release_timeouts, COUNTER, "clients",                                            \
+      "clients dropped for holding every slot for limits.release_timeout")             \
+    X(release_timeout_s, GAUGE, "seconds", "limits.release_timeout", "release_timeout_seconds")
 
 /* readahead may be NULL (workers read every batch themselves). */
 int streams_create(struct streams **out, struct event_base *base, struct workers *workers,
@@ -74,7 +88,13 @@ int streams_create(struct streams **out, struct event_base *base, struct workers
 void streams_destroy(struct streams *ss);
 /* limits.release_timeout, seconds (see stream_release); for new streams. */
 void streams_set_release_timeout(struct streams *ss, uint32_t seconds);
-void streams_get_stats(const struct streams *ss, struct streams_stats *out);
+/* The top-level fields (STREAMS_STATS) and the "shm" section. */
+void streams_stats(const struct streams *ss, struct stats_out *o);
+void streams_shm_stats(const struct streams *ss, struct stats_out *o);
+/* Bytes of the streams' batch buffers and rings. */
+uint64_t streams_buffer_bytes(const struct streams *ss);
+/* Clients dropped for holding their slots (limits.release_timeout's hits). */
+uint64_t streams_release_timeouts(const struct streams *ss);
 
 /* Plans the epoch and starts it: the reply's first word is OPENED. On a bad
  * request returns -EINVAL (or -ENOMEM) with a message in err, and says

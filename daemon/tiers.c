@@ -695,54 +695,136 @@ void tiers_put(const struct tiers_ctx *x, uint32_t id, const struct img *im,
 
 /* ---- stats ---- */
 
-void tiers_get_stats(struct tiers *t, struct tiers_stats *out)
+static const struct stats_decl memory_decl[] = {TIERS_MEMORY_STATS(STATS_DECL)};
+static const struct stats_decl disk_decl[] = {TIERS_DISK_STATS(STATS_DECL)};
+static const struct stats_decl ds_decl[] = {TIERS_DATASET_STATS(STATS_DECL)};
+static const struct stats_decl ds_memory_decl[] = {TIERS_DATASET_MEMORY_STATS(STATS_DECL)};
+static const struct stats_decl ds_disk_decl[] = {TIERS_DATASET_DISK_STATS(STATS_DECL)};
+
+#define NDECL(d) (sizeof(d) / sizeof((d)[0]))
+
+void tiers_stats(struct tiers *t, struct stats_out *o)
 {
-    uint64_t c[TIERS_NCOUNTERS];
-    memset(out, 0, sizeof(*out));
-    cache_get_stats(t->mem, &out->mem);
-    if (t->disk)
-        store_get_stats(t->disk, &out->disk);
-    out->disk_on = t->disk != NULL;
-    out->dir = t->dir;
-    out->off_reason = t->disk ? "" : t->off_reason;
+    uint64_t c[TIERS_NCOUNTERS], dhits = 0, dmisses = 0, dread = 0;
+    struct cache_stats cs;
+    cache_get_stats(t->mem, &cs);
     stats_percpu_sum(&t->counters, c);
-    out->hits = c[TIERS_HITS];
-    out->misses = c[TIERS_MISSES];
+    struct stats_val m[] = {
+        stats_u64(cs.budget),
+        stats_u64(cs.bytes),
+        stats_u64(cs.entries),
+        stats_u64(c[TIERS_HITS]),
+        stats_u64(c[TIERS_MISSES]),
+        stats_u64(cs.rejected),
+        stats_u64(cs.not_admitted),
+        stats_u64(cs.evictions),
+        stats_u64(cs.index_bytes),
+        stats_f64(stats_ratio(c[TIERS_HITS], c[TIERS_HITS] + c[TIERS_MISSES])),
+    };
+    stats_begin(o, "cache", "tier", "tier", "memory");
+    stats_emit(o, memory_decl, m, NDECL(m));
+    stats_end(o);
+
+    /* The disk tier's lookups: the sums over the datasets served. */
     for (uint32_t i = 0; i < t->nds; i++) {
         const struct tiers_ds *d = t->ds[i];
         if (!d || !d->served)
             continue;
-        out->disk_hits += LOAD(&d->disk_hits);
-        out->disk_misses += LOAD(&d->disk_misses);
-        out->disk_bytes_read += LOAD(&d->disk_bytes_read);
+        dhits += LOAD(&d->disk_hits);
+        dmisses += LOAD(&d->disk_misses);
+        dread += LOAD(&d->disk_bytes_read);
     }
-    out->compactions_on_demand = LOAD(&t->compact_runs);
+    struct stats_val v[] = {
+        stats_u64(t->disk != NULL),
+        stats_str(t->disk ? t->dir : ""),
+        stats_str(t->disk ? "" : t->off_reason),
+        stats_u64(dhits),
+        stats_u64(dmisses),
+        stats_f64(stats_ratio(dhits, dhits + dmisses)),
+        stats_u64(dread),
+        stats_u64(LOAD(&t->compact_runs)),
+    };
+    stats_begin(o, "disk", "tier", "tier", "disk");
+    stats_emit(o, disk_decl, v, NDECL(v));
+    store_stats_emit(t->disk, o);
+    stats_end(o);
 }
 
-void tiers_get_dataset_stats(struct tiers *t, struct dataset *ds,
-                             struct tiers_dataset_stats *out)
+void tiers_dataset_stats(struct tiers *t, struct dataset *ds, struct stats_out *o)
 {
     uint32_t id = dataset_id(ds);
-    memset(out, 0, sizeof(*out));
-    if (id >= t->nds || !t->ds[id])
-        return;
-    const struct tiers_ds *d = t->ds[id];
-    cache_get_dataset_stats(t->mem, id, &out->mem);
-    out->hits = LOAD(&d->hits);
-    out->misses = LOAD(&d->misses);
-    out->disk_hits = LOAD(&d->disk_hits);
-    out->disk_misses = LOAD(&d->disk_misses);
-    out->disk_bad = LOAD(&d->disk_bad);
-    out->disk_bytes_read = LOAD(&d->disk_bytes_read);
-    out->disk_puts = LOAD(&d->disk_puts);
-    out->disk_put_errors = LOAD(&d->disk_put_errors);
-    const struct tiers_view *v = __atomic_load_n(&d->cur, __ATOMIC_ACQUIRE);
-    const struct strategy *st = dataset_strategy(ds);
-    if (v && v->fingerprint == st->fingerprint) {
-        out->disk_entries = LOAD(&v->entries);
-        out->disk_bytes_raw = LOAD(&v->bytes_raw);
-        out->disk_bytes_stored = LOAD(&v->bytes_stored);
+    const struct tiers_ds *d = id < t->nds ? t->ds[id] : NULL;
+    struct tiers_ds none;
+    struct cache_dataset_stats cd;
+    char enc[16];
+    if (!d) {
+        memset(&none, 0, sizeof(none));
+        d = &none;
     }
+    cache_get_dataset_stats(t->mem, id, &cd);
+    const struct strategy *st = dataset_strategy(ds);
+    uint64_t entries = 0, raw = 0, stored = 0;
+    const struct tiers_view *v = d != &none ? __atomic_load_n(&d->cur, __ATOMIC_ACQUIRE) : NULL;
+    if (v && v->fingerprint == st->fingerprint) {
+        entries = LOAD(&v->entries);
+        raw = LOAD(&v->bytes_raw);
+        stored = LOAD(&v->bytes_stored);
+    }
+    if (st->zstd_level)
+        snprintf(enc, sizeof(enc), "zstd:%d", st->zstd_level);
+    else
+        snprintf(enc, sizeof(enc), "raw");
     strategy_put(st);
-    out->disk_degraded = t->disk && store_degraded(t->disk) != 0;
+    uint64_t hits = LOAD(&d->hits), misses = LOAD(&d->misses);
+    uint64_t dhits = LOAD(&d->disk_hits), dmisses = LOAD(&d->disk_misses);
+
+    struct stats_val l[] = {stats_u64(hits), stats_u64(misses),
+                            stats_f64(stats_ratio(hits, hits + misses))};
+    stats_emit(o, ds_decl, l, NDECL(l));
+    struct stats_val m[] = {
+        stats_u64(cd.entries),
+        stats_u64(cd.bytes),
+        stats_u64(hits),
+        stats_u64(misses),
+        stats_f64(stats_ratio(hits, hits + misses)),
+        stats_f64(cd.fraction),
+        stats_u64(cd.not_admitted),
+        stats_u64(cd.rejected),
+    };
+    stats_begin(o, "memory", "tier", "tier", "memory");
+    stats_emit(o, ds_memory_decl, m, NDECL(m));
+    stats_end(o);
+    struct stats_val k[] = {
+        stats_str(enc),
+        stats_u64(t->disk && store_degraded(t->disk) != 0),
+        stats_u64(entries),
+        stats_u64(raw),
+        stats_u64(stored),
+        stats_f64(stats_ratio(raw, stored)),
+        stats_u64(dhits),
+        stats_u64(dmisses),
+        stats_f64(stats_ratio(dhits, dhits + dmisses)),
+        stats_u64(LOAD(&d->disk_bytes_read)),
+        stats_u64(LOAD(&d->disk_bad)),
+        stats_u64(LOAD(&d->disk_puts)),
+        stats_u64(LOAD(&d->disk_put_errors)),
+    };
+    stats_begin(o, "disk", "tier", "tier", "disk");
+    stats_emit(o, ds_disk_decl, k, NDECL(k));
+    stats_end(o);
+}
+
+void tiers_memory_use(struct tiers *t, struct tiers_memory *out)
+{
+    struct cache_stats cs;
+    struct store_stats ss;
+    cache_get_stats(t->mem, &cs);
+    out->budget = cs.budget;
+    out->bytes = cs.bytes;
+    out->index_bytes = cs.index_bytes;
+    out->store_index = 0;
+    if (t->disk) {
+        store_get_stats(t->disk, &ss);
+        out->store_index = ss.index_bytes;
+    }
 }

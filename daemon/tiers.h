@@ -199,27 +199,82 @@ void tiers_entry_img(const struct cache_entry *e, struct img *im);
 
 /* ---- stats ---- */
 
-struct tiers_stats {
-    struct cache_stats mem;
-    struct store_stats disk;     /* zeroed without a disk tier */
-    int disk_on;
-    const char *dir;
-    const char *off_reason;      /* why there is no disk tier ("" when there is) */
-    uint64_t hits, misses;       /* memory lookups of streams */
-    uint64_t disk_hits, disk_misses, disk_bytes_read; /* of the datasets served */
-    uint64_t compactions_on_demand;
-};
+/* The tiers' sections of the stats document. The memory tier is "cache"
+ * and the disk tier "disk" (metrics presto_tier_* labelled tier="memory",
+ * tier="disk"); each dataset's are "memory" and "disk" in its entry
+ * (presto_dataset_tier_*), after its own lookups. The families both tiers
+ * have (entries, hits, misses, hit_rate) share their help. */
+#define TIERS_HELP_ENTRIES "entries the tier holds"
+#define TIERS_HELP_HITS "samples of streams found in the tier"
+#define TIERS_HELP_MISSES "samples of streams looked for in the tier and not found"
+#define TIERS_HELP_HIT_RATE "hits over hits and misses"
 
-struct tiers_dataset_stats {
-    struct cache_dataset_stats mem;
-    uint64_t hits, misses;
-    uint64_t disk_hits, disk_misses, disk_bad, disk_bytes_read, disk_puts, disk_put_errors;
-    uint64_t disk_entries, disk_bytes_raw, disk_bytes_stored; /* current records */
-    int disk_degraded;
-};
+#define TIERS_MEMORY_STATS(X)                                                         \
+    X(memory_budget, GAUGE, "bytes", "cache.memory, the memory tier's budget")        \
+    X(memory_bytes, GAUGE, "bytes", "bytes the memory tier takes: entries and index") \
+    X(entries, GAUGE, "entries", TIERS_HELP_ENTRIES)                                  \
+    X(hits, COUNTER, "samples", TIERS_HELP_HITS)                                      \
+    X(misses, COUNTER, "samples", TIERS_HELP_MISSES)                                  \
+    X(rejected, COUNTER, "samples", "puts refused: no room left in the budget")       \
+    X(not_admitted, COUNTER, "samples", "puts refused: outside the dataset's admitted subset") \
+    X(evictions, COUNTER, "entries", "entries evicted: none ever, the tier never evicts") \
+    X(index_bytes, GAUGE, "bytes", "bytes of the memory tier's index (8 a sample)")   \
+    X(hit_rate, GAUGE, "", TIERS_HELP_HIT_RATE)
 
-void tiers_get_stats(struct tiers *t, struct tiers_stats *out);
-void tiers_get_dataset_stats(struct tiers *t, struct dataset *ds,
-                             struct tiers_dataset_stats *out);
+/* The disk section's fields the tiers know; the store's follow (store.h). */
+#define TIERS_DISK_STATS(X)                                                           \
+    X(enabled, GAUGE, "", "1 when there is a disk tier")                               \
+    X(dir, INFO, "", "cache.dir, the disk tier's directory")                          \
+    X(off_reason, INFO, "", "why there is no disk tier")                              \
+    X(hits, COUNTER, "samples", TIERS_HELP_HITS)                                      \
+    X(misses, COUNTER, "samples", TIERS_HELP_MISSES)                                  \
+    X(hit_rate, GAUGE, "", TIERS_HELP_HIT_RATE)                                       \
+    X(bytes_read, COUNTER, "bytes", "record bytes read from the tier")                \
+    X(compactions_on_demand, COUNTER, "runs", "compactions run because puts hit the budget")
+
+#define TIERS_DATASET_STATS(X)                                                        \
+    X(hits, COUNTER, "samples", "the dataset's samples streams found in memory")       \
+    X(misses, COUNTER, "samples", "the dataset's samples streams did not find in memory") \
+    X(hit_rate, GAUGE, "", TIERS_HELP_HIT_RATE)
+
+#define TIERS_DATASET_MEMORY_STATS(X)                                                 \
+    X(entries, GAUGE, "entries", TIERS_HELP_ENTRIES)                                  \
+    X(bytes, GAUGE, "bytes", "bytes of the dataset's entries")                        \
+    X(hits, COUNTER, "samples", TIERS_HELP_HITS)                                      \
+    X(misses, COUNTER, "samples", TIERS_HELP_MISSES)                                  \
+    X(hit_rate, GAUGE, "", TIERS_HELP_HIT_RATE)                                       \
+    X(admit_fraction, GAUGE, "", "the share of the dataset the memory tier admits")   \
+    X(not_admitted, COUNTER, "samples", "puts refused: outside the admitted subset")   \
+    X(rejected, COUNTER, "samples", "puts refused: no room left in the budget")
+
+#define TIERS_DATASET_DISK_STATS(X)                                                   \
+    X(encoding, INFO, "", "the disk tier's encoding of the dataset's records")        \
+    X(degraded, GAUGE, "", "1 when the disk tier takes no more puts")                 \
+    X(entries, GAUGE, "entries", TIERS_HELP_ENTRIES)                                  \
+    X(bytes_raw, GAUGE, "bytes", "decoded bytes of the dataset's current records")    \
+    X(bytes_stored, GAUGE, "bytes", "stored bytes of the dataset's current records")  \
+    X(compression_ratio, GAUGE, "", "bytes_raw over bytes_stored")                    \
+    X(hits, COUNTER, "samples", TIERS_HELP_HITS)                                      \
+    X(misses, COUNTER, "samples", TIERS_HELP_MISSES)                                  \
+    X(hit_rate, GAUGE, "", TIERS_HELP_HIT_RATE)                                       \
+    X(bytes_read, COUNTER, "bytes", "record bytes read from the tier")                \
+    X(bad_records, COUNTER, "records", "records that could not be used: recomputed")  \
+    X(puts, COUNTER, "records", "records written")                                    \
+    X(put_errors, COUNTER, "records", "records not written: over the budget or an error")
+
+struct stats_out;
+/* The "cache" and "disk" sections. */
+void tiers_stats(struct tiers *t, struct stats_out *o);
+/* A dataset's lookups and its "memory" and "disk" sections, in its entry. */
+void tiers_dataset_stats(struct tiers *t, struct dataset *ds, struct stats_out *o);
+
+/* What the tiers take of the process's memory. */
+struct tiers_memory {
+    uint64_t budget;      /* the memory tier's */
+    uint64_t bytes;       /* accounted to it: entries and index */
+    uint64_t index_bytes; /* of that, the index */
+    uint64_t store_index; /* the disk tier's index */
+};
+void tiers_memory_use(struct tiers *t, struct tiers_memory *out);
 
 #endif
