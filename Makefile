@@ -17,7 +17,7 @@ PKG_CHECK  := check
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
-           -Wno-missing-field-initializers -pthread -Icommon -Idaemon -Iclient \
+           -Wno-missing-field-initializers -pthread -Icommon -Idaemon -Idaemon/steps -Iclient \
            -DPRESTO_VERSION='"0.1.0"' -MMD -MP
 LDFLAGS += -pthread
 
@@ -31,7 +31,7 @@ pkg_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
 pkg_libs   = $(shell pkg-config --libs $(1) 2>/dev/null)
 
 COMMON_SRC := $(wildcard common/*.c)
-DAEMON_SRC := $(wildcard daemon/*.c)
+DAEMON_SRC := $(wildcard daemon/*.c daemon/steps/*.c)
 CLIENT_SRC := client/presto.c
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 ITEST_SRC  := $(wildcard tests/integration/test_*.c)
@@ -182,11 +182,11 @@ FUZZ_EXTRA   ?=
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_FLAGS   := -g -O1 -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror -Wshadow \
                 -Wstrict-prototypes -Wno-missing-field-initializers -pthread \
-                -Icommon -Idaemon -Itests/fuzz -DPRESTO_VERSION='"$(VERSION)"' \
+                -Icommon -Idaemon -Idaemon/steps -Itests/fuzz -DPRESTO_VERSION='"$(VERSION)"' \
                 $(call pkg_cflags,$(PKG_DAEMON)) $(FUZZ_EXTRA)
 FUZZ_SAN     := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_LIBS    := $(call pkg_libs,$(PKG_DAEMON)) -lm
-FUZZ_STEPS   := $(wildcard daemon/step*.c) daemon/hash.c daemon/img.c daemon/stats.c \
+FUZZ_STEPS   := $(wildcard daemon/steps/*.c) daemon/hash.c daemon/img.c daemon/stats.c \
                 daemon/json.c common/log.c common/proto.c
 FUZZ_NAMES   := fuzz_frame fuzz_config fuzz_store fuzz_decode
 FUZZ_BIN     := $(FUZZ_NAMES:%=$(FUZZ_DIR)/%)
@@ -195,7 +195,7 @@ $(FUZZ_DIR)/fuzz_frame: tests/fuzz/fuzz_frame.c common/proto.c
 $(FUZZ_DIR)/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_store: tests/fuzz/fuzz_store.c daemon/store.c $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_decode: tests/fuzz/fuzz_decode.c $(FUZZ_STEPS)
-$(FUZZ_BIN): tests/fuzz/fuzz.h $(wildcard common/*.h daemon/*.h)
+$(FUZZ_BIN): tests/fuzz/fuzz.h $(wildcard common/*.h daemon/*.h daemon/steps/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_SAN) -o $@ $(filter %.c,$^) $(FUZZ_LIBS)
 

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target: a sample file through the pipeline steps (daemon/step*.c:
+ * libFuzzer target: a sample file through the pipeline steps (the modules of daemon/steps:
  * TurboJPEG decode, resize, crops, flip, pad, float conversion), as a
  * worker runs them on whatever lies in a dataset directory.
  *

@@ -1,6 +1,6 @@
-/* Unit tests for the pipeline steps (daemon/step.h): declarations, decode
+/* Unit tests for the pipeline steps (daemon/steps/step.h): declarations, decode
  * (bit-exact with PIL), resize (Pillow's antialiased bilinear, every kernel
- * of daemon/step_impl.h this machine can run), center_crop
+ * of daemon/steps/step_impl.h this machine can run), center_crop
  * (torchvision's offsets and padding), random_flip (seeded), and a
  * throughput figure for the default offline pipeline.
  *

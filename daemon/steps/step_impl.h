@@ -1,8 +1,8 @@
 /*
  * Private interface between step.c (parsing, dispatch) and the per-step
- * modules: step_decode.c, step_resize.c (resize and the resampler
- * random_resized_crop uses), step_crop.c (center_crop, pad), step_rrc.c,
- * step_flip.c, step_normalize.c (normalize, to_float). Not for use outside
+ * modules of daemon/steps/: decode.c, resize.c (resize and the resampler
+ * random_resized_crop uses), crop.c (center_crop, pad), rrc.c, flip.c,
+ * normalize.c (normalize, to_float). Not for use outside
  * the step modules and their tests; the public contract is step.h.
  */
 #ifndef PRESTO_STEP_IMPL_H

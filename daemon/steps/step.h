@@ -14,7 +14,7 @@
  * The steps, their parameters (default) and what they match:
  *   decode               mode: rgb | grey (rgb), dct_scale: false | true
  *                        PIL Image.open(f).convert('RGB' | 'L'), bit-exact
- *                        (dct_scale: TurboJPEG's scaled IDCT, see step_decode.c)
+ *                        (dct_scale: TurboJPEG's scaled IDCT, see steps/decode.c)
  *   resize               size: N (shorter side) | [H, W]
  *                        torchvision Resize on PIL (bilinear, antialias), bit-exact
  *   center_crop          size: N | [H, W]          torchvision CenterCrop (pads)
