@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "bytes.h"
+
 /* ---- CRC32C ---- */
 
 #define CRC32C_POLY 0x82F63B78u /* reflected Castagnoli */
@@ -94,20 +96,6 @@ uint32_t hash_crc32c(uint32_t crc, const void *data, size_t len)
 static inline uint64_t rotl64(uint64_t x, int r)
 {
     return (x << r) | (x >> (64 - r));
-}
-
-static inline uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return le64toh(v);
-}
-
-static inline uint32_t rd32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return le32toh(v);
 }
 
 static inline uint64_t xxh_round(uint64_t acc, uint64_t in)

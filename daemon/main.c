@@ -1,8 +1,10 @@
 /*
- * prestod: start-up, signals and shutdown. Wires the modules together:
- * config -> datasets (reload.h: the configuration in force) -> disk tier
- * -> memory tier -> worker pool -> server, one event loop. SIGHUP reloads
- * the configuration (reload.h says what a reload applies).
+ * prestod: start-up, signals and shutdown. Wires the modules together
+ * (daemon/README draws the layers): config -> datasets (reload.h: the
+ * configuration in force) -> tiers (the disk tier recovered and scanned,
+ * the memory tier) -> pipeline -> worker pool -> read-ahead -> server, one
+ * event loop. SIGHUP reloads the configuration (reload.h says what a
+ * reload applies).
  */
 #include <errno.h>
 #include <event2/event.h>

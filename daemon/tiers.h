@@ -42,7 +42,9 @@
  *
  * Lock order: a tiers call may take the store's locks (store.h), and the
  * memory tier's leaf locks (cache.h); tiers.c's own views_lock (the disk
- * views of a dataset) is a leaf taken with none of those held.
+ * views of a dataset) is a leaf taken with none of those held. Compaction
+ * asks whether keys are live with the store's compact_lock held, and that
+ * takes a dataset's strategy lock (a leaf): compact_lock -> strategy lock.
  */
 #ifndef PRESTO_TIERS_H
 #define PRESTO_TIERS_H
@@ -209,6 +211,13 @@ void tiers_entry_img(const struct cache_entry *e, struct img *im);
 #define TIERS_HELP_MISSES "samples of streams looked for in the tier and not found"
 #define TIERS_HELP_HIT_RATE "hits over hits and misses"
 
+/* A tier's lookups by streams: in every section of a tier but the memory
+ * tier's totals (whose hit rate comes last, where it always was). */
+#define TIERS_LOOKUP_STATS(X)                                                         \
+    X(hits, COUNTER, "samples", TIERS_HELP_HITS)                                      \
+    X(misses, COUNTER, "samples", TIERS_HELP_MISSES)                                  \
+    X(hit_rate, GAUGE, "", TIERS_HELP_HIT_RATE)
+
 #define TIERS_MEMORY_STATS(X)                                                         \
     X(memory_budget, GAUGE, "bytes", "cache.memory, the memory tier's budget")        \
     X(memory_bytes, GAUGE, "bytes", "bytes the memory tier takes: entries and index") \
@@ -226,9 +235,7 @@ void tiers_entry_img(const struct cache_entry *e, struct img *im);
     X(enabled, GAUGE, "", "1 when there is a disk tier")                               \
     X(dir, INFO, "", "cache.dir, the disk tier's directory")                          \
     X(off_reason, INFO, "", "why there is no disk tier")                              \
-    X(hits, COUNTER, "samples", TIERS_HELP_HITS)                                      \
-    X(misses, COUNTER, "samples", TIERS_HELP_MISSES)                                  \
-    X(hit_rate, GAUGE, "", TIERS_HELP_HIT_RATE)                                       \
+    TIERS_LOOKUP_STATS(X)                                                             \
     X(bytes_read, COUNTER, "bytes", "record bytes read from the tier")                \
     X(compactions_on_demand, COUNTER, "runs", "compactions run because puts hit the budget")
 
@@ -240,9 +247,7 @@ void tiers_entry_img(const struct cache_entry *e, struct img *im);
 #define TIERS_DATASET_MEMORY_STATS(X)                                                 \
     X(entries, GAUGE, "entries", TIERS_HELP_ENTRIES)                                  \
     X(bytes, GAUGE, "bytes", "bytes of the dataset's entries")                        \
-    X(hits, COUNTER, "samples", TIERS_HELP_HITS)                                      \
-    X(misses, COUNTER, "samples", TIERS_HELP_MISSES)                                  \
-    X(hit_rate, GAUGE, "", TIERS_HELP_HIT_RATE)                                       \
+    TIERS_LOOKUP_STATS(X)                                                             \
     X(admit_fraction, GAUGE, "", "the share of the dataset the memory tier admits")   \
     X(not_admitted, COUNTER, "samples", "puts refused: outside the admitted subset")   \
     X(rejected, COUNTER, "samples", "puts refused: no room left in the budget")
@@ -254,9 +259,7 @@ void tiers_entry_img(const struct cache_entry *e, struct img *im);
     X(bytes_raw, GAUGE, "bytes", "decoded bytes of the dataset's current records")    \
     X(bytes_stored, GAUGE, "bytes", "stored bytes of the dataset's current records")  \
     X(compression_ratio, GAUGE, "", "bytes_raw over bytes_stored")                    \
-    X(hits, COUNTER, "samples", TIERS_HELP_HITS)                                      \
-    X(misses, COUNTER, "samples", TIERS_HELP_MISSES)                                  \
-    X(hit_rate, GAUGE, "", TIERS_HELP_HIT_RATE)                                       \
+    TIERS_LOOKUP_STATS(X)                                                             \
     X(bytes_read, COUNTER, "bytes", "record bytes read from the tier")                \
     X(bad_records, COUNTER, "records", "records that could not be used: recomputed")  \
     X(puts, COUNTER, "records", "records written")                                    \
