@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "hash.h"
+#include "log.h"
 #include "proto.h"
 #include "source_dir.h"
 #include "stats.h"
@@ -297,9 +298,12 @@ void dataset_file_req(const struct dataset *ds, uint32_t sample, void *buf, size
 
 /* ---- flags and counters ---- */
 
-int dataset_first_error(struct dataset *ds, uint32_t sample)
+void dataset_bad_sample(struct dataset *ds, uint32_t sample, const char *msg)
 {
-    return __atomic_exchange_n(&ds->bad_logged[sample], 1, __ATOMIC_RELAXED) == 0;
+    dataset_count(ds, DATASET_errors, 1);
+    if (__atomic_exchange_n(&ds->bad_logged[sample], 1, __ATOMIC_RELAXED) == 0)
+        log_warn("dataset '%s': bad sample %s/%s: %s", ds->cfg->name, ds->cfg->root,
+                 dataset_path(ds, sample), msg);
 }
 
 void dataset_count(struct dataset *ds, enum dataset_counter c, uint64_t n)

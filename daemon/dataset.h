@@ -147,9 +147,9 @@ void dataset_file_req(const struct dataset *ds, uint32_t sample, void *buf, size
 /* The size of a sample's file at indexing. */
 uint64_t dataset_file_size(const struct dataset *ds, uint32_t sample);
 
-/* Returns 1 the first time it is called for a sample, 0 after: a bad
- * sample is logged once. */
-int dataset_first_error(struct dataset *ds, uint32_t sample);
+/* A bad sample met (msg: why): counted in the dataset's errors and logged
+ * the first time (a subset's never). */
+void dataset_bad_sample(struct dataset *ds, uint32_t sample, const char *msg);
 
 void dataset_count(struct dataset *ds, enum dataset_counter c, uint64_t n);
 /* The fields of DATASET_STATS and DATASET_COUNTERS, in the dataset's entry. */

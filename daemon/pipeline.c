@@ -89,7 +89,8 @@ struct item {
     struct source_file f;   /* TIERS_SOURCE: size and mtime as read (fd -1) */
     size_t off, len;        /* TIERS_DISK, TIERS_SOURCE: room in the arena (what is read);
                                TIERS_SKIP: its bytes */
-    struct img bytes;       /* a view of them once read (TIERS_DISK: decoded) */
+    struct img bytes;       /* a view of them once read (TIERS_DISK: decoded;
+                               TIERS_MEMORY: the entry) */
     unsigned req;           /* its read */
 };
 
@@ -224,10 +225,7 @@ static void fault_report(struct pipeline *p, struct worker_ctx *ctx, struct data
                          uint32_t id, int f, const char *err)
 {
     stats_percpu_add(&p->counters, ctx->index, fault_kind(f), 1);
-    dataset_count(ds, DATASET_errors, 1);
-    if (dataset_first_error(ds, id))
-        log_warn("dataset '%s': bad sample %s/%s: %s", dataset_name(ds),
-                 dataset_config(ds)->root, dataset_path(ds, id), err);
+    dataset_bad_sample(ds, id, err);
 }
 
 /* Source bytes through the offline steps, then into the tiers. */
@@ -245,13 +243,9 @@ static int compute(struct pipeline *p, const struct tiers_ctx *x, struct item *i
                        errlen);
     if (rc < 0)
         return rc;
-    /* Nothing offline, or split: auto still undecided: nothing to cache. */
-    if (x->st->split == 0 || !x->st->caching) {
-        *out = cur;
-        return 0;
-    }
-    tiers_put(x, it->id, cur, f);
-    *out = tiers_admit(x, it->id, cur, view);
+    /* Nothing offline: nothing to cache (split: auto still undecided: the
+     * tiers take nothing). */
+    *out = x->st->split == 0 ? cur : tiers_put(x, it->id, cur, f, view);
     return 0;
 }
 
@@ -294,7 +288,7 @@ static uint32_t chunk_gather(struct pipeline *p, struct chunk *C, const uint32_t
         it->computed = 0;
         it->f.fd = -1;
         it->len = 0;
-        it->where = (uint8_t)tiers_locate(&C->x, id, warm, &it->t);
+        it->where = (uint8_t)tiers_locate(&C->x, id, warm, &it->t, &it->bytes);
         if (it->where == TIERS_MEMORY)
             continue;
         if (it->where == TIERS_SKIP) {
@@ -436,8 +430,7 @@ static int item_materialize(struct pipeline *p, const struct tiers_ctx *x, struc
     const struct io_req *q = item_reads(it) ? &C->reqs[it->req] : NULL;
     switch (it->where) {
     case TIERS_MEMORY:
-        tiers_entry_img(it->t.entry, view);
-        *out = view;
+        *out = &it->bytes;
         return 0;
     case TIERS_SKIP:
         *out = NULL;
@@ -446,13 +439,10 @@ static int item_materialize(struct pipeline *p, const struct tiers_ctx *x, struc
         /* A raw record is used where it was read (it->bytes points into
          * the arena, valid until the chunk ends): no copy. */
         if (tiers_decode(x, it->id, &it->t, q->res, C->arena + it->off, &L->decoded,
-                         &it->bytes, count) < 0)
+                         &it->bytes, view, out, count) < 0)
             return disk_recover(p, x, it, ctx, view, out, err, errlen);
-        *out = tiers_admit(x, it->id, &it->bytes, view);
         return 0;
     default: /* TIERS_SOURCE */
-        if (count)
-            tiers_count_source(x);
         if (q->res < 0) {
             snprintf(err, errlen, "%s: %s",
                      q->failed == IO_STEP_OPEN ? "open" : q->failed == IO_STEP_STAT ? "stat"
@@ -599,7 +589,7 @@ static int ahead_take(const struct tiers_ctx *x, struct pipeline_ahead *a, const
         struct item *it = &C->items[i];
         ok = it->id == ids[i];
         if (ok && it->where == TIERS_MEMORY)
-            ok = (it->t.entry = tiers_memory_entry(x, it->id)) != NULL;
+            ok = tiers_still_in_memory(x, it->id, &it->t, &it->bytes);
     }
     if (!ok) {
         pipeline_ahead_drop(a);
@@ -669,7 +659,7 @@ uint32_t pipeline_batch(struct pipeline *p, struct dataset *ds, const uint32_t *
             } else {
                 struct item *it = &C->items[i];
                 chunk_need(ctx, C, it);
-                tiers_count_lookup(&x, it->where == TIERS_MEMORY);
+                tiers_count(&x, it->where);
                 f = item_materialize(p, &x, it, L, C, ctx, 1, &view, &im, err, sizeof(err));
             }
             if (f == 0)

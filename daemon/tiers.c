@@ -60,18 +60,25 @@ struct tiers {
 
 /* ---- keys and views ---- */
 
-/* The disk tier's key of a sample as indexed, or, with f, as the source
- * file really was when read. */
-static void tiers_key(const struct dataset *ds, const struct strategy *st, uint32_t id,
-                      const struct source_file *f, struct store_key *key)
+/* The disk tier's key of sample id of ds (name_hash: its name's) under
+ * strategy st as indexed, or, with f, as the source file really was when
+ * read. */
+static void tiers_key(uint64_t name_hash, const struct dataset *ds, const struct strategy *st,
+                      uint32_t id, const struct source_file *f, struct store_key *key)
 {
     struct dataset_ident in;
     dataset_ident(ds, id, &in);
-    key->dataset = dataset_name_hash(ds);
+    key->dataset = name_hash;
     key->path = in.path_hash;
     key->fingerprint = st->fingerprint;
     key->src_size = f ? f->size : in.size;
     key->src_mtime_ns = f ? f->mtime_ns : in.mtime_ns;
+}
+
+static void ctx_key(const struct tiers_ctx *x, uint32_t id, const struct source_file *f,
+                    struct store_key *key)
+{
+    tiers_key(x->name_hash, x->ds, x->st, id, f, key);
 }
 
 void tiers_view_free(struct tiers_view *v)
@@ -114,7 +121,7 @@ static struct tiers_view *view_scan(struct store *disk, struct dataset *ds,
     for (uint32_t id = 0; id < n; id++) {
         struct store_key key;
         struct store_loc loc;
-        tiers_key(ds, st, id, NULL, &key);
+        tiers_key(dataset_name_hash(ds), ds, st, id, NULL, &key);
         if (store_lookup(disk, &key, &loc) < 0)
             continue;
         v->on_disk[id] = 1;
@@ -511,6 +518,8 @@ void tiers_begin(struct tiers *t, struct dataset *ds, const struct strategy *st,
     x->ds = ds;
     x->st = st;
     x->thread = thread;
+    x->id = id;
+    x->name_hash = dataset_name_hash(ds);
 }
 
 static int on_disk(const struct tiers_ctx *x, uint32_t id)
@@ -528,18 +537,22 @@ static const struct cache_entry *mem_get(const struct tiers_ctx *x, uint32_t id)
 {
     if (x->t->mem_off || x->st->split == 0)
         return NULL;
-    return cache_get(x->t->mem, dataset_id(x->ds), x->st->fingerprint, id);
+    return cache_get(x->t->mem, x->id, x->st->fingerprint, id);
 }
 
-const struct cache_entry *tiers_memory_entry(const struct tiers_ctx *x, uint32_t id)
+int tiers_still_in_memory(const struct tiers_ctx *x, uint32_t id, struct tiers_item *it,
+                          struct img *view)
 {
-    return mem_get(x, id);
+    if (!(it->entry = mem_get(x, id)))
+        return 0;
+    cache_entry_img(it->entry, view);
+    return 1;
 }
 
 static int mem_admits(const struct tiers_ctx *x, uint32_t id, size_t len)
 {
     return !x->t->mem_off && x->st->caching &&
-           cache_admits(x->t->mem, dataset_id(x->ds), id, len);
+           cache_admits(x->t->mem, x->id, id, len);
 }
 
 static size_t direct_align(size_t n)
@@ -548,7 +561,7 @@ static size_t direct_align(size_t n)
 }
 
 enum tiers_where tiers_locate(const struct tiers_ctx *x, uint32_t id, int warm,
-                              struct tiers_item *it)
+                              struct tiers_item *it, struct img *view)
 {
     it->entry = NULL;
     it->pinned = 0;
@@ -560,8 +573,10 @@ enum tiers_where tiers_locate(const struct tiers_ctx *x, uint32_t id, int warm,
     /* memory */
     if ((it->entry = mem_get(x, id))) {
         /* A warm-up also stores what memory has and disk has not. */
-        if (!warm || on_disk(x, id) || !disk_writable(x))
+        if (!warm || on_disk(x, id) || !disk_writable(x)) {
+            cache_entry_img(it->entry, view);
             return TIERS_MEMORY;
+        }
     }
     /* A warm-up without a disk tier: only what memory will take. */
     if (warm && !on_disk(x, id) && !disk_writable(x) && x->st->mat_bytes &&
@@ -570,7 +585,7 @@ enum tiers_where tiers_locate(const struct tiers_ctx *x, uint32_t id, int warm,
     /* disk */
     if (on_disk(x, id)) {
         struct store_key key;
-        tiers_key(x->ds, x->st, id, NULL, &key);
+        ctx_key(x, id, NULL, &key);
         if (store_lookup(x->t->disk, &key, &it->loc) == 0) {
             if (warm && !mem_admits(x, id, it->loc.raw_len)) {
                 it->len = it->loc.raw_len;
@@ -618,15 +633,16 @@ void tiers_read_req(const struct tiers_item *it, uint8_t *buf, struct io_req *q)
 }
 
 int tiers_decode(const struct tiers_ctx *x, uint32_t id, const struct tiers_item *it,
-                 ssize_t res, const uint8_t *buf, struct img *scratch, struct img *out,
-                 int count)
+                 ssize_t res, const uint8_t *buf, struct img *scratch, struct img *decoded,
+                 struct img *view, const struct img **out, int count)
 {
     struct tiers_ds *d = x->d;
     struct store_key key;
     int rc = res < 0 ? (int)res : (size_t)res < it->lead + it->rec_len ? -EIO : 0;
-    tiers_key(x->ds, x->st, id, NULL, &key);
+    ctx_key(x, id, NULL, &key);
     if (rc == 0)
-        rc = store_decode_view(x->t->disk, &key, buf + it->lead, it->rec_len, scratch, out);
+        rc = store_decode_view(x->t->disk, &key, buf + it->lead, it->rec_len, scratch,
+                               decoded);
     if (rc < 0) {
         if (count)
             ADD(&d->disk_misses, 1);
@@ -639,24 +655,17 @@ int tiers_decode(const struct tiers_ctx *x, uint32_t id, const struct tiers_item
     if (count)
         ADD(&d->disk_hits, 1);
     ADD(&d->disk_bytes_read, it->rec_len);
+    *out = tiers_admit(x, id, decoded, view);
     return 0;
 }
 
-void tiers_count_source(const struct tiers_ctx *x)
+void tiers_count(const struct tiers_ctx *x, enum tiers_where where)
 {
-    if (x->t->disk && x->st->split > 0)
-        ADD(&x->d->disk_misses, 1);
-}
-
-void tiers_count_lookup(const struct tiers_ctx *x, int hit)
-{
+    int hit = where == TIERS_MEMORY;
     stats_percpu_add(&x->t->counters, x->thread, hit ? TIERS_HITS : TIERS_MISSES, 1);
     ADD(hit ? &x->d->hits : &x->d->misses, 1);
-}
-
-void tiers_entry_img(const struct cache_entry *e, struct img *im)
-{
-    cache_entry_img(e, im);
+    if (where == TIERS_SOURCE && x->t->disk && x->st->split > 0)
+        ADD(&x->d->disk_misses, 1);
 }
 
 const struct img *tiers_admit(const struct tiers_ctx *x, uint32_t id, const struct img *im,
@@ -665,32 +674,42 @@ const struct img *tiers_admit(const struct tiers_ctx *x, uint32_t id, const stru
     if (x->t->mem_off || !x->st->caching)
         return im;
     const struct cache_entry *e =
-        cache_put(x->t->mem, dataset_id(x->ds), x->st->fingerprint, id, im);
+        cache_put(x->t->mem, x->id, x->st->fingerprint, id, im);
     if (!e)
         return im;
     cache_entry_img(e, view);
     return view;
 }
 
-void tiers_put(const struct tiers_ctx *x, uint32_t id, const struct img *im,
-               const struct source_file *f)
+/* The disk tier's part of tiers_put. */
+static void disk_put(const struct tiers_ctx *x, uint32_t id, const struct img *im,
+                     const struct source_file *f)
 {
     struct store_key key, indexed;
-    if (!x->st->caching || !disk_writable(x))
+    if (!disk_writable(x))
         return;
-    tiers_key(x->ds, x->st, id, f, &key);
+    ctx_key(x, id, f, &key);
     int rc = store_put(x->t->disk, &key, im, x->st->zstd_level);
     if (rc == 0) {
         ADD(&x->d->disk_puts, 1);
-        tiers_key(x->ds, x->st, id, NULL, &indexed);
+        ctx_key(x, id, NULL, &indexed);
         if (memcmp(&key, &indexed, sizeof(key)) == 0)
             view_mark(x->t->disk, x->v, id, &key);
-        /* cluster: the record goes to the cluster tier here (issue 19) */
         return;
     }
     ADD(&x->d->disk_put_errors, 1);
     if (rc == -ENOSPC && !store_degraded(x->t->disk))
         compact_request(x->t); /* over the disk budget */
+}
+
+const struct img *tiers_put(const struct tiers_ctx *x, uint32_t id, const struct img *im,
+                            const struct source_file *f, struct img *view)
+{
+    if (!x->st->caching)
+        return im;
+    disk_put(x, id, im, f);
+    /* cluster: the record goes to the cluster tier here (issue 19) */
+    return tiers_admit(x, id, im, view);
 }
 
 /* ---- stats ---- */

@@ -140,6 +140,8 @@ struct tiers_ctx {
     struct dataset *ds;
     const struct strategy *st;
     unsigned thread;
+    uint32_t id;          /* the dataset's tiers id */
+    uint64_t name_hash;   /* its name's, for the disk tier's keys */
 };
 void tiers_begin(struct tiers *t, struct dataset *ds, const struct strategy *st,
                  unsigned thread, struct tiers_ctx *x);
@@ -161,43 +163,46 @@ struct tiers_item {
     uint8_t pinned;
 };
 
-/* Where sample id is. warm: for a warm-up, which also stores in the disk
- * tier what only memory has, and skips what is on disk already when memory
- * will not take it (and, without a disk tier, what memory will not take). */
+/* Where sample id is; for TIERS_MEMORY *view is the entry's pixels (not
+ * owned). warm: for a warm-up, which also stores in the disk tier what only
+ * memory has, and skips what is on disk already when memory will not take
+ * it (and, without a disk tier, what memory will not take). */
 enum tiers_where tiers_locate(const struct tiers_ctx *x, uint32_t id, int warm,
-                              struct tiers_item *it);
-/* The memory entry of sample id, or NULL (a chunk read ahead checks its
- * entries are still there). */
-const struct cache_entry *tiers_memory_entry(const struct tiers_ctx *x, uint32_t id);
+                              struct tiers_item *it, struct img *view);
+/* A TIERS_MEMORY item of sample id found earlier (a chunk read ahead) still
+ * there (a DROP_CACHE empties the memory tier): 1, *view refreshed, or 0. */
+int tiers_still_in_memory(const struct tiers_ctx *x, uint32_t id, struct tiers_item *it,
+                          struct img *view);
 /* Lets go of a TIERS_DISK item's record once it is read (or not needed). */
 void tiers_unpin(const struct tiers_ctx *x, struct tiers_item *it);
 /* The read of a TIERS_DISK item into buf (aligned to it->align, it->len
  * bytes): the caller sets on_done and arg and submits q to an I/O ring. */
 void tiers_read_req(const struct tiers_item *it, uint8_t *buf, struct io_req *q);
 /* The record of sample id read into buf (the read's result res): verified
- * (checksums, key) and decoded; *out is a view of it inside buf (raw) or of
- * scratch (zstd), valid as long as they are. `count`: a stream's read (the
- * disk tier's hits, misses). Returns 0, or -EBADMSG / the read's -errno
- * for a record that cannot be used (counted, logged): recompute it. */
+ * (checksums, key), decoded into *decoded (a view inside buf when raw, of
+ * scratch when zstd) and admitted to memory if the policy takes it; *out
+ * is the memory entry's view (in *view) or *decoded. `count`: a stream's
+ * read (the disk tier's hits, misses). Returns 0, or -EBADMSG / the read's
+ * -errno for a record that cannot be used (counted, logged): recompute it. */
 int tiers_decode(const struct tiers_ctx *x, uint32_t id, const struct tiers_item *it,
-                 ssize_t res, const uint8_t *buf, struct img *scratch, struct img *out,
-                 int count);
-/* A stream's sample that came from the source: a miss of the disk tier
- * (when it could have held it). */
-void tiers_count_source(const struct tiers_ctx *x);
-/* A stream's sample looked up in memory: hit or miss. */
-void tiers_count_lookup(const struct tiers_ctx *x, int hit);
+                 ssize_t res, const uint8_t *buf, struct img *scratch, struct img *decoded,
+                 struct img *view, const struct img **out, int count);
+/* A stream's sample, found where: a memory hit or miss, and for one from
+ * the source a miss of the disk tier too (when it could have held it; disk
+ * records count theirs in tiers_decode). */
+void tiers_count(const struct tiers_ctx *x, enum tiers_where where);
 /* im, admitted to memory if the policy takes it: then the entry's view
  * (in *view), else im. */
 const struct img *tiers_admit(const struct tiers_ctx *x, uint32_t id, const struct img *im,
                               struct img *view);
-/* Stores a materialized sample in the disk tier under the key of its
- * source as read (f): when that is no longer the indexed file, nobody looks
- * the record up, and compaction reclaims it after the next restart. */
-void tiers_put(const struct tiers_ctx *x, uint32_t id, const struct img *im,
-               const struct source_file *f);
-/* A view of a memory entry (data not owned). */
-void tiers_entry_img(const struct cache_entry *e, struct img *im);
+/* A sample just computed from its source (read as f): stored in the disk
+ * tier under the key of the file as read (when that is no longer the
+ * indexed file, nobody looks the record up, and compaction reclaims it
+ * after the next restart; a cluster tier would be written here too), then
+ * admitted to memory if the policy takes it. Returns the memory entry's
+ * view (in *view) or im. */
+const struct img *tiers_put(const struct tiers_ctx *x, uint32_t id, const struct img *im,
+                            const struct source_file *f, struct img *view);
 
 /* ---- stats ---- */
 
