@@ -573,8 +573,7 @@ static void send_result(struct profile *p)
     m.count = p->nst;
     rm.profile.result = &m;
     rm.profile.strategies = p->st;
-    if (reply_done(&p->reply, &rm) < 0)
-        log_error("profile of '%s': cannot queue the result: out of memory", dataset_name(p->ds));
+    reply_done(&p->reply, &rm); /* the owner says if it could not be queued */
 }
 
 /* ---- the trial of one strategy ---- */

@@ -94,7 +94,8 @@ struct reply_ops {
     /* 0, or -ENOMEM (nothing queued). Either way every piece's reference
      * is the receiver's from the call on. */
     int (*batch)(const struct reply *r, const struct reply_batch *b);
-    /* 0, or -ENOMEM when the message could not be queued. */
+    /* 0, or -ENOMEM when the message could not be queued (the receiver
+     * logs it: the job may be gone once this returns). */
     int (*done)(const struct reply *r, const struct reply_msg *m);
     void (*failed)(const struct reply *r, int err, const char *msg);
 };

@@ -274,6 +274,8 @@ static int conn_send_msg(const struct conn_job *cj, uint16_t type, const struct 
     }
     rc = fd < 0 ? frame_send(cj->c->bev, &w) : frame_send_fd(cj->c->bev, &w, fd);
     proto_wbuf_free(&w);
+    if (rc < 0 && rc != -EAGAIN)
+        log_error("cannot queue %s: %s", proto_type_name(type), strerror(-rc));
     return rc;
 }
 
@@ -309,26 +311,31 @@ static void conn_piece_free(const void *data, size_t len, void *arg)
 
 /* A BATCH frame whose samples go by reference from the jobs' buffers: its
  * prefix (header and labels) in the room before the first piece when there
- * is room, else copied in front. All or nothing. Returns the bytes queued. */
+ * is room, else copied in front. All or nothing: a frame of more than one
+ * chunk is put together in a buffer of its own first. Returns the bytes
+ * queued. */
 static int conn_batch_socket(const struct conn_job *cj, const struct reply_batch *b)
 {
     struct evbuffer *out = bufferevent_get_output(cj->c->bev);
     struct proto_batch_hdr hdr = {cj->stream_id, b->index, b->n, b->h, b->w, b->c, b->dtype};
     size_t pre_len = proto_batch_prefix_size(b->n), data_len = 0;
     int in_place = b->room >= pre_len;
-    unsigned taken = 0;
+    unsigned added = 0; /* pieces [0, added) are the evbuffers' now */
     int rc = 0;
     for (unsigned i = 0; i < b->npieces; i++)
         data_len += b->piece[i].len;
     struct evbuffer *dst = in_place && b->npieces == 1 ? out : evbuffer_new();
-    if (dst && in_place) {
+    if (!dst) {
+        rc = -ENOMEM;
+    } else if (in_place) {
         uint8_t *p0 = b->piece[0].p - pre_len;
         proto_batch_prefix_encode(p0, cj->req_id, &hdr, b->labels, data_len);
         if (evbuffer_add_reference(dst, p0, pre_len + b->piece[0].len, conn_piece_free,
                                    b->piece[0].ref) < 0)
             rc = -ENOMEM;
-        taken = 1;
-    } else if (dst) {
+        else
+            added = 1;
+    } else {
         struct evbuffer_iovec v;
         if (evbuffer_reserve_space(dst, (ev_ssize_t)pre_len, &v, 1) < 1) {
             rc = -ENOMEM;
@@ -338,18 +345,16 @@ static int conn_batch_socket(const struct conn_job *cj, const struct reply_batch
             if (evbuffer_commit_space(dst, &v, 1) < 0)
                 rc = -ENOMEM;
         }
-    } else {
-        rc = -ENOMEM;
     }
-    for (unsigned i = taken; i < b->npieces; i++) {
-        if (rc < 0 || evbuffer_add_reference(dst, b->piece[i].p, b->piece[i].len,
-                                             conn_piece_free, b->piece[i].ref) < 0) {
+    for (unsigned i = added; rc == 0 && i < b->npieces; i++) {
+        if (evbuffer_add_reference(dst, b->piece[i].p, b->piece[i].len, conn_piece_free,
+                                   b->piece[i].ref) < 0)
             rc = -ENOMEM;
-            b->piece[i].ref->release(b->piece[i].ref); /* never taken */
-        }
+        else
+            added = i + 1;
     }
-    if (rc < 0 && taken && dst == out) /* the one reference that failed */
-        b->piece[0].ref->release(b->piece[0].ref);
+    for (unsigned i = added; i < b->npieces; i++) /* never taken */
+        b->piece[i].ref->release(b->piece[i].ref);
     if (dst && dst != out) {
         if (rc == 0 && evbuffer_add_buffer(out, dst) < 0)
             rc = -ENOMEM;

@@ -690,8 +690,7 @@ static void stream_say_end(struct stream *s)
     struct reply_msg m = {.kind = REPLY_END};
     m.end = (struct proto_end){0, s->batches_sent, s->samples_sent, s->skipped};
     s->ended = 1; /* the ring may be kept (stream_take_ring) once the end went out */
-    if (reply_done(&s->reply, &m) < 0)
-        log_error("stream %u: cannot queue END: out of memory", s->p.id);
+    reply_done(&s->reply, &m); /* the owner says if END could not be queued */
 }
 
 static void stream_on_pump(evutil_socket_t fd, short what, void *arg)

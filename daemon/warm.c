@@ -119,9 +119,9 @@ static void warm_on_event(evutil_socket_t fd, short what, void *arg)
     if (w->done && !w->notified) {
         struct reply_msg m = {.kind = REPLY_WARM, .warm = w->prog};
         w->notified = 1;
-        /* The owner may close w from within: touch it no more. */
-        if (reply_done(&w->reply, &m) < 0)
-            log_error("warm of '%s': cannot queue DONE: out of memory", dataset_name(w->ds));
+        /* The owner may close w from within: touch it no more (it says
+         * itself if DONE could not be queued). */
+        reply_done(&w->reply, &m);
     }
 }
 
