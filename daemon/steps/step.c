@@ -70,18 +70,19 @@ int step_check_pixels(struct step_ctx *ctx, const struct img *in,
     return 0;
 }
 
-int step_out_pixels(struct step_ctx *ctx, struct img *out, uint32_t h,
-                    uint32_t w, uint32_t c)
+int step_out_pixels_as(struct step_ctx *ctx, struct img *out, uint32_t h,
+                       uint32_t w, uint32_t c, uint32_t dtype)
 {
-    size_t len = (size_t)h * w * c;
+    size_t len = (size_t)h * w * c * proto_dtype_size(dtype);
     int rc = img_reserve(out, len);
     if (rc < 0) /* -ENOSPC: a borrowed buffer (a batch slot) too small */
-        return step_fail(ctx, rc, "no room for a %ux%ux%u image", h, w, c);
+        return step_fail(ctx, rc, "no room for a %ux%ux%u%s image", h, w, c,
+                         dtype == PROTO_DTYPE_U8 ? "" : " float32");
     out->fmt = IMG_PIXELS;
     out->h = h;
     out->w = w;
     out->c = c;
-    out->dtype = PROTO_DTYPE_U8;
+    out->dtype = dtype;
     out->len = len;
     out->src_h = out->src_w = out->scale_num = out->scale_den = 0;
     return 0;
