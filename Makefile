@@ -39,7 +39,8 @@ ITEST_SRC  := $(wildcard tests/integration/test_*.c)
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/obj/%.o)
 DAEMON_LIB_OBJ := $(filter-out $(BUILD)/obj/daemon/main.o,$(DAEMON_OBJ))
-CLIENT_PIC := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(BUILD)/pic/common/proto.o
+CLIENT_PIC := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(BUILD)/pic/common/proto.o \
+              $(BUILD)/pic/common/trust.o
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ITEST_BIN  := $(ITEST_SRC:tests/integration/%.c=$(BUILD)/tests/%)
 # Script suites, run by tests/run-tests.sh through a small wrapper each.
@@ -188,18 +189,19 @@ FUZZ_SAN     := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_LIBS    := $(call pkg_libs,$(PKG_DAEMON)) -lm
 FUZZ_STEPS   := $(wildcard daemon/steps/*.c) daemon/hash.c daemon/img.c daemon/stats.c \
                 daemon/json.c common/log.c common/proto.c
+FUZZ_STORE   := daemon/store.c daemon/cachedir.c common/trust.c
 FUZZ_NAMES   := fuzz_frame fuzz_config fuzz_store fuzz_decode
 FUZZ_BIN     := $(FUZZ_NAMES:%=$(FUZZ_DIR)/%)
 
 $(FUZZ_DIR)/fuzz_frame: tests/fuzz/fuzz_frame.c common/proto.c
 $(FUZZ_DIR)/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c $(FUZZ_STEPS)
-$(FUZZ_DIR)/fuzz_store: tests/fuzz/fuzz_store.c daemon/store.c $(FUZZ_STEPS)
+$(FUZZ_DIR)/fuzz_store: tests/fuzz/fuzz_store.c $(FUZZ_STORE) $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_decode: tests/fuzz/fuzz_decode.c $(FUZZ_STEPS)
 $(FUZZ_BIN): tests/fuzz/fuzz.h $(wildcard common/*.h daemon/*.h daemon/steps/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_SAN) -o $@ $(filter %.c,$^) $(FUZZ_LIBS)
 
-$(FUZZ_DIR)/mkcorpus: tests/fuzz/mkcorpus.c daemon/store.c $(FUZZ_STEPS)
+$(FUZZ_DIR)/mkcorpus: tests/fuzz/mkcorpus.c $(FUZZ_STORE) $(FUZZ_STEPS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(filter %.c,$^) $(FUZZ_LIBS)
 

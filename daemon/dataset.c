@@ -278,6 +278,11 @@ void dataset_set_id(struct dataset *ds, uint32_t id)
 
 /* ---- source reads ---- */
 
+void dataset_open_error(const struct dataset *ds, int rc, char *err, size_t errlen)
+{
+    source_dir_open_error(ds->src, rc, err, errlen);
+}
+
 int dataset_open_file(const struct dataset *ds, uint32_t sample, uint64_t max_size,
                       struct source_file *f, char *err, size_t errlen)
 {

@@ -129,6 +129,9 @@ void strategy_put(const struct strategy *st);
  * step_split_check. 0 or -ENOMEM (the old one stays). */
 int dataset_switch(struct dataset *ds, uint32_t split, int zstd_level, int caching);
 
+/* The message of a failed open of a sample's file (rc a negative errno;
+ * -EXDEV: refused, the path leaves the dataset root), for err. */
+void dataset_open_error(const struct dataset *ds, int rc, char *err, size_t errlen);
 /* Opens a sample's file (below the root unless follow_symlinks) and fstats
  * it. Returns 0, or -errno (-EFBIG: over max_size; the file is closed then)
  * with a message in err. */

@@ -444,10 +444,11 @@ static int item_materialize(struct pipeline *p, const struct tiers_ctx *x, struc
         return 0;
     default: /* TIERS_SOURCE */
         if (q->res < 0) {
-            snprintf(err, errlen, "%s: %s",
-                     q->failed == IO_STEP_OPEN ? "open" : q->failed == IO_STEP_STAT ? "stat"
-                                                                                 : "read",
-                     strerror((int)-q->res));
+            if (q->failed == IO_STEP_OPEN) /* -EXDEV: RESOLVE_BENEATH refused a link */
+                dataset_open_error(x->ds, (int)q->res, err, errlen);
+            else
+                snprintf(err, errlen, "%s: %s", q->failed == IO_STEP_STAT ? "stat" : "read",
+                         strerror((int)-q->res));
             return (int)q->res;
         }
         if (q->size > p->max_file_size) {

@@ -175,8 +175,11 @@ void profiler_destroy(struct profiler *pr);
  * -ENOMEM, -EBUSY (a profile runs already). */
 int profiler_request(struct profiler *pr, struct dataset *ds, const struct proto_profile *req,
                      const struct reply *reply, char *err, size_t errlen);
-/* The requester `owner` (the `to` of the reply it asked with) is going
- * away: its profile stops, saying nothing more. */
+/* 1 while a profile the requester `owner` (the `to` of the reply it asked
+ * with) asked for runs. */
+int profiler_runs_for(const struct profiler *pr, const void *owner);
+/* The requester `owner` is going away: its profile stops, saying nothing
+ * more. */
 void profiler_detach(struct profiler *pr, const void *owner);
 /* An OPEN or WARM of ds: a PENDING split: auto dataset gets profiled (in
  * the background, applied when done). */

@@ -214,6 +214,15 @@ void source_dir_close(struct source_dir *src)
     src->root_fd = -1;
 }
 
+void source_dir_open_error(const struct source_dir *src, int rc, char *err, size_t errlen)
+{
+    if (rc == -EXDEV && src->real_root)
+        snprintf(err, errlen, "open: refused: the path leaves the dataset root %s "
+                 "(a symbolic link?)", src->real_root);
+    else
+        snprintf(err, errlen, "open: %s", strerror(-rc));
+}
+
 int source_dir_open_file(const struct source_dir *src, const char *path, uint64_t max_size,
                          struct source_file *f, char *err, size_t errlen)
 {
@@ -231,11 +240,7 @@ int source_dir_open_file(const struct source_dir *src, const char *path, uint64_
     }
     if (f->fd < 0) {
         f->fd = -1;
-        if (rc == -EXDEV)
-            snprintf(err, errlen, "open: refused: the path leaves the root %s "
-                     "(a symbolic link?)", src->real_root);
-        else
-            snprintf(err, errlen, "open: %s", strerror(-rc));
+        source_dir_open_error(src, rc, err, errlen);
         return rc;
     }
     if (fstat(f->fd, &sb) < 0) {

@@ -40,6 +40,9 @@ int source_dir_open(struct source_dir *src, const struct config_dataset *cfg,
                     struct index *ix, char *err, size_t errlen);
 void source_dir_close(struct source_dir *src);
 
+/* The message of a failed open of a file of src (rc a negative errno;
+ * -EXDEV: refused, the path leaves the root), for err. */
+void source_dir_open_error(const struct source_dir *src, int rc, char *err, size_t errlen);
 /* Opens path and fstats it. Returns 0, or -errno (-EFBIG: over max_size;
  * the file is closed then) with a message in err. */
 int source_dir_open_file(const struct source_dir *src, const char *path, uint64_t max_size,
