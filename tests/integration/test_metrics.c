@@ -158,8 +158,7 @@ static Suite *metrics_suite(void)
     };
     harness_add_cases(s, cases, sizeof(cases) / sizeof(cases[0]), daemon_setup,
                       daemon_teardown, CASE_TIMEOUT_S);
-    TCase *tc = tcase_create("bad_listen");
-    tcase_set_timeout(tc, CASE_TIMEOUT_S);
+    TCase *tc = harness_tcase("bad_listen", NULL, NULL, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_bad_listen);
     suite_add_tcase(s, tc);
     return s;
