@@ -621,9 +621,12 @@ static void stream_pump(struct stream *s)
     }
     if (!s->done && s->next_send == s->plan.batches)
         stream_end(s);
-    /* A ring full of slots the client holds: it has this long to release one. */
+    /* A ring full of slots the client holds, nothing in flight or waiting to
+     * be sent: only a release lets the stream go on, and the client has this
+     * long to send one. A ring full of batches the daemon is still computing
+     * is not the client's doing (a slow pipeline never drops a client). */
     if (!s->done && stream_shm(s) && s->nheld > 0 && s->live_jobs >= stream_job_limit(s) &&
-        !evtimer_pending(s->release_ev, NULL)) {
+        s->next_send == s->next_submit && !evtimer_pending(s->release_ev, NULL)) {
         struct timeval tv = {s->release_timeout, 0};
         evtimer_add(s->release_ev, &tv);
     }
