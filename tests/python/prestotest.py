@@ -145,15 +145,21 @@ def serve(config, count, classes, seed, **fields):
     return dir, root, path, Daemon(dir, ["-c", path])
 
 
-def finish(dir, daemon):
-    """The end of serve(): stops the daemon (an exit status other than 0
-    fails, with its log) and removes dir."""
+def finish(dir, *daemons):
+    """The end of serve(): stops every daemon, then fails with the log of the
+    first whose exit status was not 0 (a memory error under valgrind: 99),
+    and removes dir. Each is stopped whatever the others did, so none is
+    left running."""
+    failed = []
     try:
-        status = daemon.stop() if daemon else 0
-        if status != 0:
-            raise AssertionError("prestod exited with %r:\n%s" % (status, daemon.log_text()))
+        for d in daemons:
+            status = d.stop() if d else 0
+            if status != 0:
+                failed.append("prestod exited with %r:\n%s" % (status, d.log_text()))
     finally:
         remove(dir)
+    if failed:
+        raise AssertionError("\n".join(failed))
 
 
 def prestoctl(sock, *args):
