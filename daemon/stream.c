@@ -177,7 +177,10 @@ void stream_ring_free(struct streams *ss, struct ring *r)
     ss->buffer_bytes -= ring_bytes(r);
     ss->shm[SHM_ring_bytes] -= ring_bytes(r);
     ss->shm[SHM_rings]--;
-    ring_destroy(r);
+    int rc = ring_destroy(r);
+    if (rc < 0)
+        log_warn("a ring's pages could not be freed (%s): they stay until the client "
+                 "closes its copy", strerror(-rc));
 }
 
 /* Bytes a job's buffers take (a shared memory job's data is the ring's,
