@@ -39,7 +39,9 @@
     X(connections, GAUGE, "connections", "client connections open", "connections_open") \
     X(connections_total, COUNTER, "connections", "connections accepted")               \
     X(connections_rejected, COUNTER, "connections", "connections refused at limits.connections") \
-    X(protocol_errors, COUNTER, "requests", "malformed frames and bad requests received")
+    X(protocol_errors, COUNTER, "requests", "malformed frames and bad requests received") \
+    X(ends_lost, COUNTER, "connections",                                               \
+      "connections closed because a stream's END or ERROR could not be queued")
 #define SERVER_ACCESS_STATS(X)                                                        \
     X(denied, COUNTER, "requests", "admin requests from peers that are not admins")    \
     X(uid, GAUGE, "", "prestod's uid: peers with it are admins")                       \
@@ -82,7 +84,7 @@ enum server_limit {
 
 /* The server's counters (event loop thread only). */
 enum server_counter { SRV_connections_total, SRV_protocol_errors, SRV_access_denied,
-                      SRV_cache_drops, SERVER_NCOUNTERS };
+                      SRV_cache_drops, SRV_ends_lost, SERVER_NCOUNTERS };
 
 struct conn_job {
     struct conn *c;
@@ -170,10 +172,13 @@ static uint32_t error_code(int err)
     return PROTO_E_INTERNAL;
 }
 
-/* Answers a request with an ERROR for -errno err. */
-static void conn_error(struct conn *c, uint32_t req_id, int err, const char *msg)
+/* Answers a request with an ERROR for -errno err: 0, or -ENOMEM when it
+ * could not be queued. */
+static int conn_error(struct conn *c, uint32_t req_id, int err, const char *msg)
 {
-    frame_send_error(c->bev, req_id, error_code(err), msg);
+    if (c->srv->d.faults & SERVER_FAULT_ERROR)
+        return -ENOMEM;
+    return frame_send_error(c->bev, req_id, error_code(err), msg);
 }
 
 /* uid's entry; made (n 0) when add and missing. NULL: none, or no memory. */
@@ -319,7 +324,10 @@ static int conn_send_msg(const struct conn_job *cj, uint16_t type, const struct 
             proto_put_profile_strategy(&w, &m->profile.strategies[i]);
         break;
     }
-    rc = fd < 0 ? frame_send(cj->c->bev, &w) : frame_send_fd(cj->c->bev, &w, fd);
+    if (type == PROTO_END && (cj->c->srv->d.faults & SERVER_FAULT_END))
+        rc = -ENOMEM;
+    else
+        rc = fd < 0 ? frame_send(cj->c->bev, &w) : frame_send_fd(cj->c->bev, &w, fd);
     proto_wbuf_free(&w);
     if (rc < 0 && rc != -EAGAIN)
         log_error("cannot queue %s: %s", proto_type_name(type), strerror(-rc));
@@ -346,6 +354,18 @@ static void conn_failed(const struct reply *r, int err, const char *msg)
 {
     const struct conn_job *cj = r->to;
     conn_error(cj->c, cj->req_id, err, msg);
+}
+
+/* A stream's last word could not be queued (no memory): the client would
+ * wait for it forever, so the connection goes at once, its queued output
+ * with it; the client reads the end of the socket. */
+static void conn_lost_end(struct conn *c, uint32_t stream_id, const char *what)
+{
+    log_error("stream %u: its %s could not be queued (out of memory): closing the connection "
+              "of pid %d uid %u", stream_id, what, (int)c->peer.pid, (unsigned)c->peer.uid);
+    c->srv->n[SRV_ends_lost]++;
+    conn_closing(c);
+    conn_free(c);
 }
 
 static void conn_piece_free(const void *data, size_t len, void *arg)
@@ -449,17 +469,35 @@ static void conn_stream_ended(struct conn_job *cj, int ended_well)
     }
 }
 
+/* The stream's END, or when it cannot be queued an ERROR saying so, or
+ * when neither can, the connection closes: never silence. */
 static int stream_done(const struct reply *r, const struct reply_msg *m)
 {
+    struct conn_job *cj = r->to;
+    struct conn *c = cj->c;
+    uint32_t req_id = cj->req_id, id = cj->stream_id;
     int rc = conn_done(r, m);
-    conn_stream_ended(r->to, rc == 0);
+    int dropped = stream_dropped(cj->st);
+    conn_stream_ended(cj, rc == 0);
+    if (rc < 0 && !dropped) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "stream %u: its END could not be queued: out of memory", id);
+        if (conn_error(c, req_id, -ENOMEM, msg) < 0)
+            conn_lost_end(c, id, "END and ERROR");
+    }
     return rc;
 }
 
 static void stream_failed(const struct reply *r, int err, const char *msg)
 {
-    conn_failed(r, err, msg);
-    conn_stream_ended(r->to, 0);
+    struct conn_job *cj = r->to;
+    struct conn *c = cj->c;
+    uint32_t id = cj->stream_id;
+    int rc = conn_error(c, cj->req_id, err, msg);
+    int dropped = stream_dropped(cj->st);
+    conn_stream_ended(cj, 0); /* frees c when dropped */
+    if (rc < 0 && !dropped)
+        conn_lost_end(c, id, "ERROR");
 }
 
 static void warm_finished(struct conn_job *cj)
@@ -1144,6 +1182,7 @@ static void server_top_stats(struct server *s, struct stats_out *o)
         stats_u64(s->n[SRV_connections_total]),
         stats_u64(s->limit_hits[LIMIT_connections]),
         stats_u64(s->n[SRV_protocol_errors]),
+        stats_u64(s->n[SRV_ends_lost]),
     };
     stats_emit(o, server_decl, v, NDECL(v));
 }

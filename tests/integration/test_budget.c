@@ -1,0 +1,266 @@
+/*
+ * What a client can make a real prestod hold, and streams that cannot end
+ * properly (issue 15):
+ *
+ *  - a client that keeps the memfd of every ring it was sent, closes the
+ *    connection and reconnects, again and again, leaves no page of those
+ *    rings allocated (st_blocks of the descriptors it kept: 0), and stats
+ *    show no ring;
+ *  - a stream whose END cannot be queued (an injected allocation failure,
+ *    PRESTO_TEST_FAULT=end) fails the client with an ERROR within a second;
+ *    when its ERROR cannot be queued either (end,error) the connection
+ *    closes within a second; the daemon serves the next client.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "presto.h"
+#include "proto.h"
+
+#define DATASET "bud"
+#define NSAMPLES 16
+#define SIDE 64
+#define CASE_TIMEOUT_S 60
+
+static struct harness H;
+static char data_root[HARNESS_PATH_MAX];
+
+static void start_daemon(const char *extra)
+{
+    char yaml[2048];
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\n"
+             "%s"
+             "datasets:\n"
+             "  - name: " DATASET "\n"
+             "    root: %s\n"
+             "    steps: [decode, {resize: %d}, {center_crop: %d}]\n",
+             extra, data_root, SIDE, SIDE);
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+}
+
+static void daemon_setup(void)
+{
+    start_daemon("");
+}
+
+static void daemon_teardown(void)
+{
+    harness_stop_checked(&H);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* ---- the raw protocol ---- */
+
+static void raw_send(int fd, struct proto_wbuf *w)
+{
+    proto_frame_finish(w);
+    ck_assert(!w->failed);
+    ck_assert_int_eq(send(fd, w->data, w->len, MSG_NOSIGNAL), (ssize_t)w->len);
+    proto_wbuf_free(w);
+}
+
+/* The next frame: header into h, body into buf; a passed fd into *passed. */
+static void raw_recv(int fd, struct proto_header *h, uint8_t *buf, size_t cap, int *passed)
+{
+    uint8_t hdr[PROTO_HEADER_SIZE];
+    char ctl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {hdr, sizeof(hdr)};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                         .msg_controllen = sizeof(ctl)};
+    ck_assert_int_eq(recvmsg(fd, &msg, MSG_WAITALL), (ssize_t)sizeof(hdr));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    if (passed && cm && cm->cmsg_type == SCM_RIGHTS)
+        memcpy(passed, CMSG_DATA(cm), sizeof(int));
+    ck_assert_int_eq(proto_header_decode(hdr, (uint32_t)cap, h), 0);
+    ck_assert_int_eq(recv(fd, buf, h->body_len, MSG_WAITALL), (ssize_t)h->body_len);
+}
+
+static void send_open(int fd, uint32_t batch, uint32_t prefetch, int shm)
+{
+    struct proto_wbuf w;
+    struct proto_open m = {.batch_size = batch, .seed = 1, .world = 1, .prefetch = prefetch,
+                           .flags = shm ? PROTO_OPEN_SHM : 0};
+    strcpy(m.dataset, DATASET);
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, PROTO_OPEN, 1);
+    proto_put_open(&w, &m);
+    raw_send(fd, &w);
+}
+
+/* ---- a ring is the daemon's only while the daemon holds it ---- */
+
+START_TEST(test_kept_memfd_freed)
+{
+    enum { ROUNDS = 6 };
+    static uint8_t body[1 << 16];
+    int kept[ROUNDS];
+    for (int i = 0; i < ROUNDS; i++) {
+        int fd = harness_raw_connect(&H), ring = -1;
+        struct proto_header h;
+        struct proto_rbuf r;
+        struct proto_opened op;
+        ck_assert_int_ge(fd, 0);
+        send_open(fd, 4, 2, 1);
+        raw_recv(fd, &h, body, sizeof(body), &ring);
+        ck_assert_uint_eq(h.type, PROTO_OPENED);
+        proto_rbuf_init(&r, body, h.body_len);
+        ck_assert_int_eq(proto_get_opened(&r, &op), 0);
+        ck_assert_uint_eq(op.transport, PROTO_TRANSPORT_SHM);
+        ck_assert_int_ge(ring, 0);
+        /* Both slots written (never released): the ring's pages are there. */
+        for (int b = 0; b < 2; b++) {
+            raw_recv(fd, &h, body, sizeof(body), NULL);
+            ck_assert_uint_eq(h.type, PROTO_BATCH_SHM);
+        }
+        struct stat st;
+        ck_assert_int_eq(fstat(ring, &st), 0);
+        ck_assert_msg(st.st_blocks > 0, "round %d: the ring holds no pages", i);
+        close(fd); /* the connection goes; the memfd stays with us */
+        kept[i] = ring;
+        double rings = -1;
+        ck_assert_int_eq(harness_wait_stat(&H, "shm", "rings", 0, 5000, &rings), 0);
+    }
+    long blocks = 0;
+    for (int i = 0; i < ROUNDS; i++) {
+        struct stat st;
+        ck_assert_int_eq(fstat(kept[i], &st), 0);
+        blocks += st.st_blocks;
+        close(kept[i]);
+    }
+    printf("kept memfds: %d rounds, %ld blocks still allocated\n", ROUNDS, blocks);
+    ck_assert_msg(blocks == 0, "%ld blocks of rings whose connections left stay allocated",
+                  blocks);
+}
+END_TEST
+
+/* ---- a stream that cannot end properly fails loudly ---- */
+
+/* Reads the epoch's batches and then what comes instead of END: the
+ * frame's type (an ERROR's code and text), or -ECONNRESET; within a
+ * second of the last batch. */
+static int read_to_end(int fd, uint32_t *code, char *text, size_t len)
+{
+    static uint8_t body[1 << 20];
+    struct proto_header h;
+    double last = now_s();
+    for (;;) {
+        int rc = harness_read_frame(fd, 3000, &h, body, sizeof(body));
+        if (rc < 0) {
+            ck_assert_msg(now_s() - last < 1.0, "the end took %.2f s", now_s() - last);
+            return rc;
+        }
+        if (h.type == PROTO_OPENED || h.type == PROTO_BATCH) {
+            last = now_s();
+            continue;
+        }
+        ck_assert_msg(now_s() - last < 1.0, "the end took %.2f s", now_s() - last);
+        if (h.type == PROTO_ERROR) {
+            struct proto_rbuf r;
+            proto_rbuf_init(&r, body, h.body_len);
+            ck_assert_int_eq(proto_get_error(&r, code, text, len), 0);
+        }
+        return h.type;
+    }
+}
+
+static void fault_setup(const char *faults)
+{
+    setenv("PRESTO_TEST_FAULT", faults, 1);
+    start_daemon("");
+    unsetenv("PRESTO_TEST_FAULT");
+}
+
+static void end_fault_setup(void)
+{
+    fault_setup("end");
+}
+
+static void end_error_fault_setup(void)
+{
+    fault_setup("end,error");
+}
+
+/* The next client is served (the fault spares everything but the end). */
+static void expect_served(void)
+{
+    int fd = harness_raw_connect(&H);
+    ck_assert_int_ge(fd, 0);
+    send_open(fd, 4, 2, 0);
+    uint32_t code = 0;
+    char text[256] = "";
+    read_to_end(fd, &code, text, sizeof(text));
+    close(fd);
+}
+
+START_TEST(test_end_lost_error)
+{
+    int fd = harness_raw_connect(&H);
+    uint32_t code = 0;
+    char text[256] = "";
+    ck_assert_int_ge(fd, 0);
+    send_open(fd, 4, 2, 0);
+    int type = read_to_end(fd, &code, text, sizeof(text));
+    ck_assert_msg(type == PROTO_ERROR, "got %d instead of an ERROR", type);
+    ck_assert_uint_eq(code, PROTO_E_NOMEM);
+    ck_assert_msg(strstr(text, "END could not be queued"), "error: %s", text);
+    close(fd);
+    expect_served();
+}
+END_TEST
+
+START_TEST(test_end_lost_close)
+{
+    int fd = harness_raw_connect(&H);
+    uint32_t code = 0;
+    char text[256] = "";
+    ck_assert_int_ge(fd, 0);
+    send_open(fd, 4, 2, 0);
+    int type = read_to_end(fd, &code, text, sizeof(text));
+    ck_assert_msg(type == -ECONNRESET, "got %d instead of the connection's end", type);
+    close(fd);
+    double lost = 0;
+    ck_assert_int_eq(harness_wait_stat(&H, NULL, "ends_lost", 1, 3000, &lost), 0);
+    ck_assert_int_eq(harness_wait_log(&H, "could not be queued", 3000), 0);
+}
+END_TEST
+
+static Suite *budget_suite(void)
+{
+    Suite *s = suite_create("budget");
+    const struct harness_case rings[] = {{"kept_memfd", test_kept_memfd_freed}};
+    harness_add_cases(s, rings, 1, daemon_setup, daemon_teardown, CASE_TIMEOUT_S);
+    const struct harness_case end[] = {{"end_lost_error", test_end_lost_error}};
+    harness_add_cases(s, end, 1, end_fault_setup, daemon_teardown, CASE_TIMEOUT_S);
+    const struct harness_case close_[] = {{"end_lost_close", test_end_lost_close}};
+    harness_add_cases(s, close_, 1, end_error_fault_setup, daemon_teardown, CASE_TIMEOUT_S);
+    return s;
+}
+
+int main(void)
+{
+    if (harness_photos_missing())
+        return HARNESS_SKIP;
+    if (harness_init(&H) < 0)
+        return EXIT_FAILURE;
+    if (harness_make_dataset(&H, DATASET, NSAMPLES, 2, 7, 48, 80, data_root,
+                             sizeof(data_root)) < 0) {
+        harness_cleanup(&H);
+        return EXIT_FAILURE;
+    }
+    return harness_finish(&H, harness_run_suite(budget_suite()));
+}
