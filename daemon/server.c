@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "access.h"
+#include "budget.h"
 #include "frame.h"
 #include "json.h"
 #include "log.h"
@@ -73,7 +74,9 @@
     X(frame_size, max_frame_size)                                                      \
     X(output_buffer, max_output_buffer)                                                \
     X(output_timeout, output_timeout)                                                  \
-    X(release_timeout, release_timeout)
+    X(release_timeout, release_timeout)                                                \
+    X(client_memory, client_memory)                                                    \
+    X(user_memory, user_memory)
 
 enum server_limit {
 #define SERVER_LIMIT_ENUM(name, field) LIMIT_##name,
@@ -114,6 +117,7 @@ struct conn {
     struct event *stall_ev;
     struct evbuffer_cb_entry *drain_cb;
     struct ring kept; /* a finished shm stream's ring, for the next OPEN */
+    uint64_t kept_charge; /* its bytes, charged to the peer's uid (budget.h) */
     struct event *idle_ev; /* limits.idle_timeout (conn_on_idle) */
     uint64_t active_ns;    /* last request read or output flushed */
 };
@@ -133,6 +137,7 @@ struct server {
     uint64_t nconns;
     uint32_t next_stream_id;
     struct streams *streams;
+    struct budget *budget; /* limits.client_memory, limits.user_memory */
     struct profiler *profiler;
     struct metrics *metrics; /* /metrics over HTTP (NULL: off) */
     struct timespec started;
@@ -221,11 +226,19 @@ static void conn_close_streams(struct conn *c)
     c->nstreams = 0;
 }
 
+/* Frees the ring kept for the next OPEN, and gives back its charge. */
+static void conn_kept_free(struct conn *c)
+{
+    stream_ring_free(c->srv->streams, &c->kept);
+    budget_uncharge(c->srv->budget, c->peer.uid, c->kept_charge);
+    c->kept_charge = 0;
+}
+
 static void conn_free(struct conn *c)
 {
     struct server *s = c->srv;
     conn_close_streams(c);
-    stream_ring_free(s->streams, &c->kept);
+    conn_kept_free(c);
     if (c->warm)
         warm_close(c->warm);
     profiler_detach(s->profiler, &c->profile_job);
@@ -459,8 +472,8 @@ static void conn_stream_ended(struct conn_job *cj, int ended_well)
     int dropped = stream_dropped(st);
     cj->st = NULL;
     c->nstreams--;
-    if (ended_well)
-        stream_take_ring(st, &c->kept); /* unless one is kept already */
+    if (ended_well && stream_take_ring(st, &c->kept)) /* unless one is kept already */
+        c->kept_charge = ring_bytes(&c->kept);
     stream_close(st);
     if (dropped) {
         conn_closing(c);
@@ -596,6 +609,54 @@ static int conn_require_admin(struct conn *c, uint32_t req_id, const char *op)
     return 0;
 }
 
+/*
+ * The client memory budget (budget.h) for a stream about to open: the ring
+ * kept for it is given back first (the stream takes it over, charged anew,
+ * or frees it); a stream that does not fit in what its uid may still be
+ * charged gets the largest prefetch that fits (shared memory: OPENED's
+ * slots say so), or is refused at limits.client_memory or user_memory.
+ * 0 with p charged (p->budget set), or -ENOSPC after the refusal.
+ */
+static int conn_fit_budget(struct conn *c, uint32_t req_id, const struct dataset *ds,
+                           struct stream_params *p)
+{
+    struct server *s = c->srv;
+    const struct config *cfg = s->d.cfg;
+    uid_t uid = c->peer.uid;
+    int by_user;
+    char err[320];
+
+    budget_uncharge(s->budget, uid, c->kept_charge);
+    c->kept_charge = 0;
+    uint64_t room = budget_room(s->budget, uid, &by_user), need = stream_memory(ds, p);
+    uint32_t asked = p->prefetch;
+    while (need > room && p->prefetch > 1) {
+        p->prefetch--;
+        need = stream_memory(ds, p);
+    }
+    if (need > room || budget_charge(s->budget, uid, need) < 0) {
+        stream_ring_free(s->streams, &c->kept);
+        snprintf(err, sizeof(err), "%s (%llu MiB%s) reached: %llu MiB held for uid %u, "
+                 "this stream needs %llu MiB even with prefetch 1",
+                 by_user ? "limits.user_memory" : "limits.client_memory",
+                 (unsigned long long)((by_user ? cfg->user_memory : cfg->client_memory) >> 20),
+                 by_user ? " per uid" : " for all clients",
+                 (unsigned long long)(budget_used(s->budget, uid) >> 20), (unsigned)uid,
+                 (unsigned long long)((need + (1u << 20) - 1) >> 20));
+        refuse_limit(c, req_id, by_user ? LIMIT_user_memory : LIMIT_client_memory, err);
+        return -ENOSPC;
+    }
+    if (p->prefetch < asked) {
+        budget_lowered(s->budget);
+        log_debug("pid %d uid %u: prefetch %u granted instead of %u (client memory budget)",
+                  (int)c->peer.pid, (unsigned)uid, p->prefetch, asked);
+    }
+    p->budget = s->budget;
+    p->uid = uid;
+    p->charge = need;
+    return 0;
+}
+
 static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
 {
     struct server *s = c->srv;
@@ -643,21 +704,25 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         refuse_limit(c, req_id, LIMIT_streams_per_user, err);
         return;
     }
-    struct conn_job *cj = c->streams;
-    while (cj->st) /* a free slot: nstreams < stream_cap */
-        cj++;
     struct stream_params p = {
         .seed = req.seed, .epoch = req.epoch, .rank = req.rank, .world = req.world,
         .batch_size = req.batch_size, .prefetch = req.prefetch ? req.prefetch : cfg->prefetch,
         .shuffle = !!(req.flags & PROTO_OPEN_SHUFFLE),
         .drop_last = !!(req.flags & PROTO_OPEN_DROP_LAST), .shm = !!(req.flags & PROTO_OPEN_SHM),
-        .id = ++s->next_stream_id, .room = proto_batch_prefix_size(req.batch_size),
+        .room = proto_batch_prefix_size(req.batch_size),
     };
+    if (conn_fit_budget(c, req_id, ds, &p) < 0)
+        return;
+    struct conn_job *cj = c->streams;
+    while (cj->st) /* a free slot: nstreams < stream_cap */
+        cj++;
+    p.id = ++s->next_stream_id;
     *cj = (struct conn_job){c, req_id, p.id, NULL};
     struct reply reply = {&stream_reply, cj};
     struct stream *st;
     int rc = stream_open(&st, s->streams, ds, &p, &reply, &c->kept, err, sizeof(err));
     if (rc < 0) {
+        budget_uncharge(s->budget, c->peer.uid, p.charge);
         conn_error(c, req_id, rc, err);
         return;
     }
@@ -1269,6 +1334,7 @@ static void server_stats(struct server *s, struct stats_out *o)
     streams_stats(s->streams, o);
     server_access_stats(s, o);
     server_limits_stats(s, o);
+    budget_stats(s->budget, o);
     streams_shm_stats(s->streams, o);
     tiers_stats(s->d.tiers, o);
     server_memory_stats(s, o);
@@ -1446,7 +1512,13 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
         return -ENOMEM;
     }
     streams_set_release_timeout(s->streams, deps->cfg->release_timeout);
+    if (budget_create(&s->budget, deps->cfg->client_memory, deps->cfg->user_memory) < 0) {
+        streams_destroy(s->streams);
+        free(s);
+        return -ENOMEM;
+    }
     if (profiler_create(&s->profiler, deps->base, deps->workers, &s->d.cfg, deps->tiers) < 0) {
+        budget_destroy(s->budget);
         streams_destroy(s->streams);
         free(s);
         return -ENOMEM;
@@ -1500,6 +1572,7 @@ void server_update(struct server *s, const struct config *cfg, struct dataset **
     s->d.ndatasets = n;
     pipeline_set_max_file_size(s->d.pipeline, cfg->max_file_size);
     streams_set_release_timeout(s->streams, cfg->release_timeout);
+    budget_set_limits(s->budget, cfg->client_memory, cfg->user_memory);
     /* A larger frame_size must fit in what each connection reads at once. */
     for (struct conn *c = s->conns; c; c = c->next)
         bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_SIZE + cfg->max_frame_size);
@@ -1529,6 +1602,7 @@ void server_destroy(struct server *s)
         free(s->path);
     }
     streams_destroy(s->streams);
+    budget_destroy(s->budget);
     free(s->uids);
     free(s);
 }

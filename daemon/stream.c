@@ -193,9 +193,36 @@ static size_t job_bytes(const struct stream *s)
     return b;
 }
 
+uint64_t stream_memory(const struct dataset *ds, const struct stream_params *p)
+{
+    const struct dataset_output *o = dataset_output(ds);
+    uint64_t bs = p->batch_size, sample = o->bytes;
+    uint64_t cap = (uint64_t)p->prefetch + 2; /* inflight's entries, most jobs */
+    uint64_t room = ((uint64_t)p->room + 63) & ~(uint64_t)63;
+    uint64_t job = sizeof(struct batch_job) + bs * sizeof(int64_t);
+    uint64_t base = sizeof(struct stream) + (uint64_t)dataset_size(ds) * sizeof(uint32_t) +
+                    bs * sizeof(int64_t) + cap * sizeof(struct batch_job *);
+    /* Socket: up to cap jobs with their buffers (never more than the
+     * epoch's batches and the two a cut waits in), their frames queued by
+     * reference (the frame's prefix is written in the room before them). */
+    uint64_t batches = ((uint64_t)dataset_size(ds) / (p->world ? p->world : 1) + bs) / bs + 2;
+    uint64_t sock = base + (cap < batches ? cap : batches) * (job + room + bs * sample);
+    if (!p->shm)
+        return sock;
+    /* Shared memory: a job per slot and the ring; the BATCH_SHM frames
+     * (header and labels) of every slot the client has not taken. */
+    uint64_t slots = p->prefetch < 2 ? 2 : p->prefetch;
+    uint64_t frame = 128 + bs * sizeof(int64_t);
+    uint64_t shm = base + slots * (job + sizeof(struct batch_job *) + frame +
+                                   ring_slot_size((size_t)(bs * sample)));
+    return shm > sock ? shm : sock;
+}
+
 static void stream_free(struct stream *s)
 {
     struct streams *ss = s->ss;
+    if (s->p.budget)
+        budget_uncharge(s->p.budget, s->p.uid, s->p.charge);
     for (struct batch_job *j = s->free_jobs, *next; j; j = next) {
         next = j->next_free;
         ss->buffer_bytes -= job_bytes(s);
@@ -679,6 +706,8 @@ int stream_take_ring(struct stream *s, struct ring *out)
     if (!stream_shm(s) || !s->ended || s->shm.fd < 0 || out->fd >= 0)
         return 0;
     *out = s->shm;
+    uint64_t bytes = ring_bytes(&s->shm);
+    s->p.charge -= bytes < s->p.charge ? bytes : s->p.charge; /* the owner's now */
     s->shm.fd = -1; /* stream_free leaves it alone now */
     s->shm.base = NULL;
     return 1;

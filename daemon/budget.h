@@ -1,0 +1,54 @@
+/*
+ * The client memory budget (limits.client_memory, limits.user_memory):
+ * what the clients together, and the clients of one uid, can make the
+ * daemon hold. Everything a stream can hold is charged to its client's uid
+ * when the stream opens, at the most it can ever hold (its plan, its batch
+ * buffers or its ring, the frames it can have queued on the socket: see
+ * stream_memory), and given back when the last of it is freed, which may
+ * be after the stream closed (pieces still queued on the socket) or, for a
+ * ring kept for the next stream, when that ring goes. A stream that does
+ * not fit is given a lower prefetch, or refused; a stream that opened never
+ * grows past its charge, so the sum never passes the limits.
+ *
+ * Event loop thread only (the server charges, the streams give back).
+ */
+#ifndef PRESTO_BUDGET_H
+#define PRESTO_BUDGET_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "stats.h"
+
+struct budget;
+
+/* The budget section's fields ("client_memory" in the stats document). */
+#define BUDGET_STATS(X)                                                               \
+    X(limit, GAUGE, "bytes", "limits.client_memory: what all clients can make prestod hold") \
+    X(user_limit, GAUGE, "bytes", "limits.user_memory: what the clients of one uid can")  \
+    X(used, GAUGE, "bytes", "charged to clients now (streams, their rings and queued batches)") \
+    X(peak, GAUGE, "bytes", "the most charged at once since start")                   \
+    X(users, GAUGE, "uids", "uids with memory charged")                                \
+    X(lowered, COUNTER, "streams", "streams granted a lower prefetch than asked, to fit")
+#define BUDGET_USER_STATS(X) X(used, GAUGE, "bytes", "charged to the clients of this uid")
+
+int budget_create(struct budget **out, uint64_t limit, uint64_t user_limit);
+void budget_destroy(struct budget *b);
+/* A reload's limits: for new charges (what is charged stays). */
+void budget_set_limits(struct budget *b, uint64_t limit, uint64_t user_limit);
+/* Bytes uid may still be charged: the smaller room of the two limits; *by_user
+ * (may be NULL) says whether limits.user_memory is the tighter. */
+uint64_t budget_room(const struct budget *b, uid_t uid, int *by_user);
+/* Bytes charged to uid now. */
+uint64_t budget_used(const struct budget *b, uid_t uid);
+/* Charges bytes to uid (the caller checked budget_room): 0, or -ENOMEM
+ * when no entry for uid could be made (nothing charged). */
+int budget_charge(struct budget *b, uid_t uid, uint64_t bytes);
+/* Gives back bytes charged to uid. */
+void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes);
+/* A stream got a lower prefetch to fit (counted). */
+void budget_lowered(struct budget *b);
+/* The "client_memory" section, with the uids' use under "users". */
+void budget_stats(const struct budget *b, struct stats_out *o);
+
+#endif
