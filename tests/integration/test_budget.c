@@ -36,8 +36,12 @@
 #define NSAMPLES 256
 #define SIDE 64
 #define SAMPLE_BYTES ((uint64_t)SIDE * SIDE * 3)
+#ifndef CLIENT_MEMORY /* -D for a measurement without the budget */
 #define CLIENT_MEMORY (64ull << 20)
+#endif
+#ifndef USER_MEMORY
 #define USER_MEMORY (24ull << 20)
+#endif
 #define NOBODY 65534
 #define CASE_TIMEOUT_S 60
 
@@ -264,6 +268,7 @@ START_TEST(test_hog_held_to_budget)
            streams, hits, lowered, used / 1048576, peak / 1048576,
            (unsigned long long)(USER_MEMORY >> 20), buffers / 1048576, rss0, rss1,
            (double)(rss1 - rss0) / 1024, rss2);
+    fflush(stdout);
     ck_assert_msg(hits >= 1, "nothing was refused at limits.user_memory");
     ck_assert_msg(lowered >= 1, "no stream was given a lower prefetch");
     ck_assert_msg(used <= (double)USER_MEMORY, "%.0f bytes charged, over user_memory", used);
