@@ -120,8 +120,8 @@ void budget_stats(const struct budget *b, struct stats_out *o)
         char uid[16];
         snprintf(uid, sizeof(uid), "%u", (unsigned)b->users[i].uid);
         stats_begin(o, NULL, "user", "uid", uid);
-        uint64_t used = b->users[i].used;
-        stats_emit_u64(o, user_decl, &used, 1);
+        struct stats_val u[] = {stats_str(uid), stats_u64(b->users[i].used)};
+        stats_emit(o, user_decl, u, 2);
         stats_end(o);
     }
     stats_list_end(o);

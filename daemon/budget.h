@@ -30,7 +30,9 @@ struct budget;
     X(peak, GAUGE, "bytes", "the most charged at once since start")                   \
     X(users, GAUGE, "uids", "uids with memory charged")                                \
     X(lowered, COUNTER, "streams", "streams granted a lower prefetch than asked, to fit")
-#define BUDGET_USER_STATS(X) X(used, GAUGE, "bytes", "charged to the clients of this uid")
+#define BUDGET_USER_STATS(X)                                                          \
+    X(uid, LABEL, "", "the clients' uid")                                              \
+    X(used, GAUGE, "bytes", "charged to the clients of this uid")
 
 int budget_create(struct budget **out, uint64_t limit, uint64_t user_limit);
 void budget_destroy(struct budget *b);

@@ -723,6 +723,7 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     int rc = stream_open(&st, s->streams, ds, &p, &reply, &c->kept, err, sizeof(err));
     if (rc < 0) {
         budget_uncharge(s->budget, c->peer.uid, p.charge);
+        conn_kept_free(c); /* uncharged by conn_fit_budget: not kept uncharged */
         conn_error(c, req_id, rc, err);
         return;
     }
@@ -963,7 +964,9 @@ static void conn_stall_arm(struct conn *c)
 }
 
 /* Every output_timeout while requests wait: the peer took nothing since
- * the last look, so it stopped reading: ERROR (best effort) and close. */
+ * the last look, so it stopped reading: closed. No ERROR: it would queue
+ * behind the output the peer does not read (and the socket takes nothing
+ * now, so it cannot go ahead of it); the log line and the close say it. */
 static void conn_on_stall(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
@@ -982,7 +985,6 @@ static void conn_on_stall(evutil_socket_t fd, short what, void *arg)
              (int)c->peer.pid, (unsigned)c->peer.uid,
              evbuffer_get_length(bufferevent_get_output(c->bev)),
              (unsigned long long)s->d.cfg->max_output_buffer, s->d.cfg->output_timeout);
-    frame_send_error(c->bev, 0, PROTO_E_LIMIT, "output buffer over its limit and not read");
     conn_free(c);
 }
 

@@ -320,6 +320,11 @@ START_TEST(test_lower_prefetch_granted)
     close(ring);
     double v = -1;
     ck_assert_int_eq(harness_wait_stat(&H, "client_memory", "lowered", 1, 3000, &v), 0);
+    /* Root's charge, by uid. */
+    char *json = NULL;
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    ck_assert_msg(strstr(json, "\"per_uid\":[{\"uid\":\"0\",\"used\":"), "%s", json);
+    free(json);
     /* Nothing left for a second one: refused, saying which limit. */
     send_open(fd, 64, 64, 1);
     for (;;) {
