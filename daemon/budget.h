@@ -6,7 +6,12 @@
  * buffers or its ring, the frames it can have queued on the socket: see
  * stream_memory), and given back when the last of it is freed, which may
  * be after the stream closed (pieces still queued on the socket) or, for a
- * ring kept for the next stream, when that ring goes. A stream that does
+ * ring kept for the next stream, when that ring goes. A ring is charged
+ * until its last mapping is gone, not until the daemon lets it go: a client
+ * may keep the memfd (or its mapping) past its stream and its connection,
+ * and its pages stay; budget_linger keeps charging them to the uid until
+ * the kernel frees the file (an inotify watch on it hears IN_IGNORED when
+ * the last descriptor and mapping went). A stream that does
  * not fit is given a lower prefetch, or refused; a stream that opened never
  * grows past its charge, so the sum never passes the limits.
  *
@@ -21,6 +26,7 @@
 #include "stats.h"
 
 struct budget;
+struct event_base;
 
 /* The budget section's fields ("client_memory" in the stats document). */
 #define BUDGET_STATS(X)                                                               \
@@ -29,12 +35,17 @@ struct budget;
     X(used, GAUGE, "bytes", "charged to clients now (streams, their rings and queued batches)") \
     X(peak, GAUGE, "bytes", "the most charged at once since start")                   \
     X(users, GAUGE, "uids", "uids with memory charged")                                \
-    X(lowered, COUNTER, "streams", "streams granted a lower prefetch than asked, to fit")
+    X(lowered, COUNTER, "streams", "streams granted a lower prefetch than asked, to fit") \
+    X(rings_left, GAUGE, "rings", "rings prestod let go that a client still maps or holds") \
+    X(rings_left_bytes, GAUGE, "bytes", "their bytes, still charged to their uids")
 #define BUDGET_USER_STATS(X)                                                          \
     X(uid, LABEL, "", "the clients' uid")                                              \
     X(used, GAUGE, "bytes", "charged to the clients of this uid")
 
-int budget_create(struct budget **out, uint64_t limit, uint64_t user_limit);
+/* base: where the rings let go are watched (NULL: they are not, and
+ * budget_linger fails). */
+int budget_create(struct budget **out, struct event_base *base, uint64_t limit,
+                  uint64_t user_limit);
 void budget_destroy(struct budget *b);
 /* A reload's limits: for new charges (what is charged stays). */
 void budget_set_limits(struct budget *b, uint64_t limit, uint64_t user_limit);
@@ -48,6 +59,11 @@ uint64_t budget_used(const struct budget *b, uid_t uid);
 int budget_charge(struct budget *b, uid_t uid, uint64_t bytes);
 /* Gives back bytes charged to uid. */
 void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes);
+/* The daemon lets go of a ring (fd: its memfd, closed by the caller after
+ * this): bytes are charged to uid until the file is freed, which may be at
+ * once. 0, or -errno when it cannot be watched (nothing charged: the
+ * caller frees the pages itself, ring_punch). */
+int budget_linger(struct budget *b, uid_t uid, uint64_t bytes, int fd);
 /* A stream got a lower prefetch to fit (counted). */
 void budget_lowered(struct budget *b);
 /* The "client_memory" section, with the uids' use under "users". */

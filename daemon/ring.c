@@ -40,22 +40,22 @@ int ring_create(struct ring *r, uint32_t slots, size_t bytes, const char *name)
     return 0;
 }
 
-int ring_destroy(struct ring *r)
+int ring_punch(struct ring *r)
 {
-    int rc = 0;
     if (r->fd < 0)
         return 0;
-    munmap(r->base, ring_bytes(r));
-    /* The client may keep the memfd (and its mapping) past its stream and its
-     * connection: the pages the daemon wrote go now, not when its last copy
-     * of the descriptor closes. What it maps afterwards reads as zeros, and
-     * what it writes there is its own memory, charged to it. The seals leave
-     * punching holes allowed (only F_SEAL_WRITE would refuse it). */
     if (fallocate(r->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
                   (off_t)ring_bytes(r)) < 0)
-        rc = -errno;
+        return -errno;
+    return 0;
+}
+
+void ring_destroy(struct ring *r)
+{
+    if (r->fd < 0)
+        return;
+    munmap(r->base, ring_bytes(r));
     close(r->fd);
     r->fd = -1;
     r->base = NULL;
-    return rc;
 }

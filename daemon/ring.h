@@ -5,9 +5,8 @@
  * client from truncating the file under the daemon's mapping.
  *
  * A ring holds memory until its last descriptor and mapping are gone, and
- * the client has both: ring_destroy frees the pages itself (fallocate
- * PUNCH_HOLE) before closing its descriptor, so a ring is the daemon's
- * memory exactly as long as the daemon holds it, whatever the client keeps.
+ * the client has both: the client memory budget (budget.h) keeps charging
+ * a ring the daemon let go until then.
  */
 #ifndef PRESTO_RING_H
 #define PRESTO_RING_H
@@ -26,10 +25,12 @@ struct ring {
  * errno (memfd_create, ftruncate, mmap or sealing failed); r->fd is -1
  * then. */
 int ring_create(struct ring *r, uint32_t slots, size_t bytes, const char *name);
-/* Frees the ring's pages (even those a client still maps), unmaps it and
- * closes the daemon's descriptor. Returns 0, or -errno when the pages could
- * not be freed (the kernel then frees them with the last descriptor). */
-int ring_destroy(struct ring *r);
+/* Unmaps the ring and closes the daemon's descriptor: its pages go with the
+ * last descriptor or mapping, which may be a client's. */
+void ring_destroy(struct ring *r);
+/* Frees the ring's pages now, even those a client still maps (it reads
+ * zeros after): 0 or -errno. The seals allow it. */
+int ring_punch(struct ring *r);
 
 /* The slot size ring_create makes for `bytes`: whole pages. */
 size_t ring_slot_size(size_t bytes);

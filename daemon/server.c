@@ -229,7 +229,7 @@ static void conn_close_streams(struct conn *c)
 /* Frees the ring kept for the next OPEN, and gives back its charge. */
 static void conn_kept_free(struct conn *c)
 {
-    stream_ring_free(c->srv->streams, &c->kept);
+    stream_ring_free(c->srv->streams, &c->kept, c->srv->budget, c->peer.uid);
     budget_uncharge(c->srv->budget, c->peer.uid, c->kept_charge);
     c->kept_charge = 0;
 }
@@ -635,7 +635,7 @@ static int conn_fit_budget(struct conn *c, uint32_t req_id, const struct dataset
         need = stream_memory(ds, p);
     }
     if (need > room || budget_charge(s->budget, uid, need) < 0) {
-        stream_ring_free(s->streams, &c->kept);
+        stream_ring_free(s->streams, &c->kept, s->budget, uid);
         snprintf(err, sizeof(err), "%s (%llu MiB%s) reached: %llu MiB held for uid %u, "
                  "this stream needs %llu MiB even with prefetch 1",
                  by_user ? "limits.user_memory" : "limits.client_memory",
@@ -1514,7 +1514,8 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
         return -ENOMEM;
     }
     streams_set_release_timeout(s->streams, deps->cfg->release_timeout);
-    if (budget_create(&s->budget, deps->cfg->client_memory, deps->cfg->user_memory) < 0) {
+    if (budget_create(&s->budget, deps->base, deps->cfg->client_memory,
+                      deps->cfg->user_memory) < 0) {
         streams_destroy(s->streams);
         free(s);
         return -ENOMEM;

@@ -170,17 +170,17 @@ static int stream_ring_create(struct streams *ss, struct ring *r, uint32_t slots
     return rc;
 }
 
-void stream_ring_free(struct streams *ss, struct ring *r)
+void stream_ring_free(struct streams *ss, struct ring *r, struct budget *b, uid_t uid)
 {
     if (r->fd < 0)
         return;
     ss->buffer_bytes -= ring_bytes(r);
     ss->shm[SHM_ring_bytes] -= ring_bytes(r);
     ss->shm[SHM_rings]--;
-    int rc = ring_destroy(r);
-    if (rc < 0)
-        log_warn("a ring's pages could not be freed (%s): they stay until the client "
-                 "closes its copy", strerror(-rc));
+    if (b && budget_linger(b, uid, ring_bytes(r), r->fd) < 0 && ring_punch(r) < 0)
+        log_warn("a ring's pages can be neither watched nor freed: they stay uncharged until "
+                 "the client closes its copy");
+    ring_destroy(r);
 }
 
 /* Bytes a job's buffers take (a shared memory job's data is the ring's,
@@ -235,7 +235,7 @@ static void stream_free(struct stream *s)
     planner_free(&s->plan);
     free(s->labels);
     free(s->inflight);
-    stream_ring_free(ss, &s->shm); /* unless stream_take_ring took it */
+    stream_ring_free(ss, &s->shm, s->p.budget, s->p.uid); /* unless stream_take_ring took it */
     free(s->held);
     ss->n[SS_streams]--;
     struct dataset *ds = s->ds;
@@ -763,7 +763,7 @@ static int stream_say_opened(struct stream *s, struct ring *spare)
             rc = 0;
         } else {
             if (spare) /* the client maps the new one instead */
-                stream_ring_free(ss, spare);
+                stream_ring_free(ss, spare, s->p.budget, s->p.uid);
             rc = stream_ring_create(ss, &s->shm, slots, bytes, s->p.id);
         }
         s->held = rc == 0 ? calloc(slots, sizeof(*s->held)) : NULL;
@@ -786,14 +786,14 @@ static int stream_say_opened(struct stream *s, struct ring *spare)
         log_info("stream %u: shared memory not possible (%s): using the socket", s->p.id,
                  rc == -EAGAIN ? "output already queued" : strerror(-rc));
         ss->shm[SHM_fallbacks]++;
-        stream_ring_free(ss, &s->shm);
+        stream_ring_free(ss, &s->shm, s->p.budget, s->p.uid);
         free(s->held);
         s->held = NULL;
         op->transport = PROTO_TRANSPORT_SOCKET;
         op->slots = 0;
         op->slot_bytes = 0;
     } else if (spare) {
-        stream_ring_free(ss, spare);
+        stream_ring_free(ss, spare, s->p.budget, s->p.uid);
     }
     return reply_progress(&s->reply, &m, -1);
 }

@@ -126,8 +126,10 @@ int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
  * dropped). The client reuses it only once it is done with every batch of
  * this stream: it opens the next stream after closing this one. */
 int stream_take_ring(struct stream *s, struct ring *out);
-/* Frees a ring taken with stream_take_ring (nothing when r->fd < 0). */
-void stream_ring_free(struct streams *ss, struct ring *r);
+/* Frees a ring taken with stream_take_ring (nothing when r->fd < 0). With
+ * a budget, the ring stays charged to uid until the client's last
+ * descriptor and mapping of it are gone too (budget_linger). */
+void stream_ring_free(struct streams *ss, struct ring *r, struct budget *b, uid_t uid);
 /* Shared memory: the client is done with a slot it was sent. A slot it
  * does not hold is refused (-EINVAL, message in err). A stream whose
  * client holds slots and releases none for release_timeout seconds while

@@ -3,9 +3,9 @@
  * properly (issue 15):
  *
  *  - a client that keeps the memfd of every ring it was sent, closes the
- *    connection and reconnects, again and again, leaves no page of those
- *    rings allocated (st_blocks of the descriptors it kept: 0), and stats
- *    show no ring;
+ *    connection and reconnects, again and again, keeps those rings charged
+ *    to its uid (stats client_memory.rings_left): later streams get fewer
+ *    slots, then are refused; closing the memfds gives the charge back;
  *  - another uid that opens 4 connections x 16 streams with a big prefetch
  *    and never reads the socket, plus shared-memory streams whose slots it
  *    never releases, is held to limits.user_memory: the streams are given
@@ -122,52 +122,83 @@ static void send_open(int fd, uint32_t batch, uint32_t prefetch, int shm)
     raw_send(fd, &w);
 }
 
-/* ---- a ring is the daemon's only while the daemon holds it ---- */
+static double stat_of(const char *parent, const char *key)
+{
+    double v = -1;
+    ck_assert_int_eq(harness_stat(&H, parent, key, &v), 0);
+    return v;
+}
 
-START_TEST(test_kept_memfd_freed)
+/* ---- a ring is charged until its last mapping is gone ---- */
+
+/* Rounds of: a connection, a shared-memory stream (batch 64, prefetch 8:
+ * 6 MiB of ring), both slots filled, the connection closed, the memfd
+ * kept. The kept rings stay charged to the uid (their pages are the
+ * client's to read still), so the budget runs out: later rounds are
+ * granted fewer slots, then refused. Closing the memfds gives it back. */
+START_TEST(test_kept_memfd_charged)
 {
     enum { ROUNDS = 6 };
     static uint8_t body[1 << 16];
-    int kept[ROUNDS];
+    int kept[ROUNDS], nkept = 0, refused = 0;
+    uint64_t kept_bytes = 0;
     for (int i = 0; i < ROUNDS; i++) {
         int fd = harness_raw_connect(&H), ring = -1;
         struct proto_header h;
         struct proto_rbuf r;
         struct proto_opened op;
         ck_assert_int_ge(fd, 0);
-        send_open(fd, 4, 2, 1);
+        send_open(fd, 64, 8, 1);
         raw_recv(fd, &h, body, sizeof(body), &ring);
+        if (h.type == PROTO_ERROR) {
+            ck_assert_uint_eq(harness_error_code(body), PROTO_E_LIMIT);
+            refused++;
+            close(fd);
+            continue;
+        }
         ck_assert_uint_eq(h.type, PROTO_OPENED);
         proto_rbuf_init(&r, body, h.body_len);
         ck_assert_int_eq(proto_get_opened(&r, &op), 0);
         ck_assert_uint_eq(op.transport, PROTO_TRANSPORT_SHM);
         ck_assert_int_ge(ring, 0);
-        /* Both slots written (never released): the ring's pages are there. */
         for (int b = 0; b < 2; b++) {
             raw_recv(fd, &h, body, sizeof(body), NULL);
             ck_assert_uint_eq(h.type, PROTO_BATCH_SHM);
         }
-        struct stat st;
-        ck_assert_int_eq(fstat(ring, &st), 0);
-        ck_assert_msg(st.st_blocks > 0, "round %d: the ring holds no pages", i);
         close(fd); /* the connection goes; the memfd stays with us */
-        kept[i] = ring;
-        double rings = -1;
-        ck_assert_int_eq(harness_wait_stat(&H, "shm", "rings", 0, 5000, &rings), 0);
+        kept[nkept++] = ring;
+        kept_bytes += (uint64_t)op.slots * op.slot_bytes;
+        double left = -1;
+        ck_assert_int_eq(harness_wait_stat(&H, "shm", "rings", 0, 5000, &left), 0);
+        ck_assert_int_eq(harness_wait_stat(&H, "client_memory", "rings_left", nkept, 5000,
+                                           &left), 0);
     }
     long blocks = 0;
-    for (int i = 0; i < ROUNDS; i++) {
+    for (int i = 0; i < nkept; i++) {
         struct stat st;
         ck_assert_int_eq(fstat(kept[i], &st), 0);
         blocks += st.st_blocks;
-        close(kept[i]);
     }
-    printf("kept memfds: %d rounds, %ld blocks still allocated\n", ROUNDS, blocks);
-    ck_assert_msg(blocks == 0, "%ld blocks of rings whose connections left stay allocated",
-                  blocks);
+    double used = stat_of("client_memory", "used");
+    printf("kept memfds: %d rings kept (%.1f MiB, %ld blocks allocated), %d refused; "
+           "charged %.1f MiB of limits.user_memory %llu MiB\n", nkept,
+           (double)kept_bytes / 1048576, blocks, refused, used / 1048576,
+           (unsigned long long)(USER_MEMORY >> 20));
+    fflush(stdout);
+    ck_assert_msg(blocks > 0, "the kept rings lost their pages");
+    ck_assert_msg(refused >= 1, "the kept rings never exhausted the budget");
+    ck_assert_msg(used >= (double)kept_bytes && used <= (double)USER_MEMORY,
+                  "charged %.0f for %llu bytes of kept rings", used,
+                  (unsigned long long)kept_bytes);
+    for (int i = 0; i < nkept; i++)
+        close(kept[i]);
+    double v = -1;
+    ck_assert_msg(harness_wait_stat(&H, "client_memory", "rings_left", 0, 5000, &v) == 0,
+                  "rings_left %g after the memfds closed", v);
+    ck_assert_msg(harness_wait_stat(&H, "client_memory", "used", 0, 5000, &v) == 0,
+                  "%g bytes still charged", v);
 }
 END_TEST
-
 
 /* ---- the client memory budget ---- */
 
@@ -205,12 +236,6 @@ static int hog(void *arg)
     return 0;
 }
 
-static double stat_of(const char *parent, const char *key)
-{
-    double v = -1;
-    ck_assert_int_eq(harness_stat(&H, parent, key, &v), 0);
-    return v;
-}
 
 /* Waits until the streams' buffers stop changing (every job computed). */
 static double settle_buffers(void)
@@ -439,7 +464,7 @@ END_TEST
 static Suite *budget_suite(void)
 {
     Suite *s = suite_create("budget");
-    const struct harness_case rings[] = {{"kept_memfd", test_kept_memfd_freed}};
+    const struct harness_case rings[] = {{"kept_memfd", test_kept_memfd_charged}};
     harness_add_cases(s, rings, 1, daemon_setup, daemon_teardown, CASE_TIMEOUT_S);
     const struct harness_case hogs[] = {{"hog", test_hog_held_to_budget},
                                         {"granted", test_lower_prefetch_granted}};
