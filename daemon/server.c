@@ -710,6 +710,8 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         .shuffle = !!(req.flags & PROTO_OPEN_SHUFFLE),
         .drop_last = !!(req.flags & PROTO_OPEN_DROP_LAST), .shm = !!(req.flags & PROTO_OPEN_SHM),
         .room = proto_batch_prefix_size(req.batch_size),
+        .start_batch = req.flags & PROTO_OPEN_START ? req.start_batch : 0,
+        .info = !!(req.flags & PROTO_OPEN_INFO),
     };
     if (conn_fit_budget(c, req_id, ds, &p) < 0)
         return;
@@ -767,7 +769,8 @@ static void handle_release(struct conn *c, uint32_t req_id, struct proto_rbuf *r
     }
     for (uint32_t i = 0; i < c->stream_cap; i++) {
         if (c->streams[i].st && c->streams[i].stream_id == m.stream_id) {
-            int rc = stream_release(c->streams[i].st, m.slot, err, sizeof(err));
+            int rc = stream_release(c->streams[i].st, m.slot,
+                                    !!(m.flags & PROTO_RELEASE_COPIED), err, sizeof(err));
             if (rc < 0) {
                 c->srv->n[SRV_protocol_errors]++;
                 conn_error(c, req_id, rc, err);
@@ -1388,6 +1391,9 @@ static char *server_datasets_json(struct server *s)
         json_str(&j, "root", dc->root);
         json_u64(&j, "samples", dataset_size(ds));
         json_u64(&j, "classes", dataset_nclasses(ds));
+        char fp[17];
+        snprintf(fp, sizeof(fp), "%016llx", (unsigned long long)dataset_fingerprint(ds));
+        json_str(&j, "fingerprint", fp);
         json_array_begin(&j, "class_names");
         for (uint32_t k = 0; k < dataset_nclasses(ds); k++)
             json_str(&j, NULL, dataset_class(ds, k));
