@@ -67,14 +67,21 @@ int budget_create(struct budget **out, struct event_base *base, uint64_t limit,
     return 0;
 }
 
+void budget_stop(struct budget *b)
+{
+    if (b->ino_ev)
+        event_free(b->ino_ev);
+    b->ino_ev = NULL;
+    if (b->ino >= 0)
+        close(b->ino);
+    b->ino = -1;
+}
+
 void budget_destroy(struct budget *b)
 {
     if (!b)
         return;
-    if (b->ino_ev)
-        event_free(b->ino_ev);
-    if (b->ino >= 0)
-        close(b->ino);
+    budget_stop(b);
     free(b->left);
     free(b->users);
     free(b);

@@ -46,6 +46,8 @@ struct event_base;
  * budget_linger fails). */
 int budget_create(struct budget **out, struct event_base *base, uint64_t limit,
                   uint64_t user_limit);
+/* Stops watching the rings let go (before the event base goes). */
+void budget_stop(struct budget *b);
 void budget_destroy(struct budget *b);
 /* A reload's limits: for new charges (what is charged stays). */
 void budget_set_limits(struct budget *b, uint64_t limit, uint64_t user_limit);

@@ -1599,6 +1599,7 @@ void server_stop(struct server *s)
     }
     while (s->conns)
         conn_free(s->conns);
+    budget_stop(s->budget); /* its event, before the event base goes */
 }
 
 void server_destroy(struct server *s)
