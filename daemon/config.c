@@ -88,6 +88,8 @@ static const struct cfg_key cfg_keys[] = {
     KEY("limits", "file_size", CFG_SIZE, max_file_size, 1, 1ull << 36, 64ull << 20),
     KEY_AT("limits", "pixels", CFG_U64, max_pixels, 1, 1ull << 40, 100000000, CFG_RESTART),
     KEY("limits", "release_timeout", CFG_U32, release_timeout, 1, 86400, 60),
+    KEY("limits", "client_memory", CFG_SIZE, client_memory, 1ull << 20, UINT64_MAX, 0),
+    KEY("limits", "user_memory", CFG_SIZE, user_memory, 0, UINT64_MAX, 0),
     KEY("profile", "samples", CFG_U32, profile_samples, 0, 1u << 20, 0),
     KEY("profile", "worker_share", CFG_U32, profile_worker_share, 1, 100, 50),
     KEY("profile", "memory", CFG_SIZE, profile_memory, 1ull << 20, 1ull << 40, 256ull << 20),
@@ -825,6 +827,8 @@ int config_defaults(struct config *c)
     c->cache_memory = total_ram() / 4;
     if (c->cache_memory == 0)
         c->cache_memory = 1ull << 30;
+    c->client_memory = c->cache_memory; /* a quarter of RAM */
+    c->user_memory = c->client_memory / 2;
 
     if (proto_default_socket(path, sizeof(path)) < 0)
         return -ENAMETOOLONG;
@@ -856,6 +860,7 @@ int config_load_string(struct config *c, const char *yaml, size_t len,
 
     if (rc < 0)
         return rc;
+    c->user_memory = 0; /* half of the file's client_memory unless it says */
     if (!yaml_parser_initialize(&parser))
         return -ENOMEM;
     yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
@@ -872,6 +877,8 @@ int config_load_string(struct config *c, const char *yaml, size_t len,
         rc = cfg_each_pair(&ps, root, "(top level)", cfg_top_pair, c);
     if (rc == 0)
         rc = cfg_check(&ps, c);
+    if (rc == 0 && c->user_memory == 0) /* unset, or 0: half of client_memory */
+        c->user_memory = c->client_memory / 2;
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     return rc;

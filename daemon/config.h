@@ -16,7 +16,8 @@
  *             streams_per_connection: 16,
  *             streams_per_user: 256, batch_size: 4096, prefetch: 64,
  *             frame_size: 64KiB, output_buffer: 64MiB, output_timeout: 30,
- *             file_size: 64MiB, pixels: 100000000 }
+ *             file_size: 64MiB, pixels: 100000000,
+ *             client_memory: 25% (of RAM), user_memory: 0 (half of that) }
  *   datasets:
  *     - name: NAME
  *       root: DIR                     # ImageFolder: DIR/CLASS/IMAGE.jpg
@@ -99,6 +100,10 @@ struct config {
     uint64_t max_pixels;
     uint32_t release_timeout; /* s: a shared-memory client holding slots and
                                  releasing none for this long is dropped */
+    uint64_t client_memory;   /* bytes all clients together can make the daemon
+                                 hold (budget.h); default a quarter of RAM */
+    uint64_t user_memory;     /* ... the clients of one uid; 0 (or unset):
+                                 half of client_memory */
     uint32_t profile_samples;      /* sample size of a profile (0: 2%, 64..300) */
     uint32_t profile_worker_share; /* percent of the workers a profile may use */
     uint64_t profile_memory;       /* bytes of a profile's trial memory tier */

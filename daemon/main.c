@@ -241,6 +241,21 @@ static void on_reload_apply(void *arg, const struct config *cfg, struct dataset 
 {
     server_update(arg, cfg, datasets, n);
 }
+/* PRESTO_TEST_FAULT, for the tests only: "end" makes every stream's END
+ * fail to be queued, "end,error" its ERROR too (server.h). */
+static unsigned test_faults(void)
+{
+    const char *f = getenv("PRESTO_TEST_FAULT");
+    unsigned faults = 0;
+    if (f && strstr(f, "end"))
+        faults |= SERVER_FAULT_END;
+    if (f && strstr(f, "error"))
+        faults |= SERVER_FAULT_ERROR;
+    if (faults)
+        log_warn("PRESTO_TEST_FAULT=%s: injected failures (a test's, never a service's)", f);
+    return faults;
+}
+
 
 int main(int argc, char **argv)
 {
@@ -323,7 +338,7 @@ int main(int argc, char **argv)
     struct server_deps deps = {
         .base = base, .cfg = c, .datasets = datasets, .ndatasets = ndatasets,
         .tiers = tiers, .pipeline = pipe, .workers = workers, .reload = live,
-        .readahead = ra,
+        .readahead = ra, .faults = test_faults(),
     };
     if (server_create(&srv, &deps, listen_fd, err, sizeof(err)) < 0) {
         log_error("%s", err);

@@ -40,6 +40,16 @@ int ring_create(struct ring *r, uint32_t slots, size_t bytes, const char *name)
     return 0;
 }
 
+int ring_punch(struct ring *r)
+{
+    if (r->fd < 0)
+        return 0;
+    if (fallocate(r->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                  (off_t)ring_bytes(r)) < 0)
+        return -errno;
+    return 0;
+}
+
 void ring_destroy(struct ring *r)
 {
     if (r->fd < 0)

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "access.h"
+#include "budget.h"
 #include "frame.h"
 #include "json.h"
 #include "log.h"
@@ -39,7 +40,9 @@
     X(connections, GAUGE, "connections", "client connections open", "connections_open") \
     X(connections_total, COUNTER, "connections", "connections accepted")               \
     X(connections_rejected, COUNTER, "connections", "connections refused at limits.connections") \
-    X(protocol_errors, COUNTER, "requests", "malformed frames and bad requests received")
+    X(protocol_errors, COUNTER, "requests", "malformed frames and bad requests received") \
+    X(ends_lost, COUNTER, "connections",                                               \
+      "connections closed because a stream's END or ERROR could not be queued")
 #define SERVER_ACCESS_STATS(X)                                                        \
     X(denied, COUNTER, "requests", "admin requests from peers that are not admins")    \
     X(uid, GAUGE, "", "prestod's uid: peers with it are admins")                       \
@@ -71,7 +74,9 @@
     X(frame_size, max_frame_size)                                                      \
     X(output_buffer, max_output_buffer)                                                \
     X(output_timeout, output_timeout)                                                  \
-    X(release_timeout, release_timeout)
+    X(release_timeout, release_timeout)                                                \
+    X(client_memory, client_memory)                                                    \
+    X(user_memory, user_memory)
 
 enum server_limit {
 #define SERVER_LIMIT_ENUM(name, field) LIMIT_##name,
@@ -82,7 +87,7 @@ enum server_limit {
 
 /* The server's counters (event loop thread only). */
 enum server_counter { SRV_connections_total, SRV_protocol_errors, SRV_access_denied,
-                      SRV_cache_drops, SERVER_NCOUNTERS };
+                      SRV_cache_drops, SRV_ends_lost, SERVER_NCOUNTERS };
 
 struct conn_job {
     struct conn *c;
@@ -112,6 +117,7 @@ struct conn {
     struct event *stall_ev;
     struct evbuffer_cb_entry *drain_cb;
     struct ring kept; /* a finished shm stream's ring, for the next OPEN */
+    uint64_t kept_charge; /* its bytes, charged to the peer's uid (budget.h) */
     struct event *idle_ev; /* limits.idle_timeout (conn_on_idle) */
     uint64_t active_ns;    /* last request read or output flushed */
 };
@@ -131,6 +137,7 @@ struct server {
     uint64_t nconns;
     uint32_t next_stream_id;
     struct streams *streams;
+    struct budget *budget; /* limits.client_memory, limits.user_memory */
     struct profiler *profiler;
     struct metrics *metrics; /* /metrics over HTTP (NULL: off) */
     struct timespec started;
@@ -170,10 +177,13 @@ static uint32_t error_code(int err)
     return PROTO_E_INTERNAL;
 }
 
-/* Answers a request with an ERROR for -errno err. */
-static void conn_error(struct conn *c, uint32_t req_id, int err, const char *msg)
+/* Answers a request with an ERROR for -errno err: 0, or -ENOMEM when it
+ * could not be queued. */
+static int conn_error(struct conn *c, uint32_t req_id, int err, const char *msg)
 {
-    frame_send_error(c->bev, req_id, error_code(err), msg);
+    if (c->srv->d.faults & SERVER_FAULT_ERROR)
+        return -ENOMEM;
+    return frame_send_error(c->bev, req_id, error_code(err), msg);
 }
 
 /* uid's entry; made (n 0) when add and missing. NULL: none, or no memory. */
@@ -216,11 +226,19 @@ static void conn_close_streams(struct conn *c)
     c->nstreams = 0;
 }
 
+/* Frees the ring kept for the next OPEN, and gives back its charge. */
+static void conn_kept_free(struct conn *c)
+{
+    stream_ring_free(c->srv->streams, &c->kept, c->srv->budget, c->peer.uid);
+    budget_uncharge(c->srv->budget, c->peer.uid, c->kept_charge);
+    c->kept_charge = 0;
+}
+
 static void conn_free(struct conn *c)
 {
     struct server *s = c->srv;
     conn_close_streams(c);
-    stream_ring_free(s->streams, &c->kept);
+    conn_kept_free(c);
     if (c->warm)
         warm_close(c->warm);
     profiler_detach(s->profiler, &c->profile_job);
@@ -319,7 +337,10 @@ static int conn_send_msg(const struct conn_job *cj, uint16_t type, const struct 
             proto_put_profile_strategy(&w, &m->profile.strategies[i]);
         break;
     }
-    rc = fd < 0 ? frame_send(cj->c->bev, &w) : frame_send_fd(cj->c->bev, &w, fd);
+    if (type == PROTO_END && (cj->c->srv->d.faults & SERVER_FAULT_END))
+        rc = -ENOMEM;
+    else
+        rc = fd < 0 ? frame_send(cj->c->bev, &w) : frame_send_fd(cj->c->bev, &w, fd);
     proto_wbuf_free(&w);
     if (rc < 0 && rc != -EAGAIN)
         log_error("cannot queue %s: %s", proto_type_name(type), strerror(-rc));
@@ -346,6 +367,18 @@ static void conn_failed(const struct reply *r, int err, const char *msg)
 {
     const struct conn_job *cj = r->to;
     conn_error(cj->c, cj->req_id, err, msg);
+}
+
+/* A stream's last word could not be queued (no memory): the client would
+ * wait for it forever, so the connection goes at once, its queued output
+ * with it; the client reads the end of the socket. */
+static void conn_lost_end(struct conn *c, uint32_t stream_id, const char *what)
+{
+    log_error("stream %u: its %s could not be queued (out of memory): closing the connection "
+              "of pid %d uid %u", stream_id, what, (int)c->peer.pid, (unsigned)c->peer.uid);
+    c->srv->n[SRV_ends_lost]++;
+    conn_closing(c);
+    conn_free(c);
 }
 
 static void conn_piece_free(const void *data, size_t len, void *arg)
@@ -439,8 +472,8 @@ static void conn_stream_ended(struct conn_job *cj, int ended_well)
     int dropped = stream_dropped(st);
     cj->st = NULL;
     c->nstreams--;
-    if (ended_well)
-        stream_take_ring(st, &c->kept); /* unless one is kept already */
+    if (ended_well && stream_take_ring(st, &c->kept)) /* unless one is kept already */
+        c->kept_charge = ring_bytes(&c->kept);
     stream_close(st);
     if (dropped) {
         conn_closing(c);
@@ -449,17 +482,35 @@ static void conn_stream_ended(struct conn_job *cj, int ended_well)
     }
 }
 
+/* The stream's END, or when it cannot be queued an ERROR saying so, or
+ * when neither can, the connection closes: never silence. */
 static int stream_done(const struct reply *r, const struct reply_msg *m)
 {
+    struct conn_job *cj = r->to;
+    struct conn *c = cj->c;
+    uint32_t req_id = cj->req_id, id = cj->stream_id;
     int rc = conn_done(r, m);
-    conn_stream_ended(r->to, rc == 0);
+    int dropped = stream_dropped(cj->st);
+    conn_stream_ended(cj, rc == 0);
+    if (rc < 0 && !dropped) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "stream %u: its END could not be queued: out of memory", id);
+        if (conn_error(c, req_id, -ENOMEM, msg) < 0)
+            conn_lost_end(c, id, "END and ERROR");
+    }
     return rc;
 }
 
 static void stream_failed(const struct reply *r, int err, const char *msg)
 {
-    conn_failed(r, err, msg);
-    conn_stream_ended(r->to, 0);
+    struct conn_job *cj = r->to;
+    struct conn *c = cj->c;
+    uint32_t id = cj->stream_id;
+    int rc = conn_error(c, cj->req_id, err, msg);
+    int dropped = stream_dropped(cj->st);
+    conn_stream_ended(cj, 0); /* frees c when dropped */
+    if (rc < 0 && !dropped)
+        conn_lost_end(c, id, "ERROR");
 }
 
 static void warm_finished(struct conn_job *cj)
@@ -558,6 +609,54 @@ static int conn_require_admin(struct conn *c, uint32_t req_id, const char *op)
     return 0;
 }
 
+/*
+ * The client memory budget (budget.h) for a stream about to open: the ring
+ * kept for it is given back first (the stream takes it over, charged anew,
+ * or frees it); a stream that does not fit in what its uid may still be
+ * charged gets the largest prefetch that fits (shared memory: OPENED's
+ * slots say so), or is refused at limits.client_memory or user_memory.
+ * 0 with p charged (p->budget set), or -ENOSPC after the refusal.
+ */
+static int conn_fit_budget(struct conn *c, uint32_t req_id, const struct dataset *ds,
+                           struct stream_params *p)
+{
+    struct server *s = c->srv;
+    const struct config *cfg = s->d.cfg;
+    uid_t uid = c->peer.uid;
+    int by_user;
+    char err[320];
+
+    budget_uncharge(s->budget, uid, c->kept_charge);
+    c->kept_charge = 0;
+    uint64_t room = budget_room(s->budget, uid, &by_user), need = stream_memory(ds, p);
+    uint32_t asked = p->prefetch;
+    while (need > room && p->prefetch > 1) {
+        p->prefetch--;
+        need = stream_memory(ds, p);
+    }
+    if (need > room || budget_charge(s->budget, uid, need) < 0) {
+        stream_ring_free(s->streams, &c->kept, s->budget, uid);
+        snprintf(err, sizeof(err), "%s (%llu MiB%s) reached: %llu MiB held for uid %u, "
+                 "this stream needs %llu MiB even with prefetch 1",
+                 by_user ? "limits.user_memory" : "limits.client_memory",
+                 (unsigned long long)((by_user ? cfg->user_memory : cfg->client_memory) >> 20),
+                 by_user ? " per uid" : " for all clients",
+                 (unsigned long long)(budget_used(s->budget, uid) >> 20), (unsigned)uid,
+                 (unsigned long long)((need + (1u << 20) - 1) >> 20));
+        refuse_limit(c, req_id, by_user ? LIMIT_user_memory : LIMIT_client_memory, err);
+        return -ENOSPC;
+    }
+    if (p->prefetch < asked) {
+        budget_lowered(s->budget);
+        log_debug("pid %d uid %u: prefetch %u granted instead of %u (client memory budget)",
+                  (int)c->peer.pid, (unsigned)uid, p->prefetch, asked);
+    }
+    p->budget = s->budget;
+    p->uid = uid;
+    p->charge = need;
+    return 0;
+}
+
 static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
 {
     struct server *s = c->srv;
@@ -605,23 +704,28 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         refuse_limit(c, req_id, LIMIT_streams_per_user, err);
         return;
     }
-    struct conn_job *cj = c->streams;
-    while (cj->st) /* a free slot: nstreams < stream_cap */
-        cj++;
     struct stream_params p = {
         .seed = req.seed, .epoch = req.epoch, .rank = req.rank, .world = req.world,
         .batch_size = req.batch_size, .prefetch = req.prefetch ? req.prefetch : cfg->prefetch,
         .shuffle = !!(req.flags & PROTO_OPEN_SHUFFLE),
         .drop_last = !!(req.flags & PROTO_OPEN_DROP_LAST), .shm = !!(req.flags & PROTO_OPEN_SHM),
-        .id = ++s->next_stream_id, .room = proto_batch_prefix_size(req.batch_size),
+        .room = proto_batch_prefix_size(req.batch_size),
         .start_batch = req.flags & PROTO_OPEN_START ? req.start_batch : 0,
         .info = !!(req.flags & PROTO_OPEN_INFO),
     };
+    if (conn_fit_budget(c, req_id, ds, &p) < 0)
+        return;
+    struct conn_job *cj = c->streams;
+    while (cj->st) /* a free slot: nstreams < stream_cap */
+        cj++;
+    p.id = ++s->next_stream_id;
     *cj = (struct conn_job){c, req_id, p.id, NULL};
     struct reply reply = {&stream_reply, cj};
     struct stream *st;
     int rc = stream_open(&st, s->streams, ds, &p, &reply, &c->kept, err, sizeof(err));
     if (rc < 0) {
+        budget_uncharge(s->budget, c->peer.uid, p.charge);
+        conn_kept_free(c); /* uncharged by conn_fit_budget: not kept uncharged */
         conn_error(c, req_id, rc, err);
         return;
     }
@@ -863,7 +967,9 @@ static void conn_stall_arm(struct conn *c)
 }
 
 /* Every output_timeout while requests wait: the peer took nothing since
- * the last look, so it stopped reading: ERROR (best effort) and close. */
+ * the last look, so it stopped reading: closed. No ERROR: it would queue
+ * behind the output the peer does not read (and the socket takes nothing
+ * now, so it cannot go ahead of it); the log line and the close say it. */
 static void conn_on_stall(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
@@ -882,7 +988,6 @@ static void conn_on_stall(evutil_socket_t fd, short what, void *arg)
              (int)c->peer.pid, (unsigned)c->peer.uid,
              evbuffer_get_length(bufferevent_get_output(c->bev)),
              (unsigned long long)s->d.cfg->max_output_buffer, s->d.cfg->output_timeout);
-    frame_send_error(c->bev, 0, PROTO_E_LIMIT, "output buffer over its limit and not read");
     conn_free(c);
 }
 
@@ -1147,6 +1252,7 @@ static void server_top_stats(struct server *s, struct stats_out *o)
         stats_u64(s->n[SRV_connections_total]),
         stats_u64(s->limit_hits[LIMIT_connections]),
         stats_u64(s->n[SRV_protocol_errors]),
+        stats_u64(s->n[SRV_ends_lost]),
     };
     stats_emit(o, server_decl, v, NDECL(v));
 }
@@ -1233,6 +1339,7 @@ static void server_stats(struct server *s, struct stats_out *o)
     streams_stats(s->streams, o);
     server_access_stats(s, o);
     server_limits_stats(s, o);
+    budget_stats(s->budget, o);
     streams_shm_stats(s->streams, o);
     tiers_stats(s->d.tiers, o);
     server_memory_stats(s, o);
@@ -1413,7 +1520,14 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
         return -ENOMEM;
     }
     streams_set_release_timeout(s->streams, deps->cfg->release_timeout);
+    if (budget_create(&s->budget, deps->base, deps->cfg->client_memory,
+                      deps->cfg->user_memory) < 0) {
+        streams_destroy(s->streams);
+        free(s);
+        return -ENOMEM;
+    }
     if (profiler_create(&s->profiler, deps->base, deps->workers, &s->d.cfg, deps->tiers) < 0) {
+        budget_destroy(s->budget);
         streams_destroy(s->streams);
         free(s);
         return -ENOMEM;
@@ -1467,6 +1581,7 @@ void server_update(struct server *s, const struct config *cfg, struct dataset **
     s->d.ndatasets = n;
     pipeline_set_max_file_size(s->d.pipeline, cfg->max_file_size);
     streams_set_release_timeout(s->streams, cfg->release_timeout);
+    budget_set_limits(s->budget, cfg->client_memory, cfg->user_memory);
     /* A larger frame_size must fit in what each connection reads at once. */
     for (struct conn *c = s->conns; c; c = c->next)
         bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_SIZE + cfg->max_frame_size);
@@ -1484,6 +1599,7 @@ void server_stop(struct server *s)
     }
     while (s->conns)
         conn_free(s->conns);
+    budget_stop(s->budget); /* its event, before the event base goes */
 }
 
 void server_destroy(struct server *s)
@@ -1496,6 +1612,7 @@ void server_destroy(struct server *s)
         free(s->path);
     }
     streams_destroy(s->streams);
+    budget_destroy(s->budget);
     free(s->uids);
     free(s);
 }

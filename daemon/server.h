@@ -31,7 +31,14 @@ struct server_deps {
     struct workers *workers;
     struct reload *reload;      /* RELOAD requests go there (NULL: none) */
     struct readahead *readahead; /* batches read ahead (NULL: none) */
+    unsigned faults;            /* SERVER_FAULT_*: tests only (PRESTO_TEST_FAULT) */
 };
+
+/* Injected failures for the tests, from PRESTO_TEST_FAULT (main.c): a
+ * stream's END, or any job's ERROR, fails to be queued as if out of
+ * memory. */
+#define SERVER_FAULT_END 1u
+#define SERVER_FAULT_ERROR 2u
 
 /* Binds and listens on cfg->socket_path (or adopts listen_fd >= 0, e.g.
  * from socket activation). Returns 0 or a negative errno with a message. */

@@ -172,13 +172,16 @@ static int stream_ring_create(struct streams *ss, struct ring *r, uint32_t slots
     return rc;
 }
 
-void stream_ring_free(struct streams *ss, struct ring *r)
+void stream_ring_free(struct streams *ss, struct ring *r, struct budget *b, uid_t uid)
 {
     if (r->fd < 0)
         return;
     ss->buffer_bytes -= ring_bytes(r);
     ss->shm[SHM_ring_bytes] -= ring_bytes(r);
     ss->shm[SHM_rings]--;
+    if (b && budget_linger(b, uid, ring_bytes(r), r->fd) < 0 && ring_punch(r) < 0)
+        log_warn("a ring's pages can be neither watched nor freed: they stay uncharged until "
+                 "the client closes its copy");
     ring_destroy(r);
 }
 
@@ -192,9 +195,36 @@ static size_t job_bytes(const struct stream *s)
     return b;
 }
 
+uint64_t stream_memory(const struct dataset *ds, const struct stream_params *p)
+{
+    const struct dataset_output *o = dataset_output(ds);
+    uint64_t bs = p->batch_size, sample = o->bytes;
+    uint64_t cap = (uint64_t)p->prefetch + 2; /* inflight's entries, most jobs */
+    uint64_t room = ((uint64_t)p->room + 63) & ~(uint64_t)63;
+    uint64_t job = sizeof(struct batch_job) + bs * sizeof(int64_t);
+    uint64_t base = sizeof(struct stream) + (uint64_t)dataset_size(ds) * sizeof(uint32_t) +
+                    bs * sizeof(int64_t) + cap * sizeof(struct batch_job *);
+    /* Socket: up to cap jobs with their buffers (never more than the
+     * epoch's batches and the two a cut waits in), their frames queued by
+     * reference (the frame's prefix is written in the room before them). */
+    uint64_t batches = ((uint64_t)dataset_size(ds) / (p->world ? p->world : 1) + bs) / bs + 2;
+    uint64_t sock = base + (cap < batches ? cap : batches) * (job + room + bs * sample);
+    if (!p->shm)
+        return sock;
+    /* Shared memory: a job per slot and the ring; the BATCH_SHM frames
+     * (header and labels) of every slot the client has not taken. */
+    uint64_t slots = p->prefetch < 2 ? 2 : p->prefetch;
+    uint64_t frame = 128 + bs * sizeof(int64_t);
+    uint64_t shm = base + slots * (job + sizeof(struct batch_job *) + frame +
+                                   ring_slot_size((size_t)(bs * sample)));
+    return shm > sock ? shm : sock;
+}
+
 static void stream_free(struct stream *s)
 {
     struct streams *ss = s->ss;
+    if (s->p.budget)
+        budget_uncharge(s->p.budget, s->p.uid, s->p.charge);
     for (struct batch_job *j = s->free_jobs, *next; j; j = next) {
         next = j->next_free;
         ss->buffer_bytes -= job_bytes(s);
@@ -207,7 +237,7 @@ static void stream_free(struct stream *s)
     planner_free(&s->plan);
     free(s->labels);
     free(s->inflight);
-    stream_ring_free(ss, &s->shm); /* unless stream_take_ring took it */
+    stream_ring_free(ss, &s->shm, s->p.budget, s->p.uid); /* unless stream_take_ring took it */
     free(s->held);
     ss->n[SS_streams]--;
     struct dataset *ds = s->ds;
@@ -686,6 +716,8 @@ int stream_take_ring(struct stream *s, struct ring *out)
     if (!stream_shm(s) || !s->ended || s->shm.fd < 0 || out->fd >= 0)
         return 0;
     *out = s->shm;
+    uint64_t bytes = ring_bytes(&s->shm);
+    s->p.charge -= bytes < s->p.charge ? bytes : s->p.charge; /* the owner's now */
     s->shm.fd = -1; /* stream_free leaves it alone now */
     s->shm.base = NULL;
     return 1;
@@ -742,7 +774,7 @@ static int stream_say_opened(struct stream *s, struct ring *spare)
             rc = 0;
         } else {
             if (spare) /* the client maps the new one instead */
-                stream_ring_free(ss, spare);
+                stream_ring_free(ss, spare, s->p.budget, s->p.uid);
             rc = stream_ring_create(ss, &s->shm, slots, bytes, s->p.id);
         }
         s->held = rc == 0 ? calloc(slots, sizeof(*s->held)) : NULL;
@@ -765,14 +797,14 @@ static int stream_say_opened(struct stream *s, struct ring *spare)
         log_info("stream %u: shared memory not possible (%s): using the socket", s->p.id,
                  rc == -EAGAIN ? "output already queued" : strerror(-rc));
         ss->shm[SHM_fallbacks]++;
-        stream_ring_free(ss, &s->shm);
+        stream_ring_free(ss, &s->shm, s->p.budget, s->p.uid);
         free(s->held);
         s->held = NULL;
         op->transport = PROTO_TRANSPORT_SOCKET;
         op->slots = 0;
         op->slot_bytes = 0;
     } else if (spare) {
-        stream_ring_free(ss, spare);
+        stream_ring_free(ss, spare, s->p.budget, s->p.uid);
     }
     return reply_progress(&s->reply, &m, -1);
 }

@@ -36,7 +36,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
+#include "budget.h"
 #include "dataset.h"
 #include "pipeline.h"
 #include "reply.h"
@@ -58,6 +60,12 @@ struct stream_params {
     int shm;           /* shared memory wanted (else the socket) */
     uint32_t id;       /* for logs and the ring's name */
     size_t room;       /* bytes the reply wants free before each batch's samples */
+    /* The client memory budget (budget.h; NULL: none): the stream owns
+     * `charge` bytes charged to uid once stream_open succeeded, and gives
+     * them back when the last of its memory is freed. */
+    struct budget *budget;
+    uid_t uid;
+    uint64_t charge;
     /* Resuming (see proto.h): the stream starts at this batch of the
      * epoch's plan, computes nothing before it and keeps the plan's batch
      * indices; at or past the epoch's batches it is empty. */
@@ -104,6 +112,13 @@ uint64_t streams_buffer_bytes(const struct streams *ss);
 /* Clients dropped for holding their slots (limits.release_timeout's hits). */
 uint64_t streams_release_timeouts(const struct streams *ss);
 
+/* The most memory a stream of these parameters can ever hold, for the
+ * client memory budget: its plan, its batch buffers (or its ring and the
+ * jobs on it), the frames of batches it can have queued on the socket, and
+ * through shared memory what it would hold on the socket if it fell back.
+ * A stream never holds more: its jobs are bounded by its prefetch. */
+uint64_t stream_memory(const struct dataset *ds, const struct stream_params *p);
+
 /* Plans the epoch and starts it: the reply's first word is OPENED. On a bad
  * request returns -EINVAL (or -ENOMEM) with a message in err, and says
  * nothing. spare (may be NULL) is the ring the owner kept from its previous
@@ -114,12 +129,15 @@ int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
                 char *err, size_t errlen);
 /* A shared-memory stream that ended well (its reply said done) gives its
  * ring to the owner for the next stream (1; moved into *out, which must be
- * empty), before stream_close; 0 when it has none to give (socket, failed,
+ * empty), before stream_close, with ring_bytes(out) of its charge (the
+ * owner gives those back to the budget when it frees the ring); 0 when it has none to give (socket, failed,
  * dropped). The client reuses it only once it is done with every batch of
  * this stream: it opens the next stream after closing this one. */
 int stream_take_ring(struct stream *s, struct ring *out);
-/* Frees a ring taken with stream_take_ring (nothing when r->fd < 0). */
-void stream_ring_free(struct streams *ss, struct ring *r);
+/* Frees a ring taken with stream_take_ring (nothing when r->fd < 0). With
+ * a budget, the ring stays charged to uid until the client's last
+ * descriptor and mapping of it are gone too (budget_linger). */
+void stream_ring_free(struct streams *ss, struct ring *r, struct budget *b, uid_t uid);
 /* Shared memory: the client is done with a slot it was sent; copied says
  * it copied the batch out because it held every other slot (it keeps
  * batches): counted (shm.copies), and logged once per stream. A slot it

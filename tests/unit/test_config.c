@@ -48,6 +48,8 @@ static void check_defaults(const struct config *c)
     ck_assert_uint_eq(c->max_frame_size, 65536);
     ck_assert_uint_eq(c->max_output_buffer, 64ull << 20);
     ck_assert_uint_eq(c->output_timeout, 30);
+    ck_assert_uint_eq(c->client_memory, c->cache_memory); /* a quarter of RAM */
+    ck_assert_uint_eq(c->user_memory, c->client_memory / 2);
     ck_assert_uint_eq(c->ndatasets, 0);
 }
 
@@ -240,6 +242,34 @@ START_TEST(test_percent_memory)
                   "25%% of RAM: %llu, want about %llu",
                   (unsigned long long)c.cache_memory, (unsigned long long)want);
     config_free(&c);
+}
+END_TEST
+
+/* limits.user_memory: half of the file's client_memory unless set (0 too). */
+START_TEST(test_client_memory)
+{
+    struct config c;
+    char err[512];
+    ck_assert_msg(load(&c, "limits: {client_memory: 1GiB}\n", err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(c.client_memory, 1ull << 30);
+    ck_assert_uint_eq(c.user_memory, 512ull << 20);
+    config_free(&c);
+    ck_assert_msg(load(&c, "limits: {client_memory: 1GiB, user_memory: 100MiB}\n", err,
+                       sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(c.user_memory, 100ull << 20);
+    config_free(&c);
+    ck_assert_msg(load(&c, "limits: {client_memory: 2GiB, user_memory: 0}\n", err,
+                       sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(c.user_memory, 1ull << 30);
+    config_free(&c);
+    ck_assert_msg(load(&c, "limits: {client_memory: 10%}\n", err, sizeof(err)) == 0, "%s", err);
+    uint64_t want = ram_bytes() / 10;
+    ck_assert(c.client_memory > want - want / 50 && c.client_memory < want + want / 50);
+    config_free(&c);
+    int rc = load(&c, "limits: {client_memory: 1KiB}\n", err, sizeof(err));
+    config_free(&c);
+    ck_assert_int_eq(rc, -EINVAL);
+    ck_assert_msg(strstr(err, "limits.client_memory"), "%s", err);
 }
 END_TEST
 
@@ -709,6 +739,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_full);
     tcase_add_test(tc, test_load_file);
     tcase_add_test(tc, test_percent_memory);
+    tcase_add_test(tc, test_client_memory);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");

@@ -1,0 +1,74 @@
+/*
+ * The client memory budget (limits.client_memory, limits.user_memory):
+ * what the clients together, and the clients of one uid, can make the
+ * daemon hold. Everything a stream can hold is charged to its client's uid
+ * when the stream opens, at the most it can ever hold (its plan, its batch
+ * buffers or its ring, the frames it can have queued on the socket: see
+ * stream_memory), and given back when the last of it is freed, which may
+ * be after the stream closed (pieces still queued on the socket) or, for a
+ * ring kept for the next stream, when that ring goes. A ring is charged
+ * until its last mapping is gone, not until the daemon lets it go: a client
+ * may keep the memfd (or its mapping) past its stream and its connection,
+ * and its pages stay; budget_linger keeps charging them to the uid until
+ * the kernel frees the file (an inotify watch on it hears IN_IGNORED when
+ * the last descriptor and mapping went). A stream that does
+ * not fit is given a lower prefetch, or refused; a stream that opened never
+ * grows past its charge, so the sum never passes the limits.
+ *
+ * Event loop thread only (the server charges, the streams give back).
+ */
+#ifndef PRESTO_BUDGET_H
+#define PRESTO_BUDGET_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "stats.h"
+
+struct budget;
+struct event_base;
+
+/* The budget section's fields ("client_memory" in the stats document). */
+#define BUDGET_STATS(X)                                                               \
+    X(limit, GAUGE, "bytes", "limits.client_memory: what all clients can make prestod hold") \
+    X(user_limit, GAUGE, "bytes", "limits.user_memory: what the clients of one uid can")  \
+    X(used, GAUGE, "bytes", "charged to clients now (streams, their rings and queued batches)") \
+    X(peak, GAUGE, "bytes", "the most charged at once since start")                   \
+    X(users, GAUGE, "uids", "uids with memory charged")                                \
+    X(lowered, COUNTER, "streams", "streams granted a lower prefetch than asked, to fit") \
+    X(rings_left, GAUGE, "rings", "rings prestod let go that a client still maps or holds") \
+    X(rings_left_bytes, GAUGE, "bytes", "their bytes, still charged to their uids")
+#define BUDGET_USER_STATS(X)                                                          \
+    X(uid, LABEL, "", "the clients' uid")                                              \
+    X(used, GAUGE, "bytes", "charged to the clients of this uid")
+
+/* base: where the rings let go are watched (NULL: they are not, and
+ * budget_linger fails). */
+int budget_create(struct budget **out, struct event_base *base, uint64_t limit,
+                  uint64_t user_limit);
+/* Stops watching the rings let go (before the event base goes). */
+void budget_stop(struct budget *b);
+void budget_destroy(struct budget *b);
+/* A reload's limits: for new charges (what is charged stays). */
+void budget_set_limits(struct budget *b, uint64_t limit, uint64_t user_limit);
+/* Bytes uid may still be charged: the smaller room of the two limits; *by_user
+ * (may be NULL) says whether limits.user_memory is the tighter. */
+uint64_t budget_room(const struct budget *b, uid_t uid, int *by_user);
+/* Bytes charged to uid now. */
+uint64_t budget_used(const struct budget *b, uid_t uid);
+/* Charges bytes to uid (the caller checked budget_room): 0, or -ENOMEM
+ * when no entry for uid could be made (nothing charged). */
+int budget_charge(struct budget *b, uid_t uid, uint64_t bytes);
+/* Gives back bytes charged to uid. */
+void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes);
+/* The daemon lets go of a ring (fd: its memfd, closed by the caller after
+ * this): bytes are charged to uid until the file is freed, which may be at
+ * once. 0, or -errno when it cannot be watched (nothing charged: the
+ * caller frees the pages itself, ring_punch). */
+int budget_linger(struct budget *b, uid_t uid, uint64_t bytes, int fd);
+/* A stream got a lower prefetch to fit (counted). */
+void budget_lowered(struct budget *b);
+/* The "client_memory" section, with the uids' use under "users". */
+void budget_stats(const struct budget *b, struct stats_out *o);
+
+#endif

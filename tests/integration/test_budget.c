@@ -1,0 +1,491 @@
+/*
+ * What a client can make a real prestod hold, and streams that cannot end
+ * properly (issue 15):
+ *
+ *  - a client that keeps the memfd of every ring it was sent, closes the
+ *    connection and reconnects, again and again, keeps those rings charged
+ *    to its uid (stats client_memory.rings_left): later streams get fewer
+ *    slots, then are refused; closing the memfds gives the charge back;
+ *  - another uid that opens 4 connections x 16 streams with a big prefetch
+ *    and never reads the socket, plus shared-memory streams whose slots it
+ *    never releases, is held to limits.user_memory: the streams are given
+ *    a lower prefetch (OPENED's slots) or refused (PROTO_E_LIMIT, counted),
+ *    the charged bytes (stats client_memory) and the daemon's VmRSS stay
+ *    within the stated budget, and root keeps being served meanwhile;
+ *  - a stream whose END cannot be queued (an injected allocation failure,
+ *    PRESTO_TEST_FAULT=end) fails the client with an ERROR within a second;
+ *    when its ERROR cannot be queued either (end,error) the connection
+ *    closes within a second; the daemon serves the next client.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "presto.h"
+#include "proto.h"
+
+#define DATASET "bud"
+#define NSAMPLES 256
+#define SIDE 64
+#define SAMPLE_BYTES ((uint64_t)SIDE * SIDE * 3)
+#ifndef CLIENT_MEMORY /* -D for a measurement without the budget */
+#define CLIENT_MEMORY (64ull << 20)
+#endif
+#ifndef USER_MEMORY
+#define USER_MEMORY (24ull << 20)
+#endif
+#define NOBODY 65534
+#define CASE_TIMEOUT_S 60
+
+static struct harness H;
+static char data_root[HARNESS_PATH_MAX];
+
+static void start_daemon(const char *extra)
+{
+    char yaml[2048];
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\n"
+             "socket_mode: 0666\n"
+             "limits:\n"
+             "  client_memory: %llu\n"
+             "  user_memory: %llu\n"
+             "%s"
+             "datasets:\n"
+             "  - name: " DATASET "\n"
+             "    root: %s\n"
+             "    steps: [decode, {resize: %d}, {center_crop: %d}]\n",
+             (unsigned long long)CLIENT_MEMORY, (unsigned long long)USER_MEMORY, extra,
+             data_root, SIDE, SIDE);
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+}
+
+static void daemon_setup(void)
+{
+    start_daemon("");
+}
+
+static void daemon_teardown(void)
+{
+    harness_stop_checked(&H);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* ---- the raw protocol ---- */
+
+static void raw_send(int fd, struct proto_wbuf *w)
+{
+    proto_frame_finish(w);
+    ck_assert(!w->failed);
+    ck_assert_int_eq(send(fd, w->data, w->len, MSG_NOSIGNAL), (ssize_t)w->len);
+    proto_wbuf_free(w);
+}
+
+/* The next frame: header into h, body into buf; a passed fd into *passed. */
+static void raw_recv(int fd, struct proto_header *h, uint8_t *buf, size_t cap, int *passed)
+{
+    uint8_t hdr[PROTO_HEADER_SIZE];
+    char ctl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {hdr, sizeof(hdr)};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                         .msg_controllen = sizeof(ctl)};
+    ck_assert_int_eq(recvmsg(fd, &msg, MSG_WAITALL), (ssize_t)sizeof(hdr));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    if (passed && cm && cm->cmsg_type == SCM_RIGHTS)
+        memcpy(passed, CMSG_DATA(cm), sizeof(int));
+    ck_assert_int_eq(proto_header_decode(hdr, (uint32_t)cap, h), 0);
+    ck_assert_int_eq(recv(fd, buf, h->body_len, MSG_WAITALL), (ssize_t)h->body_len);
+}
+
+static void send_open(int fd, uint32_t batch, uint32_t prefetch, int shm)
+{
+    struct proto_wbuf w;
+    struct proto_open m = {.batch_size = batch, .seed = 1, .world = 1, .prefetch = prefetch,
+                           .flags = shm ? PROTO_OPEN_SHM : 0};
+    strcpy(m.dataset, DATASET);
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, PROTO_OPEN, 1);
+    proto_put_open(&w, &m);
+    raw_send(fd, &w);
+}
+
+static double stat_of(const char *parent, const char *key)
+{
+    double v = -1;
+    ck_assert_int_eq(harness_stat(&H, parent, key, &v), 0);
+    return v;
+}
+
+/* ---- a ring is charged until its last mapping is gone ---- */
+
+/* Rounds of: a connection, a shared-memory stream (batch 64, prefetch 8:
+ * 6 MiB of ring), both slots filled, the connection closed, the memfd
+ * kept. The kept rings stay charged to the uid (their pages are the
+ * client's to read still), so the budget runs out: later rounds are
+ * granted fewer slots, then refused. Closing the memfds gives it back. */
+START_TEST(test_kept_memfd_charged)
+{
+    enum { ROUNDS = 6 };
+    static uint8_t body[1 << 16];
+    int kept[ROUNDS], nkept = 0, refused = 0;
+    uint64_t kept_bytes = 0;
+    for (int i = 0; i < ROUNDS; i++) {
+        int fd = harness_raw_connect(&H), ring = -1;
+        struct proto_header h;
+        struct proto_rbuf r;
+        struct proto_opened op;
+        ck_assert_int_ge(fd, 0);
+        send_open(fd, 64, 8, 1);
+        raw_recv(fd, &h, body, sizeof(body), &ring);
+        if (h.type == PROTO_ERROR) {
+            ck_assert_uint_eq(harness_error_code(body), PROTO_E_LIMIT);
+            refused++;
+            close(fd);
+            continue;
+        }
+        ck_assert_uint_eq(h.type, PROTO_OPENED);
+        proto_rbuf_init(&r, body, h.body_len);
+        ck_assert_int_eq(proto_get_opened(&r, &op), 0);
+        ck_assert_uint_eq(op.transport, PROTO_TRANSPORT_SHM);
+        ck_assert_int_ge(ring, 0);
+        for (int b = 0; b < 2; b++) {
+            raw_recv(fd, &h, body, sizeof(body), NULL);
+            ck_assert_uint_eq(h.type, PROTO_BATCH_SHM);
+        }
+        close(fd); /* the connection goes; the memfd stays with us */
+        kept[nkept++] = ring;
+        kept_bytes += (uint64_t)op.slots * op.slot_bytes;
+        double left = -1;
+        ck_assert_int_eq(harness_wait_stat(&H, "shm", "rings", 0, 5000, &left), 0);
+        ck_assert_int_eq(harness_wait_stat(&H, "client_memory", "rings_left", nkept, 5000,
+                                           &left), 0);
+    }
+    long blocks = 0;
+    for (int i = 0; i < nkept; i++) {
+        struct stat st;
+        ck_assert_int_eq(fstat(kept[i], &st), 0);
+        blocks += st.st_blocks;
+    }
+    double used = stat_of("client_memory", "used");
+    printf("kept memfds: %d rings kept (%.1f MiB, %ld blocks allocated), %d refused; "
+           "charged %.1f MiB of limits.user_memory %llu MiB\n", nkept,
+           (double)kept_bytes / 1048576, blocks, refused, used / 1048576,
+           (unsigned long long)(USER_MEMORY >> 20));
+    fflush(stdout);
+    ck_assert_msg(blocks > 0, "the kept rings lost their pages");
+    ck_assert_msg(refused >= 1, "the kept rings never exhausted the budget");
+    ck_assert_msg(used >= (double)kept_bytes && used <= (double)USER_MEMORY,
+                  "charged %.0f for %llu bytes of kept rings", used,
+                  (unsigned long long)kept_bytes);
+    for (int i = 0; i < nkept; i++)
+        close(kept[i]);
+    double v = -1;
+    ck_assert_msg(harness_wait_stat(&H, "client_memory", "rings_left", 0, 5000, &v) == 0,
+                  "rings_left %g after the memfds closed", v);
+    ck_assert_msg(harness_wait_stat(&H, "client_memory", "used", 0, 5000, &v) == 0,
+                  "%g bytes still charged", v);
+}
+END_TEST
+
+/* ---- the client memory budget ---- */
+
+struct hog {
+    int to_parent, from_parent;
+};
+
+static int wait_byte(int fd)
+{
+    char c;
+    return read(fd, &c, 1) == 1 ? 0 : -1;
+}
+
+/* As NOBODY: 4 connections x 16 socket streams (batch 16, prefetch 64)
+ * never read, then 16 shared-memory streams (batch 64, prefetch 64) on a
+ * fifth, whose ERRORs, OPENEDs and batches are never read nor released;
+ * holds them until the parent says. */
+static int hog(void *arg)
+{
+    const struct hog *ho = arg;
+    int fds[5];
+    for (int i = 0; i < 5; i++) {
+        if ((fds[i] = harness_raw_connect(&H)) < 0)
+            return 1;
+    }
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 16; k++)
+            send_open(fds[i], 16, 64, 0);
+    for (int k = 0; k < 16; k++)
+        send_open(fds[4], 64, 64, 1);
+    if (write(ho->to_parent, "h", 1) != 1 || wait_byte(ho->from_parent) < 0)
+        return 4;
+    for (int i = 0; i < 5; i++)
+        close(fds[i]);
+    return 0;
+}
+
+
+/* Waits until the streams' buffers stop changing (every job computed). */
+static double settle_buffers(void)
+{
+    double last = -1, v = 0;
+    for (int same = 0, i = 0; same < 5 && i < 300; i++) {
+        usleep(100 * 1000);
+        v = stat_of("memory", "stream_buffers");
+        same = v == last ? same + 1 : 0;
+        last = v;
+    }
+    return v;
+}
+
+START_TEST(test_hog_held_to_budget)
+{
+    presto_stream_opts_t o;
+    struct harness_epoch e0, e1;
+    presto_stream_opts_init(&o);
+    o.dataset = DATASET;
+    o.batch_size = 16;
+    o.seed = 3;
+    /* Root's epoch first: the memory tier is full, RSS's baseline. */
+    ck_assert_int_eq(harness_pull_epoch(&H, &o, &e0), 0);
+    long rss0 = harness_proc_status_kb(H.pid, "VmRSS");
+    ck_assert_int_gt(rss0, 0);
+
+    int up[2], down[2];
+    ck_assert_int_eq(pipe(up), 0);
+    ck_assert_int_eq(pipe(down), 0);
+    struct hog ho = {up[1], down[0]};
+    pid_t pid = harness_spawn_as(NOBODY, NOBODY, NULL, 0, hog, &ho);
+    ck_assert_int_gt(pid, 0);
+    close(up[1]);
+    close(down[0]);
+    char c;
+    ck_assert_msg(read(up[0], &c, 1) == 1, "the hog failed: see its output");
+    double hits = -1;
+    harness_wait_stat(&H, "limits.user_memory", "hits", 1, 5000, &hits);
+    double buffers = settle_buffers();
+    long rss1 = harness_proc_status_kb(H.pid, "VmRSS");
+    double used = stat_of("client_memory", "used"), peak = stat_of("client_memory", "peak");
+    double lowered = stat_of("client_memory", "lowered");
+    double streams = stat_of(NULL, "streams");
+    hits = stat_of("limits.user_memory", "hits");
+
+    /* Root is served meanwhile, the same epoch. */
+    ck_assert_int_eq(harness_pull_epoch(&H, &o, &e1), 0);
+    ck_assert_uint_eq(e1.fnv, e0.fnv);
+    long rss2 = harness_proc_status_kb(H.pid, "VmRSS");
+
+    printf("hog: %g streams open, %g refused at limits.user_memory, %g granted a lower "
+           "prefetch; charged %.1f MiB (peak %.1f, limits.user_memory %llu MiB), stream "
+           "buffers %.1f MiB; VmRSS %ld -> %ld kB (+%.1f MiB), %ld kB after root's epoch\n",
+           streams, hits, lowered, used / 1048576, peak / 1048576,
+           (unsigned long long)(USER_MEMORY >> 20), buffers / 1048576, rss0, rss1,
+           (double)(rss1 - rss0) / 1024, rss2);
+    fflush(stdout);
+    ck_assert_msg(hits >= 1, "nothing was refused at limits.user_memory");
+    ck_assert_msg(lowered >= 1, "no stream was given a lower prefetch");
+    ck_assert_msg(used <= (double)USER_MEMORY, "%.0f bytes charged, over user_memory", used);
+    ck_assert_msg(peak <= (double)CLIENT_MEMORY, "peak %.0f over client_memory", peak);
+    ck_assert_msg(buffers <= used, "buffers %.0f over what is charged (%.0f)", buffers, used);
+    /* What the hog made the daemon hold: within its budget (and a margin
+     * for the connections, allocator slack and page tables). */
+    ck_assert_msg((double)(rss1 - rss0) * 1024 <= (double)USER_MEMORY + (16 << 20),
+                  "VmRSS grew by %ld kB with limits.user_memory at %llu MiB", rss1 - rss0,
+                  (unsigned long long)(USER_MEMORY >> 20));
+
+    ck_assert_int_eq(write(down[1], "x", 1), 1);
+    int status = -1;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "hog exited with %d", status);
+    close(up[0]);
+    close(down[1]);
+    /* Everything charged is given back once its connections are gone. */
+    double left = -1;
+    ck_assert_msg(harness_wait_stat(&H, "client_memory", "used", 0, 5000, &left) == 0,
+                  "%.0f bytes still charged", left);
+    ck_assert_int_eq(harness_wait_stat(&H, "shm", "rings", 0, 5000, &left), 0);
+}
+END_TEST
+
+
+/* A shared-memory stream whose ring would not fit is granted fewer slots
+ * (OPENED says how many); the next, with nothing left, is refused. */
+START_TEST(test_lower_prefetch_granted)
+{
+    static uint8_t body[1 << 16];
+    struct proto_header h;
+    struct proto_rbuf r;
+    struct proto_opened op;
+    int fd = harness_raw_connect(&H), ring = -1;
+    ck_assert_int_ge(fd, 0);
+    send_open(fd, 64, 64, 1); /* 64 slots of 768 KiB: 48 MiB */
+    raw_recv(fd, &h, body, sizeof(body), &ring);
+    ck_assert_uint_eq(h.type, PROTO_OPENED);
+    proto_rbuf_init(&r, body, h.body_len);
+    ck_assert_int_eq(proto_get_opened(&r, &op), 0);
+    ck_assert_uint_eq(op.transport, PROTO_TRANSPORT_SHM);
+    printf("granted: shared memory, batch 64, prefetch 64 asked: %u slots of %llu KiB\n",
+           op.slots, (unsigned long long)(op.slot_bytes >> 10));
+    ck_assert_uint_lt(op.slots, 64);
+    ck_assert_uint_ge(op.slots, 2);
+    ck_assert_uint_le((uint64_t)op.slots * op.slot_bytes, USER_MEMORY);
+    ck_assert_int_ge(ring, 0);
+    close(ring);
+    double v = -1;
+    ck_assert_int_eq(harness_wait_stat(&H, "client_memory", "lowered", 1, 3000, &v), 0);
+    /* Root's charge, by uid. */
+    char *json = NULL;
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    ck_assert_msg(strstr(json, "\"per_uid\":[{\"uid\":\"0\",\"used\":"), "%s", json);
+    free(json);
+    /* Nothing left for a second one: refused, saying which limit. */
+    send_open(fd, 64, 64, 1);
+    for (;;) {
+        raw_recv(fd, &h, body, sizeof(body), NULL);
+        if (h.type != PROTO_ERROR)
+            continue;
+        uint32_t code = 0;
+        char text[320] = "";
+        proto_rbuf_init(&r, body, h.body_len);
+        ck_assert_int_eq(proto_get_error(&r, &code, text, sizeof(text)), 0);
+        ck_assert_uint_eq(code, PROTO_E_LIMIT);
+        ck_assert_msg(strstr(text, "limits.user_memory (24 MiB per uid) reached"), "%s", text);
+        break;
+    }
+    ck_assert_int_eq(harness_wait_stat(&H, "limits.user_memory", "hits", 1, 3000, &v), 0);
+    close(fd);
+    ck_assert_int_eq(harness_wait_stat(&H, "client_memory", "used", 0, 5000, &v), 0);
+}
+END_TEST
+
+/* ---- a stream that cannot end properly fails loudly ---- */
+
+/* Reads the epoch's batches and then what comes instead of END: the
+ * frame's type (an ERROR's code and text), or -ECONNRESET; within a
+ * second of the last batch. */
+static int read_to_end(int fd, uint32_t *code, char *text, size_t len)
+{
+    static uint8_t body[1 << 20];
+    struct proto_header h;
+    double last = now_s();
+    for (;;) {
+        int rc = harness_read_frame(fd, 3000, &h, body, sizeof(body));
+        if (rc < 0) {
+            ck_assert_msg(now_s() - last < 1.0, "the end took %.2f s", now_s() - last);
+            return rc;
+        }
+        if (h.type == PROTO_OPENED || h.type == PROTO_BATCH) {
+            last = now_s();
+            continue;
+        }
+        ck_assert_msg(now_s() - last < 1.0, "the end took %.2f s", now_s() - last);
+        if (h.type == PROTO_ERROR) {
+            struct proto_rbuf r;
+            proto_rbuf_init(&r, body, h.body_len);
+            ck_assert_int_eq(proto_get_error(&r, code, text, len), 0);
+        }
+        return h.type;
+    }
+}
+
+static void fault_setup(const char *faults)
+{
+    setenv("PRESTO_TEST_FAULT", faults, 1);
+    start_daemon("");
+    unsetenv("PRESTO_TEST_FAULT");
+}
+
+static void end_fault_setup(void)
+{
+    fault_setup("end");
+}
+
+static void end_error_fault_setup(void)
+{
+    fault_setup("end,error");
+}
+
+/* The next client is served (the fault spares everything but the end). */
+static void expect_served(void)
+{
+    int fd = harness_raw_connect(&H);
+    ck_assert_int_ge(fd, 0);
+    send_open(fd, 4, 2, 0);
+    uint32_t code = 0;
+    char text[256] = "";
+    read_to_end(fd, &code, text, sizeof(text));
+    close(fd);
+}
+
+START_TEST(test_end_lost_error)
+{
+    int fd = harness_raw_connect(&H);
+    uint32_t code = 0;
+    char text[256] = "";
+    ck_assert_int_ge(fd, 0);
+    send_open(fd, 4, 2, 0);
+    int type = read_to_end(fd, &code, text, sizeof(text));
+    ck_assert_msg(type == PROTO_ERROR, "got %d instead of an ERROR", type);
+    ck_assert_uint_eq(code, PROTO_E_NOMEM);
+    ck_assert_msg(strstr(text, "END could not be queued"), "error: %s", text);
+    close(fd);
+    expect_served();
+}
+END_TEST
+
+START_TEST(test_end_lost_close)
+{
+    int fd = harness_raw_connect(&H);
+    uint32_t code = 0;
+    char text[256] = "";
+    ck_assert_int_ge(fd, 0);
+    send_open(fd, 4, 2, 0);
+    int type = read_to_end(fd, &code, text, sizeof(text));
+    ck_assert_msg(type == -ECONNRESET, "got %d instead of the connection's end", type);
+    close(fd);
+    double lost = 0;
+    ck_assert_int_eq(harness_wait_stat(&H, NULL, "ends_lost", 1, 3000, &lost), 0);
+    ck_assert_int_eq(harness_wait_log(&H, "could not be queued", 3000), 0);
+}
+END_TEST
+
+static Suite *budget_suite(void)
+{
+    Suite *s = suite_create("budget");
+    const struct harness_case rings[] = {{"kept_memfd", test_kept_memfd_charged}};
+    harness_add_cases(s, rings, 1, daemon_setup, daemon_teardown, CASE_TIMEOUT_S);
+    const struct harness_case hogs[] = {{"hog", test_hog_held_to_budget},
+                                        {"granted", test_lower_prefetch_granted}};
+    harness_add_cases(s, hogs, 2, daemon_setup, daemon_teardown, CASE_TIMEOUT_S);
+    const struct harness_case end[] = {{"end_lost_error", test_end_lost_error}};
+    harness_add_cases(s, end, 1, end_fault_setup, daemon_teardown, CASE_TIMEOUT_S);
+    const struct harness_case close_[] = {{"end_lost_close", test_end_lost_close}};
+    harness_add_cases(s, close_, 1, end_error_fault_setup, daemon_teardown, CASE_TIMEOUT_S);
+    return s;
+}
+
+int main(void)
+{
+    /* Another uid (nobody) is the hog: root, and a 0711 directory. */
+    int rc = harness_init_for_others(&H);
+    if (rc != 0)
+        return rc == HARNESS_SKIP ? rc : EXIT_FAILURE;
+    if (harness_make_dataset(&H, DATASET, NSAMPLES, 2, 7, 48, 80, data_root,
+                             sizeof(data_root)) < 0) {
+        harness_cleanup(&H);
+        return EXIT_FAILURE;
+    }
+    return harness_finish(&H, harness_run_suite(budget_suite()));
+}
