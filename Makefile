@@ -9,9 +9,10 @@ SANITIZE ?=
 # Debian packages the build, the tests and the benchmarks need.
 DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
             libturbojpeg0-dev libyaml-dev check python3-numpy python3-torch \
-            python3-torchvision python3-pil valgrind fuse3 libfuse3-dev
+            python3-torchvision python3-pil valgrind fuse3 libfuse3-dev \
+            libmemcached-dev memcached
 
-PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1
+PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1 libmemcached
 PKG_CHECK  := check
 
 CFLAGS  ?= -O2 -g
