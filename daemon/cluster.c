@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "stats.h"
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
@@ -20,11 +21,8 @@
  * as MEMCACHED_MEMORY_ALLOCATION_FAILURE): never a libmemcached code. */
 #define RC_NOMEM MEMCACHED_MAXIMUM_RETURN
 
-const struct cluster_stat_decl cluster_stat_decls[CLUSTER_STAT_MAX] = {
-#define CLUSTER_STAT_DECL(name, kind, help) {#name, CLUSTER_##kind, help},
-    CLUSTER_SERVER_STATS(CLUSTER_STAT_DECL)
-#undef CLUSTER_STAT_DECL
-};
+static const struct stats_decl server_decl[] = {CLUSTER_SERVER_STATS(STATS_DECL)};
+static const struct stats_decl total_decl[] = {CLUSTER_TOTAL_STATS(STATS_DECL)};
 
 /* ---- configuration ---- */
 
@@ -396,6 +394,51 @@ void cluster_get_server_stats(struct cluster *cl, uint32_t i, struct cluster_ser
         st->v[k] = LOAD(&s->n[k]);
     st->v[CLUSTER_STAT_up] = LOAD(&s->down_until) == 0;
     st->v[CLUSTER_STAT_backoff_ms] = LOAD(&s->backoff_ms);
+}
+
+void cluster_stats(struct cluster *cl, struct stats_out *o)
+{
+    uint64_t sum[CLUSTER_STAT_MAX] = {0};
+    struct cluster_server_stats st;
+    for (uint32_t i = 0; i < cl->nsrv; i++) {
+        cluster_get_server_stats(cl, i, &st);
+        for (int k = 0; k < CLUSTER_STAT_MAX; k++)
+            sum[k] += st.v[k];
+    }
+    struct stats_val t[] = {
+        stats_u64(1),
+        stats_u64(cl->nsrv),
+        stats_u64(sum[CLUSTER_STAT_up]),
+        stats_u64(cl->timeout_ms),
+        stats_u64(cl->item_max),
+        stats_u64(sum[CLUSTER_STAT_lookups]),
+        stats_u64(sum[CLUSTER_STAT_hits]),
+        stats_u64(sum[CLUSTER_STAT_misses]),
+        stats_u64(sum[CLUSTER_STAT_corrupt]),
+        stats_u64(sum[CLUSTER_STAT_lost]),
+        stats_u64(sum[CLUSTER_STAT_skipped]),
+        stats_u64(sum[CLUSTER_STAT_errors]),
+        stats_u64(sum[CLUSTER_STAT_timeouts]),
+        stats_u64(sum[CLUSTER_STAT_bytes_read]),
+        stats_u64(sum[CLUSTER_STAT_puts]),
+        stats_u64(sum[CLUSTER_STAT_put_exists]),
+        stats_u64(sum[CLUSTER_STAT_put_too_large]),
+        stats_u64(sum[CLUSTER_STAT_bytes_written]),
+        stats_f64(stats_ratio(sum[CLUSTER_STAT_hits], sum[CLUSTER_STAT_lookups])),
+    };
+    stats_emit(o, total_decl, t, sizeof(t) / sizeof(t[0]));
+    stats_list_begin(o, "servers");
+    for (uint32_t i = 0; i < cl->nsrv; i++) {
+        struct stats_val v[CLUSTER_STAT_MAX];
+        cluster_get_server_stats(cl, i, &st);
+        v[0] = stats_str(st.name);
+        for (int k = 1; k < CLUSTER_STAT_MAX; k++)
+            v[k] = stats_u64(st.v[k]);
+        stats_begin(o, NULL, "server", "server", st.name);
+        stats_emit(o, server_decl, v, CLUSTER_STAT_MAX);
+        stats_end(o);
+    }
+    stats_list_end(o);
 }
 
 void cluster_key(const struct store_key *key, char out[CLUSTER_KEY_LEN + 1])

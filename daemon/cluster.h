@@ -122,42 +122,57 @@ int cluster_parse_server(const char *spec, char host[CLUSTER_HOST_MAX], uint16_t
  * timeouts count failed requests (a multi-get is one request, however
  * many keys it asks). */
 #define CLUSTER_SERVER_STATS(X)                                                       \
-    X(lookups, COUNTER, "keys meant for the server (sent or skipped)")               \
-    X(hits, COUNTER, "records the server returned that passed every check")           \
-    X(misses, COUNTER, "keys the server did not have")                                \
-    X(corrupt, COUNTER, "records returned with bad flags, header, checksum or key")   \
-    X(lost, COUNTER, "keys asked in a request that failed or timed out")              \
-    X(skipped, COUNTER, "lookups not sent: the server was down")                      \
-    X(errors, COUNTER, "requests failed: connection refused or broken, bad answer")   \
-    X(timeouts, COUNTER, "requests that got no answer within cluster.timeout_ms")     \
-    X(bytes_read, COUNTER, "value bytes received (hits and corrupt records)")         \
-    X(puts, COUNTER, "records stored (memcached ADD)")                                \
-    X(put_exists, COUNTER, "puts refused: the server had the key (put-once)")         \
-    X(put_too_large, COUNTER, "puts not done: over cluster.item_max or the server's -I") \
-    X(put_full, COUNTER, "puts refused: the server is out of memory (-M)")            \
-    X(put_skipped, COUNTER, "puts not sent: the server was down")                     \
-    X(put_failed, COUNTER, "puts lost to a request that failed or timed out")         \
-    X(bytes_written, COUNTER, "value bytes of the records stored")                    \
-    X(downs, COUNTER, "times the server was marked down")                             \
-    X(retries, COUNTER, "requests sent to retry a server that was down")              \
-    X(up, GAUGE, "1 while the server is in use, 0 while it is down")                  \
-    X(backoff_ms, GAUGE, "the wait before the next retry while down")
+    X(server, LABEL, "", "the server, HOST:PORT as configured")                       \
+    X(lookups, COUNTER, "keys", "keys meant for the server (sent or skipped)")        \
+    X(hits, COUNTER, "records", "records the server returned that passed every check") \
+    X(misses, COUNTER, "keys", "keys the server did not have")                        \
+    X(corrupt, COUNTER, "records", "records returned with bad flags, header, checksum or key") \
+    X(lost, COUNTER, "keys", "keys asked in a request that failed or timed out")      \
+    X(skipped, COUNTER, "keys", "lookups not sent: the server was down")              \
+    X(errors, COUNTER, "requests", "requests failed: connection refused or broken, bad answer") \
+    X(timeouts, COUNTER, "requests", "requests that got no answer within cluster.timeout_ms") \
+    X(bytes_read, COUNTER, "bytes", "value bytes received (hits and corrupt records)") \
+    X(puts, COUNTER, "records", "records stored (memcached ADD)")                     \
+    X(put_exists, COUNTER, "records", "puts refused: the server had the key (put-once)") \
+    X(put_too_large, COUNTER, "records", "puts not done: over cluster.item_max or the server's -I") \
+    X(put_full, COUNTER, "records", "puts refused: the server is out of memory (-M)") \
+    X(put_skipped, COUNTER, "records", "puts not sent: the server was down")          \
+    X(put_failed, COUNTER, "records", "puts lost to a request that failed or timed out") \
+    X(bytes_written, COUNTER, "bytes", "value bytes of the records stored")           \
+    X(downs, COUNTER, "times", "times the server was marked down")                    \
+    X(retries, COUNTER, "requests", "requests sent to retry a server that was down")  \
+    X(up, GAUGE, "", "1 while the server is in use, 0 while it is down")              \
+    X(backoff_ms, GAUGE, "ms", "the wait before the next retry while down")
 
-enum cluster_stat_kind { CLUSTER_COUNTER, CLUSTER_GAUGE };
+/* The sums over the servers, in the "cluster" section before them. */
+#define CLUSTER_TOTAL_STATS(X)                                                        \
+    X(enabled, GAUGE, "", "1 when cluster.memcached names servers")                   \
+    X(servers, GAUGE, "servers", "the servers of cluster.memcached")                  \
+    X(servers_up, GAUGE, "servers", "the servers in use (not backing off)")           \
+    X(timeout_ms, GAUGE, "ms", "cluster.timeout_ms")                                  \
+    X(item_max, GAUGE, "bytes", "cluster.item_max, the largest record clustered")     \
+    X(lookups, COUNTER, "keys", "keys looked up in the cluster tier")                 \
+    X(hits, COUNTER, "records", "records found that passed every check")              \
+    X(misses, COUNTER, "keys", "keys no server had")                                  \
+    X(corrupt, COUNTER, "records", "records with bad flags, header, checksum or key: misses") \
+    X(lost, COUNTER, "keys", "keys asked in requests that failed or timed out: misses") \
+    X(skipped, COUNTER, "keys", "lookups not sent, their server down: misses")        \
+    X(errors, COUNTER, "requests", "requests failed: refused or broken, bad answer")  \
+    X(timeouts, COUNTER, "requests", "requests with no answer within cluster.timeout_ms") \
+    X(bytes_read, COUNTER, "bytes", "record bytes received")                          \
+    X(puts, COUNTER, "records", "records stored")                                     \
+    X(put_exists, COUNTER, "records", "puts refused: a node put the record first")    \
+    X(put_too_large, COUNTER, "records", "records over cluster.item_max: not clustered") \
+    X(bytes_written, COUNTER, "bytes", "record bytes stored")                         \
+    X(hit_rate, GAUGE, "", "hits over lookups")
 
+/* Stat indexes (CLUSTER_STAT_server, the label, has no value). */
 enum cluster_stat {
-#define CLUSTER_STAT_ENUM(name, kind, help) CLUSTER_STAT_##name,
+#define CLUSTER_STAT_ENUM(name, kind, unit, help) CLUSTER_STAT_##name,
     CLUSTER_SERVER_STATS(CLUSTER_STAT_ENUM)
 #undef CLUSTER_STAT_ENUM
     CLUSTER_STAT_MAX
 };
-
-struct cluster_stat_decl {
-    const char *name;
-    enum cluster_stat_kind kind;
-    const char *help;
-};
-extern const struct cluster_stat_decl cluster_stat_decls[CLUSTER_STAT_MAX];
 
 struct cluster_server_stats {
     const char *name; /* "HOST:PORT" as configured; valid while the cluster is */
@@ -178,6 +193,11 @@ uint32_t cluster_nservers(const struct cluster *cl);
 uint64_t cluster_item_max(const struct cluster *cl);
 /* Fills st for server i (0 <= i < cluster_nservers). */
 void cluster_get_server_stats(struct cluster *cl, uint32_t i, struct cluster_server_stats *st);
+struct stats_out;
+/* The servers' sections, a list under "servers" (metrics
+ * presto_cluster_server_*{server="HOST:PORT"}), and their sums
+ * (presto_cluster_*) before it. */
+void cluster_stats(struct cluster *cl, struct stats_out *o);
 
 /* The memcached key of a record key, NUL-terminated. */
 void cluster_key(const struct store_key *key, char out[CLUSTER_KEY_LEN + 1]);
