@@ -147,7 +147,7 @@ int cluster_parse_server(const char *spec, char host[CLUSTER_HOST_MAX], uint16_t
 /* The sums over the servers, in the "cluster" section before them. */
 #define CLUSTER_TOTAL_STATS(X)                                                        \
     X(enabled, GAUGE, "", "1 when cluster.memcached names servers")                   \
-    X(servers, GAUGE, "servers", "the servers of cluster.memcached")                  \
+    X(server_count, GAUGE, "servers", "the servers of cluster.memcached")             \
     X(servers_up, GAUGE, "servers", "the servers in use (not backing off)")           \
     X(timeout_ms, GAUGE, "ms", "cluster.timeout_ms")                                  \
     X(item_max, GAUGE, "bytes", "cluster.item_max, the largest record clustered")     \
