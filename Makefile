@@ -56,7 +56,7 @@ DESTDIR ?=
 PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
            $(BUILD)/libprestoclient.a
 
-.PHONY: all deps check check-valgrind run bench clean tests install fuzz fuzz-build
+.PHONY: all deps check check-valgrind run bench bench-cluster clean tests install fuzz fuzz-build
 all: $(PROGS)
 tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS)
 
@@ -140,6 +140,11 @@ run: deps
 bench: deps
 	$(MAKE) --no-print-directory all $(BUILD)/ioread $(SLOWFS)
 	BUILD=build PYTHON=$(PYTHON) tests/bench/bench.sh
+
+# The cluster tier's cases alone (tests/bench/cases_cluster.sh), on their own data set.
+bench-cluster: deps
+	$(MAKE) --no-print-directory all
+	BUILD=build PYTHON=$(PYTHON) tests/bench/cases_cluster.sh
 
 # Staged installs: make install DESTDIR=/tmp/stage PREFIX=/usr
 PYDIR ?= $(PREFIX)/lib/python3/dist-packages
