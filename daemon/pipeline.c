@@ -321,7 +321,8 @@ static unsigned chunk_cluster(struct chunk *C, uint32_t m)
 static uint32_t chunk_gather(struct pipeline *p, struct chunk *C, const uint32_t *ids,
                              uint32_t n, int warm, size_t *bytes)
 {
-    size_t total = 0;
+    size_t total = 0, spare = 0;
+    size_t rec_room = tiers_cluster_on(&C->x) ? C->x.st->mat_bytes + STORE_HEADER_SIZE : 0;
     uint32_t m;
     for (m = 0; m < n && m < PIPELINE_CHUNK_SAMPLES; m++) {
         struct item *it = &C->items[m];
@@ -353,8 +354,11 @@ static uint32_t chunk_gather(struct pipeline *p, struct chunk *C, const uint32_t
         uint64_t size = dataset_file_size(C->x.ds, id);
         if (size > p->max_file_size)
             size = 0; /* the read says how large it is now */
-        if (m > 0 && total + size > PIPELINE_CHUNK_BYTES)
+        /* A cluster record may take its place: room for the larger. */
+        size_t more = rec_room > size ? rec_room - (size_t)size : 0;
+        if (m > 0 && total + spare + size + more > PIPELINE_CHUNK_BYTES)
             break;
+        spare += more;
         it->len = (size_t)size;
         it->off = total;
         total += align_up(it->len, ARENA_ALIGN);

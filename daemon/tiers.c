@@ -621,8 +621,9 @@ enum tiers_where tiers_locate(const struct tiers_ctx *x, uint32_t id, int warm,
             return TIERS_MEMORY;
         }
     }
-    /* A warm-up without a disk tier: only what memory will take. */
-    if (warm && !on_disk(x, id) && !disk_writable(x) && x->st->mat_bytes &&
+    /* A warm-up without a disk or cluster tier: only what memory will take. */
+    if (warm && !on_disk(x, id) && !disk_writable(x) && !tiers_cluster_on(x) &&
+        x->st->mat_bytes &&
         !mem_admits(x, id, x->st->mat_bytes))
         return TIERS_SKIP;
     /* disk */

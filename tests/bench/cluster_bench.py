@@ -194,11 +194,12 @@ def main():
     ap.add_argument("--out", help="append the run lines here (else stdout)")
     a = ap.parse_args()
     a.data = os.path.abspath(a.data)
-    samples = sum(len(f) for _, _, f in os.walk(a.data))
+    samples = sum(1 for _, _, files in os.walk(a.data) for f in files
+                  if f.lower().endswith((".jpg", ".jpeg")))
     tmp = tempfile.mkdtemp(prefix="presto-cluster-bench.")
     servers = []
     try:
-        print("== cluster: %d nodes (prestod), world %d, %d samples, memory a %d-th of the"
+        print("== cluster: %d nodes (prestod), world %d, %d samples, memory 1/%d of the"
               " dataset each, no disk tier" % (a.nodes, a.world, samples, a.nodes),
               file=sys.stderr)
         base, _ = run_setup(a, tmp, "no-cluster", samples, None)
@@ -217,9 +218,11 @@ def main():
         print("  cluster: %.1f samples/s against %.1f without the cluster tier: %.2fx"
               % (med, ref, med / ref), file=sys.stderr)
         if bps > 0:
-            print("  cluster tier bytes over loopback: %.0f per sample; a 25 Gbit/s network"
-                  " would carry %.0f samples/s per node" % (bps, 25e9 / 8 / bps),
-                  file=sys.stderr)
+            rec = SAMPLE_BYTES + 88  # a raw record: the sample and its header
+            print("  cluster tier bytes over loopback: %.0f per sample served (%d per record"
+                  " fetched; the rest came from memory); a 25 Gbit/s network would carry"
+                  " %.0f samples/s per node at that rate (%.0f records/s)"
+                  % (bps, rec, 25e9 / 8 / bps, 25e9 / 8 / rec), file=sys.stderr)
         for m in servers:
             m.stop()
         servers = []
