@@ -150,12 +150,18 @@ static inline int mcd_start(struct mcd *m, uint16_t port, ...)
     return -1;
 }
 
-/* Sends sig; SIGKILL and SIGTERM also reap the server. */
+/* Sends sig; SIGKILL and SIGTERM also reap the server, SIGSTOP waits until
+ * it is stopped (a request sent then gets no answer). */
 static inline void mcd_stop(struct mcd *m, int sig)
 {
     if (m->pid <= 0)
         return;
     kill(m->pid, sig);
+    if (sig == SIGSTOP) { /* returns once every thread stopped: no answer after it */
+        int st;
+        while (waitpid(m->pid, &st, WUNTRACED) < 0 && errno == EINTR)
+            ;
+    }
     if (sig == SIGKILL || sig == SIGTERM) {
         if (sig == SIGTERM) {
             kill(m->pid, SIGCONT);
