@@ -10,9 +10,10 @@ SANITIZE ?=
 DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
             libturbojpeg0-dev libyaml-dev check python3-numpy python3-torch \
             python3-torchvision python3-pil python3-prometheus-client valgrind fuse3 \
-            libfuse3-dev python3-pip python3-setuptools python3-wheel
+            libfuse3-dev python3-pip python3-setuptools python3-wheel libmemcached-dev \
+            memcached
 
-PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1
+PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1 libmemcached
 PKG_CHECK  := check
 
 CFLAGS  ?= -O2 -g
@@ -56,7 +57,7 @@ DESTDIR ?=
 PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
            $(BUILD)/libprestoclient.a
 
-.PHONY: all deps check check-valgrind run bench clean tests install fuzz fuzz-build
+.PHONY: all deps check check-valgrind run bench bench-cluster clean tests install fuzz fuzz-build
 all: $(PROGS)
 tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS)
 
@@ -140,6 +141,11 @@ run: deps
 bench: deps
 	$(MAKE) --no-print-directory all $(BUILD)/ioread $(SLOWFS)
 	BUILD=build PYTHON=$(PYTHON) tests/bench/bench.sh
+
+# The cluster tier's cases alone (tests/bench/cases_cluster.sh), on their own data set.
+bench-cluster: deps
+	$(MAKE) --no-print-directory all
+	BUILD=build PYTHON=$(PYTHON) tests/bench/cases_cluster.sh
 
 # Staged installs: make install DESTDIR=/tmp/stage PREFIX=/usr
 PYDIR ?= $(PREFIX)/lib/python3/dist-packages

@@ -765,6 +765,72 @@ static int cfg_datasets(struct cfg_parse *ps, struct config *c, const yaml_node_
     return cfg_duplicates(ps, c);
 }
 
+/* ---- cluster ---- */
+
+/* cluster.memcached (a list of HOST:PORT, or one), cluster.timeout_ms,
+ * cluster.item_max (a size): cluster.c checks the values. */
+static int cfg_cluster_pair(struct cfg_parse *ps, void *arg, const char *key,
+                            const yaml_node_t *knode, const yaml_node_t *val)
+{
+    struct config *c = arg;
+    char full[64], why[256], num[32];
+    snprintf(full, sizeof(full), "cluster.%s", key);
+    if (strcmp(key, "memcached") == 0) {
+        const yaml_node_t *one = val, *items = NULL;
+        size_t n = 1;
+        cluster_config_free(&c->cluster); /* a later key replaces the list */
+        if (val->type == YAML_SEQUENCE_NODE) {
+            items = val;
+            n = (size_t)(val->data.sequence.items.top - val->data.sequence.items.start);
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (items)
+                one = yaml_document_get_node(ps->doc, items->data.sequence.items.start[i]);
+            const char *v = scalar(one);
+            if (!v)
+                return cfg_error(ps, one, full, "expected HOST:PORT, found %s", node_kind(one));
+            for (uint32_t k = 0; k < c->cluster.nservers; k++)
+                if (strcmp(c->cluster.servers[k], v) == 0)
+                    return cfg_error(ps, one, full, "'%s' is listed twice", v);
+            int rc = cluster_config_set(&c->cluster, key, v, why, sizeof(why));
+            if (rc == -ENOMEM)
+                return rc;
+            if (rc < 0)
+                return cfg_error(ps, one, full, "%s", why);
+        }
+        return 0;
+    }
+    if (strcmp(key, "timeout_ms") != 0 && strcmp(key, "item_max") != 0)
+        return cfg_error(ps, knode, full, "unknown key (cluster.memcached, cluster.timeout_ms "
+                         "and cluster.item_max are)");
+    const char *v = scalar(val);
+    if (!v)
+        return cfg_error(ps, val, full, "expected a scalar, found %s", node_kind(val));
+    if (strcmp(key, "item_max") == 0) { /* a size: 1MiB */
+        uint64_t sz;
+        if (config_parse_size(v, &sz) < 0)
+            return cfg_error(ps, val, full, "'%s' is not a size", v);
+        snprintf(num, sizeof(num), "%llu", (unsigned long long)sz);
+        v = num;
+    }
+    int rc = cluster_config_set(&c->cluster, key, v, why, sizeof(why));
+    if (rc == -ENOMEM)
+        return rc;
+    return rc < 0 ? cfg_error(ps, val, full, "%s", why) : 0;
+}
+
+/* cluster.* as one line, for config_diff. */
+static void cfg_cluster_format(const struct config *c, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < c->cluster.nservers && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? "," : "", c->cluster.servers[i]);
+    if (at < len)
+        snprintf(buf + at, len - at, " timeout_ms %u item_max %llu", c->cluster.timeout_ms,
+                 (unsigned long long)c->cluster.item_max);
+}
+
 /* 1 when key is a section of the table (cache, io, limits, ...). */
 static int cfg_is_section(const char *key)
 {
@@ -784,6 +850,8 @@ static int cfg_top_pair(struct cfg_parse *ps, void *arg, const char *key,
     }
     if (strcmp(key, "datasets") == 0)
         return cfg_datasets(ps, c, val);
+    if (strcmp(key, "cluster") == 0)
+        return cfg_each_pair(ps, val, key, cfg_cluster_pair, c);
     const struct cfg_key *k = cfg_find_key(NULL, key);
     if (!k)
         return cfg_error(ps, knode, key, "unknown key");
@@ -824,6 +892,7 @@ int config_defaults(struct config *c)
         else if (k->type == CFG_LOGLEVEL)
             *(int *)field = (int)k->def;
     }
+    cluster_config_init(&c->cluster);
     c->cache_memory = total_ram() / 4;
     if (c->cache_memory == 0)
         c->cache_memory = 1ull << 30;
@@ -1069,10 +1138,25 @@ void config_diff(const struct config *a, const struct config *b, config_diff_fn 
                  k->section ? "." : "", k->name);
         fn(arg, name, was, now, k->when == CFG_LIVE);
     }
+    char was[1024], now[1024];
+    cfg_cluster_format(a, was, sizeof(was));
+    cfg_cluster_format(b, now, sizeof(now));
+    if (strcmp(was, now) != 0)
+        fn(arg, "cluster", was, now, 0);
 }
 
 int config_keep_restart_keys(struct config *c, const struct config *running)
 {
+    struct cluster_config cl = running->cluster;
+    cl.servers = NULL;
+    cl.nservers = 0;
+    for (uint32_t i = 0; i < running->cluster.nservers; i++)
+        if (cluster_config_set(&cl, "memcached", running->cluster.servers[i], NULL, 0) < 0) {
+            cluster_config_free(&cl);
+            return -ENOMEM;
+        }
+    cluster_config_free(&c->cluster);
+    c->cluster = cl;
     for (size_t i = 0; i < CFG_NKEYS; i++) {
         const struct cfg_key *k = &cfg_keys[i];
         void *dst = (char *)c + k->off;
@@ -1113,5 +1197,6 @@ void config_free(struct config *c)
     free(c->socket_path);
     free(c->metrics_listen);
     free(c->cache_dir);
+    cluster_config_free(&c->cluster);
     memset(c, 0, sizeof(*c));
 }

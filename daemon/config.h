@@ -12,6 +12,8 @@
  *   profile: { samples: 0 (2% of a dataset, 64 to 300), worker_share: 50 (%),
  *              memory: 256MiB }
  *   metrics: { listen: off | PORT | HOST:PORT }   # Prometheus /metrics over HTTP
+ *   cluster: { memcached: [HOST:PORT, ...] (none: off), timeout_ms: 200,
+ *              item_max: 1MiB }           # the cluster tier (cluster.h)
  *   limits: { connections: 256, connections_per_user: 128, idle_timeout: 300,
  *             streams_per_connection: 16,
  *             streams_per_user: 256, batch_size: 4096, prefetch: 64,
@@ -35,7 +37,7 @@
  *
  * SIGHUP (or RELOAD) re-reads the file: config_diff() says which keys
  * changed and whether a reload applies them (see CFG_RESTART in config.c:
- * the socket, workers, the disk tier and io need a restart).
+ * the socket, workers, the disk tier, io and cluster need a restart).
  */
 #ifndef PRESTO_CONFIG_H
 #define PRESTO_CONFIG_H
@@ -43,6 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cluster.h"
 #include "step.h"
 
 #define CONFIG_MAX_STEPS 16
@@ -108,6 +111,7 @@ struct config {
     uint32_t profile_worker_share; /* percent of the workers a profile may use */
     uint64_t profile_memory;       /* bytes of a profile's trial memory tier */
     char *metrics_listen;          /* [HOST:]PORT of the /metrics HTTP endpoint; NULL: off */
+    struct cluster_config cluster; /* cluster.*: the cluster tier's servers (none: off) */
     struct config_dataset *datasets;
     uint32_t ndatasets;
 };

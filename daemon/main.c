@@ -319,7 +319,7 @@ int main(int argc, char **argv)
     }
     notify_send("STATUS=reading the disk tier");
     struct tiers_config tc = {c->cache_memory, c->cache_dir, c->cache_disk, c->segment_size,
-                              (int)c->cache_direct_io, nworkers};
+                              (int)c->cache_direct_io, nworkers, &c->cluster};
     if (tiers_create(&tiers, &tc, datasets, ndatasets) < 0 ||
         pipeline_create(&pipe, tiers, c->max_file_size, nworkers) < 0)
         goto oom;

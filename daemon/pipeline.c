@@ -271,6 +271,48 @@ static int chunk_arena(struct chunk *C, size_t bytes)
     return p ? 0 : -ENOMEM;
 }
 
+/* Where each of C's first m items goes in the arena (their lengths set);
+ * returns the bytes they take. */
+static size_t chunk_layout(struct chunk *C, uint32_t m)
+{
+    size_t total = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        struct item *it = &C->items[i];
+        if (it->where == TIERS_MEMORY || it->where == TIERS_SKIP)
+            continue;
+        it->off = align_up(total, it->where == TIERS_DISK ? it->t.align : 1);
+        total = it->off + align_up(it->len, ARENA_ALIGN);
+    }
+    return total;
+}
+
+/* The cluster tier, on a worker: the first m items bound for the source
+ * looked up there in one batch; a hit becomes TIERS_CLUSTER, its record
+ * to be copied into the arena (chunk_prepare: the next lookup reuses the
+ * buffer it is in). Returns the number of hits. */
+static unsigned chunk_cluster(struct chunk *C, uint32_t m)
+{
+    uint32_t ids[PIPELINE_CHUNK_SAMPLES];
+    struct tiers_item *its[PIPELINE_CHUNK_SAMPLES];
+    unsigned n = 0;
+    if (!tiers_cluster_on(&C->x))
+        return 0;
+    for (uint32_t i = 0; i < m; i++)
+        if (C->items[i].where == TIERS_SOURCE) {
+            ids[n] = C->items[i].id;
+            its[n++] = &C->items[i].t;
+        }
+    unsigned hits = tiers_cluster_lookup(&C->x, ids, its, n);
+    for (uint32_t i = 0; hits && i < m; i++) {
+        struct item *it = &C->items[i];
+        if (it->where == TIERS_SOURCE && it->t.rec) {
+            it->where = TIERS_CLUSTER;
+            it->len = it->t.rec_len;
+        }
+    }
+    return hits;
+}
+
 /*
  * Looks up samples ids[0..n) (at least one, at most a chunk's limits) in
  * C's tiers: memory entries, disk records (pinned), source files. Sets
@@ -279,7 +321,8 @@ static int chunk_arena(struct chunk *C, size_t bytes)
 static uint32_t chunk_gather(struct pipeline *p, struct chunk *C, const uint32_t *ids,
                              uint32_t n, int warm, size_t *bytes)
 {
-    size_t total = 0;
+    size_t total = 0, spare = 0;
+    size_t rec_room = tiers_cluster_on(&C->x) ? C->x.st->mat_bytes + STORE_HEADER_SIZE : 0;
     uint32_t m;
     for (m = 0; m < n && m < PIPELINE_CHUNK_SAMPLES; m++) {
         struct item *it = &C->items[m];
@@ -311,12 +354,17 @@ static uint32_t chunk_gather(struct pipeline *p, struct chunk *C, const uint32_t
         uint64_t size = dataset_file_size(C->x.ds, id);
         if (size > p->max_file_size)
             size = 0; /* the read says how large it is now */
-        if (m > 0 && total + size > PIPELINE_CHUNK_BYTES)
+        /* A cluster record may take its place: room for the larger. */
+        size_t more = rec_room > size ? rec_room - (size_t)size : 0;
+        if (m > 0 && total + spare + size + more > PIPELINE_CHUNK_BYTES)
             break;
+        spare += more;
         it->len = (size_t)size;
         it->off = total;
         total += align_up(it->len, ARENA_ALIGN);
     }
+    if (chunk_cluster(C, m))
+        total = chunk_layout(C, m);
     *bytes = total;
     return m;
 }
@@ -345,6 +393,13 @@ static void chunk_prepare(struct chunk *C, struct io_ring *io, size_t bytes,
     C->nreq = 0;
     for (uint32_t i = 0; i < C->m; i++) {
         struct item *it = &C->items[i];
+        if (it->where == TIERS_CLUSTER) {
+            if (have_arena)
+                memcpy(C->arena + it->off, it->t.rec, it->t.rec_len);
+            else
+                it->t.rec = NULL; /* computed instead */
+            continue;
+        }
         if (!item_reads(it))
             continue;
         struct io_req *q = &C->reqs[C->nreq];
@@ -404,9 +459,9 @@ static void chunk_end(struct worker_ctx *ctx, struct pipe_local *L, struct chunk
     local_account(ctx, L);
 }
 
-/* A disk record that cannot be used (tiers_decode counted and logged it):
- * recomputed from the source and stored again (the new record supersedes
- * it). */
+/* A disk or cluster record that cannot be used (tiers_decode or
+ * tiers_cluster_decode counted and logged it): recomputed from the source
+ * and stored again (the new record supersedes it). */
 static int disk_recover(struct pipeline *p, const struct tiers_ctx *x, struct item *it,
                         struct worker_ctx *ctx, struct img *view, const struct img **out,
                         char *err, size_t errlen)
@@ -434,6 +489,11 @@ static int item_materialize(struct pipeline *p, const struct tiers_ctx *x, struc
         return 0;
     case TIERS_SKIP:
         *out = NULL;
+        return 0;
+    case TIERS_CLUSTER:
+        if (!it->t.rec || tiers_cluster_decode(x, it->id, &it->t, C->arena + it->off,
+                                               &L->decoded, &it->bytes, view, out) < 0)
+            return disk_recover(p, x, it, ctx, view, out, err, errlen);
         return 0;
     case TIERS_DISK:
         /* A raw record is used where it was read (it->bytes points into
@@ -552,8 +612,14 @@ int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t 
     a->st = dataset_strategy(ds);
     tiers_begin(p->tiers, ds, a->st, UINT32_MAX, &a->ck.x); /* the loop counts nothing */
     a->ck.m = chunk_gather(p, &a->ck, ids, n, 0, &bytes);
-    for (uint32_t i = 0; i < a->ck.m; i++)
+    for (uint32_t i = 0; i < a->ck.m; i++) {
         reads += item_reads(&a->ck.items[i]);
+        /* The cluster tier is looked up by the worker, before the source. */
+        if (a->ck.items[i].where == TIERS_SOURCE && tiers_cluster_on(&a->ck.x)) {
+            pipeline_ahead_drop(a);
+            return 0;
+        }
+    }
     uint64_t used = __atomic_load_n(&budget->used, __ATOMIC_RELAXED);
     if (reads == 0 || used + bytes > budget->limit) {
         pipeline_ahead_drop(a);

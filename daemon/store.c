@@ -521,8 +521,12 @@ static int pwritev_full(int fd, struct iovec *iov, int cnt, uint64_t off)
 
 /* ---- zstd contexts ---- */
 
+/* A zstd context from st's pool; with st NULL (store_encode without a
+ * store), one of its own that zctx_put frees. */
 static struct store_zctx *zctx_get(struct store *st)
 {
+    if (!st)
+        return calloc(1, sizeof(struct store_zctx));
     pthread_mutex_lock(&st->zlock);
     struct store_zctx *z = st->zfree;
     if (z) {
@@ -545,6 +549,10 @@ static void zctx_put(struct store *st, struct store_zctx *z)
 {
     if (!z)
         return;
+    if (!st) {
+        zctx_free(z);
+        return;
+    }
     pthread_mutex_lock(&st->zlock);
     if (st->nzfree < STORE_ZPOOL_MAX) {
         z->next = st->zfree;
@@ -625,23 +633,21 @@ static int store_append(struct store *st, struct iovec *iov, int cnt, struct sto
     return rc;
 }
 
-int store_put(struct store *st, const struct store_key *key, const struct img *im,
-              int zstd_level)
+/* A record of im under key, ready to write: *h its header (data_crc set),
+ * *payload its payload (im's pixels, or *z's buffer when zstd made it
+ * smaller: the caller gives *z back with zctx_put). Returns 0, or -EINVAL
+ * (not pixels), -EFBIG (over STORE_MAX_RECORD), -ENOMEM or a zstd error;
+ * *z is NULL then. */
+static int rec_build(struct store *st, const struct store_key *key, const struct img *im,
+                     int zstd_level, struct store_hdr *h, const void **payload,
+                     struct store_zctx **z)
 {
-    int rc = store_degraded(st);
-    if (rc) {
-        CNT(st, put_io, 1);
-        return -rc;
-    }
-    if (img_check(im) < 0) {
-        CNT(st, put_other, 1);
+    *z = NULL;
+    if (img_check(im) < 0)
         return -EINVAL;
-    }
-    if (im->len > STORE_MAX_RECORD - STORE_HEADER_SIZE - STORE_ALIGN) {
-        CNT(st, put_too_large, 1);
+    if (im->len > STORE_MAX_RECORD - STORE_HEADER_SIZE - STORE_ALIGN)
         return -EFBIG;
-    }
-    struct store_hdr h = {
+    *h = (struct store_hdr){
         .encoding = STORE_ENC_RAW,
         .key = *key,
         .raw_len = (uint32_t)im->len,
@@ -651,28 +657,48 @@ int store_put(struct store *st, const struct store_key *key, const struct img *i
         .c = im->c,
         .dtype = im->dtype,
     };
-    const void *payload = im->data;
-    struct store_zctx *z = NULL;
+    *payload = im->data;
     if (zstd_level != 0) {
-        ssize_t n = (z = zctx_get(st)) ? zctx_compress(z, im->data, im->len, zstd_level)
-                                       : -ENOMEM;
+        ssize_t n = (*z = zctx_get(st)) ? zctx_compress(*z, im->data, im->len, zstd_level)
+                                        : -ENOMEM;
         if (n < 0) {
-            CNT(st, put_other, 1);
-            zctx_put(st, z);
+            zctx_put(st, *z);
+            *z = NULL;
             return (int)n;
         }
         if ((size_t)n < im->len) { /* else raw is smaller: store that */
-            payload = z->buf;
-            h.stored_len = (uint32_t)n;
-            h.encoding = STORE_ENC_ZSTD;
+            *payload = (*z)->buf;
+            h->stored_len = (uint32_t)n;
+            h->encoding = STORE_ENC_ZSTD;
         }
+    }
+    h->data_crc = hash_crc32c(0, *payload, h->stored_len);
+    return 0;
+}
+
+int store_put(struct store *st, const struct store_key *key, const struct img *im,
+              int zstd_level)
+{
+    int rc = store_degraded(st);
+    if (rc) {
+        CNT(st, put_io, 1);
+        return -rc;
+    }
+    struct store_hdr h;
+    const void *payload;
+    struct store_zctx *z;
+    if ((rc = rec_build(st, key, im, zstd_level, &h, &payload, &z)) < 0) {
+        if (rc == -EFBIG)
+            CNT(st, put_too_large, 1);
+        else
+            CNT(st, put_other, 1);
+        return rc;
     }
     if (rec_size(h.stored_len) > st->segsize) {
         CNT(st, put_too_large, 1);
         zctx_put(st, z);
         return -EFBIG;
     }
-    h.data_crc = hash_crc32c(0, payload, h.stored_len);
     uint8_t hdr[STORE_HEADER_SIZE];
     static const uint8_t pad[STORE_ALIGN];
     hdr_encode(&h, hdr);
@@ -704,6 +730,31 @@ int store_put(struct store *st, const struct store_key *key, const struct img *i
     else
         CNT(st, put_io, 1);
     return rc;
+}
+
+ssize_t store_encode(struct store *st, const struct store_key *key, const struct img *im,
+                     int zstd_level, uint8_t **buf, size_t *cap)
+{
+    struct store_hdr h;
+    const void *payload;
+    struct store_zctx *z;
+    int rc = rec_build(st, key, im, zstd_level, &h, &payload, &z);
+    if (rc < 0)
+        return rc;
+    size_t len = STORE_HEADER_SIZE + (size_t)h.stored_len;
+    if (*cap < len) {
+        uint8_t *b = realloc(*buf, len);
+        if (!b) {
+            zctx_put(st, z);
+            return -ENOMEM;
+        }
+        *buf = b;
+        *cap = len;
+    }
+    hdr_encode(&h, *buf);
+    memcpy(*buf + STORE_HEADER_SIZE, payload, h.stored_len);
+    zctx_put(st, z);
+    return (ssize_t)len;
 }
 
 /* ---- lookup and decode ---- */
@@ -748,6 +799,23 @@ void store_release(struct store *st, struct store_loc *loc)
     loc->dfd = -1;
 }
 
+/* The checks of store_check, with the header decoded into *h. */
+static int rec_check(const struct store_key *key, const uint8_t *rec, size_t len,
+                     struct store_hdr *h)
+{
+    if (len < STORE_HEADER_SIZE || hdr_decode(rec, h) < 0 || !key_eq(&h->key, key) ||
+        len < (size_t)STORE_HEADER_SIZE + h->stored_len ||
+        hash_crc32c(0, rec + STORE_HEADER_SIZE, h->stored_len) != h->data_crc)
+        return -EBADMSG;
+    return 0;
+}
+
+int store_check(const struct store_key *key, const void *record, size_t len)
+{
+    struct store_hdr h;
+    return rec_check(key, record, len, &h);
+}
+
 /* store_decode, and with view a raw record's payload is not copied: *view
  * is set to it in place and out is left alone. */
 static int decode_record(struct store *st, const struct store_key *key, const void *record,
@@ -755,9 +823,7 @@ static int decode_record(struct store *st, const struct store_key *key, const vo
 {
     const uint8_t *rec = record;
     struct store_hdr h;
-    if (len < STORE_HEADER_SIZE || hdr_decode(rec, &h) < 0 || !key_eq(&h.key, key) ||
-        len < (size_t)STORE_HEADER_SIZE + h.stored_len ||
-        hash_crc32c(0, rec + STORE_HEADER_SIZE, h.stored_len) != h.data_crc)
+    if (rec_check(key, rec, len, &h) < 0)
         goto bad;
     if (view && h.encoding == STORE_ENC_RAW) {
         *view = (struct img){.fmt = IMG_PIXELS, .h = h.h, .w = h.w, .c = h.c,
@@ -794,7 +860,8 @@ static int decode_record(struct store *st, const struct store_key *key, const vo
     }
     return 0;
 bad:
-    CNT(st, decode_errors, 1);
+    if (st)
+        CNT(st, decode_errors, 1);
     return -EBADMSG;
 }
 

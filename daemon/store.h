@@ -118,6 +118,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "img.h"
 
@@ -249,6 +250,18 @@ int store_direct_io(struct store *st);
 int store_put(struct store *st, const struct store_key *key, const struct img *im,
               int zstd_level);
 
+/* The record store_put would write for im under key (header and payload,
+ * without the padding), built into *buf (grown with realloc; *cap is its
+ * size) for a tier that keeps records elsewhere (the cluster tier). st
+ * lends its zstd contexts; NULL (no disk tier) uses one for this call.
+ * Returns the record's length, or -EINVAL, -EFBIG, -ENOMEM. Thread-safe. */
+ssize_t store_encode(struct store *st, const struct store_key *key, const struct img *im,
+                     int zstd_level, uint8_t **buf, size_t *cap);
+/* store_decode's checks alone (magic, version, both checksums, the key
+ * equal to key, the lengths), for records that come from elsewhere: 0, or
+ * -EBADMSG. Thread-safe; counts nothing. */
+int store_check(const struct store_key *key, const void *record, size_t len);
+
 /* Finds the newest record of key and pins its segment. Returns 0, or
  * -ENOENT. Call store_release(st, loc) once the record has been read. */
 int store_lookup(struct store *st, const struct store_key *key, struct store_loc *loc);
@@ -257,7 +270,9 @@ void store_release(struct store *st, struct store_loc *loc);
 /* Verifies the record bytes read at a store_loc (magic, version, header and
  * payload checksums, key equal to key, lengths, len covering the record) and
  * decodes the image into out (grown with img_reserve; fmt, shape and len
- * set). Returns 0, -EBADMSG on any mismatch, or -ENOMEM. Thread-safe. */
+ * set). Returns 0, -EBADMSG on any mismatch, or -ENOMEM. Thread-safe. st
+ * may be NULL for a record from elsewhere (store_encode) with no disk
+ * tier: nothing is counted then. */
 int store_decode(struct store *st, const struct store_key *key, const void *record,
                  size_t len, struct img *out);
 /* store_decode without the copy of a raw record: *view is set to a borrowed

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "io.h"
 #include "log.h"
 #include "stats.h"
@@ -33,10 +34,19 @@ struct tiers_ds {
     struct dataset *ds;
     uint64_t hits, misses;          /* memory lookups of streams (atomic) */
     uint64_t disk_hits, disk_misses, disk_bad, disk_bytes_read, disk_puts, disk_put_errors;
+    uint64_t cl_hits, cl_misses, cl_bad, cl_puts;
     struct tiers_view *cur;         /* the view of the strategy in force (atomic) */
     struct tiers_view *views;       /* every view made, newest first (views_lock) */
     pthread_mutex_t views_lock;     /* a leaf */
     int served;                     /* counted in the totals */
+};
+
+/* A worker thread's side of the cluster tier: its connections and the
+ * buffer it encodes records into. */
+struct tiers_cl_local {
+    struct cluster_conn *conn; /* opened on first use */
+    uint8_t *buf;
+    size_t cap;
 };
 
 struct tiers {
@@ -56,6 +66,10 @@ struct tiers {
     int compact_busy;        /* atomic: queued or running */
     uint64_t compact_last_ns; /* atomic: when the last run started (0: never) */
     uint64_t compact_runs;    /* atomic */
+    /* The cluster tier (NULL: none), and each worker's side of it. */
+    struct cluster *cl;
+    struct tiers_cl_local *cl_local;
+    unsigned threads;
 };
 
 /* ---- keys and views ---- */
@@ -347,6 +361,26 @@ static int open_disk(struct tiers *t, const struct tiers_config *cfg, struct dat
     return 0;
 }
 
+/* The cluster tier over cfg->cluster's servers: connects to nothing yet
+ * (each worker on its first lookup). 0, -EINVAL (logged) or -ENOMEM. */
+static int open_cluster(struct tiers *t, const struct tiers_config *cfg)
+{
+    char err[512];
+    int rc = cluster_create(&t->cl, cfg->cluster, err, sizeof(err));
+    if (rc < 0) {
+        log_error("cluster.memcached: %s", err);
+        return rc;
+    }
+    t->threads = cfg->threads;
+    if (!(t->cl_local = calloc(cfg->threads ? cfg->threads : 1, sizeof(*t->cl_local))))
+        return -ENOMEM;
+    log_info("cluster tier: %u memcached servers (%s%s), timeout %u ms, records up to %llu "
+             "bytes", cfg->cluster->nservers, cfg->cluster->servers[0],
+             cfg->cluster->nservers > 1 ? ", ..." : "", cfg->cluster->timeout_ms,
+             (unsigned long long)cfg->cluster->item_max);
+    return 0;
+}
+
 int tiers_create(struct tiers **out, const struct tiers_config *cfg, struct dataset **ds,
                  uint32_t n)
 {
@@ -361,6 +395,8 @@ int tiers_create(struct tiers **out, const struct tiers_config *cfg, struct data
         rc = open_disk(t, cfg, ds, n);
     if (rc == 0)
         rc = cache_create(&t->mem, cfg->memory, cds, n);
+    if (rc == 0 && cfg->cluster && cfg->cluster->nservers)
+        rc = open_cluster(t, cfg);
     free(cds);
     if (rc < 0) {
         tiers_destroy(t);
@@ -413,6 +449,12 @@ void tiers_destroy(struct tiers *t)
     for (uint32_t i = 0; i < t->nds; i++)
         tds_free(t->ds[i]);
     free(t->ds);
+    for (unsigned i = 0; t->cl_local && i < t->threads; i++) {
+        cluster_conn_close(t->cl_local[i].conn);
+        free(t->cl_local[i].buf);
+    }
+    free(t->cl_local);
+    cluster_destroy(t->cl);
     cache_destroy(t->mem);
     store_close(t->disk);
     stats_percpu_free(&t->counters);
@@ -569,6 +611,7 @@ enum tiers_where tiers_locate(const struct tiers_ctx *x, uint32_t id, int warm,
     it->len = 0;
     it->lead = 0;
     it->rec_len = 0;
+    it->rec = NULL;
     it->align = 1;
     /* memory */
     if ((it->entry = mem_get(x, id))) {
@@ -578,8 +621,9 @@ enum tiers_where tiers_locate(const struct tiers_ctx *x, uint32_t id, int warm,
             return TIERS_MEMORY;
         }
     }
-    /* A warm-up without a disk tier: only what memory will take. */
-    if (warm && !on_disk(x, id) && !disk_writable(x) && x->st->mat_bytes &&
+    /* A warm-up without a disk or cluster tier: only what memory will take. */
+    if (warm && !on_disk(x, id) && !disk_writable(x) && !tiers_cluster_on(x) &&
+        x->st->mat_bytes &&
         !mem_admits(x, id, x->st->mat_bytes))
         return TIERS_SKIP;
     /* disk */
@@ -605,7 +649,7 @@ enum tiers_where tiers_locate(const struct tiers_ctx *x, uint32_t id, int warm,
             return TIERS_DISK;
         }
     }
-    /* cluster: a lookup of the cluster tier goes here (issue 19) */
+    /* the cluster tier: a chunk's misses together (tiers_cluster_lookup) */
     return TIERS_SOURCE;
 }
 
@@ -664,7 +708,7 @@ void tiers_count(const struct tiers_ctx *x, enum tiers_where where)
     int hit = where == TIERS_MEMORY;
     stats_percpu_add(&x->t->counters, x->thread, hit ? TIERS_HITS : TIERS_MISSES, 1);
     ADD(hit ? &x->d->hits : &x->d->misses, 1);
-    if (where == TIERS_SOURCE && x->t->disk && x->st->split > 0)
+    if ((where == TIERS_SOURCE || where == TIERS_CLUSTER) && x->t->disk && x->st->split > 0)
         ADD(&x->d->disk_misses, 1);
 }
 
@@ -702,13 +746,101 @@ static void disk_put(const struct tiers_ctx *x, uint32_t id, const struct img *i
         compact_request(x->t); /* over the disk budget */
 }
 
+/* ---- the cluster tier ---- */
+
+/* The calling worker's side of the cluster tier, its connections opened;
+ * NULL without a cluster tier, off a worker, or without memory. */
+static struct tiers_cl_local *cl_local(const struct tiers_ctx *x)
+{
+    struct tiers *t = x->t;
+    if (!t->cl || x->thread >= t->threads)
+        return NULL;
+    struct tiers_cl_local *L = &t->cl_local[x->thread];
+    if (!L->conn && cluster_conn_open(t->cl, &L->conn) < 0)
+        return NULL;
+    return L;
+}
+
+int tiers_cluster_on(const struct tiers_ctx *x)
+{
+    return x->t->cl && x->d && x->st->split > 0 && x->st->caching;
+}
+
+unsigned tiers_cluster_lookup(const struct tiers_ctx *x, const uint32_t *ids,
+                              struct tiers_item *const *its, unsigned n)
+{
+    struct cluster_lookup l[TIERS_CLUSTER_BATCH];
+    struct store_key keys[TIERS_CLUSTER_BATCH];
+    struct tiers_cl_local *L;
+    unsigned hits = 0;
+    if (n > TIERS_CLUSTER_BATCH)
+        n = TIERS_CLUSTER_BATCH; /* the rest: misses */
+    if (n == 0 || !tiers_cluster_on(x) || !(L = cl_local(x)))
+        return 0;
+    for (unsigned k = 0; k < n; k++) {
+        ctx_key(x, ids[k], NULL, &keys[k]);
+        l[k] = (struct cluster_lookup){.key = &keys[k]};
+    }
+    int rc = cluster_get(L->conn, l, n);
+    for (unsigned k = 0; k < n; k++) {
+        struct tiers_item *it = its[k];
+        it->rec = rc > 0 ? l[k].rec : NULL;
+        if (it->rec) {
+            it->rec_len = l[k].len;
+            hits++;
+        }
+    }
+    ADD(&x->d->cl_hits, hits);
+    ADD(&x->d->cl_misses, n - hits);
+    return hits;
+}
+
+int tiers_cluster_decode(const struct tiers_ctx *x, uint32_t id, const struct tiers_item *it,
+                         const uint8_t *buf, struct img *scratch, struct img *decoded,
+                         struct img *view, const struct img **out)
+{
+    struct store_key key;
+    ctx_key(x, id, NULL, &key);
+    int rc = store_decode_view(NULL, &key, buf, it->rec_len, scratch, decoded);
+    if (rc < 0) {
+        ADD(&x->d->cl_bad, 1);
+        log_warn("dataset '%s': cluster tier record of %s is unusable (%s); computing it",
+                 dataset_name(x->ds), dataset_path(x->ds, id),
+                 rc == -EBADMSG ? "corrupt" : strerror(-rc));
+        return rc;
+    }
+    disk_put(x, id, decoded, NULL);
+    *out = tiers_admit(x, id, decoded, view);
+    return 0;
+}
+
+/* The cluster tier's part of tiers_put: the record, put-once. */
+static void cluster_put_img(const struct tiers_ctx *x, uint32_t id, const struct img *im,
+                            const struct source_file *f)
+{
+    struct tiers_cl_local *L;
+    struct store_key key, indexed;
+    if (!tiers_cluster_on(x) || !(L = cl_local(x)))
+        return;
+    /* A file changed since indexing: no node would look its record up. */
+    ctx_key(x, id, f, &key);
+    ctx_key(x, id, NULL, &indexed);
+    if (memcmp(&key, &indexed, sizeof(key)) != 0)
+        return;
+    ssize_t len = store_encode(x->t->disk, &key, im, x->st->zstd_level, &L->buf, &L->cap);
+    if (len < 0)
+        return;
+    ADD(&x->d->cl_puts, 1);
+    cluster_put(L->conn, &key, L->buf, (size_t)len); /* every outcome counted there */
+}
+
 const struct img *tiers_put(const struct tiers_ctx *x, uint32_t id, const struct img *im,
                             const struct source_file *f, struct img *view)
 {
     if (!x->st->caching)
         return im;
     disk_put(x, id, im, f);
-    /* cluster: the record goes to the cluster tier here (issue 19) */
+    cluster_put_img(x, id, im, f);
     return tiers_admit(x, id, im, view);
 }
 
@@ -719,6 +851,7 @@ static const struct stats_decl disk_decl[] = {TIERS_DISK_STATS(STATS_DECL)};
 static const struct stats_decl ds_decl[] = {TIERS_DATASET_STATS(STATS_DECL)};
 static const struct stats_decl ds_memory_decl[] = {TIERS_DATASET_MEMORY_STATS(STATS_DECL)};
 static const struct stats_decl ds_disk_decl[] = {TIERS_DATASET_DISK_STATS(STATS_DECL)};
+static const struct stats_decl ds_cluster_decl[] = {TIERS_DATASET_CLUSTER_STATS(STATS_DECL)};
 
 #define NDECL(d) (sizeof(d) / sizeof((d)[0]))
 
@@ -767,6 +900,11 @@ void tiers_stats(struct tiers *t, struct stats_out *o)
     stats_emit(o, disk_decl, v, NDECL(v));
     store_stats_emit(t->disk, o);
     stats_end(o);
+    if (t->cl) {
+        stats_begin(o, "cluster", NULL, NULL, NULL);
+        cluster_stats(t->cl, o);
+        stats_end(o);
+    }
 }
 
 void tiers_dataset_stats(struct tiers *t, struct dataset *ds, struct stats_out *o)
@@ -831,6 +969,14 @@ void tiers_dataset_stats(struct tiers *t, struct dataset *ds, struct stats_out *
     stats_begin(o, "disk", "tier", "tier", "disk");
     stats_emit(o, ds_disk_decl, k, NDECL(k));
     stats_end(o);
+    if (t->cl) {
+        uint64_t ch = LOAD(&d->cl_hits), cm = LOAD(&d->cl_misses);
+        struct stats_val c[] = {stats_u64(ch), stats_u64(cm), stats_f64(stats_ratio(ch, ch + cm)),
+                                stats_u64(LOAD(&d->cl_bad)), stats_u64(LOAD(&d->cl_puts))};
+        stats_begin(o, "cluster", "tier", "tier", "cluster");
+        stats_emit(o, ds_cluster_decl, c, NDECL(c));
+        stats_end(o);
+    }
 }
 
 void tiers_memory_use(struct tiers *t, struct tiers_memory *out)

@@ -7,9 +7,12 @@
  *           per dataset, entries never evicted;
  *   disk    store.h: append-only segments of checksummed records, its index
  *           rebuilt at open (recovery), compacted when over budget;
- *   (cluster, issue 19: memcached between the disk tier and the source,
- *           looked up after the disk and written after it: see the places
- *           marked "cluster" in tiers.c)
+ *   cluster cluster.h: records shared by the nodes through memcached
+ *           (cluster.memcached), looked up after the disk tier for a
+ *           chunk's misses in one batch (tiers_cluster_lookup, on a
+ *           worker), written after the disk tier (tiers_put, put-once);
+ *           a record found there is also stored in the node's disk tier
+ *           and admitted to memory by the same policy as a computed one;
  *   source  the sample's file, read and run through the offline steps by
  *           the pipeline, then put here (tiers_put) and admitted to memory.
  *
@@ -58,6 +61,7 @@
 #include "img.h"
 #include "store.h"
 
+struct cluster_config;
 struct io_req;
 struct tiers;
 struct tiers_ds;
@@ -73,6 +77,7 @@ struct tiers_config {
     uint64_t segment_size; /* cache.segment_size (0: the store's default) */
     int direct_io;         /* cache.direct_io */
     unsigned threads;      /* the worker threads that count through it */
+    const struct cluster_config *cluster; /* cluster.*; NULL or no servers: none */
 };
 
 /* The memory tier for datasets ds[0..n) (their tiers ids become 0..n-1)
@@ -151,6 +156,7 @@ enum tiers_where {
     TIERS_DISK,   /* a disk record, pinned: read item.len bytes (tiers_read_req) */
     TIERS_SOURCE, /* in no tier: from the source, then tiers_put */
     TIERS_SKIP,   /* warm-up: nothing to do (item.len: its bytes) */
+    TIERS_CLUSTER, /* a cluster record: item.rec, item.rec_len (tiers_cluster_lookup) */
 };
 
 struct tiers_item {
@@ -159,7 +165,9 @@ struct tiers_item {
     size_t len;                      /* TIERS_DISK: bytes to read; TIERS_SKIP: its size */
     size_t align;                    /* TIERS_DISK: the read buffer's alignment */
     uint32_t lead;                   /* TIERS_DISK: where the record starts in them */
-    size_t rec_len;                  /* TIERS_DISK: the record's bytes */
+    size_t rec_len;                  /* TIERS_DISK, TIERS_CLUSTER: the record's bytes */
+    const uint8_t *rec;              /* TIERS_CLUSTER: the verified record, valid
+                                        until the thread's next lookup */
     uint8_t pinned;
 };
 
@@ -187,6 +195,26 @@ void tiers_read_req(const struct tiers_item *it, uint8_t *buf, struct io_req *q)
 int tiers_decode(const struct tiers_ctx *x, uint32_t id, const struct tiers_item *it,
                  ssize_t res, const uint8_t *buf, struct img *scratch, struct img *decoded,
                  struct img *view, const struct img **out, int count);
+/* The most samples tiers_cluster_lookup looks up at once (a chunk's). */
+#define TIERS_CLUSTER_BATCH 256u
+/* 1 when the tiers have a cluster tier and x's samples may be in it. */
+int tiers_cluster_on(const struct tiers_ctx *x);
+/* Worker only (x->thread a worker's): looks the samples ids[0..n) that
+ * tiers_locate sent to the source (its[k]) up in the cluster tier, in one
+ * batch (cluster_get: one multi-get per server, all sent before any answer
+ * is read). A hit becomes TIERS_CLUSTER: its[k]->rec and rec_len set.
+ * Every failure is a miss; past TIERS_CLUSTER_BATCH samples, the rest are
+ * not looked up. Returns the number of hits. */
+unsigned tiers_cluster_lookup(const struct tiers_ctx *x, const uint32_t *ids,
+                              struct tiers_item *const *its, unsigned n);
+/* A cluster record of sample id (copied to buf, rec_len bytes) decoded
+ * into *decoded (a view inside buf when raw, of scratch when zstd), stored
+ * in the disk tier when it takes puts, admitted to memory if the policy
+ * takes it; *out as tiers_decode's. Returns 0, or -EBADMSG / -ENOMEM: then
+ * compute it from the source. */
+int tiers_cluster_decode(const struct tiers_ctx *x, uint32_t id, const struct tiers_item *it,
+                         const uint8_t *buf, struct img *scratch, struct img *decoded,
+                         struct img *view, const struct img **out);
 /* A stream's sample, found where: a memory hit or miss, and for one from
  * the source a miss of the disk tier too (when it could have held it; disk
  * records count theirs in tiers_decode). */
@@ -198,8 +226,9 @@ const struct img *tiers_admit(const struct tiers_ctx *x, uint32_t id, const stru
 /* A sample just computed from its source (read as f): stored in the disk
  * tier under the key of the file as read (when that is no longer the
  * indexed file, nobody looks the record up, and compaction reclaims it
- * after the next restart; a cluster tier would be written here too), then
- * admitted to memory if the policy takes it. Returns the memory entry's
+ * after the next restart) and in the cluster tier (put-once: a record
+ * another node put first stays; x->thread a worker's), then admitted to
+ * memory if the policy takes it. Returns the memory entry's
  * view (in *view) or im. */
 const struct img *tiers_put(const struct tiers_ctx *x, uint32_t id, const struct img *im,
                             const struct source_file *f, struct img *view);
@@ -271,7 +300,13 @@ const struct img *tiers_put(const struct tiers_ctx *x, uint32_t id, const struct
     X(put_errors, COUNTER, "records", "records not written: over the budget or an error")
 
 struct stats_out;
-/* The "cache" and "disk" sections. */
+/* The cluster tier's part of a dataset's entry ("cluster"). */
+#define TIERS_DATASET_CLUSTER_STATS(X)                                                \
+    TIERS_LOOKUP_STATS(X)                                                             \
+    X(bad_records, COUNTER, "records", "records that passed the cluster's checks but did not decode") \
+    X(puts, COUNTER, "records", "records offered to the cluster tier (put-once)")
+
+/* The "cache", "disk" and (with servers) "cluster" sections. */
 void tiers_stats(struct tiers *t, struct stats_out *o);
 /* A dataset's lookups and its "memory" and "disk" sections, in its entry. */
 void tiers_dataset_stats(struct tiers *t, struct dataset *ds, struct stats_out *o);

@@ -35,7 +35,8 @@
 # case's figure is the median of its runs (runs carrying reference_samples_per_s are
 # measured against that instead). tests/bench/cases_disk.sh, when present, may define
 # bench_disk_cases, called last with the data set's directory and no prestod running;
-# tests/bench/cases_fuse.sh likewise bench_fuse_cases (slow storage: FUSE mounts), and
+# tests/bench/cases_fuse.sh likewise bench_fuse_cases (slow storage: FUSE mounts),
+# tests/bench/cases_cluster.sh bench_cluster_cases (the cluster tier: several nodes), and
 # tests/bench/cases_profile.sh bench_profile_cases (the profiler's table of strategies and
 # the `auto` case: the auto choice over everything online).
 # Exits non-zero only when something crashed; a missed target is printed as MISS.
@@ -295,6 +296,14 @@ bench_main() {
     fi
     if declare -F bench_fuse_cases >/dev/null; then
         bench_fuse_cases
+    fi
+    local cluster_cases=tests/bench/cases_cluster.sh
+    if [[ -f $cluster_cases ]]; then
+        # shellcheck source=/dev/null
+        source "$cluster_cases"
+    fi
+    if declare -F bench_cluster_cases >/dev/null; then
+        bench_cluster_cases "$BENCH_DATA"
     fi
     local profile_cases=tests/bench/cases_profile.sh
     if [[ -f $profile_cases ]]; then

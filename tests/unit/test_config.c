@@ -376,6 +376,20 @@ static const struct bad_case bad_cases[] = {
     {"limits.prefetch under prefetch", "limits:\n  prefetch: 4\nprefetch: 16\n", 3,
      {"'prefetch'", "over limits.prefetch (4)"}},
     {"datasets not a list", "datasets:\n  name: a\n", 2, {"datasets"}},
+    {"cluster server without a port", "cluster:\n  memcached: [a:1, b]\n", 2,
+     {"cluster.memcached", "HOST:PORT"}},
+    {"cluster server port out of range", "cluster:\n  memcached:\n    - a:1\n    - b:70000\n",
+     4, {"cluster.memcached", "port"}},
+    {"cluster server listed twice", "cluster:\n  memcached: [a:1, a:1]\n", 2,
+     {"cluster.memcached", "twice"}},
+    {"cluster server as a mapping", "cluster:\n  memcached: [{a: 1}]\n", 2,
+     {"cluster.memcached", "a mapping"}},
+    {"cluster timeout out of range", "cluster:\n  timeout_ms: 0\n", 2, {"cluster.timeout_ms"}},
+    {"cluster item_max not a size", "cluster:\n  item_max: big\n", 2,
+     {"cluster.item_max", "big"}},
+    {"cluster item_max under its minimum", "cluster:\n  item_max: 100\n", 2,
+     {"cluster.item_max", "100"}},
+    {"unknown cluster key", "cluster:\n  servers: [a:1]\n", 2, {"cluster.servers", "unknown"}},
     {"YAML syntax error", "socket: /x\nworkers: 2\n  bad: 1\n", 3, {NULL}},
     {"YAML unclosed flow list", "workers: 2\nsocket: [a, b\nprefetch: 2\n", 3, {NULL}},
 };
@@ -694,6 +708,45 @@ START_TEST(test_diff_and_restart_keys)
 }
 END_TEST
 
+/* cluster.*: parsed, defaulted, reported by a reload as needing a restart
+ * and kept as it runs. */
+START_TEST(test_cluster_keys)
+{
+    struct config a, b;
+    char err[512];
+    ck_assert_msg(load(&a, "workers: 2\n", err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(a.cluster.nservers, 0);
+    ck_assert_uint_eq(a.cluster.timeout_ms, CLUSTER_TIMEOUT_MS_DEFAULT);
+    ck_assert_uint_eq(a.cluster.item_max, CLUSTER_ITEM_MAX_DEFAULT);
+    ck_assert_msg(load(&b, "workers: 2\ncluster:\n  memcached: [10.0.0.1:11211, \"[::1]:11212\"]\n"
+                           "  timeout_ms: 50\n  item_max: 4MiB\n", err, sizeof(err)) == 0,
+                  "%s", err);
+    ck_assert_uint_eq(b.cluster.nservers, 2);
+    ck_assert_str_eq(b.cluster.servers[0], "10.0.0.1:11211");
+    ck_assert_str_eq(b.cluster.servers[1], "[::1]:11212");
+    ck_assert_uint_eq(b.cluster.timeout_ms, 50);
+    ck_assert_uint_eq(b.cluster.item_max, 4u << 20);
+    struct diff_seen d = {.n = 0};
+    config_diff(&a, &b, on_diff, &d);
+    ck_assert_msg(d.n == 1, "%d keys differ: %s, %s", d.n, d.keys[0], d.keys[1]);
+    ck_assert_str_eq(d.keys[0], "cluster");
+    ck_assert_int_eq(d.live[0], 0);
+    ck_assert_int_eq(config_keep_restart_keys(&b, &a), 0);
+    ck_assert_uint_eq(b.cluster.nservers, 0);
+    ck_assert_uint_eq(b.cluster.timeout_ms, CLUSTER_TIMEOUT_MS_DEFAULT);
+    d.n = 0;
+    config_diff(&a, &b, on_diff, &d);
+    ck_assert_int_eq(d.n, 0);
+    config_free(&a);
+    config_free(&b);
+    /* One server may be written without the list. */
+    ck_assert_msg(load(&a, "cluster:\n  memcached: host:1\n", err, sizeof(err)) == 0, "%s",
+                  err);
+    ck_assert_uint_eq(a.cluster.nservers, 1);
+    config_free(&a);
+}
+END_TEST
+
 /* A dataset is the same only when everything that defines it is. */
 START_TEST(test_dataset_same_and_copy)
 {
@@ -754,6 +807,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_parse_size);
     tcase_add_test(tc, test_access_and_limit_keys);
     tcase_add_test(tc, test_diff_and_restart_keys);
+    tcase_add_test(tc, test_cluster_keys);
     tcase_add_test(tc, test_dataset_same_and_copy);
     suite_add_tcase(s, tc);
     return s;
