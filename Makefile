@@ -9,9 +9,12 @@ SANITIZE ?=
 # Debian packages the build, the tests and the benchmarks need.
 DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
             libturbojpeg0-dev libyaml-dev check python3-numpy python3-torch \
-            python3-torchvision python3-pil valgrind fuse3 libfuse3-dev
+            python3-torchvision python3-pil valgrind fuse3 libfuse3-dev \
+            libspng-dev libwebp-dev libtiff-dev libcurl4-openssl-dev \
+            nginx-light python3-botocore python3-boto3
 
-PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1
+PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1 \
+              spng libwebp libwebpdemux libtiff-4 libcurl
 PKG_CHECK  := check
 
 CFLAGS  ?= -O2 -g
@@ -30,7 +33,7 @@ pkg_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
 pkg_libs   = $(shell pkg-config --libs $(1) 2>/dev/null)
 
 COMMON_SRC := $(wildcard common/*.c)
-DAEMON_SRC := $(wildcard daemon/*.c)
+DAEMON_SRC := $(wildcard daemon/*.c) $(wildcard daemon/steps/*.c)
 CLIENT_SRC := client/presto.c
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 ITEST_SRC  := $(wildcard tests/integration/test_*.c)
