@@ -57,7 +57,7 @@ DESTDIR ?=
 PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
            $(BUILD)/libprestoclient.a
 
-.PHONY: all deps check check-valgrind run bench clean tests install fuzz fuzz-build
+.PHONY: all deps s3rver check check-valgrind run bench clean tests install fuzz fuzz-build
 all: $(PROGS)
 tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS)
 
@@ -122,6 +122,25 @@ deps:
 	    SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
 	    $$SUDO apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@$(MAKE) --no-print-directory s3rver
+
+# The S3 test server (issue 16's one exception to "only Debian packages"):
+# s3rver from the npm registry, into build/s3rver (whatever BUILD is). Where
+# it cannot be had, the S3 tests skip (77) and say so.
+S3RVER_DIR     := build/s3rver
+S3RVER_VERSION := 3.7.1
+s3rver:
+	@if [ ! -x $(S3RVER_DIR)/node_modules/.bin/s3rver ]; then \
+	    SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
+	    command -v npm >/dev/null 2>&1 || { $$SUDO apt-get update -qq && \
+	        DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+	        nodejs npm; } >/dev/null 2>&1; \
+	    echo "installing s3rver $(S3RVER_VERSION) from npm into $(S3RVER_DIR)"; \
+	    mkdir -p $(S3RVER_DIR) && \
+	    npm install --prefix $(S3RVER_DIR) --no-audit --no-fund --no-save --loglevel=error \
+	        s3rver@$(S3RVER_VERSION) >$(S3RVER_DIR)/install.log 2>&1 || \
+	    echo "s3rver could not be installed (see $(S3RVER_DIR)/install.log): the S3 tests will skip"; \
 	fi
 
 check: deps
