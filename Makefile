@@ -208,7 +208,7 @@ FUZZ_FLAGS   := -g -O1 -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror 
 FUZZ_SAN     := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_LIBS    := $(call pkg_libs,$(PKG_DAEMON)) -lm
 FUZZ_STEPS   := $(wildcard daemon/step*.c) common/log.c common/proto.c
-FUZZ_NAMES   := fuzz_frame fuzz_config fuzz_store fuzz_decode fuzz_decode_formats
+FUZZ_NAMES   := fuzz_frame fuzz_config fuzz_store fuzz_decode fuzz_decode_formats fuzz_sources
 FUZZ_BIN     := $(FUZZ_NAMES:%=$(FUZZ_DIR)/%)
 
 $(FUZZ_DIR)/fuzz_frame: tests/fuzz/fuzz_frame.c common/proto.c
@@ -216,6 +216,8 @@ $(FUZZ_DIR)/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_store: tests/fuzz/fuzz_store.c daemon/store.c $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_decode: tests/fuzz/fuzz_decode.c $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_decode_formats: tests/fuzz/fuzz_decode_formats.c $(wildcard daemon/steps/decode_*.c)
+$(FUZZ_DIR)/fuzz_sources: tests/fuzz/fuzz_sources.c daemon/manifest.c daemon/labels.c daemon/tar.c \
+                          daemon/wds.c daemon/fileext.c daemon/braces.c daemon/s3xml.c
 $(FUZZ_BIN): tests/fuzz/fuzz.h $(wildcard common/*.h daemon/*.h daemon/steps/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_SAN) -o $@ $(filter %.c,$^) $(FUZZ_LIBS)

@@ -298,9 +298,12 @@ static int parse_u64(const char *s, uint64_t *v)
     if (*s == '\0')
         return -1;
     for (; *s; s++) {
-        if (*s < '0' || *s > '9' || x > (UINT64_MAX - 9) / 10)
+        if (*s < '0' || *s > '9')
             return -1;
-        x = x * 10 + (uint64_t)(*s - '0');
+        uint64_t d = (uint64_t)(*s - '0');
+        if (x > UINT64_MAX / 10 || (x == UINT64_MAX / 10 && d > UINT64_MAX % 10))
+            return -1;
+        x = x * 10 + d;
     }
     *v = x;
     return 0;
