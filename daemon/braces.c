@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "braces.h"
+#include "vec.h"
 
 #define NAME_MAX_LEN 4096
 #define DEPTH_MAX 16 /* nested braces */
@@ -53,14 +54,10 @@ static int list_push(struct ctx *c, struct list *l, const char *s, size_t len)
         return fail(c, -E2BIG, "a name of more than %d bytes", NAME_MAX_LEN);
     if (l->n >= c->max)
         return fail(c, -E2BIG, "more than %zu names", c->max);
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 8;
-        char **v = realloc(l->v, cap * sizeof(*v));
-        if (v == NULL)
-            return fail(c, -ENOMEM, "out of memory");
-        l->v = v;
-        l->cap = cap;
-    }
+    char **v = vec_grow(l->v, &l->cap, l->n + 1, sizeof(*v), 8);
+    if (v == NULL)
+        return fail(c, -ENOMEM, "out of memory");
+    l->v = v;
     char *copy = malloc(len + 1);
     if (copy == NULL)
         return fail(c, -ENOMEM, "out of memory");

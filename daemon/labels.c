@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "labels.h"
+#include "vec.h"
 
 #define LABEL_NAME_MAX 1024
 
@@ -19,7 +20,8 @@ struct labels {
     size_t n, cap;
     int decided, names;
     char **name;        /* names by first-seen number */
-    uint32_t nnames, name_cap;
+    uint32_t nnames;
+    size_t name_cap;
     uint32_t *slots;    /* hash table of name numbers + 1 (0: empty) */
     uint32_t nslots;
     uint32_t *order;    /* name number -> sorted index, after finish */
@@ -84,14 +86,10 @@ static int64_t intern(struct labels *l, const char *text, size_t len)
             return l->slots[k] - 1;
         k = (k + 1) & (l->nslots - 1);
     }
-    if (l->nnames == l->name_cap) {
-        uint32_t cap = l->name_cap ? l->name_cap * 2 : 16;
-        char **p = realloc(l->name, cap * sizeof(*p));
-        if (p == NULL)
-            return -ENOMEM;
-        l->name = p;
-        l->name_cap = cap;
-    }
+    char **names = vec_grow(l->name, &l->name_cap, (size_t)l->nnames + 1, sizeof(*names), 16);
+    if (names == NULL)
+        return -ENOMEM;
+    l->name = names;
     char *copy = malloc(len + 1);
     if (copy == NULL)
         return -ENOMEM;
@@ -161,14 +159,10 @@ int labels_add(struct labels *l, const char *text, size_t len, enum labels_kind 
         snprintf(err, errlen, "class name of %zu bytes (1..%d, no NUL)", len, LABEL_NAME_MAX);
         return -EINVAL;
     }
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 256;
-        uint32_t *p = realloc(l->v, cap * sizeof(*p));
-        if (p == NULL)
-            return -ENOMEM;
-        l->v = p;
-        l->cap = cap;
-    }
+    uint32_t *v = vec_grow(l->v, &l->cap, l->n + 1, sizeof(*v), 256);
+    if (v == NULL)
+        return -ENOMEM;
+    l->v = v;
     if (name) {
         int64_t id = intern(l, text, len);
         if (id < 0)

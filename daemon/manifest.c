@@ -12,13 +12,19 @@
 
 #include "labels.h"
 #include "manifest.h"
+#include "utf8.h"
+#include "vec.h"
 
 #define JSON_DEPTH_MAX 64
 #define CSV_FIELDS_MAX 1024
 
+struct manifest_entry {
+    uint64_t path; /* offset in arena */
+    uint64_t line;
+};
+
 struct manifest {
-    uint64_t *path_off; /* per sample: its path in arena */
-    uint64_t *line;
+    struct manifest_entry *e;
     size_t n, cap;
     char *arena;
     size_t arena_len, arena_cap;
@@ -94,28 +100,14 @@ static int add(struct parser *p, const char *path, size_t n, const char *label, 
         return rc;
     size_t dlen = url || path[0] == '/' || p->dir[0] == '\0' ? 0 : strlen(p->dir);
     size_t need = dlen + (dlen ? 1 : 0) + n + 1;
-    if (m->arena_len + need > m->arena_cap) {
-        size_t cap = m->arena_cap ? m->arena_cap * 2 : 65536;
-        while (cap < m->arena_len + need)
-            cap *= 2;
-        char *a = realloc(m->arena, cap);
-        if (a == NULL)
-            return -ENOMEM;
-        m->arena = a;
-        m->arena_cap = cap;
-    }
-    if (m->n == m->cap) {
-        size_t cap = m->cap ? m->cap * 2 : 1024;
-        uint64_t *po = realloc(m->path_off, cap * sizeof(*po));
-        if (po == NULL)
-            return -ENOMEM;
-        m->path_off = po;
-        uint64_t *li = realloc(m->line, cap * sizeof(*li));
-        if (li == NULL)
-            return -ENOMEM;
-        m->line = li;
-        m->cap = cap;
-    }
+    char *a = vec_grow(m->arena, &m->arena_cap, m->arena_len + need, 1, 65536);
+    if (a == NULL)
+        return -ENOMEM;
+    m->arena = a;
+    struct manifest_entry *e = vec_grow(m->e, &m->cap, m->n + 1, sizeof(*e), 1024);
+    if (e == NULL)
+        return -ENOMEM;
+    m->e = e;
     char *d = m->arena + m->arena_len;
     if (dlen) {
         memcpy(d, p->dir, dlen);
@@ -124,9 +116,7 @@ static int add(struct parser *p, const char *path, size_t n, const char *label, 
     }
     memcpy(d, path, n);
     d[n] = '\0';
-    m->path_off[m->n] = m->arena_len;
-    m->line[m->n] = p->lineno;
-    m->n++;
+    m->e[m->n++] = (struct manifest_entry){.path = m->arena_len, .line = p->lineno};
     m->arena_len += need;
     return 0;
 }
@@ -329,19 +319,7 @@ static int json_string(struct json *j, char *out, size_t *outn)
             return fail(j->p, "unpaired surrogate in a string");
         }
         char u[4];
-        size_t un;
-        if (cp < 0x80) {
-            u[0] = (char)cp, un = 1;
-        } else if (cp < 0x800) {
-            u[0] = (char)(0xc0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3f)), un = 2;
-        } else if (cp < 0x10000) {
-            u[0] = (char)(0xe0 | cp >> 12), u[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-            u[2] = (char)(0x80 | (cp & 0x3f)), un = 3;
-        } else {
-            u[0] = (char)(0xf0 | cp >> 18), u[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-            u[2] = (char)(0x80 | ((cp >> 6) & 0x3f)), u[3] = (char)(0x80 | (cp & 0x3f));
-            un = 4;
-        }
+        size_t un = utf8_encode(cp, u);
         if (out)
             memcpy(out + k, u, un);
         k += un;
@@ -389,6 +367,74 @@ static int json_number(struct json *j, size_t *start, size_t *n, int *integer)
     return 0;
 }
 
+static int json_skip(struct json *j, int depth);
+
+/* After a member or an element: 1 when a ',' says another follows, 0
+ * when close ends the container (both consumed), else an error. */
+static int json_next(struct json *j, char close)
+{
+    ws(j);
+    if (j->i < j->len && j->s[j->i] == ',') {
+        j->i++;
+        return 1;
+    }
+    if (j->i < j->len && j->s[j->i] == close) {
+        j->i++;
+        return 0;
+    }
+    return fail(j->p, "missing ',' or '%c'", close);
+}
+
+/* Calls member(j, key, keylen, depth, arg) for each member of the object
+ * at j->i, with j->i on the member's value; member must consume it. Keys
+ * longer than key's room are given as "" (no member wanted here has
+ * one). */
+typedef int (*json_member_fn)(struct json *j, const char *key, size_t keylen, int depth,
+                              void *arg);
+
+static int json_object(struct json *j, int depth, json_member_fn member, void *arg)
+{
+    j->i++; /* '{' */
+    ws(j);
+    if (j->i < j->len && j->s[j->i] == '}') {
+        j->i++;
+        return 0;
+    }
+    for (;;) {
+        ws(j);
+        if (j->i >= j->len || j->s[j->i] != '"')
+            return fail(j->p, "an object key must be a string");
+        char key[8];
+        size_t kn = 0, save = j->i;
+        int rc = json_string(j, NULL, &kn); /* its length first */
+        if (rc < 0)
+            return rc;
+        if (kn < sizeof(key)) {
+            j->i = save;
+            json_string(j, key, &kn);
+        } else {
+            kn = 0;
+        }
+        key[kn] = '\0';
+        ws(j);
+        if (j->i >= j->len || j->s[j->i] != ':')
+            return fail(j->p, "missing ':'");
+        j->i++;
+        ws(j);
+        rc = member(j, key, kn, depth, arg);
+        if (rc == 0)
+            rc = json_next(j, '}');
+        if (rc <= 0)
+            return rc;
+    }
+}
+
+static int skip_member(struct json *j, const char *key, size_t keylen, int depth, void *arg)
+{
+    (void)key, (void)keylen, (void)arg;
+    return json_skip(j, depth + 1);
+}
+
 static int json_skip(struct json *j, int depth)
 {
     if (depth > JSON_DEPTH_MAX)
@@ -399,40 +445,21 @@ static int json_skip(struct json *j, int depth)
     char c = j->s[j->i];
     if (c == '"')
         return json_string(j, NULL, NULL);
-    if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
+    if (c == '{')
+        return json_object(j, depth, skip_member, NULL);
+    if (c == '[') {
         j->i++;
         ws(j);
-        if (j->i < j->len && j->s[j->i] == close) {
+        if (j->i < j->len && j->s[j->i] == ']') {
             j->i++;
             return 0;
         }
         for (;;) {
-            ws(j);
-            if (c == '{') {
-                if (j->i >= j->len || j->s[j->i] != '"')
-                    return fail(j->p, "an object key must be a string");
-                int rc = json_string(j, NULL, NULL);
-                if (rc < 0)
-                    return rc;
-                ws(j);
-                if (j->i >= j->len || j->s[j->i] != ':')
-                    return fail(j->p, "missing ':'");
-                j->i++;
-            }
             int rc = json_skip(j, depth + 1);
-            if (rc < 0)
+            if (rc == 0)
+                rc = json_next(j, ']');
+            if (rc <= 0)
                 return rc;
-            ws(j);
-            if (j->i < j->len && j->s[j->i] == ',') {
-                j->i++;
-                continue;
-            }
-            if (j->i < j->len && j->s[j->i] == close) {
-                j->i++;
-                return 0;
-            }
-            return fail(j->p, "missing ',' or '%c'", close);
         }
     }
     static const char *const words[] = {"true", "false", "null"};
@@ -448,115 +475,70 @@ static int json_skip(struct json *j, int depth)
     return json_number(j, &st, &n, &integer);
 }
 
+/* One line's sample, as its members arrive. */
+struct sample_line {
+    char *path, *label; /* room for the whole line each */
+    size_t pn, ln;
+    int have_path, have_label;
+    enum labels_kind kind;
+};
+
+static int sample_member(struct json *j, const char *key, size_t keylen, int depth, void *arg)
+{
+    struct sample_line *sl = arg;
+    int is_path = keylen == 4 && memcmp(key, "path", 4) == 0;
+    int is_label = keylen == 5 && memcmp(key, "label", 5) == 0;
+    if ((is_path && sl->have_path) || (is_label && sl->have_label))
+        return fail(j->p, "\"%s\" twice", is_path ? "path" : "label");
+    if (is_path) {
+        if (j->i >= j->len || j->s[j->i] != '"')
+            return fail(j->p, "\"path\" must be a string");
+        sl->have_path = 1;
+        return json_string(j, sl->path, &sl->pn);
+    }
+    if (!is_label)
+        return json_skip(j, depth + 1);
+    sl->have_label = 1;
+    if (j->i < j->len && j->s[j->i] == '"') {
+        sl->kind = LABELS_NAME;
+        return json_string(j, sl->label, &sl->ln);
+    }
+    size_t st;
+    int integer;
+    int rc = json_number(j, &st, &sl->ln, &integer);
+    if (rc < 0)
+        return rc;
+    if (!integer)
+        return fail(j->p, "label %.*s is not an integer", (int)(sl->ln < 40 ? sl->ln : 40),
+                    j->s + st);
+    memcpy(sl->label, j->s + st, sl->ln);
+    sl->kind = LABELS_INT;
+    return 0;
+}
+
 static int jsonl_line(struct parser *p, const char *s, size_t len)
 {
     struct json j = {.p = p, .s = s, .len = len};
-    char *path = malloc(len + 1), *label = malloc(len + 1);
-    size_t pn = 0, ln = 0;
-    int have_path = 0, have_label = 0, rc = 0;
-    enum labels_kind kind = LABELS_INT;
-    if (path == NULL || label == NULL) {
+    struct sample_line sl = {.path = malloc(len + 1), .label = malloc(len + 1)};
+    int rc;
+    if (sl.path == NULL || sl.label == NULL) {
         rc = -ENOMEM;
-        goto out;
-    }
-    ws(&j);
-    if (j.i >= len || s[j.i] != '{') {
-        rc = fail(p, "not a JSON object");
-        goto out;
-    }
-    j.i++;
-    ws(&j);
-    if (j.i < len && s[j.i] == '}') {
-        j.i++;
     } else {
-        for (;;) {
-            ws(&j);
-            if (j.i >= len || s[j.i] != '"') {
-                rc = fail(p, "an object key must be a string");
-                goto out;
-            }
-            char key[8];
-            size_t kn = 0;
-            size_t save = j.i;
-            /* keys longer than "label" are skipped unread */
-            rc = json_string(&j, NULL, &kn);
-            if (rc < 0)
-                goto out;
-            if (kn < sizeof(key)) {
-                j.i = save;
-                json_string(&j, key, &kn);
-            }
-            ws(&j);
-            if (j.i >= len || s[j.i] != ':') {
-                rc = fail(p, "missing ':'");
-                goto out;
-            }
-            j.i++;
-            ws(&j);
-            int is_path = kn == 4 && memcmp(key, "path", 4) == 0;
-            int is_label = kn == 5 && memcmp(key, "label", 5) == 0;
-            if ((is_path && have_path) || (is_label && have_label)) {
-                rc = fail(p, "\"%s\" twice", is_path ? "path" : "label");
-                goto out;
-            }
-            if (is_path) {
-                if (j.i >= len || s[j.i] != '"') {
-                    rc = fail(p, "\"path\" must be a string");
-                    goto out;
-                }
-                rc = json_string(&j, path, &pn);
-                have_path = 1;
-            } else if (is_label) {
-                if (j.i < len && s[j.i] == '"') {
-                    rc = json_string(&j, label, &ln);
-                    kind = LABELS_NAME;
-                } else {
-                    size_t st;
-                    int integer;
-                    rc = json_number(&j, &st, &ln, &integer);
-                    if (rc == 0 && !integer)
-                        rc = fail(p, "label %.*s is not an integer", (int)(ln < 40 ? ln : 40),
-                                  s + st);
-                    if (rc == 0)
-                        memcpy(label, s + st, ln);
-                    kind = LABELS_INT;
-                }
-                have_label = 1;
-            } else {
-                rc = json_skip(&j, 1);
-            }
-            if (rc < 0)
-                goto out;
-            ws(&j);
-            if (j.i < len && s[j.i] == ',') {
-                j.i++;
-                continue;
-            }
-            if (j.i < len && s[j.i] == '}') {
-                j.i++;
-                break;
-            }
-            rc = fail(p, "missing ',' or '}'");
-            goto out;
-        }
+        ws(&j);
+        rc = j.i < len && s[j.i] == '{' ? json_object(&j, 0, sample_member, &sl)
+                                        : fail(p, "not a JSON object");
+        ws(&j);
+        if (rc == 0 && j.i < len)
+            rc = fail(p, "text after the object");
+        if (rc == 0 && (!sl.have_path || !sl.have_label))
+            rc = fail(p, "no \"%s\"", sl.have_path ? "label" : "path");
+        if (rc == 0 && memchr(sl.path, '\0', sl.pn) != NULL)
+            rc = fail(p, "NUL in the path");
+        if (rc == 0)
+            rc = add(p, sl.path, sl.pn, sl.label, sl.ln, sl.kind);
     }
-    ws(&j);
-    if (j.i < len) {
-        rc = fail(p, "text after the object");
-        goto out;
-    }
-    if (!have_path || !have_label) {
-        rc = fail(p, "no \"%s\"", have_path ? "label" : "path");
-        goto out;
-    }
-    if (memchr(path, '\0', pn) != NULL) {
-        rc = fail(p, "NUL in the path");
-        goto out;
-    }
-    rc = add(p, path, pn, label, ln, kind);
-out:
-    free(path);
-    free(label);
+    free(sl.path);
+    free(sl.label);
     return rc;
 }
 
@@ -573,8 +555,7 @@ void manifest_free(struct manifest *m)
     if (m == NULL)
         return;
     labels_free(m->labels);
-    free(m->path_off);
-    free(m->line);
+    free(m->e);
     free(m->arena);
     free(m);
 }
@@ -642,17 +623,17 @@ size_t manifest_count(const struct manifest *m)
 
 const char *manifest_path(const struct manifest *m, size_t i)
 {
-    return i < m->n ? m->arena + m->path_off[i] : NULL;
+    return i < m->n ? m->arena + m->e[i].path : NULL;
 }
 
 int manifest_is_url(const struct manifest *m, size_t i)
 {
-    return i < m->n && manifest_url(m->arena + m->path_off[i]);
+    return i < m->n && manifest_url(m->arena + m->e[i].path);
 }
 
 uint64_t manifest_line(const struct manifest *m, size_t i)
 {
-    return i < m->n ? m->line[i] : 0;
+    return i < m->n ? m->e[i].line : 0;
 }
 
 uint32_t manifest_label(const struct manifest *m, size_t i)

@@ -21,6 +21,7 @@
 
 #include "objstore.h"
 #include "s3xml.h"
+#include "vec.h"
 
 #define ERRBODY_MAX 16384
 /* SHA-256 of the empty body, which every GET signs (a constant, so no
@@ -53,7 +54,7 @@ struct req {
     unsigned attempt;
     long status;
     int status_known;
-    char etag[80];
+    char etag[S3XML_ETAG_MAX];
     uint64_t size;
     int fail_rc;
     char msg[512];
@@ -305,16 +306,11 @@ static int keep(struct req *r, const char *p, size_t n)
         if (rc < 0)
             return fail_req(r, rc, "GET %s: the reader stopped (%s)", r->url, strerror(-rc));
     } else {
-        if (r->got + n > r->cap) {
-            size_t cap = r->cap ? r->cap * 2 : (r->len ? (size_t)r->len : 65536);
-            while (cap < r->got + n)
-                cap *= 2;
-            uint8_t *b = realloc(r->buf, cap);
-            if (b == NULL)
-                return fail_req(r, -ENOMEM, "GET %s: out of memory", r->url);
-            r->buf = b;
-            r->cap = cap;
-        }
+        uint8_t *b = vec_grow(r->buf, &r->cap, (size_t)r->got + n, 1,
+                              r->len ? (size_t)r->len : 65536);
+        if (b == NULL)
+            return fail_req(r, -ENOMEM, "GET %s: out of memory", r->url);
+        r->buf = b;
         memcpy(r->buf + r->got, p, n);
     }
     r->got += n;
@@ -1055,15 +1051,13 @@ static void list_page_done(void *arg, int rc, struct objstore_result *res)
     char err[256] = "";
     rc = s3xml_list((const char *)res->data, res->len, &page, err, sizeof(err));
     free(res->data);
-    if (rc == 0 && page.n && job->out.n + page.n > job->cap) {
-        size_t cap = job->cap ? job->cap : 1024;
-        while (cap < job->out.n + page.n)
-            cap *= 2;
-        struct objstore_object *o = realloc(job->out.objects, cap * sizeof(*o));
+    if (rc == 0 && page.n) {
+        struct s3xml_object *o =
+            vec_grow(job->out.objects, &job->cap, job->out.n + page.n, sizeof(*o), 1024);
         if (o == NULL)
             rc = -ENOMEM;
         else
-            job->out.objects = o, job->cap = cap;
+            job->out.objects = o;
     }
     if (rc < 0) {
         char msg[400];
@@ -1073,12 +1067,9 @@ static void list_page_done(void *arg, int rc, struct objstore_result *res)
         list_end(job, rc, msg);
         return;
     }
-    for (size_t i = 0; i < page.n; i++) {
-        struct objstore_object *o = &job->out.objects[job->out.n++];
-        o->key = page.objects[i].key;
+    for (size_t i = 0; i < page.n; i++) { /* the keys move over */
+        job->out.objects[job->out.n++] = page.objects[i];
         page.objects[i].key = NULL;
-        o->size = page.objects[i].size;
-        memcpy(o->etag, page.objects[i].etag, sizeof(o->etag));
     }
     job->out.pages++;
     int more = page.truncated;
@@ -1147,8 +1138,6 @@ int objstore_list(struct objstore *os, const char *bucket, const char *prefix,
 
 void objstore_listing_free(struct objstore_listing *l)
 {
-    for (size_t i = 0; i < l->n; i++)
-        free(l->objects[i].key);
-    free(l->objects);
+    s3xml_objects_free(l->objects, l->n);
     memset(l, 0, sizeof(*l));
 }

@@ -41,6 +41,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "s3xml.h"
+
 struct event_base;
 struct objstore;
 
@@ -69,7 +71,7 @@ struct objstore_result {
     size_t len;
     long status;        /* the last HTTP status (0: none) */
     uint64_t size;      /* the object's size when the response said it */
-    char etag[80];      /* the ETag as sent, quotes removed ("" when none) */
+    char etag[S3XML_ETAG_MAX]; /* the ETag as sent, quotes removed ("" when none) */
     unsigned attempts;
     const char *message; /* on failure: what happened (valid during the call) */
 };
@@ -87,15 +89,10 @@ struct objstore_target {
     const char *bucket, *key;
 };
 
-struct objstore_object {
-    char *key;
-    uint64_t size;
-    char etag[80];
-};
-
-/* The listing a ListObjectsV2 walk ends with: objects in key order. */
+/* The listing a ListObjectsV2 walk ends with: objects (key, size, ETag)
+ * in key order. */
 struct objstore_listing {
-    struct objstore_object *objects;
+    struct s3xml_object *objects;
     size_t n;
     unsigned pages;
 };

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "s3xml.h"
+#include "utf8.h"
+#include "vec.h"
 
 #define DEPTH_MAX 32
 #define NAME_LEN 48
@@ -83,24 +85,6 @@ static void put_text(struct walk *w, const char *p, size_t n)
     w->tlen += n;
 }
 
-static void put_utf8(struct walk *w, uint32_t cp)
-{
-    char u[4];
-    size_t n;
-    if (cp < 0x80) {
-        u[0] = (char)cp, n = 1;
-    } else if (cp < 0x800) {
-        u[0] = (char)(0xc0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3f)), n = 2;
-    } else if (cp < 0x10000) {
-        u[0] = (char)(0xe0 | cp >> 12), u[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        u[2] = (char)(0x80 | (cp & 0x3f)), n = 3;
-    } else {
-        u[0] = (char)(0xf0 | cp >> 18), u[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-        u[2] = (char)(0x80 | ((cp >> 6) & 0x3f)), u[3] = (char)(0x80 | (cp & 0x3f)), n = 4;
-    }
-    put_text(w, u, n);
-}
-
 static int entity(struct walk *w)
 {
     static const struct {
@@ -136,7 +120,8 @@ static int entity(struct walk *w)
         (cp >= 0xd800 && cp <= 0xdfff))
         return fail(w, "bad character reference");
     w->i++; /* ';' */
-    put_utf8(w, cp);
+    char u[4];
+    put_text(w, u, utf8_encode(cp, u));
     return 0;
 }
 
@@ -340,14 +325,10 @@ static int list_end(struct walk *w, void *arg)
     } else if (at(w, 2, "ListBucketResult", "Contents", NULL)) {
         if (!st->have_key || !st->have_size)
             return fail(w, "Contents without %s", st->have_key ? "Size" : "Key");
-        if (p->n == st->cap) {
-            size_t cap = st->cap ? st->cap * 2 : 64;
-            struct s3xml_object *o = realloc(p->objects, cap * sizeof(*o));
-            if (o == NULL)
-                return -ENOMEM;
-            p->objects = o;
-            st->cap = cap;
-        }
+        struct s3xml_object *o = vec_grow(p->objects, &st->cap, p->n + 1, sizeof(*o), 64);
+        if (o == NULL)
+            return -ENOMEM;
+        p->objects = o;
         p->objects[p->n++] = st->cur;
         memset(&st->cur, 0, sizeof(st->cur));
         st->have_key = st->have_size = 0;
@@ -382,11 +363,16 @@ int s3xml_list(const char *xml, size_t len, struct s3xml_page *page, char *err, 
     return rc;
 }
 
+void s3xml_objects_free(struct s3xml_object *objects, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(objects[i].key);
+    free(objects);
+}
+
 void s3xml_page_free(struct s3xml_page *page)
 {
-    for (size_t i = 0; i < page->n; i++)
-        free(page->objects[i].key);
-    free(page->objects);
+    s3xml_objects_free(page->objects, page->n);
     memset(page, 0, sizeof(*page));
 }
 

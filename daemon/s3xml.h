@@ -40,6 +40,8 @@ struct s3xml_page {
 int s3xml_list(const char *xml, size_t len, struct s3xml_page *page, char *err,
                size_t errlen);
 void s3xml_page_free(struct s3xml_page *page);
+/* Frees n objects' keys and the array. */
+void s3xml_objects_free(struct s3xml_object *objects, size_t n);
 
 /* Reads an S3 Error document's Code and Message (each cut to its buffer;
  * "" when absent). Returns 0, or -EBADMSG when xml is not one. */

@@ -10,11 +10,16 @@
 
 #include "fileext.h"
 #include "labels.h"
+#include "vec.h"
 #include "wds.h"
 
+struct wds_entry {
+    struct wds_sample s;
+    uint64_t key; /* offset of its key in keys */
+};
+
 struct wds {
-    struct wds_sample *s;
-    uint64_t *key_off;   /* per sample: its key in keys */
+    struct wds_entry *e;
     size_t n, cap;
     char *keys;
     size_t keys_len, keys_cap;
@@ -50,8 +55,7 @@ void wds_free(struct wds *w)
     if (w == NULL)
         return;
     labels_free(w->labels);
-    free(w->s);
-    free(w->key_off);
+    free(w->e);
     free(w->keys);
     free(w);
 }
@@ -64,32 +68,17 @@ static int is_space(char c)
 static int append(struct wds *w)
 {
     size_t klen = strlen(w->key) + 1;
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 1024;
-        struct wds_sample *s = realloc(w->s, cap * sizeof(*s));
-        if (s == NULL)
-            return -ENOMEM;
-        w->s = s;
-        uint64_t *k = realloc(w->key_off, cap * sizeof(*k));
-        if (k == NULL)
-            return -ENOMEM;
-        w->key_off = k;
-        w->cap = cap;
-    }
-    if (w->keys_len + klen > w->keys_cap) {
-        size_t cap = w->keys_cap ? w->keys_cap * 2 : 65536;
-        while (cap < w->keys_len + klen)
-            cap *= 2;
-        char *k = realloc(w->keys, cap);
-        if (k == NULL)
-            return -ENOMEM;
-        w->keys = k;
-        w->keys_cap = cap;
-    }
+    struct wds_entry *e = vec_grow(w->e, &w->cap, w->n + 1, sizeof(*e), 1024);
+    if (e == NULL)
+        return -ENOMEM;
+    w->e = e;
+    char *k = vec_grow(w->keys, &w->keys_cap, w->keys_len + klen, 1, 65536);
+    if (k == NULL)
+        return -ENOMEM;
+    w->keys = k;
     memcpy(w->keys + w->keys_len, w->key, klen);
-    w->key_off[w->n] = w->keys_len;
+    w->e[w->n++] = (struct wds_entry){.s = w->image, .key = w->keys_len};
     w->keys_len += klen;
-    w->s[w->n++] = w->image;
     return 0;
 }
 
@@ -212,12 +201,12 @@ size_t wds_count(const struct wds *w)
 
 const struct wds_sample *wds_sample(const struct wds *w, size_t i)
 {
-    return i < w->n ? &w->s[i] : NULL;
+    return i < w->n ? &w->e[i].s : NULL;
 }
 
 const char *wds_key(const struct wds *w, size_t i)
 {
-    return i < w->n ? w->keys + w->key_off[i] : NULL;
+    return i < w->n ? w->keys + w->e[i].key : NULL;
 }
 
 uint32_t wds_label(const struct wds *w, size_t i)
