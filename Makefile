@@ -9,8 +9,8 @@ SANITIZE ?=
 # Debian packages the build, the tests and the benchmarks need.
 DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
             libturbojpeg0-dev libyaml-dev check python3-numpy python3-torch \
-            python3-torchvision python3-pil valgrind fuse3 libfuse3-dev \
-            libspng-dev libwebp-dev libtiff-dev libcurl4-openssl-dev \
+            python3-torchvision python3-pil python3-prometheus-client valgrind fuse3 \
+            libfuse3-dev libspng-dev libwebp-dev libtiff-dev libcurl4-openssl-dev \
             nginx-light python3-botocore python3-boto3
 
 PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1 \
@@ -19,7 +19,7 @@ PKG_CHECK  := check
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
-           -Wno-missing-field-initializers -pthread -Icommon -Idaemon -Iclient \
+           -Wno-missing-field-initializers -pthread -Icommon -Idaemon -Idaemon/steps -Iclient \
            -DPRESTO_VERSION='"0.1.0"' -MMD -MP
 LDFLAGS += -pthread
 
@@ -33,7 +33,7 @@ pkg_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
 pkg_libs   = $(shell pkg-config --libs $(1) 2>/dev/null)
 
 COMMON_SRC := $(wildcard common/*.c)
-DAEMON_SRC := $(wildcard daemon/*.c) $(wildcard daemon/steps/*.c)
+DAEMON_SRC := $(wildcard daemon/*.c daemon/steps/*.c)
 CLIENT_SRC := client/presto.c
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 ITEST_SRC  := $(wildcard tests/integration/test_*.c)
@@ -110,7 +110,7 @@ $(BUILD)/slowfs: tests/tools/slowfs.c
 
 # The raw random-read reader the disk cases of `make bench` compare with.
 $(BUILD)/ioread: tests/bench/ioread.c $(BUILD)/obj/daemon/io.o $(BUILD)/obj/daemon/access.o \
-                 $(BUILD)/obj/daemon/stats.o $(BUILD)/obj/common/log.o
+                 $(BUILD)/obj/daemon/stats.o $(BUILD)/obj/daemon/json.o $(BUILD)/obj/common/log.o
 	$(CC) $(CFLAGS) $(call pkg_cflags,liburing) -o $@ $^ $(LDFLAGS) $(call pkg_libs,liburing)
 
 # Installs the Debian packages that are missing (root, or sudo when present).
@@ -204,17 +204,19 @@ FUZZ_EXTRA   ?=
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_FLAGS   := -g -O1 -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror -Wshadow \
                 -Wstrict-prototypes -Wno-missing-field-initializers -pthread \
-                -Icommon -Idaemon -Itests/fuzz -DPRESTO_VERSION='"$(VERSION)"' \
+                -Icommon -Idaemon -Idaemon/steps -Itests/fuzz -DPRESTO_VERSION='"$(VERSION)"' \
                 $(call pkg_cflags,$(PKG_DAEMON)) $(FUZZ_EXTRA)
 FUZZ_SAN     := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_LIBS    := $(call pkg_libs,$(PKG_DAEMON)) -lm
-FUZZ_STEPS   := $(wildcard daemon/step*.c) common/log.c common/proto.c
+FUZZ_STEPS   := $(wildcard daemon/steps/*.c) daemon/hash.c daemon/img.c daemon/stats.c \
+                daemon/json.c common/log.c common/proto.c
+FUZZ_STORE   := daemon/store.c daemon/cachedir.c common/trust.c
 FUZZ_NAMES   := fuzz_frame fuzz_config fuzz_store fuzz_decode fuzz_decode_formats fuzz_sources
 FUZZ_BIN     := $(FUZZ_NAMES:%=$(FUZZ_DIR)/%)
 
 $(FUZZ_DIR)/fuzz_frame: tests/fuzz/fuzz_frame.c common/proto.c
 $(FUZZ_DIR)/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c $(FUZZ_STEPS)
-$(FUZZ_DIR)/fuzz_store: tests/fuzz/fuzz_store.c daemon/store.c $(FUZZ_STEPS)
+$(FUZZ_DIR)/fuzz_store: tests/fuzz/fuzz_store.c $(FUZZ_STORE) $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_decode: tests/fuzz/fuzz_decode.c $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_decode_formats: tests/fuzz/fuzz_decode_formats.c $(wildcard daemon/steps/decode_*.c)
 $(FUZZ_DIR)/fuzz_sources: tests/fuzz/fuzz_sources.c daemon/manifest.c daemon/labels.c daemon/tar.c \
@@ -223,7 +225,7 @@ $(FUZZ_BIN): tests/fuzz/fuzz.h $(wildcard common/*.h daemon/*.h daemon/steps/*.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_SAN) -o $@ $(filter %.c,$^) $(FUZZ_LIBS)
 
-$(FUZZ_DIR)/mkcorpus: tests/fuzz/mkcorpus.c daemon/store.c $(FUZZ_STEPS)
+$(FUZZ_DIR)/mkcorpus: tests/fuzz/mkcorpus.c $(FUZZ_STORE) $(FUZZ_STEPS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(filter %.c,$^) $(FUZZ_LIBS)
 
