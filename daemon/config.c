@@ -955,8 +955,13 @@ int config_check_roots(const struct config *c, char *err, size_t errlen)
     for (uint32_t i = 0; i < c->ndatasets; i++) {
         const struct config_dataset *d = &c->datasets[i];
         struct stat sb;
+        /* A directory, or a manifest or tar shard file (source.h); URLs and
+         * shard patterns are the source's to check when it opens. */
+        if (strstr(d->root, "://") || strchr(d->root, '{'))
+            continue;
         const char *why = stat(d->root, &sb) < 0 ? strerror(errno)
-                          : !S_ISDIR(sb.st_mode) ? "not a directory" : NULL;
+                          : !S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode)
+                              ? "not a directory or a file" : NULL;
         if (!why)
             continue;
         if (d->root_line > 0 && c->path)
