@@ -58,7 +58,7 @@ DESTDIR ?=
 PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
            $(BUILD)/libprestoclient.a
 
-.PHONY: all deps s3rver check check-valgrind run bench clean tests install fuzz fuzz-build
+.PHONY: all deps s3rver check check-valgrind run bench bench-sources clean tests install fuzz fuzz-build
 all: $(PROGS)
 tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS)
 
@@ -161,6 +161,11 @@ run: deps
 bench: deps
 	$(MAKE) --no-print-directory all $(BUILD)/ioread $(SLOWFS)
 	BUILD=build PYTHON=$(PYTHON) tests/bench/bench.sh
+
+# Only the sources cases (tar-local): tests/bench/bench_sources.sh.
+bench-sources: deps
+	$(MAKE) --no-print-directory all
+	BUILD=build PYTHON=$(PYTHON) tests/bench/bench_sources.sh
 
 # Staged installs: make install DESTDIR=/tmp/stage PREFIX=/usr
 PYDIR ?= $(PREFIX)/lib/python3/dist-packages

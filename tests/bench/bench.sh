@@ -30,7 +30,8 @@
 # case's figure is the median of its runs (runs carrying reference_samples_per_s are
 # measured against that instead). tests/bench/cases_disk.sh, when present, may define
 # bench_disk_cases, called last with the data set's directory and no prestod running;
-# tests/bench/cases_fuse.sh likewise bench_fuse_cases (slow storage: FUSE mounts), and
+# tests/bench/cases_fuse.sh likewise bench_fuse_cases (slow storage: FUSE mounts),
+# tests/bench/cases_sources.sh bench_sources_cases (tar shards against the folder), and
 # tests/bench/cases_profile.sh bench_profile_cases (the profiler's table of strategies and
 # the `auto` case: the auto choice over everything online).
 # Exits non-zero only when something crashed; a missed target is printed as MISS.
@@ -254,6 +255,14 @@ bench_main() {
     if declare -F bench_fuse_cases >/dev/null; then
         bench_fuse_cases
     fi
+    local sources_cases=tests/bench/cases_sources.sh
+    if [[ -f $sources_cases ]]; then
+        # shellcheck source=/dev/null
+        source "$sources_cases"
+    fi
+    if declare -F bench_sources_cases >/dev/null; then
+        bench_sources_cases "$BENCH_DATA"
+    fi
     local profile_cases=tests/bench/cases_profile.sh
     if [[ -f $profile_cases ]]; then
         # shellcheck source=/dev/null
@@ -269,4 +278,7 @@ bench_main() {
         --out "$BUILD/bench.json"
 }
 
-bench_main "$@"
+# Sourced (tests/bench/bench_sources.sh) it only defines the helpers.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+    bench_main "$@"
+fi
