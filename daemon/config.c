@@ -4,6 +4,7 @@
  * (cfg_keys below), as redis does it; datasets are parsed by hand.
  */
 #include "config.h"
+#include "source.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -957,11 +958,14 @@ int config_check_roots(const struct config *c, char *err, size_t errlen)
         struct stat sb;
         /* A directory, or a manifest or tar shard file (source.h); URLs and
          * shard patterns are the source's to check when it opens. */
-        if (strstr(d->root, "://") || strchr(d->root, '{'))
+        enum source_kind kind = source_kind_of(d->root);
+        if (kind == SOURCE_HTTP || kind == SOURCE_S3 || strchr(d->root, '{'))
             continue;
         const char *why = stat(d->root, &sb) < 0 ? strerror(errno)
-                          : !S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode)
-                              ? "not a directory or a file" : NULL;
+                          : kind == SOURCE_DIR && !S_ISDIR(sb.st_mode)
+                              ? "not a directory (nor a .csv, .jsonl or .tar file)"
+                          : kind != SOURCE_DIR && !S_ISREG(sb.st_mode) ? "not a regular file"
+                                                                       : NULL;
         if (!why)
             continue;
         if (d->root_line > 0 && c->path)

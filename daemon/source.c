@@ -11,25 +11,6 @@
 #include "fileext.h"
 #include "source_impl.h"
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcasecmp(s + n - m, suffix) == 0;
-}
-
-enum source_kind source_kind_of(const char *root)
-{
-    if (strncmp(root, "s3://", 5) == 0)
-        return SOURCE_S3;
-    if (strncmp(root, "http://", 7) == 0 || strncmp(root, "https://", 8) == 0)
-        return SOURCE_HTTP;
-    if (ends_with(root, ".csv") || ends_with(root, ".jsonl"))
-        return SOURCE_MANIFEST;
-    if (ends_with(root, ".tar"))
-        return SOURCE_TAR;
-    return SOURCE_DIR;
-}
-
 const char *source_kind_name(enum source_kind k)
 {
     static const char *const names[SOURCE_KIND_MAX] = {"directory", "manifest", "tar", "http",
@@ -178,6 +159,8 @@ int source_file_stat(struct source_file *f, int fd, uint64_t max_size, char *err
 
 int source_int_classes(struct index *ix, uint32_t nclasses)
 {
+    if (nclasses > SOURCE_MAX_INT_CLASSES)
+        return -E2BIG;
     for (uint32_t k = 0; k < nclasses; k++) {
         char name[16];
         snprintf(name, sizeof(name), "%u", k);

@@ -42,6 +42,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <strings.h>
 
 #include "config.h"
 #include "img.h"
@@ -62,7 +64,24 @@ enum source_kind {
 /* The kind of source a root names: a URL by its scheme, a name ending in
  * .csv or .jsonl a manifest, one ending in .tar (or a brace pattern of
  * them) tar shards, anything else a directory. */
-enum source_kind source_kind_of(const char *root);
+static inline int source_name_ends(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcasecmp(s + n - m, suffix) == 0;
+}
+
+static inline enum source_kind source_kind_of(const char *root)
+{
+    if (strncmp(root, "s3://", 5) == 0)
+        return SOURCE_S3;
+    if (strncmp(root, "http://", 7) == 0 || strncmp(root, "https://", 8) == 0)
+        return SOURCE_HTTP;
+    if (source_name_ends(root, ".csv") || source_name_ends(root, ".jsonl"))
+        return SOURCE_MANIFEST;
+    if (source_name_ends(root, ".tar"))
+        return SOURCE_TAR;
+    return SOURCE_DIR;
+}
 /* "directory", "manifest", "tar", "http", "s3". */
 const char *source_kind_name(enum source_kind k);
 

@@ -43,7 +43,11 @@ int source_pread(int fd, uint64_t off, size_t len, struct img *out, char *err, s
  * against max_size. 0, or -errno (fd closed, f->fd -1) with a message. */
 int source_file_stat(struct source_file *f, int fd, uint64_t max_size, char *err,
                      size_t errlen);
-/* Classes "0", "1", ... for integer labels below nclasses. 0 or -ENOMEM. */
+/* Classes "0", "1", ... for integer labels below nclasses. 0, -ENOMEM, or
+ * -E2BIG past SOURCE_MAX_INT_CLASSES (a stray huge label must not make a
+ * million names). */
+#define SOURCE_MAX_INT_CLASSES (1u << 20)
+#define SOURCE_INT_CLASSES_MSG "an integer label over 1048575 (at most 2^20 classes)"
 int source_int_classes(struct index *ix, uint32_t nclasses);
 /* "N .jpg, M .png" for the image extensions counted (fileext.h's order). */
 void source_ext_summary(const uint64_t *per_ext, char *buf, size_t len);

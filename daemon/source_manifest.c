@@ -139,7 +139,7 @@ static int index_manifest(const struct config_dataset *cfg, const struct manifes
         rc = index_finish(ix);
     if (rc < 0) {
         snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
-                 strerror(-rc));
+                 rc == -E2BIG ? SOURCE_INT_CLASSES_MSG : strerror(-rc));
         return rc;
     }
     log_info("dataset '%s': %u samples in %u classes from the manifest %s%s", cfg->name, ix->n,

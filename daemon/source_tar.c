@@ -285,7 +285,7 @@ int source_tar_new(struct source *s, const struct config_dataset *cfg, struct in
     }
     if (rc == 0 && ((rc = index_samples(t, w, ix)) < 0 || (rc = index_finish(ix)) < 0))
         snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
-                 strerror(-rc));
+                 rc == -E2BIG ? SOURCE_INT_CLASSES_MSG : strerror(-rc));
     if (rc == 0) {
         const struct wds_counts *c = wds_counts(w);
         char exts[256];

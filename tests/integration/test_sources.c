@@ -11,8 +11,9 @@
  *     pixels: FNV-1a), shuffled and in order, cold and then from the cache;
  *   - the folder indexes exactly the 40 images (the .gif and .txt are not
  *     samples) and the log names the count of each extension;
- *   - a manifest with a bad line, or a shard that is not a tar, refuses
- *     start-up with FILE:LINE (the shard's name);
+ *   - a manifest with a bad line, a label that would make millions of
+ *     classes, a shard that is not a tar or is missing, refuses start-up
+ *     with FILE:LINE (the shard's name);
  *   - a corrupt member in a shard is a bad sample (skipped, counted), the
  *     epoch goes on.
  */
@@ -171,6 +172,10 @@ START_TEST(test_refused)
                                         path, sizeof(path)), 0);
     snprintf(want, sizeof(want), "%s:2:", path);
     refused("badjsonl", path, want);
+    /* an integer label that would make millions of classes */
+    ck_assert_int_eq(harness_write_file(&H, "huge.csv", "path,label\na.png,0\nb.png,2000000\n",
+                                        path, sizeof(path)), 0);
+    refused("huge", path, "at most 2^20 classes");
     /* a shard that is not a tar */
     ck_assert_int_eq(harness_write_file(&H, "junk.tar", "this is not a tar archive\n", path,
                                         sizeof(path)), 0);
