@@ -225,7 +225,8 @@ $(FUZZ_DIR)/fuzz_store: tests/fuzz/fuzz_store.c $(FUZZ_STORE) $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_decode: tests/fuzz/fuzz_decode.c $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_decode_formats: tests/fuzz/fuzz_decode_formats.c $(wildcard daemon/steps/decode_*.c)
 $(FUZZ_DIR)/fuzz_sources: tests/fuzz/fuzz_sources.c daemon/manifest.c daemon/labels.c daemon/tar.c \
-                          daemon/wds.c daemon/fileext.c daemon/braces.c daemon/s3xml.c daemon/vec.c
+                          daemon/wds.c daemon/fileext.c daemon/braces.c daemon/s3xml.c daemon/vec.c \
+                          daemon/hash.c
 $(FUZZ_BIN): tests/fuzz/fuzz.h $(wildcard common/*.h daemon/*.h daemon/steps/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_SAN) -o $@ $(filter %.c,$^) $(FUZZ_LIBS)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
 #include "labels.h"
 #include "vec.h"
 
@@ -45,14 +46,6 @@ void labels_free(struct labels *l)
     free(l);
 }
 
-static uint64_t hash(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
-    return h;
-}
-
 static int grow_slots(struct labels *l)
 {
     uint32_t n = l->nslots ? l->nslots * 2 : 64;
@@ -63,7 +56,7 @@ static int grow_slots(struct labels *l)
         if (!l->slots[i])
             continue;
         const char *name = l->name[l->slots[i] - 1];
-        uint32_t k = (uint32_t)hash(name, strlen(name)) & (n - 1);
+        uint32_t k = (uint32_t)hash_xxh64(name, strlen(name)) & (n - 1);
         while (s[k])
             k = (k + 1) & (n - 1);
         s[k] = l->slots[i];
@@ -79,7 +72,7 @@ static int64_t intern(struct labels *l, const char *text, size_t len)
 {
     if ((uint64_t)(l->nnames + 1) * 2 > l->nslots && grow_slots(l) < 0)
         return -ENOMEM;
-    uint32_t k = (uint32_t)hash(text, len) & (l->nslots - 1);
+    uint32_t k = (uint32_t)hash_xxh64(text, len) & (l->nslots - 1);
     while (l->slots[k]) {
         const char *name = l->name[l->slots[k] - 1];
         if (strlen(name) == len && memcmp(name, text, len) == 0)
