@@ -185,14 +185,15 @@ int step_decode_apply(const struct step *s, struct step_ctx *ctx, const struct i
 
     if (in->fmt != IMG_ENCODED)
         return step_fail(ctx, -EINVAL, "decode: input is already decoded");
+    ctx->format = DECODE_FMT_UNKNOWN;
     if (in->len == 0 || in->data == NULL)
         return step_fail(ctx, -EBADMSG, "decode: empty file");
 #if SIZE_MAX > ULONG_MAX
     if (in->len > ULONG_MAX)
         return step_fail(ctx, -E2BIG, "decode: file of %zu bytes is too large", in->len);
 #endif
-    if (decode_sniff(in->data, in->len) != DECODE_FMT_JPEG &&
-        decode_sniff(in->data, in->len) != DECODE_FMT_UNKNOWN)
+    ctx->format = decode_sniff(in->data, in->len);
+    if (ctx->format != DECODE_FMT_JPEG && ctx->format != DECODE_FMT_UNKNOWN)
         return decode_other(s, ctx, in, out);
 
     if (ctx->tj == NULL) {
