@@ -73,13 +73,8 @@ def setUpModule():
 
 
 def tearDownModule():
-    try:
-        status = _daemon.stop() if _daemon else 0
-        if status != 0:
-            raise AssertionError("prestod exited with %r:\n%s" % (status, _daemon.log_text()))
-    finally:
-        if _dir:
-            pt.remove(_dir)
+    if _dir:
+        pt.finish(_dir, _daemon)
 
 
 def pull(name):
