@@ -11,9 +11,11 @@ DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
             libturbojpeg0-dev libyaml-dev check python3-numpy python3-torch \
             python3-torchvision python3-pil python3-prometheus-client valgrind fuse3 \
             libfuse3-dev python3-pip python3-setuptools python3-wheel libmemcached-dev \
-            memcached
+            memcached libspng-dev libwebp-dev libtiff-dev libcurl4-openssl-dev \
+            nginx-light python3-botocore python3-boto3
 
-PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1 libmemcached
+PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1 libmemcached \
+              spng libwebp libwebpdemux libtiff-4 libcurl
 PKG_CHECK  := check
 
 CFLAGS  ?= -O2 -g
@@ -57,7 +59,7 @@ DESTDIR ?=
 PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
            $(BUILD)/libprestoclient.a
 
-.PHONY: all deps check check-valgrind run bench bench-cluster clean tests install fuzz fuzz-build
+.PHONY: all deps s3rver check check-valgrind run bench bench-cluster bench-sources clean tests install fuzz fuzz-build
 all: $(PROGS)
 tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS)
 
@@ -123,6 +125,25 @@ deps:
 	    $$SUDO apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+	@$(MAKE) --no-print-directory s3rver
+
+# The S3 test server (issue 16's one exception to "only Debian packages"):
+# s3rver from the npm registry, into build/s3rver (whatever BUILD is). Where
+# it cannot be had, the S3 tests skip (77) and say so.
+S3RVER_DIR     := build/s3rver
+S3RVER_VERSION := 3.7.1
+s3rver:
+	@if [ ! -x $(S3RVER_DIR)/node_modules/.bin/s3rver ]; then \
+	    SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
+	    command -v npm >/dev/null 2>&1 || { $$SUDO apt-get update -qq && \
+	        DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+	        nodejs npm; } >/dev/null 2>&1; \
+	    echo "installing s3rver $(S3RVER_VERSION) from npm into $(S3RVER_DIR)"; \
+	    mkdir -p $(S3RVER_DIR) && \
+	    npm install --prefix $(S3RVER_DIR) --no-audit --no-fund --no-save --loglevel=error \
+	        s3rver@$(S3RVER_VERSION) >$(S3RVER_DIR)/install.log 2>&1 || \
+	    echo "s3rver could not be installed (see $(S3RVER_DIR)/install.log): the S3 tests will skip"; \
+	fi
 
 check: deps
 	$(MAKE) --no-print-directory all tests SANITIZE=$(SANITIZE)
@@ -146,6 +167,11 @@ bench: deps
 bench-cluster: deps
 	$(MAKE) --no-print-directory all
 	BUILD=build PYTHON=$(PYTHON) tests/bench/cases_cluster.sh
+
+# Only the sources cases (tar-local): tests/bench/bench_sources.sh.
+bench-sources: deps
+	$(MAKE) --no-print-directory all
+	BUILD=build PYTHON=$(PYTHON) tests/bench/bench_sources.sh
 
 # Staged installs: make install DESTDIR=/tmp/stage PREFIX=/usr
 PYDIR ?= $(PREFIX)/lib/python3/dist-packages
@@ -201,13 +227,17 @@ FUZZ_LIBS    := $(call pkg_libs,$(PKG_DAEMON)) -lm
 FUZZ_STEPS   := $(wildcard daemon/steps/*.c) daemon/hash.c daemon/img.c daemon/stats.c \
                 daemon/json.c common/log.c common/proto.c
 FUZZ_STORE   := daemon/store.c daemon/cachedir.c common/trust.c
-FUZZ_NAMES   := fuzz_frame fuzz_config fuzz_store fuzz_decode
+FUZZ_NAMES   := fuzz_frame fuzz_config fuzz_store fuzz_decode fuzz_decode_formats fuzz_sources
 FUZZ_BIN     := $(FUZZ_NAMES:%=$(FUZZ_DIR)/%)
 
 $(FUZZ_DIR)/fuzz_frame: tests/fuzz/fuzz_frame.c common/proto.c
 $(FUZZ_DIR)/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_store: tests/fuzz/fuzz_store.c $(FUZZ_STORE) $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_decode: tests/fuzz/fuzz_decode.c $(FUZZ_STEPS)
+$(FUZZ_DIR)/fuzz_decode_formats: tests/fuzz/fuzz_decode_formats.c $(wildcard daemon/steps/decode_*.c)
+$(FUZZ_DIR)/fuzz_sources: tests/fuzz/fuzz_sources.c daemon/manifest.c daemon/labels.c daemon/tar.c \
+                          daemon/wds.c daemon/fileext.c daemon/braces.c daemon/s3xml.c daemon/vec.c \
+                          daemon/hash.c
 $(FUZZ_BIN): tests/fuzz/fuzz.h $(wildcard common/*.h daemon/*.h daemon/steps/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_SAN) -o $@ $(filter %.c,$^) $(FUZZ_LIBS)

@@ -4,6 +4,7 @@
  * (cfg_keys below), as redis does it; datasets are parsed by hand.
  */
 #include "config.h"
+#include "source.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -1031,8 +1032,16 @@ int config_check_roots(const struct config *c, char *err, size_t errlen)
     for (uint32_t i = 0; i < c->ndatasets; i++) {
         const struct config_dataset *d = &c->datasets[i];
         struct stat sb;
+        /* A directory, or a manifest or tar shard file (source.h); URLs and
+         * shard patterns are the source's to check when it opens. */
+        enum source_kind kind = source_kind_of(d->root);
+        if (kind == SOURCE_HTTP || kind == SOURCE_S3 || strchr(d->root, '{'))
+            continue;
         const char *why = stat(d->root, &sb) < 0 ? strerror(errno)
-                          : !S_ISDIR(sb.st_mode) ? "not a directory" : NULL;
+                          : kind == SOURCE_DIR && !S_ISDIR(sb.st_mode)
+                              ? "not a directory (nor a .csv, .jsonl or .tar file)"
+                          : kind != SOURCE_DIR && !S_ISREG(sb.st_mode) ? "not a regular file"
+                                                                       : NULL;
         if (!why)
             continue;
         if (d->root_line > 0 && c->path)

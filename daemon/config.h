@@ -129,7 +129,7 @@ int config_load_string(struct config *c, const char *yaml, size_t len,
  * center_crop 224 offline; random_flip 0.5 online). */
 int config_add_dataset_arg(struct config *c, const char *arg, char *err,
                            size_t errlen);
-/* Every dataset root exists and is a directory (what start-up and
+/* Every dataset root exists and is a directory or a file (what start-up and
  * --check-config check before indexing): 0, or -EINVAL with
  * "FILE:LINE: key 'datasets.root': ..." (or "--dataset NAME=DIR: ...") in err. */
 int config_check_roots(const struct config *c, char *err, size_t errlen);

@@ -10,7 +10,7 @@
 #include "hash.h"
 #include "log.h"
 #include "proto.h"
-#include "source_dir.h"
+#include "source.h"
 #include "stats.h"
 #include "step.h"
 
@@ -18,9 +18,9 @@ struct dataset {
     const struct config_dataset *cfg; /* owned by the config, which outlives it */
     /* The index and the source (a subset's are its parent's). */
     struct index own_ix;
-    struct source_dir own_src;
+    struct source *own_src;
     const struct index *ix;
-    const struct source_dir *src;
+    const struct source *src;
     uint32_t *ids;          /* a subset: its sample i is ids[i] of the parent */
     uint32_t n;             /* samples */
     uint64_t name_hash;     /* hash_xxh64 of the name: the disk tier's key */
@@ -145,15 +145,14 @@ int dataset_open(struct dataset **out, const struct config_dataset *cfg, char *e
         snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
         return -ENOMEM;
     }
-    ds->own_src.root_fd = -1;
-    int rc = source_dir_open(&ds->own_src, cfg, &ds->own_ix, err, errlen);
+    int rc = source_open(&ds->own_src, cfg, &ds->own_ix, err, errlen);
     if (rc < 0) {
         index_free(&ds->own_ix);
         free(ds);
         return rc;
     }
     ds->ix = &ds->own_ix;
-    ds->src = &ds->own_src;
+    ds->src = ds->own_src;
     ds->n = ds->own_ix.n;
     if (dataset_init(ds, cfg, cfg->split, cfg->zstd_level) < 0) {
         snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
@@ -174,7 +173,6 @@ int dataset_subset(struct dataset **out, const struct dataset *ds, const uint32_
         return -ENOMEM;
     sub->ix = ds->ix;
     sub->src = ds->src;
-    sub->own_src.root_fd = -1;
     sub->n = n;
     sub->ids = malloc((n ? n : 1) * sizeof(*sub->ids));
     if (!sub->ids || dataset_init(sub, ds->cfg, split, zstd_level) < 0) {
@@ -193,8 +191,7 @@ void dataset_free(struct dataset *ds)
 {
     if (!ds)
         return;
-    if (ds->src == &ds->own_src)
-        source_dir_close(&ds->own_src);
+    source_close(ds->own_src);
     index_free(&ds->own_ix);
     strategy_put(ds->strategy);
     pthread_mutex_destroy(&ds->strategy_lock);
@@ -274,7 +271,7 @@ const struct dataset_output *dataset_output(const struct dataset *ds)
 
 uint64_t dataset_refused(const struct dataset *ds)
 {
-    return ds->src->refused;
+    return source_refused(ds->src);
 }
 
 uint64_t dataset_fingerprint(const struct dataset *ds)
@@ -313,25 +310,27 @@ void dataset_set_id(struct dataset *ds, uint32_t id)
 
 void dataset_open_error(const struct dataset *ds, int rc, char *err, size_t errlen)
 {
-    source_dir_open_error(ds->src, rc, err, errlen);
+    source_open_error(ds->src, rc, err, errlen);
 }
 
 int dataset_open_file(const struct dataset *ds, uint32_t sample, uint64_t max_size,
                       struct source_file *f, char *err, size_t errlen)
 {
-    return source_dir_open_file(ds->src, dataset_path(ds, sample), max_size, f, err, errlen);
+    return source_open_file(ds->src, ds->ix, ds->ids ? ds->ids[sample] : sample, max_size, f,
+                            err, errlen);
 }
 
 int dataset_read(const struct dataset *ds, uint32_t sample, uint64_t max_size,
                  struct img *out, struct source_file *f, char *err, size_t errlen)
 {
-    return source_dir_read(ds->src, dataset_path(ds, sample), max_size, out, f, err, errlen);
+    return source_read(ds->src, ds->ix, ds->ids ? ds->ids[sample] : sample, max_size, out, f,
+                       err, errlen);
 }
 
 void dataset_file_req(const struct dataset *ds, uint32_t sample, void *buf, size_t len,
                       struct io_req *q)
 {
-    source_dir_req(ds->src, dataset_path(ds, sample), buf, len, q);
+    source_req(ds->src, ds->ix, ds->ids ? ds->ids[sample] : sample, buf, len, q);
 }
 
 /* ---- flags and counters ---- */
@@ -340,8 +339,13 @@ void dataset_bad_sample(struct dataset *ds, uint32_t sample, const char *msg)
 {
     dataset_count(ds, DATASET_errors, 1);
     if (__atomic_exchange_n(&ds->bad_logged[sample], 1, __ATOMIC_RELAXED) == 0)
-        log_warn("dataset '%s': bad sample %s/%s: %s", ds->cfg->name, ds->cfg->root,
-                 dataset_path(ds, sample), msg);
+    {
+        /* A directory's paths are relative to its root; a manifest's are
+         * absolute, a shard member's SHARD/KEY.EXT. */
+        int dir = source_kind(ds->src) == SOURCE_DIR;
+        log_warn("dataset '%s': bad sample %s%s%s: %s", ds->cfg->name, dir ? ds->cfg->root : "",
+                 dir ? "/" : "", dataset_path(ds, sample), msg);
+    }
 }
 
 void dataset_count(struct dataset *ds, enum dataset_counter c, uint64_t n)
@@ -356,7 +360,7 @@ void dataset_stats(const struct dataset *ds, struct stats_out *o)
 {
     uint64_t c[DATASET_COUNTER_MAX];
     struct stats_val v[] = {stats_str(ds->cfg->name), stats_u64(ds->n),
-                            stats_u64(ds->ix->nclasses), stats_u64(ds->src->refused)};
+                            stats_u64(ds->ix->nclasses), stats_u64(source_refused(ds->src))};
     stats_emit(o, dataset_decl, v, sizeof(v) / sizeof(v[0]));
     for (int i = 0; i < DATASET_COUNTER_MAX; i++)
         c[i] = __atomic_load_n(&ds->counters[i], __ATOMIC_RELAXED);

@@ -72,7 +72,8 @@ struct dataset_ident {
     X(name, LABEL, "", "the dataset's name")                                   \
     X(samples, GAUGE, "samples", "samples indexed")                            \
     X(classes, GAUGE, "classes", "classes indexed")                            \
-    X(refused, GAUGE, "entries", "entries refused at indexing: links leaving the root")
+    X(refused, GAUGE, "entries",                                               \
+      "entries refused at indexing: links leaving the root, unsafe tar member names")
 #define DATASET_COUNTERS(X)                                                   \
     X(errors, COUNTER, "samples", "bad samples met")                           \
     X(computed, COUNTER, "samples", "samples run through the offline steps")   \

@@ -6,7 +6,7 @@
  * builds it at indexing with index_add_class / index_add_sample and
  * index_finish; it is fixed from then on and read from any thread.
  *
- * Sources: source_dir.c (an ImageFolder directory) today.
+ * Sources (source.h) fill it: a directory, a manifest, tar shards.
  */
 #ifndef PRESTO_INDEX_H
 #define PRESTO_INDEX_H

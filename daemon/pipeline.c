@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode_formats.h"
 #include "hash.h"
 #include "log.h"
 #include "stats.h"
@@ -16,7 +17,9 @@
  * step kind's calls, then its nanoseconds. */
 #define CNT_CALLS PIPELINE_ERR_MAX
 #define CNT_NS (PIPELINE_ERR_MAX + STEP_KIND_MAX)
-#define CNT_MAX (PIPELINE_ERR_MAX + 2 * STEP_KIND_MAX)
+#define CNT_FMT_OK (PIPELINE_ERR_MAX + 2 * STEP_KIND_MAX)
+#define CNT_FMT_FAIL (CNT_FMT_OK + DECODE_FMT_MAX)
+#define CNT_MAX (CNT_FMT_FAIL + DECODE_FMT_MAX)
 
 struct pipeline {
     struct tiers *tiers;
@@ -58,6 +61,7 @@ void pipeline_set_max_file_size(struct pipeline *p, uint64_t bytes)
 
 static const struct stats_decl errors_decl[] = {PIPELINE_ERRORS(STATS_DECL)};
 static const struct stats_decl step_decl[] = {PIPELINE_STEP_STATS(STATS_DECL)};
+static const struct stats_decl format_decl[] = {PIPELINE_FORMAT_STATS(STATS_DECL)};
 
 void pipeline_stats(const struct pipeline *p, struct stats_out *o)
 {
@@ -73,6 +77,15 @@ void pipeline_stats(const struct pipeline *p, struct stats_out *o)
                                 stats_f64((double)c[CNT_NS + k] / 1e9)};
         stats_begin(o, name, "step", "step", name);
         stats_emit(o, step_decl, v, 2);
+        stats_end(o);
+    }
+    stats_end(o);
+    stats_begin(o, "formats", "", NULL, NULL);
+    for (int f = 0; f < DECODE_FMT_MAX; f++) {
+        const char *name = decode_format_name((enum decode_format)f);
+        uint64_t v[] = {c[CNT_FMT_OK + f], c[CNT_FMT_FAIL + f]};
+        stats_begin(o, name, "format", "format", name);
+        stats_emit_u64(o, format_decl, v, 2);
         stats_end(o);
     }
     stats_end(o);
@@ -171,6 +184,9 @@ static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint3
         int rc = step_apply(s, &ctx->step, *cur, out);
         stats_percpu_add(&p->counters, ctx->index, CNT_CALLS + s->kind, 1);
         stats_percpu_add(&p->counters, ctx->index, CNT_NS + s->kind, stats_now_ns() - t0);
+        if (s->kind == STEP_DECODE && (unsigned)ctx->step.format < DECODE_FMT_MAX)
+            stats_percpu_add(&p->counters, ctx->index,
+                             (rc < 0 ? CNT_FMT_FAIL : CNT_FMT_OK) + ctx->step.format, 1);
         if (rc == -ENOSPC && out == last_out) {
             snprintf(err, errlen, "%s: output larger than the stream's %zu-byte sample",
                      step_name(s->kind), last_out->cap);

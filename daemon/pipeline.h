@@ -150,6 +150,13 @@ enum pipeline_error {
     PIPELINE_ERR_MAX
 };
 
+/* The decode step's inputs by format (found from their bytes:
+ * decode_formats.h), in section "formats": metrics
+ * presto_formats_*{format="png"}. */
+#define PIPELINE_FORMAT_STATS(X)                                            \
+    X(decoded, COUNTER, "files", "files of the format decoded")              \
+    X(failed, COUNTER, "files", "files of the format that did not decode: bad samples")
+
 #define PIPELINE_STEP_STATS(X)                                              \
     X(calls, COUNTER, "calls", "times the step ran")                         \
     X(seconds, COUNTER, "seconds", "time the step took")

@@ -1,6 +1,20 @@
-/* A directory (ImageFolder) as a dataset's source: see source_dir.h. */
+/*
+ * A directory as a dataset's source (source.h): an ImageFolder tree indexed
+ * at start-up. Classes are the sub-directories of the root, sorted by name
+ * (byte order, as Python's sorted() does); a class's samples are its files
+ * with one of torchvision's image extensions (fileext.h: .jpg .jpeg .png
+ * .ppm .bmp .pgm .tif .tiff .webp, case-insensitive), found recursively,
+ * sorted; label = class index. This is torchvision's ImageFolder order, so
+ * sample ids match a torchvision dataset's indices. The log names how many
+ * files of each extension were indexed; a file the decoder cannot read is
+ * a bad sample when it is read, never left out here.
+ *
+ * Unless follow_symlinks, a symbolic link whose target leaves the root is
+ * refused at indexing (counted, logged) and files are opened below the
+ * root only (access_open_beneath; RESOLVE_BENEATH through the I/O ring).
+ */
 #define _GNU_SOURCE /* O_PATH */
-#include "source_dir.h"
+#include "source_impl.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -12,8 +26,17 @@
 #include <unistd.h>
 
 #include "access.h"
+#include "fileext.h"
 #include "io.h"
 #include "log.h"
+
+struct source_dir {
+    const char *root;    /* as configured */
+    char *real_root;     /* resolved */
+    int root_fd;         /* O_PATH */
+    int follow_symlinks;
+    uint64_t refused;    /* entries refused at indexing: links leaving the root */
+};
 
 /* Refused symbolic links logged one by one per dataset; the rest summed up. */
 #define SOURCE_DIR_REFUSED_LOGGED 5
@@ -23,17 +46,12 @@ struct index_state {
     struct index *ix;
     const char *name; /* the dataset's, for logs */
     uint64_t ignored;
+    uint64_t per_ext[FILEEXT_IMAGE_COUNT];
 };
 
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int is_jpeg_name(const char *name)
-{
-    const char *dot = strrchr(name, '.');
-    return dot && (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0);
 }
 
 /* Sorted names of the entries of dir (without . and ..). */
@@ -79,11 +97,6 @@ static void free_names(char **names, size_t n)
     free(names);
 }
 
-static int64_t mtime_ns(const struct stat *sb)
-{
-    return (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
-}
-
 /* stat() of an entry of the tree. Unless follow_symlinks, a symbolic link
  * whose target resolves outside the root is refused: counted, logged (the
  * first few) and left out. Returns 0, or 1 when the entry is left out
@@ -112,7 +125,7 @@ static int entry_stat(struct index_state *st, const char *path, struct stat *sb)
     return 0;
 }
 
-/* Walks root/rel recursively in sorted order, adding JPEG files. */
+/* Walks root/rel recursively in sorted order, adding image files. */
 static int index_dir(struct index_state *st, const char *rel, uint32_t label, int depth)
 {
     char dir[4096], child[4096];
@@ -128,6 +141,7 @@ static int index_dir(struct index_state *st, const char *rel, uint32_t label, in
         return rc;
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct stat sb;
+        int ext;
         if (snprintf(child, sizeof(child), "%s/%s", rel, names[i]) >= (int)sizeof(child)) {
             rc = -ENAMETOOLONG;
             break;
@@ -140,24 +154,100 @@ static int index_dir(struct index_state *st, const char *rel, uint32_t label, in
             continue;
         if (S_ISDIR(sb.st_mode))
             rc = index_dir(st, child, label, depth + 1);
-        else if (S_ISREG(sb.st_mode) && is_jpeg_name(names[i]))
-            rc = index_add_sample(st->ix, child, label, (uint64_t)sb.st_size, mtime_ns(&sb));
-        else
+        else if (S_ISREG(sb.st_mode) && (ext = fileext_image(names[i])) >= 0) {
+            rc = index_add_sample(st->ix, child, label, (uint64_t)sb.st_size,
+                                  source_mtime_ns(&sb));
+            st->per_ext[ext]++;
+        } else {
             st->ignored++;
+        }
     }
     free_names(names, n);
     return rc;
 }
 
-int source_dir_open(struct source_dir *src, const struct config_dataset *cfg,
-                    struct index *ix, char *err, size_t errlen)
+static void dir_free(struct source_dir *src)
 {
-    struct index_state st = {src, ix, cfg->name, 0};
-    char **names = NULL;
+    if (src->root_fd >= 0)
+        close(src->root_fd);
+    free(src->real_root);
+    free(src);
+}
+
+static void dir_close(struct source *s)
+{
+    dir_free(s->impl);
+    s->impl = NULL;
+}
+
+static void dir_open_error(const struct source *s, int rc, char *err, size_t errlen)
+{
+    const struct source_dir *src = s->impl;
+    if (rc == -EXDEV && src->real_root)
+        snprintf(err, errlen, "open: refused: the path leaves the dataset root %s "
+                 "(a symbolic link?)", src->real_root);
+    else
+        snprintf(err, errlen, "open: %s", strerror(-rc));
+}
+
+static int dir_open_file(const struct source *s, const struct index *ix, uint32_t sample,
+                         uint64_t max_size, struct source_file *f, char *err, size_t errlen)
+{
+    const struct source_dir *src = s->impl;
+    const char *path = index_path(ix, sample);
+    char full[4096];
+    int rc;
+
+    if (src->real_root && !src->follow_symlinks) {
+        f->fd = access_open_beneath(src->root_fd, src->real_root, path);
+        rc = f->fd;
+    } else {
+        snprintf(full, sizeof(full), "%s/%s", src->root, path);
+        f->fd = open(full, O_RDONLY | O_CLOEXEC);
+        rc = f->fd < 0 ? -errno : 0;
+    }
+    if (f->fd < 0) {
+        f->fd = -1;
+        dir_open_error(s, rc, err, errlen);
+        return rc;
+    }
+    return source_file_stat(f, f->fd, max_size, err, errlen);
+}
+
+static void dir_req(const struct source *s, const struct index *ix, uint32_t sample, void *buf,
+                    size_t len, struct io_req *q)
+{
+    const struct source_dir *src = s->impl;
+    q->fd = src->root_fd;
+    q->buf = buf;
+    q->len = len;
+    q->off = 0;
+    q->path = index_path(ix, sample);
+    q->direct = 0;
+    /* Links out of the root stay refused at open (access.h). */
+    q->real_root = src->follow_symlinks ? NULL : src->real_root;
+}
+
+static const struct source_ops dir_ops = {
+    .close = dir_close,
+    .open_error = dir_open_error,
+    .open_file = dir_open_file,
+    .req = dir_req,
+};
+
+int source_dir_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
+                   char *err, size_t errlen)
+{
+    struct source_dir *src = calloc(1, sizeof(*src));
+    struct index_state st = {.src = src, .ix = ix, .name = cfg->name};
+    char **names = NULL, exts[256];
     size_t n = 0;
     int rc = 0;
 
-    memset(src, 0, sizeof(*src));
+    if (!src) {
+        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+        return -ENOMEM;
+    }
     src->root = cfg->root;
     src->root_fd = -1;
     src->follow_symlinks = cfg->follow_symlinks;
@@ -167,7 +257,7 @@ int source_dir_open(struct source_dir *src, const struct config_dataset *cfg,
         rc = rc < 0 ? rc : -errno;
         snprintf(err, errlen, "dataset '%s': root %s: %s", cfg->name, cfg->root,
                  strerror(-rc));
-        source_dir_close(src);
+        dir_free(src);
         return rc;
     }
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -193,117 +283,20 @@ int source_dir_open(struct source_dir *src, const struct config_dataset *cfg,
         rc = index_finish(ix);
     if (rc < 0) {
         snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
-                 rc == -ENOENT ? "no CLASS/IMAGE.jpg files found" : strerror(-rc));
-        source_dir_close(src);
+                 rc == -ENOENT ? "no CLASS/IMAGE files found (.jpg .jpeg .png .ppm .bmp "
+                                 ".pgm .tif .tiff .webp)"
+                               : strerror(-rc));
+        dir_free(src);
         return rc;
     }
-    log_info("dataset '%s': %u samples in %u classes from %s (%llu other entries ignored)",
-             cfg->name, ix->n, ix->nclasses, cfg->root, (unsigned long long)st.ignored);
+    source_ext_summary(st.per_ext, exts, sizeof(exts));
+    log_info("dataset '%s': %u samples in %u classes from %s (%s; %llu other entries ignored)",
+             cfg->name, ix->n, ix->nclasses, cfg->root, exts, (unsigned long long)st.ignored);
     if (src->refused)
         log_warn("dataset '%s': %llu symbolic links refused: they leave the root %s",
                  cfg->name, (unsigned long long)src->refused, src->real_root);
+    s->ops = &dir_ops;
+    s->impl = src;
+    s->refused = src->refused;
     return 0;
-}
-
-void source_dir_close(struct source_dir *src)
-{
-    if (src->root_fd >= 0)
-        close(src->root_fd);
-    free(src->real_root);
-    memset(src, 0, sizeof(*src));
-    src->root_fd = -1;
-}
-
-void source_dir_open_error(const struct source_dir *src, int rc, char *err, size_t errlen)
-{
-    if (rc == -EXDEV && src->real_root)
-        snprintf(err, errlen, "open: refused: the path leaves the dataset root %s "
-                 "(a symbolic link?)", src->real_root);
-    else
-        snprintf(err, errlen, "open: %s", strerror(-rc));
-}
-
-int source_dir_open_file(const struct source_dir *src, const char *path, uint64_t max_size,
-                         struct source_file *f, char *err, size_t errlen)
-{
-    char full[4096];
-    struct stat sb;
-    int rc;
-
-    if (src->real_root && !src->follow_symlinks) {
-        f->fd = access_open_beneath(src->root_fd, src->real_root, path);
-        rc = f->fd;
-    } else {
-        snprintf(full, sizeof(full), "%s/%s", src->root, path);
-        f->fd = open(full, O_RDONLY | O_CLOEXEC);
-        rc = f->fd < 0 ? -errno : 0;
-    }
-    if (f->fd < 0) {
-        f->fd = -1;
-        source_dir_open_error(src, rc, err, errlen);
-        return rc;
-    }
-    if (fstat(f->fd, &sb) < 0) {
-        rc = -errno;
-        snprintf(err, errlen, "fstat: %s", strerror(-rc));
-    } else if ((uint64_t)sb.st_size > max_size) {
-        rc = -EFBIG;
-        snprintf(err, errlen, "file is %lld bytes, over the limit of %llu",
-                 (long long)sb.st_size, (unsigned long long)max_size);
-    } else {
-        f->size = (uint64_t)sb.st_size;
-        f->mtime_ns = mtime_ns(&sb);
-        return 0;
-    }
-    close(f->fd);
-    f->fd = -1;
-    return rc;
-}
-
-int source_dir_read(const struct source_dir *src, const char *path, uint64_t max_size,
-                    struct img *out, struct source_file *fout, char *err, size_t errlen)
-{
-    struct source_file f;
-    int rc = source_dir_open_file(src, path, max_size, &f, err, errlen);
-    if (rc < 0)
-        return rc;
-    if ((rc = img_reserve(out, (size_t)f.size)) < 0) {
-        snprintf(err, errlen, "no memory for %llu bytes", (unsigned long long)f.size);
-    } else {
-        size_t got = 0, want = (size_t)f.size;
-        while (got < want) {
-            ssize_t r = pread(f.fd, out->data + got, want - got, (off_t)got);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0) {
-                rc = -errno;
-                snprintf(err, errlen, "read: %s", strerror(errno));
-                break;
-            }
-            if (r == 0)
-                break; /* shrank under us: decode sees what is there */
-            got += (size_t)r;
-        }
-        out->fmt = IMG_ENCODED;
-        out->len = got;
-    }
-    close(f.fd);
-    if (fout) {
-        *fout = f;
-        fout->fd = -1;
-    }
-    return rc;
-}
-
-void source_dir_req(const struct source_dir *src, const char *path, void *buf, size_t len,
-                    struct io_req *q)
-{
-    q->fd = src->root_fd;
-    q->buf = buf;
-    q->len = len;
-    q->off = 0;
-    q->path = path;
-    q->direct = 0;
-    /* Links out of the root stay refused at open (access.h). */
-    q->real_root = src->follow_symlinks ? NULL : src->real_root;
 }

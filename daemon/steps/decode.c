@@ -1,6 +1,10 @@
 /*
- * decode: JPEG bytes -> HWC uint8 RGB (mode: rgb) or grey (mode: grey)
- * with TurboJPEG.
+ * decode: image file bytes -> HWC uint8 RGB (mode: rgb) or grey (mode: grey).
+ * JPEG with TurboJPEG (below); every other format torchvision's ImageFolder
+ * opens (PNG, WebP, BMP, PPM/PGM, TIFF), found by its magic bytes as PIL
+ * finds it, by decode_formats.h, bit-exact with PIL's convert('RGB'|'L').
+ * A file of no format decoded here (GIF, unknown) fails with a message
+ * naming what it is.
  *
  * Flags 0 select the accurate integer IDCT and fancy (smooth) chroma
  * upsampling, the libjpeg defaults PIL decodes with, so the pixels equal
@@ -32,10 +36,44 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
+#include <string.h>
 #include <turbojpeg.h>
 
+#include "decode_formats.h"
 #include "step.h"
 #include "step_impl.h"
+
+/* decode_formats' allocator: the step's output image, h x w x c. */
+struct formats_out {
+    struct step_ctx *ctx;
+    struct img *out;
+};
+
+static int formats_alloc(void *arg, uint32_t h, uint32_t w, uint32_t c, uint8_t **px)
+{
+    struct formats_out *fo = arg;
+    int rc = img_reserve(fo->out, (size_t)h * w * c);
+    if (rc == 0)
+        rc = step_out_pixels(fo->ctx, fo->out, h, w, c);
+    if (rc == 0)
+        *px = fo->out->data;
+    return rc;
+}
+
+/* Any format but JPEG, through decode_formats.h. */
+static int decode_other(const struct step *s, struct step_ctx *ctx, const struct img *in,
+                        struct img *out)
+{
+    char msg[200] = "";
+    struct formats_out fo = {ctx, out};
+    struct decode_dst dst = {.channels = s->channels, .max_pixels = ctx->max_pixels,
+                             .alloc = formats_alloc, .arg = &fo, .err = msg,
+                             .errlen = sizeof(msg)};
+    int rc = decode_image(in->data, in->len, &dst);
+    if (rc < 0)
+        return step_fail(ctx, rc, "decode: %s", msg[0] ? msg : strerror(-rc));
+    return 0;
+}
 
 /* TurboJPEG's message, saying whether libjpeg only warned (damaged or
  * truncated entropy data) or gave up. */
@@ -147,12 +185,16 @@ int step_decode_apply(const struct step *s, struct step_ctx *ctx, const struct i
 
     if (in->fmt != IMG_ENCODED)
         return step_fail(ctx, -EINVAL, "decode: input is already decoded");
+    ctx->format = DECODE_FMT_UNKNOWN;
     if (in->len == 0 || in->data == NULL)
         return step_fail(ctx, -EBADMSG, "decode: empty file");
 #if SIZE_MAX > ULONG_MAX
     if (in->len > ULONG_MAX)
         return step_fail(ctx, -E2BIG, "decode: file of %zu bytes is too large", in->len);
 #endif
+    ctx->format = decode_sniff(in->data, in->len);
+    if (ctx->format != DECODE_FMT_JPEG && ctx->format != DECODE_FMT_UNKNOWN)
+        return decode_other(s, ctx, in, out);
 
     if (ctx->tj == NULL) {
         ctx->tj = tjInitDecompress();

@@ -105,6 +105,7 @@ struct step_ctx {
     uint64_t seed;          /* per-sample seed for random steps */
     void *tj;               /* TurboJPEG decompressor, created lazily */
     uint64_t max_pixels;    /* decode refuses larger images (0 = no limit) */
+    int format;             /* decode: the enum decode_format of its last input */
     char err[256];          /* message when a step fails */
 };
 

@@ -36,7 +36,8 @@
 # measured against that instead). tests/bench/cases_disk.sh, when present, may define
 # bench_disk_cases, called last with the data set's directory and no prestod running;
 # tests/bench/cases_fuse.sh likewise bench_fuse_cases (slow storage: FUSE mounts),
-# tests/bench/cases_cluster.sh bench_cluster_cases (the cluster tier: several nodes), and
+# tests/bench/cases_cluster.sh bench_cluster_cases (the cluster tier: several nodes),
+# tests/bench/cases_sources.sh bench_sources_cases (tar shards against the folder), and
 # tests/bench/cases_profile.sh bench_profile_cases (the profiler's table of strategies and
 # the `auto` case: the auto choice over everything online).
 # Exits non-zero only when something crashed; a missed target is printed as MISS.
@@ -305,6 +306,14 @@ bench_main() {
     if declare -F bench_cluster_cases >/dev/null; then
         bench_cluster_cases "$BENCH_DATA"
     fi
+    local sources_cases=tests/bench/cases_sources.sh
+    if [[ -f $sources_cases ]]; then
+        # shellcheck source=/dev/null
+        source "$sources_cases"
+    fi
+    if declare -F bench_sources_cases >/dev/null; then
+        bench_sources_cases "$BENCH_DATA"
+    fi
     local profile_cases=tests/bench/cases_profile.sh
     if [[ -f $profile_cases ]]; then
         # shellcheck source=/dev/null
@@ -320,4 +329,7 @@ bench_main() {
         --out "$BUILD/bench.json"
 }
 
-bench_main "$@"
+# Sourced (tests/bench/bench_sources.sh) it only defines the helpers.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+    bench_main "$@"
+fi

@@ -47,7 +47,7 @@ static const struct planted {
 } planted[NBAD] = {
     {"class_00/zz_corrupt.jpg", BAD_DECODE, "JPEG"},
     {"class_00/zz_empty.jpg", BAD_DECODE, "empty"},
-    {"class_00/zz_png.jpg", BAD_DECODE, "not a JPEG"},
+    {"class_00/zz_text.jpg", BAD_DECODE, "not a JPEG"},
     {"class_00/zz_vanished.jpg", BAD_READ, "No such file"},
     {"class_01/zz_huge_file.jpg", BAD_TOO_LARGE, "over the limit"},
     {"class_01/zz_huge_pixels.jpg", BAD_TOO_LARGE, "pixels"},
@@ -73,9 +73,7 @@ static const char plant_py[] =
     "b[len(b) // 2:len(b) // 2 + 64] = bytes(64)\n"
     "put('class_00/zz_corrupt.jpg', bytes(b))\n"
     "put('class_00/zz_empty.jpg', b'')\n"
-    "png = io.BytesIO()\n"
-    "Image.new('RGB', (64, 64), (200, 30, 30)).save(png, 'PNG')\n"
-    "put('class_00/zz_png.jpg', png.getvalue())\n"
+    "put('class_00/zz_text.jpg', b'not an image, whatever its name\\n')\n"
     "put('class_01/zz_truncated.jpg', src[:len(src) * 2 // 5])\n"
     "noise = Image.frombytes('RGB', (600, 600), random.Random(7).randbytes(600 * 600 * 3))\n"
     "put('class_01/zz_huge_file.jpg', jpeg(noise, 90))\n"

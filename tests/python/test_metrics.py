@@ -11,7 +11,8 @@ under the name the rules give (README "Stats"):
   the memory tier ("cache") and the disk tier ("disk") are presto_tier_*
   with tier="memory"/"disk"; each dataset is presto_dataset_* with
   dataset="NAME", its "memory" and "disk" presto_dataset_tier_* with tier;
-  each limit presto_limit_*{limit="NAME"}, each step presto_step_*{step=...};
+  each limit presto_limit_*{limit="NAME"}, each step presto_step_*{step=...},
+  each decoded format presto_format_*{format=...};
   the gauges "connections" and "streams" are ..._open (beside the counters
   ..._total); names take base units: ..._s is ..._seconds, bytes_per_s
   bytes_per_second, and the latency sections (..._us) are ..._seconds, their
@@ -52,6 +53,7 @@ SECTIONS = {
     ("disk",): ("tier", ("tier", "disk")),
     ("limits",): ("", None),
     ("steps",): ("", None),
+    ("formats",): ("", None),
     ("datasets", "memory"): ("tier", ("tier", "memory")),
     ("datasets", "disk"): ("tier", ("tier", "disk")),
     ("io", "read_latency_us"): ("read_latency_seconds", None),
@@ -149,7 +151,7 @@ def numbers(doc, path=(), prefix=("presto",), labels=()):
         elif isinstance(value, dict):
             sub = path + (key,)
             name, label = SECTIONS.get(sub, (key, None))
-            if len(path) == 1 and path[0] in ("limits", "steps"):
+            if len(path) == 1 and path[0] in ("limits", "steps", "formats"):
                 name, label = path[0][:-1], (path[0][:-1], key)
             p = prefix + ((name,) if name else ())
             yield from numbers(value, sub, p, labels + ((label,) if label else ()))

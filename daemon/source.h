@@ -1,0 +1,119 @@
+/*
+ * A dataset's source: what samples exist, with their labels, and how a
+ * sample's bytes are read. One interface, several kinds, chosen by the
+ * dataset's root (source_kind_of):
+ *
+ *   DIR        a directory: an ImageFolder tree (source_dir.c)
+ *   MANIFEST   a file list, ROOT.csv or ROOT.jsonl (manifest.h): one sample
+ *              per line, its path relative to the manifest's directory or
+ *              absolute, its label an integer or a class name
+ *   TAR        WebDataset tar shards, ROOT.tar or a brace pattern
+ *              ("train-{000000..000146}.tar", braces.h): members grouped by
+ *              key (wds.h), each sample's image read by its byte range
+ *   HTTP, S3   http(s):// and s3://BUCKET/PREFIX (objstore.h): recognised,
+ *              refused at open until their reads go through the tiers
+ *
+ * source_open indexes the source into an index (index.h): the samples in
+ * id order with their labels, a path for messages and the disk tier's key
+ * (path hash, size, and mtime: a tar member carries its shard's, so a
+ * changed shard invalidates its samples), the class names. Every kind
+ * feeds the same tiers, planner and profiler through the functions below.
+ *
+ * Reading a sample:
+ *   - source_req makes an I/O request (io.h) for an I/O ring: a whole file
+ *     (opened, statted, read and closed by the ring, below the root where
+ *     the source says so), or a byte range of an open shard (size and mtime
+ *     preset from the index: the shard is the identity). The ring runs it
+ *     asynchronously and calls its on_done; a worker waits on it with
+ *     io_wait, the event loop's ring hands IO_DEFERRED ones to a worker.
+ *   - source_read reads a sample whole on the calling thread (recovery,
+ *     files that grew since indexing).
+ *   - source_open_file opens a sample's file (the profiler drops it from
+ *     the page cache): a shard member gives its shard.
+ *
+ * Threads: source_open and source_close on one thread; everything else
+ * reads fixed state and may run on any thread at once.
+ *
+ * Errors: -errno, with a message for err. A source that cannot be indexed
+ * is refused at start with the root and the reason.
+ */
+#ifndef PRESTO_SOURCE_H
+#define PRESTO_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config.h"
+#include "img.h"
+#include "index.h"
+
+struct io_req;
+struct source;
+
+enum source_kind {
+    SOURCE_DIR = 0,
+    SOURCE_MANIFEST,
+    SOURCE_TAR,
+    SOURCE_HTTP,
+    SOURCE_S3,
+    SOURCE_KIND_MAX
+};
+
+/* The kind of source a root names: a URL by its scheme, a name ending in
+ * .csv or .jsonl a manifest, one ending in .tar (or a brace pattern of
+ * them) tar shards, anything else a directory. */
+static inline int source_name_ends(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcasecmp(s + n - m, suffix) == 0;
+}
+
+static inline enum source_kind source_kind_of(const char *root)
+{
+    if (strncmp(root, "s3://", 5) == 0)
+        return SOURCE_S3;
+    if (strncmp(root, "http://", 7) == 0 || strncmp(root, "https://", 8) == 0)
+        return SOURCE_HTTP;
+    if (source_name_ends(root, ".csv") || source_name_ends(root, ".jsonl"))
+        return SOURCE_MANIFEST;
+    if (source_name_ends(root, ".tar"))
+        return SOURCE_TAR;
+    return SOURCE_DIR;
+}
+/* "directory", "manifest", "tar", "http", "s3". */
+const char *source_kind_name(enum source_kind k);
+
+/* Opens cfg->root and indexes it into ix (empty; filled on success).
+ * Returns 0, or -errno with a message in err naming the dataset and root.
+ * cfg must outlive the source. */
+int source_open(struct source **out, const struct config_dataset *cfg, struct index *ix,
+                char *err, size_t errlen);
+/* NULL is fine. */
+void source_close(struct source *s);
+
+enum source_kind source_kind(const struct source *s);
+/* Entries refused at indexing (links leaving a directory root). */
+uint64_t source_refused(const struct source *s);
+
+/* The message of a failed request or open of one of s's samples (rc a
+ * negative errno; -EXDEV: the path leaves the root), for err. */
+void source_open_error(const struct source *s, int rc, char *err, size_t errlen);
+/* Opens the file holding sample (ix is the one source_open filled) and
+ * fstats it. Returns 0, or -errno (-EFBIG: over max_size; closed then)
+ * with a message in err. */
+int source_open_file(const struct source *s, const struct index *ix, uint32_t sample,
+                     uint64_t max_size, struct source_file *f, char *err, size_t errlen);
+/* Reads sample whole into out (fmt IMG_ENCODED); f (may be NULL) receives
+ * the identity it was read under (fd -1). 0, or -errno with a message. */
+int source_read(const struct source *s, const struct index *ix, uint32_t sample,
+                uint64_t max_size, struct img *out, struct source_file *f, char *err,
+                size_t errlen);
+/* Makes q a read of sample into buf (len bytes at most) for an I/O ring;
+ * the caller sets on_done and arg and submits it. On completion q->res is
+ * the bytes read or -errno, q->size and q->mtime_ns the identity read. */
+void source_req(const struct source *s, const struct index *ix, uint32_t sample, void *buf,
+                size_t len, struct io_req *q);
+
+#endif

@@ -1,0 +1,58 @@
+/*
+ * What a kind of source implements behind source.h (source.c dispatches).
+ * Each kind's open function fills s->ops and s->impl and indexes into ix;
+ * the functions get the index source_open filled.
+ */
+#ifndef PRESTO_SOURCE_IMPL_H
+#define PRESTO_SOURCE_IMPL_H
+
+#include "source.h"
+
+struct source_ops {
+    void (*close)(struct source *s);
+    void (*open_error)(const struct source *s, int rc, char *err, size_t errlen);
+    int (*open_file)(const struct source *s, const struct index *ix, uint32_t sample,
+                     uint64_t max_size, struct source_file *f, char *err, size_t errlen);
+    void (*req)(const struct source *s, const struct index *ix, uint32_t sample, void *buf,
+                size_t len, struct io_req *q);
+    /* NULL: source.c reads the file open_file opens, whole */
+    int (*read)(const struct source *s, const struct index *ix, uint32_t sample,
+                uint64_t max_size, struct img *out, struct source_file *f, char *err,
+                size_t errlen);
+};
+
+struct source {
+    enum source_kind kind;
+    const struct source_ops *ops;
+    void *impl;
+    uint64_t refused; /* entries refused at indexing */
+};
+
+/* The kinds' open functions (s zeroed but for kind). */
+int source_dir_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
+                   char *err, size_t errlen);
+int source_manifest_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
+                        char *err, size_t errlen);
+int source_tar_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
+                   char *err, size_t errlen);
+
+/* Reads len bytes at off of fd whole into out (fmt IMG_ENCODED; fewer at
+ * the file's end). 0, or -errno with a message in err. */
+int source_pread(int fd, uint64_t off, size_t len, struct img *out, char *err, size_t errlen);
+/* Makes f the file fd (opened by the caller): fstat, size checked
+ * against max_size. 0, or -errno (fd closed, f->fd -1) with a message. */
+int source_file_stat(struct source_file *f, int fd, uint64_t max_size, char *err,
+                     size_t errlen);
+/* Classes "0", "1", ... for integer labels below nclasses. 0, -ENOMEM, or
+ * -E2BIG past SOURCE_MAX_INT_CLASSES (a stray huge label must not make a
+ * million names). */
+#define SOURCE_MAX_INT_CLASSES (1u << 20)
+#define SOURCE_INT_CLASSES_MSG "an integer label over 1048575 (at most 2^20 classes)"
+int source_int_classes(struct index *ix, uint32_t nclasses);
+/* "N .jpg, M .png" for the image extensions counted (fileext.h's order). */
+void source_ext_summary(const uint64_t *per_ext, char *buf, size_t len);
+/* st_mtim of sb in nanoseconds. */
+struct stat;
+int64_t source_mtime_ns(const struct stat *sb);
+
+#endif

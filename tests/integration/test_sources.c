@@ -1,0 +1,247 @@
+/*
+ * Sources end to end (issue 16): one set of images served by a real prestod
+ * as an ImageFolder with every extension torchvision's ImageFolder takes
+ * (JPEG, PNG 8/16-bit and palette, WebP, BMP, PPM, PGM, TIFF, one
+ * upper-case .PNG, a .gif and a .txt it must leave out), as a CSV manifest
+ * (relative paths, class names), a JSONL manifest (absolute paths, integer
+ * labels) and WebDataset tar shards named by a brace pattern
+ * (tests/tools/mksources.py makes them all from mkdataset.py's JPEGs).
+ *
+ *   - every source gives the same epoch, batch for batch (labels and
+ *     pixels: FNV-1a), shuffled and in order, cold and then from the cache;
+ *   - the folder indexes exactly the 40 images (the .gif and .txt are not
+ *     samples) and the log names the count of each extension;
+ *   - a manifest with a bad line, a label that would make millions of
+ *     classes, a shard that is not a tar or is missing, refuses start-up
+ *     with FILE:LINE (the shard's name);
+ *   - a corrupt member in a shard is a bad sample (skipped, counted), the
+ *     epoch goes on.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "presto.h"
+
+#define NSAMPLES 40
+#define NCLASSES 3
+#define NSHARDS 4
+#define CASE_TIMEOUT_S 120
+
+static struct harness H;
+static char out_dir[HARNESS_PATH_MAX];
+
+static const char *const NAMES[] = {"folder", "csv", "jsonl", "tar"};
+#define NSOURCES (sizeof(NAMES) / sizeof(NAMES[0]))
+
+static int make_sources(void)
+{
+    char src[HARNESS_PATH_MAX], script[HARNESS_PATH_MAX * 2], log[HARNESS_PATH_MAX];
+    int rc = harness_make_dataset(&H, "jpg", NSAMPLES, NCLASSES, 16, 64, 160, src, sizeof(src));
+    if (rc < 0)
+        return rc;
+    harness_path(&H, "sources", out_dir, sizeof(out_dir));
+    harness_path(&H, "mksources.log", log, sizeof(log));
+    snprintf(script, sizeof(script), "%s/tests/tools/mksources.py",
+             harness_env("PRESTO_SRC", "."));
+    const char *argv[] = {harness_env("PYTHON", "/usr/bin/python3"), script, src, out_dir, NULL};
+    rc = harness_run(argv, log, 300);
+    if (rc != 0) {
+        fprintf(stderr, "mksources.py failed (status %d)\n", rc);
+        return -EIO;
+    }
+    return 0;
+}
+
+/* The four datasets over the same images, steps yaml_steps. */
+static void start_sources(const char *extra)
+{
+    char yaml[4096];
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\n%s"
+             "datasets:\n"
+             "  - name: folder\n    root: %s/folder\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: csv\n    root: %s/list.csv\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: jsonl\n    root: %s/list.jsonl\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: tar\n    root: %s/shards/train-{000000..%06d}.tar\n"
+             "    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
+             extra, out_dir, out_dir, out_dir, out_dir, NSHARDS - 1);
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+}
+
+static void daemon_teardown(void)
+{
+    harness_stop_checked(&H);
+}
+
+static void pull(const char *name, uint64_t epoch, int shuffle, struct harness_epoch *e)
+{
+    presto_stream_opts_t o;
+    presto_stream_opts_init(&o);
+    o.dataset = name;
+    o.batch_size = 7;
+    o.epoch = epoch;
+    o.seed = 11;
+    o.shuffle = shuffle;
+    ck_assert_int_eq(harness_pull_epoch(&H, &o, e), 0);
+}
+
+/* Every source's epoch equals the folder's, sample for sample. */
+static void same_epochs(uint64_t epoch, int shuffle)
+{
+    struct harness_epoch ref, e;
+    pull(NAMES[0], epoch, shuffle, &ref);
+    ck_assert_uint_eq(ref.samples, NSAMPLES);
+    ck_assert_uint_eq(ref.skipped, 0);
+    for (size_t i = 1; i < NSOURCES; i++) {
+        pull(NAMES[i], epoch, shuffle, &e);
+        ck_assert_msg(e.samples == ref.samples && e.skipped == 0,
+                      "%s: %llu samples (%llu skipped), the folder %llu", NAMES[i],
+                      (unsigned long long)e.samples, (unsigned long long)e.skipped,
+                      (unsigned long long)ref.samples);
+        ck_assert_msg(e.fnv == ref.fnv, "%s: epoch %llu (shuffle %d) differs from the folder's",
+                      NAMES[i], (unsigned long long)epoch, shuffle);
+    }
+}
+
+/* ---- case "same": every source, the same epochs ---- */
+
+static void same_setup(void)
+{
+    start_sources("cache:\n  memory: 64M\n");
+}
+
+START_TEST(test_same_epochs)
+{
+    same_epochs(0, 0); /* cold: every source read and decoded */
+    same_epochs(1, 1); /* from the memory tier, shuffled */
+    same_epochs(2, 1);
+    char *json, want[128];
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    for (size_t i = 0; i < NSOURCES; i++) {
+        snprintf(want, sizeof(want), "{\"name\":\"%s\",\"samples\":%d,\"classes\":%d,",
+                 NAMES[i], NSAMPLES, NCLASSES);
+        ck_assert_msg(strstr(json, want), "%s: no %s in the stats", NAMES[i], want);
+    }
+    /* decoded by format, found from the bytes: 12 PNGs and 4 WebPs a source */
+    ck_assert_msg(strstr(json, "\"png\":{\"decoded\":48,\"failed\":0}") &&
+                      strstr(json, "\"webp\":{\"decoded\":16,\"failed\":0}"),
+                  "the formats' counts are not 48 PNGs and 16 WebPs: %s", strstr(json, "formats"));
+    free(json);
+    /* the log names what was indexed, by extension */
+    ck_assert(harness_log_contains(&H, "12 .png, 4 .ppm"));
+    ck_assert(harness_log_contains(&H, "from 4 tar shards"));
+}
+END_TEST
+
+/* ---- case "refused": bad manifests and shards stop start-up ---- */
+
+/* prestod on yaml must exit non-zero with want in its output. */
+static void refused(const char *name, const char *root, const char *want)
+{
+    char conf[HARNESS_PATH_MAX], out[HARNESS_PATH_MAX], sock[HARNESS_PATH_MAX];
+    char yaml[2048], prestod[HARNESS_PATH_MAX], got[8192] = "";
+    harness_path(&H, "refused.sock", sock, sizeof(sock));
+    snprintf(yaml, sizeof(yaml),
+             "socket: %s\nworkers: 1\ndatasets:\n  - name: %s\n    root: %s\n", sock, name,
+             root);
+    ck_assert_int_eq(harness_write_file(&H, "refused.yaml", yaml, conf, sizeof(conf)), 0);
+    harness_path(&H, "refused.out", out, sizeof(out));
+    snprintf(prestod, sizeof(prestod), "%s/prestod", harness_env("PRESTO_BUILD", "build"));
+    const char *argv[] = {prestod, "-c", conf, NULL};
+    int rc = harness_run(argv, out, 60);
+    FILE *f = fopen(out, "r");
+    ck_assert_ptr_nonnull(f);
+    got[fread(got, 1, sizeof(got) - 1, f)] = '\0';
+    fclose(f);
+    ck_assert_msg(rc > 0 && rc < 128, "%s: prestod exited %d", root, rc);
+    ck_assert_msg(strstr(got, want), "%s: the output lacks '%s':\n%s", root, want, got);
+}
+
+START_TEST(test_refused)
+{
+    char path[HARNESS_PATH_MAX + 64], want[HARNESS_PATH_MAX + 96];
+    /* a CSV whose third line has no label */
+    ck_assert_int_eq(harness_write_file(&H, "bad.csv", "path,label\na.png,0\nb.png\n", path,
+                                        sizeof(path)), 0);
+    snprintf(want, sizeof(want), "%s:3:", path);
+    refused("badcsv", path, want);
+    /* a JSONL line that is not JSON */
+    ck_assert_int_eq(harness_write_file(&H, "bad.jsonl",
+                                        "{\"path\": \"a.png\", \"label\": 1}\n{\"path\": \n",
+                                        path, sizeof(path)), 0);
+    snprintf(want, sizeof(want), "%s:2:", path);
+    refused("badjsonl", path, want);
+    /* an integer label that would make millions of classes */
+    ck_assert_int_eq(harness_write_file(&H, "huge.csv", "path,label\na.png,0\nb.png,2000000\n",
+                                        path, sizeof(path)), 0);
+    refused("huge", path, "at most 2^20 classes");
+    /* a shard that is not a tar */
+    ck_assert_int_eq(harness_write_file(&H, "junk.tar", "this is not a tar archive\n", path,
+                                        sizeof(path)), 0);
+    snprintf(want, sizeof(want), "shard %s", path);
+    refused("junk", path, want);
+    /* a missing shard of a pattern */
+    snprintf(path, sizeof(path), "%s/shards/train-{000000..000009}.tar", out_dir);
+    refused("missing", path, "train-000004.tar");
+}
+END_TEST
+
+/* ---- case "corrupt": a bad member is a bad sample ---- */
+
+static void corrupt_setup(void)
+{
+    /* Overwrite the start of the first image member of shard 1 (after
+     * its header block) with zeros: that sample no longer decodes. */
+    char shard[HARNESS_PATH_MAX + 32], zeros[64] = {0};
+    snprintf(shard, sizeof(shard), "%s/shards/train-000001.tar", out_dir);
+    FILE *f = fopen(shard, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, 512, SEEK_SET), 0);
+    ck_assert_int_eq(fwrite(zeros, 1, sizeof(zeros), f), sizeof(zeros));
+    fclose(f);
+    start_sources("");
+}
+
+START_TEST(test_corrupt_member)
+{
+    struct harness_epoch e;
+    pull("tar", 0, 1, &e);
+    ck_assert_uint_eq(e.samples, NSAMPLES - 1);
+    ck_assert_uint_eq(e.skipped, 1);
+    char *json;
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    ck_assert_msg(strstr(json, "{\"name\":\"tar\",\"samples\":40,\"classes\":3,"
+                               "\"refused\":0,\"errors\":1,"), "tar: no bad sample counted");
+    ck_assert_msg(strstr(json, "\"unknown\":{\"decoded\":0,\"failed\":1}"),
+                  "the zeroed member is not counted as a file of no known format: %s",
+                  strstr(json, "formats"));
+    free(json);
+    ck_assert(harness_log_contains(&H, "bad sample train-000001.tar/"));
+}
+END_TEST
+
+int main(void)
+{
+    if (harness_photos_missing())
+        return HARNESS_SKIP;
+    if (harness_init(&H) < 0 || make_sources() < 0) {
+        harness_cleanup(&H);
+        return 1;
+    }
+    Suite *s = suite_create("sources");
+    TCase *tc = harness_tcase("same", same_setup, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_same_epochs);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("refused", NULL, NULL, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_refused);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("corrupt", corrupt_setup, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_corrupt_member);
+    suite_add_tcase(s, tc);
+    return harness_finish(&H, harness_run_suite(s));
+}
