@@ -20,6 +20,12 @@
 # over that raw rate; the target is 0.85. Next to it the daemon's CPU use (cores) and
 # how busy the machine's cores were during the epoch are printed, so a case that misses
 # while CPU-bound says so.
+#
+# BENCH_PERF=DIR (optional, needs Debian's linux-perf): each round's epoch is recorded with
+# `perf record -g` on prestod into DIR/NAME-EPOCH.data (`perf report --no-children -i FILE`
+# shows where prestod's cycles went); the recording costs some of the figures' speed.
+# BENCH_PERF_ARGS replaces -g (e.g. "--call-graph dwarf" where prestod has no frame
+# pointers).
 
 BENCH_DISK_BATCH=64
 BENCH_DISK_ROUNDS=3
@@ -61,7 +67,18 @@ disk_round() {
     disk_drop_cache "${segs[@]}"
     stats0=$(presto_ctl stats)
     cpu0=$(disk_cpu_sample "$PRESTO_PID")
+    local perf_pid=
+    if [[ -n ${BENCH_PERF:-} ]]; then
+        mkdir -p "$BENCH_PERF"
+        perf record -q ${BENCH_PERF_ARGS:--g} -p "$PRESTO_PID" -o "$BENCH_PERF/$name-$epoch.data" 2>/dev/null &
+        perf_pid=$!
+        sleep 0.5 # perf attached
+    fi
     run=$(presto_ctl epoch bench -e "$epoch" -b "$BENCH_DISK_BATCH" --json)
+    if [[ -n $perf_pid ]]; then
+        kill -INT "$perf_pid"
+        wait "$perf_pid" || true
+    fi
     cpu1=$(disk_cpu_sample "$PRESTO_PID")
     stats1=$(presto_ctl stats)
     read -r workers depth backend direct < <("$PYTHON" -c 'import json, sys
