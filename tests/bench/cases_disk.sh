@@ -28,7 +28,7 @@
 # pointers).
 
 BENCH_DISK_BATCH=64
-BENCH_DISK_ROUNDS=3
+BENCH_DISK_ROUNDS=${BENCH_DISK_ROUNDS:-3} # rounds per case (the median is reported)
 
 # disk_drop_cache FILE...: writes the files back and drops them from the page cache.
 disk_drop_cache() {
@@ -120,10 +120,15 @@ run.update({
     "daemon_cores": round(daemon_cores, 2),
     "machine_busy": round(busy, 3),
 })
+ra0, ra1 = s0["io"].get("readahead", {}), s1["io"].get("readahead", {})
+ahead = {k: ra1.get(k, 0) - ra0.get(k, 0) for k in ("batches", "over_budget")}
+run["read_ahead"] = dict(ahead, max_in_flight=ra1.get("max_in_flight", 0))
 print("  %s epoch %d: %d samples from disk in %.2f s: %.1f MB/s read (%.1f MB/s served), "
       "raw random read %.1f MB/s: %.2fx; prestod used %.2f cores, the machine's cores were "
-      "%.0f%% busy" % (name, epoch["epoch"], hits, secs, mbs, out_mbs, raw_mbs,
-                      mbs / raw_mbs if raw_mbs else 0.0, daemon_cores, busy * 100),
+      "%.0f%% busy; %d batches read ahead, %d over its budget, %d reads in flight at most"
+      % (name, epoch["epoch"], hits, secs, mbs, out_mbs, raw_mbs,
+         mbs / raw_mbs if raw_mbs else 0.0, daemon_cores, busy * 100, ahead["batches"],
+         ahead["over_budget"], run["read_ahead"]["max_in_flight"]),
       file=sys.stderr)
 print(json.dumps(run))
 EOF
