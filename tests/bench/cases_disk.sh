@@ -22,9 +22,9 @@
 # NAME-same-work: the same epochs against ioread --check, which also checks each
 # record's checksums and copies its payload into a batch (for a raw record the work
 # prestod does, the flip writing it there instead of the copy; there is no such case
-# for zstd, whose decompression the checked read does not do). Next to it the daemon's CPU use (cores) and
-# how busy the machine's cores were during the epoch are printed, so a case that misses
-# while CPU-bound says so.
+# for zstd, whose decompression the checked read does not do). Next to it the daemon's
+# CPU use (cores) and how busy the machine's cores were during the epoch are printed,
+# so a case that misses while CPU-bound says so.
 #
 # BENCH_PERF=DIR (optional, needs Debian's linux-perf): each round's epoch is recorded with
 # `perf record -g` on prestod into DIR/NAME-EPOCH.data (`perf report --no-children -i FILE`
@@ -69,7 +69,8 @@ disk_cpu_sample() {
 # with ioread --check (checksums checked, payloads copied into a batch: the same work
 # for a raw record as prestod's) and a second line gives the run against that read.
 disk_round() {
-    local name=$1 dir=$2 epoch=$3 checked=${4:-0} checked_raw= stats0 stats1 run raw cpu0 cpu1 workers depth backend
+    local name=$1 dir=$2 epoch=$3 checked=${4:-0} checked_raw=''
+    local stats0 stats1 run raw cpu0 cpu1 workers depth backend
     local direct segs=("$dir"/cache/seg-*.dat) pread_flag=() direct_flag=()
     disk_drop_cache "${segs[@]}"
     stats0=$(presto_ctl stats)
@@ -77,7 +78,10 @@ disk_round() {
     local perf_pid=
     if [[ -n ${BENCH_PERF:-} ]]; then
         mkdir -p "$BENCH_PERF"
-        perf record -q ${BENCH_PERF_ARGS:--g} -p "$PRESTO_PID" -o "$BENCH_PERF/$name-$epoch.data" 2>/dev/null &
+        local perf_args
+        read -r -a perf_args <<<"${BENCH_PERF_ARGS:--g}"
+        perf record -q "${perf_args[@]}" -p "$PRESTO_PID" \
+            -o "$BENCH_PERF/$name-$epoch.data" 2>/dev/null &
         perf_pid=$!
         sleep 0.5 # perf attached
     fi
