@@ -222,7 +222,8 @@ bench_group() {
 
 bench_main() {
     local g
-    for g in ${BENCH_ONLY//,/ }; do
+    local only=${BENCH_ONLY:-}
+    for g in ${only//,/ }; do
         case $g in
         default | split | train | disk | fuse | profile) ;;
         *) echo "error: BENCH_ONLY: no group of cases '$g'" \
