@@ -111,7 +111,7 @@ $(BUILD)/slowfs: tests/tools/slowfs.c
 
 # The raw random-read reader the disk cases of `make bench` compare with.
 $(BUILD)/ioread: tests/bench/ioread.c $(BUILD)/obj/daemon/io.o $(BUILD)/obj/daemon/access.o \
-                 $(BUILD)/obj/daemon/stats.o $(BUILD)/obj/daemon/json.o $(BUILD)/obj/common/log.o
+                 $(BUILD)/obj/daemon/hash.o $(BUILD)/obj/daemon/stats.o $(BUILD)/obj/daemon/json.o $(BUILD)/obj/common/log.o
 	$(CC) $(CFLAGS) $(call pkg_cflags,liburing) -o $@ $^ $(LDFLAGS) $(call pkg_libs,liburing)
 
 # Installs the Debian packages that are missing (root, or sudo when present).

@@ -56,7 +56,7 @@ struct cfg_key {
     {sec, name, CFG_ENUM, offsetof(struct config, field), 0, 0, def, names, when}
 
 static const char *const io_backends[] = {"auto", "pread", NULL};
-static const char *const booleans[] = {"false", "true", NULL};
+static const char *const direct_ios[] = {"false", "true", "auto", NULL}; /* config_direct_io */
 
 static const struct cfg_key cfg_keys[] = {
     KEY_AT(NULL, "socket", CFG_STR, socket_path, 0, 0, 0, CFG_RESTART),
@@ -69,7 +69,7 @@ static const struct cfg_key cfg_keys[] = {
     KEY("cache", "memory", CFG_SIZE, cache_memory, 0, UINT64_MAX, 0),
     KEY_AT("cache", "dir", CFG_STR, cache_dir, 0, 0, 0, CFG_RESTART),
     KEY_AT("cache", "disk", CFG_SIZE, cache_disk, 0, UINT64_MAX, 0, CFG_RESTART),
-    ENUM_KEY("cache", "direct_io", cache_direct_io, 0, booleans, CFG_RESTART),
+    ENUM_KEY("cache", "direct_io", cache_direct_io, CONFIG_DIRECT_AUTO, direct_ios, CFG_RESTART),
     KEY_AT("cache", "segment_size", CFG_SIZE, segment_size, 64ull << 10, 1ull << 40,
            256ull << 20, CFG_RESTART),
     KEY_AT("io", "depth", CFG_U32, io_depth, 1, 4096, 128, CFG_RESTART),

@@ -54,6 +54,9 @@
 
 enum config_on_error { CONFIG_ON_ERROR_SKIP = 0, CONFIG_ON_ERROR_FAIL = 1 };
 enum config_io_backend { CONFIG_IO_AUTO = 0, CONFIG_IO_PREAD = 1 };
+/* cache.direct_io: false, true, or auto (O_DIRECT where the disk tier's
+ * budget is larger than the memory available: see tiers.h). */
+enum config_direct_io { CONFIG_DIRECT_OFF = 0, CONFIG_DIRECT_ON = 1, CONFIG_DIRECT_AUTO = 2 };
 
 struct config_dataset {
     char name[CONFIG_NAME_MAX];
@@ -83,7 +86,7 @@ struct config {
     char *cache_dir;
     uint64_t cache_disk;   /* disk tier budget in bytes; 0: no disk tier */
     uint64_t segment_size; /* disk tier segment files */
-    uint32_t cache_direct_io; /* 1: disk tier reads with O_DIRECT (store_direct_io) */
+    uint32_t cache_direct_io; /* enum config_direct_io (store_direct_io) */
     uint32_t io_depth;     /* reads in flight per worker */
     uint32_t io_backend;   /* enum config_io_backend */
     uint64_t io_readahead; /* bytes of batches read ahead of their jobs; 0: none */

@@ -53,9 +53,25 @@ static uint32_t crc32c_sw(uint32_t c, const uint8_t *p, size_t n)
 }
 
 #if defined(__x86_64__)
-/* SSE4.2's crc32 instruction computes CRC32C: about 8 bytes per cycle. */
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t c, const uint8_t *p,
-                                                            size_t n)
+/*
+ * SSE4.2's crc32 instruction computes CRC32C, 8 bytes at a time, but each
+ * one waits for the last (3 cycles on current x86 cores: about 2.7 bytes
+ * per cycle, a fifth of a core at 1.5 GB/s). Three independent streams over
+ * three adjacent blocks keep the unit busy every cycle; the streams are
+ * then joined by shifting a block's CRC over the zeros the next blocks
+ * would have fed it (crc(c, A|B) = shift_|B|(crc(c, A)) ^ crc(0, B) on the
+ * raw register), with tables for the two block sizes used (as in Mark
+ * Adler's crc32c.c).
+ */
+#define CRC32C_LONG 8192u /* bytes per stream in large buffers */
+#define CRC32C_SHORT 256u /* ... in what is left of them */
+
+static uint32_t crc32c_long[4][256], crc32c_short[4][256];
+static pthread_once_t crc32c_shift_once = PTHREAD_ONCE_INIT;
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw_serial(uint32_t c,
+                                                                   const uint8_t *p,
+                                                                   size_t n)
 {
     uint64_t c64 = c;
     while (n && ((uintptr_t)p & 7)) {
@@ -72,6 +88,83 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t c, const ui
     while (n--)
         c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
     return (uint32_t)c64;
+}
+
+/* The tables of the operator "feed len zero bytes" (linear in the register:
+ * the XOR of its value on each set bit), one per byte of the register. */
+static void crc32c_shift_table(uint32_t table[4][256], size_t len)
+{
+    static const uint8_t zeros[CRC32C_LONG];
+    uint32_t bit[32];
+    for (int i = 0; i < 32; i++)
+        bit[i] = crc32c_hw_serial(1u << i, zeros, len);
+    for (int k = 0; k < 4; k++)
+        for (uint32_t b = 0; b < 256; b++) {
+            uint32_t v = 0;
+            for (int i = 0; i < 8; i++)
+                if (b >> i & 1)
+                    v ^= bit[8 * k + i];
+            table[k][b] = v;
+        }
+}
+
+static void crc32c_shift_init(void)
+{
+    crc32c_shift_table(crc32c_long, CRC32C_LONG);
+    crc32c_shift_table(crc32c_short, CRC32C_SHORT);
+}
+
+static inline uint32_t crc32c_shift(const uint32_t table[4][256], uint32_t c)
+{
+    return table[0][c & 0xff] ^ table[1][(c >> 8) & 0xff] ^ table[2][(c >> 16) & 0xff] ^
+           table[3][c >> 24];
+}
+
+/* Three streams over blocks of len bytes (a multiple of 8) while at least
+ * three of them are left. */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw_3way(uint32_t c,
+                                                                 const uint8_t **pp,
+                                                                 size_t *np, size_t len,
+                                                                 const uint32_t table[4][256])
+{
+    const uint8_t *p = *pp;
+    size_t n = *np;
+    while (n >= 3 * len) {
+        uint64_t c0 = c, c1 = 0, c2 = 0;
+        const uint8_t *end = p + len;
+        do {
+            uint64_t w0, w1, w2;
+            memcpy(&w0, p, 8);
+            memcpy(&w1, p + len, 8);
+            memcpy(&w2, p + 2 * len, 8);
+            c0 = __builtin_ia32_crc32di(c0, w0);
+            c1 = __builtin_ia32_crc32di(c1, w1);
+            c2 = __builtin_ia32_crc32di(c2, w2);
+            p += 8;
+        } while (p < end);
+        c = crc32c_shift(table, (uint32_t)c0) ^ (uint32_t)c1;
+        c = crc32c_shift(table, c) ^ (uint32_t)c2;
+        p += 2 * len;
+        n -= 3 * len;
+    }
+    *pp = p;
+    *np = n;
+    return c;
+}
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t c, const uint8_t *p,
+                                                            size_t n)
+{
+    if (n < 3 * CRC32C_SHORT)
+        return crc32c_hw_serial(c, p, n);
+    pthread_once(&crc32c_shift_once, crc32c_shift_init);
+    while (n && ((uintptr_t)p & 7)) {
+        c = __builtin_ia32_crc32qi(c, *p++);
+        n--;
+    }
+    c = crc32c_hw_3way(c, &p, &n, CRC32C_LONG, crc32c_long);
+    c = crc32c_hw_3way(c, &p, &n, CRC32C_SHORT, crc32c_short);
+    return crc32c_hw_serial(c, p, n);
 }
 #endif
 

@@ -588,17 +588,120 @@ int pipeline_ahead_armed(const struct pipeline_ahead *a)
     return a && a->ck.m > 0;
 }
 
+void pipeline_ahead_budget_init(struct pipeline_ahead_budget *b, uint64_t limit)
+{
+    memset(b, 0, sizeof(*b));
+    b->limit = limit;
+    pthread_mutex_init(&b->lock, NULL);
+}
+
+void pipeline_ahead_budget_release(struct pipeline_ahead_budget *b)
+{
+    pthread_mutex_lock(&b->lock);
+    while (b->nkept > 0) {
+        b->nkept--;
+        free(b->kept_arena[b->nkept]);
+        __atomic_fetch_sub(&b->kept, b->kept_cap[b->nkept], __ATOMIC_RELAXED);
+        __atomic_fetch_sub(&b->used, b->kept_cap[b->nkept], __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&b->lock);
+    pthread_mutex_destroy(&b->lock);
+}
+
+void pipeline_ahead_budget_use(const struct pipeline_ahead_budget *b, uint64_t *armed,
+                               uint64_t *kept)
+{
+    pthread_mutex_t *lock = (pthread_mutex_t *)&b->lock; /* a reader's lock */
+    pthread_mutex_lock(lock); /* used and kept change together under it */
+    *kept = __atomic_load_n(&b->kept, __ATOMIC_RELAXED);
+    *armed = __atomic_load_n(&b->used, __ATOMIC_RELAXED) - *kept;
+    pthread_mutex_unlock(lock);
+}
+
+/* Gives a (not armed, no arena) an arena of at least bytes under budget b:
+ * the smallest kept one large enough, else a new one where the budget has
+ * room (kept ones freed to make it). 0, -ENOBUFS (the budget is in use) or
+ * -ENOMEM. */
+static int ahead_arena_get(struct pipeline_ahead_budget *b, struct pipeline_ahead *a,
+                           size_t bytes)
+{
+    struct chunk *C = &a->ck;
+    void *spare[PIPELINE_AHEAD_KEEP];
+    unsigned nspare = 0, best = UINT32_MAX;
+    bytes = align_up(bytes, STORE_DIRECT_ALIGN);
+    pthread_mutex_lock(&b->lock);
+    for (unsigned i = 0; i < b->nkept; i++)
+        if (b->kept_cap[i] >= bytes && (best == UINT32_MAX || b->kept_cap[i] < b->kept_cap[best]))
+            best = i;
+    if (best != UINT32_MAX) {
+        C->arena = b->kept_arena[best];
+        C->arena_cap = b->kept_cap[best];
+        __atomic_fetch_sub(&b->kept, C->arena_cap, __ATOMIC_RELAXED);
+        b->nkept--;
+        b->kept_arena[best] = b->kept_arena[b->nkept];
+        b->kept_cap[best] = b->kept_cap[b->nkept];
+        pthread_mutex_unlock(&b->lock);
+        a->budget = b;
+        a->reserved = C->arena_cap;
+        return 0;
+    }
+    uint64_t used = __atomic_load_n(&b->used, __ATOMIC_RELAXED);
+    while (b->nkept > 0 && used + bytes > b->limit) { /* too small: make room */
+        b->nkept--;
+        spare[nspare++] = b->kept_arena[b->nkept];
+        used -= b->kept_cap[b->nkept];
+        __atomic_fetch_sub(&b->kept, b->kept_cap[b->nkept], __ATOMIC_RELAXED);
+    }
+    int fits = used + bytes <= b->limit;
+    __atomic_store_n(&b->used, fits ? used + bytes : used, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&b->lock);
+    while (nspare > 0)
+        free(spare[--nspare]);
+    if (!fits)
+        return -ENOBUFS;
+    if (chunk_arena(C, bytes) < 0) {
+        __atomic_fetch_sub(&b->used, bytes, __ATOMIC_RELAXED);
+        return -ENOMEM;
+    }
+    a->budget = b;
+    a->reserved = bytes;
+    return 0;
+}
+
+/* Gives a's arena back to its budget: kept for the next chunk where there
+ * is room, else freed. */
+static void ahead_arena_put(struct pipeline_ahead *a)
+{
+    struct pipeline_ahead_budget *b = a->budget;
+    struct chunk *C = &a->ck;
+    void *arena = C->arena;
+    C->arena = NULL;
+    C->arena_cap = 0;
+    if (!b) {
+        free(arena);
+        return;
+    }
+    pthread_mutex_lock(&b->lock);
+    if (arena && b->nkept < PIPELINE_AHEAD_KEEP && a->reserved <= PIPELINE_CHUNK_BYTES) {
+        b->kept_arena[b->nkept] = arena;
+        b->kept_cap[b->nkept++] = a->reserved;
+        __atomic_fetch_add(&b->kept, a->reserved, __ATOMIC_RELAXED);
+        arena = NULL;
+    } else {
+        __atomic_fetch_sub(&b->used, a->reserved, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&b->lock);
+    free(arena);
+    a->budget = NULL;
+    a->reserved = 0;
+}
+
 void pipeline_ahead_drop(struct pipeline_ahead *a)
 {
     if (!a)
         return;
     chunk_release(&a->ck, NULL); /* its reads are done */
-    free(a->ck.arena);
-    a->ck.arena = NULL;
-    a->ck.arena_cap = 0;
-    if (a->reserved)
-        __atomic_fetch_sub(&a->budget->used, a->reserved, __ATOMIC_RELAXED);
-    a->reserved = 0;
+    ahead_arena_put(a);
     strategy_put(a->st);
     a->st = NULL;
 }
@@ -636,18 +739,11 @@ int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t 
             return 0;
         }
     }
-    uint64_t used = __atomic_load_n(&budget->used, __ATOMIC_RELAXED);
-    if (reads == 0 || used + bytes > budget->limit) {
+    int rc = reads == 0 ? 0 : ahead_arena_get(budget, a, bytes); /* every read is made */
+    if (reads == 0 || rc < 0) {
         pipeline_ahead_drop(a);
-        return reads == 0 ? 0 : -ENOBUFS;
+        return rc;
     }
-    if (chunk_arena(&a->ck, bytes) < 0) { /* so that every read is made */
-        pipeline_ahead_drop(a);
-        return -ENOMEM;
-    }
-    __atomic_fetch_add(&budget->used, bytes, __ATOMIC_RELAXED);
-    a->budget = budget;
-    a->reserved = bytes;
     a->ds = ds;
     a->ready = ready;
     a->ready_arg = arg;

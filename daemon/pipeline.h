@@ -35,6 +35,7 @@
 #ifndef PRESTO_PIPELINE_H
 #define PRESTO_PIPELINE_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -90,11 +91,29 @@ uint32_t pipeline_batch(struct pipeline *p, struct dataset *ds, const uint32_t *
  * in flight together. Once they are done the job goes to the workers,
  * whose decoding then never waits for them. Reads the event loop may not
  * do (IO_DEFERRED) are left to the worker's ring. The arenas of chunks read
- * ahead are held to a byte budget shared by every stream. */
+ * ahead are held to a byte budget shared by every stream. An arena let go
+ * of is kept (within the budget, PIPELINE_AHEAD_KEEP of them) for the next
+ * chunks: reading each batch into freshly mapped pages cost the event loop
+ * more (faulting, zeroing and unmapping them) than the reads themselves. */
+#define PIPELINE_AHEAD_KEEP 8u
 struct pipeline_ahead_budget {
     uint64_t limit;
-    uint64_t used; /* atomic: arenas of chunks read ahead, until dropped */
+    uint64_t used; /* atomic: arenas of chunks read ahead, until dropped,
+                      and those kept */
+    uint64_t kept; /* atomic: of used, the arenas kept */
+    pthread_mutex_t lock; /* a leaf: what follows, and changes of used */
+    unsigned nkept;
+    void *kept_arena[PIPELINE_AHEAD_KEEP];
+    size_t kept_cap[PIPELINE_AHEAD_KEEP];
 };
+
+/* Sets up a budget of limit bytes; _release frees the arenas it kept
+ * (nothing may be read ahead under it any more). */
+void pipeline_ahead_budget_init(struct pipeline_ahead_budget *b, uint64_t limit);
+void pipeline_ahead_budget_release(struct pipeline_ahead_budget *b);
+/* The bytes of b's arenas: in chunks read ahead now, and kept. */
+void pipeline_ahead_budget_use(const struct pipeline_ahead_budget *b, uint64_t *armed,
+                               uint64_t *kept);
 
 struct pipeline_ahead *pipeline_ahead_new(void);
 /* Bytes a pipeline_ahead takes, its arena aside (for the memory stats). */

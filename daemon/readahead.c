@@ -53,12 +53,13 @@ int readahead_create(struct readahead **out, struct event_base *base, unsigned d
     if (!ra)
         return -ENOMEM;
     ra->efd = -1;
-    ra->budget.limit = budget;
+    pipeline_ahead_budget_init(&ra->budget, budget);
     *out = ra;
     if (budget == 0 || force_pread)
         return 0;
     if (io_ring_create(&ra->io, depth, IO_NO_SYNC, why, sizeof(why)) < 0) {
         *out = NULL; /* the caller's destroy must not find it */
+        pipeline_ahead_budget_release(&ra->budget);
         free(ra);
         return -ENOMEM;
     }
@@ -90,6 +91,7 @@ void readahead_destroy(struct readahead *ra)
         return;
     readahead_stop(ra);
     free(ra->scratch); /* never armed between calls */
+    pipeline_ahead_budget_release(&ra->budget);
     free(ra);
 }
 
@@ -131,12 +133,16 @@ static const struct stats_decl readahead_decl[] = {READAHEAD_STATS(STATS_DECL)};
 void readahead_stats(const struct readahead *ra, struct stats_out *o)
 {
     struct io_stats io;
+    uint64_t armed = 0, kept = 0;
     memset(&io, 0, sizeof(io));
     if (ra && ra->io)
         io_ring_stats(ra->io, &io);
+    if (ra)
+        pipeline_ahead_budget_use(&ra->budget, &armed, &kept);
     uint64_t v[] = {ra && ra->io,
                     ra ? ra->budget.limit : 0,
-                    ra ? __atomic_load_n(&ra->budget.used, __ATOMIC_RELAXED) : 0,
+                    armed,
+                    kept,
                     ra ? ra->batches : 0,
                     ra ? ra->nothing : 0,
                     ra ? ra->over_budget : 0,

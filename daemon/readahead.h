@@ -8,8 +8,9 @@
  * workers read as before.
  *
  * Like memcached's and redis's event loops, everything here runs on the
- * event loop thread; the budget's gauge is the only thing workers touch
- * (an atomic, as they drop the chunks they ran).
+ * event loop thread; the budget is the only thing workers touch (as they
+ * drop the chunks they ran: its gauges are atomics, its kept buffers under
+ * its lock, a leaf).
  */
 #ifndef PRESTO_READAHEAD_H
 #define PRESTO_READAHEAD_H
@@ -28,6 +29,7 @@ struct readahead;
     X(on, GAUGE, "", "1 when batches are read ahead on the event loop")               \
     X(budget, GAUGE, "bytes", "io.readahead: bytes of chunks read ahead at most")      \
     X(bytes, GAUGE, "bytes", "bytes of chunks read ahead now")                         \
+    X(kept, GAUGE, "bytes", "buffers of chunks run, kept for the next (within the budget)") \
     X(batches, COUNTER, "batches", "batches read ahead")                               \
     X(batches_without_reads, COUNTER, "batches", "batches with nothing to read (memory hits)") \
     X(over_budget, COUNTER, "batches", "batches left to the worker: the budget was in use") \

@@ -312,6 +312,25 @@ static struct cache_dataset cache_ds(struct dataset *ds)
     return cd;
 }
 
+/* The memory the kernel could give without swapping (MemAvailable), in
+ * bytes: 0, or -errno. */
+static int mem_available(uint64_t *bytes)
+{
+    FILE *f = fopen("/proc/meminfo", "re");
+    char line[256];
+    unsigned long long kib;
+    int rc = -ENOENT;
+    if (!f)
+        return -errno;
+    while (rc < 0 && fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+            *bytes = (uint64_t)kib << 10;
+            rc = 0;
+        }
+    fclose(f);
+    return rc;
+}
+
 /* Opens the disk tier, drops what is no longer current and learns what it
  * holds of each dataset. One that cannot be opened is logged and left out:
  * the daemon then caches in memory only. Returns 0, or -ENOMEM. */
@@ -330,12 +349,25 @@ static int open_disk(struct tiers *t, const struct tiers_config *cfg, struct dat
         t->disk = NULL;
         return 0;
     }
-    if (cfg->direct_io) {
+    uint64_t avail = 0;
+    int direct = cfg->direct_io == 1;
+    if (cfg->direct_io == 2 && mem_available(&avail) == 0 && cfg->disk > avail)
+        direct = 2;
+    if (direct) {
         if ((rc = store_direct_io(t->disk)) < 0)
-            log_warn("cache.direct_io: %s refuses O_DIRECT (%s); the disk tier is read "
-                     "through the page cache", cfg->dir, strerror(-rc));
-        else
+            log_at(direct == 1 ? LOG_LEVEL_WARN : LOG_LEVEL_INFO,
+                   "cache.direct_io: %s refuses O_DIRECT (%s); the disk tier is read "
+                   "through the page cache", cfg->dir, strerror(-rc));
+        else if (direct == 1)
             log_info("cache.direct_io: disk tier records are read with O_DIRECT");
+        else
+            log_info("cache.direct_io: auto: disk tier records are read with O_DIRECT: "
+                     "its budget (%llu MiB) is larger than the memory available (%llu MiB)",
+                     (unsigned long long)(cfg->disk >> 20), (unsigned long long)(avail >> 20));
+    } else if (cfg->direct_io == 2) {
+        log_info("cache.direct_io: auto: disk tier records are read through the page cache: "
+                 "its budget (%llu MiB) fits in the memory available (%llu MiB)",
+                 (unsigned long long)(cfg->disk >> 20), (unsigned long long)(avail >> 20));
     }
     double t0 = (double)stats_now_ns() / 1e9;
     t->served = ds;

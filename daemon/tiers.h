@@ -75,7 +75,10 @@ struct tiers_config {
     const char *dir;       /* cache.dir */
     uint64_t disk;         /* cache.disk, bytes; 0: no disk tier */
     uint64_t segment_size; /* cache.segment_size (0: the store's default) */
-    int direct_io;         /* cache.direct_io */
+    int direct_io;         /* cache.direct_io: 0 buffered, 1 O_DIRECT, 2 auto: O_DIRECT
+                              where disk is larger than the memory available (the
+                              page cache could not hold the tier: reading it
+                              through it costs a copy and churns it for nothing) */
     unsigned threads;      /* the worker threads that count through it */
     const struct cluster_config *cluster; /* cluster.*; NULL or no servers: none */
 };

@@ -2,7 +2,11 @@
 # `make bench`: presto against torchvision's ImageFolder + DataLoader on 3200 JPEGs
 # made from real photos. Writes $BUILD/bench.json and prints a table.
 #
-# Env: BUILD (default build), PYTHON (default /usr/bin/python3), PRESTO_PHOTOS.
+# Env: BUILD (default build), PYTHON (default /usr/bin/python3), PRESTO_PHOTOS;
+# BENCH_ONLY: a comma-separated list of the groups of cases to run (default, split,
+# train, disk, fuse, cluster, sources, profile; unset: all of them, the full `make bench`); the torchvision
+# baselines run only for the groups measured against them (default, split, train), e.g.
+# `BENCH_ONLY=disk make bench` while working on the disk tier.
 #
 # Two torchvision baselines, measured in this run:
 #   eval   Resize(256), CenterCrop(224), RandomHorizontalFlip, PILToTensor (uint8)
@@ -254,7 +258,21 @@ bench_train_cases() {
     presto_stop
 }
 
+# bench_group NAME: whether BENCH_ONLY selects the group of cases NAME.
+bench_group() {
+    [[ -z ${BENCH_ONLY:-} || ,$BENCH_ONLY, == *,$1,* ]]
+}
+
 bench_main() {
+    local g
+    local only=${BENCH_ONLY:-}
+    for g in ${only//,/ }; do
+        case $g in
+        default | split | train | disk | fuse | cluster | sources | profile) ;;
+        *) echo "error: BENCH_ONLY: no group of cases '$g'" \
+            "(default, split, train, disk, fuse, cluster, sources, profile)" >&2; exit 2 ;;
+        esac
+    done
     for prog in prestod prestoctl; do
         [[ -x $BUILD/$prog ]] || { echo "error: $BUILD/$prog is missing; run make" >&2; exit 1; }
     done
@@ -270,16 +288,24 @@ bench_main() {
     BENCH_CASES=$PRESTO_TMP/cases.jsonl
     : >"$BENCH_CASES"
 
-    echo "== baseline eval: torchvision ImageFolder + DataLoader ($(nproc) workers, batch 64):" \
-        "Resize(256), CenterCrop(224), RandomHorizontalFlip, PILToTensor"
-    bench_baseline eval --transforms eval
-    echo "== baseline train: RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize"
-    bench_baseline train --transforms train
+    local baselines=()
+    if bench_group default || bench_group split || bench_group train; then
+        echo "== baseline eval: torchvision ImageFolder + DataLoader ($(nproc) workers," \
+            "batch 64): Resize(256), CenterCrop(224), RandomHorizontalFlip, PILToTensor"
+        bench_baseline eval --transforms eval
+        echo "== baseline train: RandomResizedCrop(224), RandomHorizontalFlip, ToTensor," \
+            "Normalize"
+        bench_baseline train --transforms train
+        baselines=(--baseline "$PRESTO_TMP/baseline-eval.json"
+            --extra-baseline "train=$PRESTO_TMP/baseline-train.json")
+    fi
 
-    bench_default_cases
-    bench_resume_case
-    bench_split_cases
-    bench_train_cases
+    if bench_group default; then
+        bench_default_cases
+        bench_resume_case
+    fi
+    if bench_group split; then bench_split_cases; fi
+    if bench_group train; then bench_train_cases; fi
 
     BENCH_DATASET=bench
     local disk_cases=tests/bench/cases_disk.sh
@@ -287,7 +313,7 @@ bench_main() {
         # shellcheck source=/dev/null
         source "$disk_cases"
     fi
-    if declare -F bench_disk_cases >/dev/null; then
+    if bench_group disk && declare -F bench_disk_cases >/dev/null; then
         bench_disk_cases "$BENCH_DATA"
     fi
     local fuse_cases=tests/bench/cases_fuse.sh
@@ -295,7 +321,7 @@ bench_main() {
         # shellcheck source=/dev/null
         source "$fuse_cases"
     fi
-    if declare -F bench_fuse_cases >/dev/null; then
+    if bench_group fuse && declare -F bench_fuse_cases >/dev/null; then
         bench_fuse_cases
     fi
     local cluster_cases=tests/bench/cases_cluster.sh
@@ -303,7 +329,7 @@ bench_main() {
         # shellcheck source=/dev/null
         source "$cluster_cases"
     fi
-    if declare -F bench_cluster_cases >/dev/null; then
+    if bench_group cluster && declare -F bench_cluster_cases >/dev/null; then
         bench_cluster_cases "$BENCH_DATA"
     fi
     local sources_cases=tests/bench/cases_sources.sh
@@ -311,7 +337,7 @@ bench_main() {
         # shellcheck source=/dev/null
         source "$sources_cases"
     fi
-    if declare -F bench_sources_cases >/dev/null; then
+    if bench_group sources && declare -F bench_sources_cases >/dev/null; then
         bench_sources_cases "$BENCH_DATA"
     fi
     local profile_cases=tests/bench/cases_profile.sh
@@ -319,14 +345,14 @@ bench_main() {
         # shellcheck source=/dev/null
         source "$profile_cases"
     fi
-    if declare -F bench_profile_cases >/dev/null; then
+    if bench_group profile && declare -F bench_profile_cases >/dev/null; then
         bench_profile_cases "$BENCH_DATA"
     fi
 
-    "$PYTHON" tests/bench/report.py write --baseline "$PRESTO_TMP/baseline-eval.json" \
-        --extra-baseline "train=$PRESTO_TMP/baseline-train.json" \
-        --cases "$BENCH_CASES" --stats "$PRESTO_TMP/stats.json" --data "$BENCH_DATA" \
-        --out "$BUILD/bench.json"
+    local stats=()
+    [[ -f $PRESTO_TMP/stats.json ]] && stats=(--stats "$PRESTO_TMP/stats.json")
+    "$PYTHON" tests/bench/report.py write "${baselines[@]}" --cases "$BENCH_CASES" \
+        "${stats[@]}" --data "$BENCH_DATA" --out "$BUILD/bench.json"
 }
 
 # Sourced (tests/bench/bench_sources.sh) it only defines the helpers.

@@ -17,12 +17,23 @@
 # measured in the same run. Each round is one run of the case; the median is reported.
 #
 # A case's ratio is presto's disk-tier read rate (record bytes read / epoch seconds)
-# over that raw rate; the target is 0.85. Next to it the daemon's CPU use (cores) and
-# how busy the machine's cores were during the epoch are printed, so a case that misses
-# while CPU-bound says so.
+# over that raw rate; the target is 0.85. That read does less than prestod must with
+# each record (no checksum, no copy into a batch), so beside each raw case stands
+# NAME-same-work: the same epochs against ioread --check, which also checks each
+# record's checksums and copies its payload into a batch (for a raw record the work
+# prestod does, the flip writing it there instead of the copy; there is no such case
+# for zstd, whose decompression the checked read does not do). Next to it the daemon's
+# CPU use (cores) and how busy the machine's cores were during the epoch are printed,
+# so a case that misses while CPU-bound says so.
+#
+# BENCH_PERF=DIR (optional, needs Debian's linux-perf): each round's epoch is recorded with
+# `perf record -g` on prestod into DIR/NAME-EPOCH.data (`perf report --no-children -i FILE`
+# shows where prestod's cycles went); the recording costs some of the figures' speed.
+# BENCH_PERF_ARGS replaces -g (e.g. "--call-graph dwarf" where prestod has no frame
+# pointers).
 
 BENCH_DISK_BATCH=64
-BENCH_DISK_ROUNDS=3
+BENCH_DISK_ROUNDS=${BENCH_DISK_ROUNDS:-3} # rounds per case (the median is reported)
 
 # disk_drop_cache FILE...: writes the files back and drops them from the page cache.
 disk_drop_cache() {
@@ -52,16 +63,33 @@ disk_cpu_sample() {
     echo "$daemon $busy $((busy + idle + iowait))"
 }
 
-# disk_round NAME DIR EPOCH: one epoch from the dropped disk tier of the running
-# prestod, then the raw read of the same records; prints the run's JSON line (and the
-# figures on stderr).
+# disk_round NAME DIR EPOCH [CHECKED]: one epoch from the dropped disk tier of the
+# running prestod, then the raw read of the same records; prints the run's JSON line
+# (and the figures on stderr). With CHECKED (1), the same records are read once more
+# with ioread --check (checksums checked, payloads copied into a batch: the same work
+# for a raw record as prestod's) and a second line gives the run against that read.
 disk_round() {
-    local name=$1 dir=$2 epoch=$3 stats0 stats1 run raw cpu0 cpu1 workers depth backend
+    local name=$1 dir=$2 epoch=$3 checked=${4:-0} checked_raw=''
+    local stats0 stats1 run raw cpu0 cpu1 workers depth backend
     local direct segs=("$dir"/cache/seg-*.dat) pread_flag=() direct_flag=()
     disk_drop_cache "${segs[@]}"
     stats0=$(presto_ctl stats)
     cpu0=$(disk_cpu_sample "$PRESTO_PID")
+    local perf_pid=
+    if [[ -n ${BENCH_PERF:-} ]]; then
+        mkdir -p "$BENCH_PERF"
+        local perf_args
+        read -r -a perf_args <<<"${BENCH_PERF_ARGS:--g}"
+        perf record -q "${perf_args[@]}" -p "$PRESTO_PID" \
+            -o "$BENCH_PERF/$name-$epoch.data" 2>/dev/null &
+        perf_pid=$!
+        sleep 0.5 # perf attached
+    fi
     run=$(presto_ctl epoch bench -e "$epoch" -b "$BENCH_DISK_BATCH" --json)
+    if [[ -n $perf_pid ]]; then
+        kill -INT "$perf_pid"
+        wait "$perf_pid" || true
+    fi
     cpu1=$(disk_cpu_sample "$PRESTO_PID")
     stats1=$(presto_ctl stats)
     read -r workers depth backend direct < <("$PYTHON" -c 'import json, sys
@@ -72,12 +100,18 @@ print(s["workers"], s["io"]["depth"], s["io"]["backend"], s["disk"]["direct_io"]
     raw=$("$BUILD/ioread" --drop --threads "$workers" --depth "$depth" \
         --batch "$BENCH_DISK_BATCH" "${pread_flag[@]}" "${direct_flag[@]}" "${segs[@]}") \
         || presto_fail "ioread failed on $dir/cache"
+    if [[ $checked == 1 ]]; then
+        checked_raw=$("$BUILD/ioread" --drop --check --threads "$workers" --depth "$depth" \
+            --batch "$BENCH_DISK_BATCH" "${pread_flag[@]}" "${direct_flag[@]}" "${segs[@]}") \
+            || presto_fail "ioread --check failed on $dir/cache"
+    fi
     "$PYTHON" - "$name" "$run" "$stats0" "$stats1" "$raw" "$cpu0" "$cpu1" \
-        "$(getconf CLK_TCK)" <<'EOF'
+        "$(getconf CLK_TCK)" "$checked_raw" <<'EOF'
 import json, sys
 name, epoch, s0, s1, raw = sys.argv[1], *(json.loads(a) for a in sys.argv[2:6])
 cpu0, cpu1 = ([int(x) for x in a.split()] for a in sys.argv[6:8])
 hz = int(sys.argv[8])
+checked = json.loads(sys.argv[9]) if sys.argv[9] else None
 read = s1["disk"]["bytes_read"] - s0["disk"]["bytes_read"]
 hits = s1["disk"]["hits"] - s0["disk"]["hits"]
 secs = epoch["seconds"]
@@ -103,19 +137,40 @@ run.update({
     "daemon_cores": round(daemon_cores, 2),
     "machine_busy": round(busy, 3),
 })
+ra0, ra1 = s0["io"].get("readahead", {}), s1["io"].get("readahead", {})
+ahead = {k: ra1.get(k, 0) - ra0.get(k, 0) for k in ("batches", "over_budget")}
+run["read_ahead"] = dict(ahead, max_in_flight=ra1.get("max_in_flight", 0))
 print("  %s epoch %d: %d samples from disk in %.2f s: %.1f MB/s read (%.1f MB/s served), "
       "raw random read %.1f MB/s: %.2fx; prestod used %.2f cores, the machine's cores were "
-      "%.0f%% busy" % (name, epoch["epoch"], hits, secs, mbs, out_mbs, raw_mbs,
-                      mbs / raw_mbs if raw_mbs else 0.0, daemon_cores, busy * 100),
+      "%.0f%% busy; %d batches read ahead, %d over its budget, %d reads in flight at most"
+      % (name, epoch["epoch"], hits, secs, mbs, out_mbs, raw_mbs,
+         mbs / raw_mbs if raw_mbs else 0.0, daemon_cores, busy * 100, ahead["batches"],
+         ahead["over_budget"], run["read_ahead"]["max_in_flight"]),
       file=sys.stderr)
 print(json.dumps(run))
+if checked:
+    c_mbs = checked["mb_per_s"]
+    same = dict(run)
+    same.update({
+        "reference": "checked-read",
+        "reference_detail": "the same reads with each record's checksums checked and its "
+                            "payload copied into a batch (ioread --check)",
+        "reference_samples_per_s": c_mbs * 1e6 / per_sample if per_sample else 0.0,
+        "raw_mb_per_s": c_mbs,
+    })
+    print("  %s epoch %d against the checked read of the same records (%.1f MB/s): %.2fx"
+          % (name, epoch["epoch"], c_mbs, mbs / c_mbs if c_mbs else 0.0), file=sys.stderr)
+    print(json.dumps(same))
 EOF
 }
 
-# disk_case NAME ENCODING DATA_DIR [DIRECT_IO]
+# disk_case NAME ENCODING DATA_DIR [DIRECT_IO]: the case NAME against the bare read
+# and, for raw records, NAME-same-work against the checked read.
 disk_case() {
     local name=$1 encoding=$2 data=$3 direct=${4:-false}
-    local dir=$PRESTO_TMP/$name conf=$PRESTO_TMP/$name.yaml warm run runs=() e
+    local dir=$PRESTO_TMP/$name conf=$PRESTO_TMP/$name.yaml warm run runs=() same=() e
+    local checked=0 lines
+    [[ $encoding == raw ]] && checked=1
     mkdir -p "$dir"
     cat >"$conf" <<EOF
 cache:
@@ -133,11 +188,16 @@ EOF
     warm=$(presto_ctl warm bench --json)
     echo "  warm: $warm"
     for ((e = 1; e <= BENCH_DISK_ROUNDS; e++)); do
-        run=$(disk_round "$name" "$dir" "$e") || presto_fail "$name: round $e failed"
-        runs+=("$run")
+        lines=$(disk_round "$name" "$dir" "$e" "$checked") \
+            || presto_fail "$name: round $e failed"
+        { read -r run; runs+=("$run"); [[ $checked == 0 ]] || { read -r run; same+=("$run"); }; } \
+            <<<"$lines"
     done
     presto_stop
     bench_case "$name" 0.85 "${runs[@]}"
+    if [[ $checked == 1 ]]; then
+        bench_case "$name-same-work" 0 "${same[@]}"
+    fi
 }
 
 # bench_disk_cases [DATA_DIR]: both cases.

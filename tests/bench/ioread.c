@@ -4,7 +4,7 @@
  * disk-tier figures against.
  *
  *   ioread [--depth N] [--threads N] [--batch N] [--pread] [--drop]
- *          [--direct] [--seed S] SEGMENT...
+ *          [--direct] [--check] [--seed S] SEGMENT...
  *
  * Reads every record of the given disk-tier segment files (cache.dir/
  * seg-*.dat), each as one read of the whole record, in a random order:
@@ -17,8 +17,13 @@
  * device. --direct reads as prestod does with cache.direct_io: through an
  * O_DIRECT descriptor, the whole aligned blocks around each record (bytes
  * still counts the records' own bytes, as the daemon's disk stats do).
+ * --check adds what prestod must do with every record it reads, and no
+ * more: its header's and payload's CRC32C checked (hash_crc32c, as the
+ * store does), and the payload copied into the batch's place (prestod's
+ * last online step writes it there); a record that fails counts as an
+ * error. Without it the reads alone are measured.
  * Prints one JSON line: records, bytes, seconds, mb_per_s (10^6 bytes),
- * backend, direct, depth, threads, batch.
+ * backend, direct, check, depth, threads, batch.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -32,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hash.h"
 #include "io.h"
 #include "store.h"
 
@@ -50,6 +56,7 @@ struct job {
     unsigned batch, depth;
     int force_pread;
     int direct;
+    int check;
     uint32_t max_len;
     uint64_t bytes, errors; /* atomic */
     char backend[16];
@@ -58,6 +65,23 @@ struct job {
 static uint32_t rd32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* --check: the record at p (len bytes) has good checksums; its payload is
+ * copied to out. */
+static int check_record(const uint8_t *p, uint32_t len, uint8_t *out)
+{
+    uint8_t h[STORE_HEADER_SIZE];
+    if (len < STORE_HEADER_SIZE)
+        return -1;
+    memcpy(h, p, sizeof(h));
+    memset(h + 8, 0, 4); /* the header's CRC covers itself as zeros */
+    uint32_t stored = rd32(p + 60);
+    if (hash_crc32c(0, h, sizeof(h)) != rd32(p + 8) || stored > len - STORE_HEADER_SIZE ||
+        hash_crc32c(0, p + STORE_HEADER_SIZE, stored) != rd32(p + 12))
+        return -1;
+    memcpy(out, p + STORE_HEADER_SIZE, stored);
+    return 0;
 }
 
 /* Appends the records of one segment (walking the headers) to *recs. */
@@ -108,9 +132,10 @@ static void *reader(void *arg)
     char why[256];
     struct io_req *reqs = calloc(j->batch, sizeof(*reqs));
     void *buf = NULL;
+    uint8_t *out = j->check ? malloc((size_t)j->batch * j->max_len) : NULL;
     if (posix_memalign(&buf, STORE_DIRECT_ALIGN, (size_t)j->batch * j->max_len) != 0)
         buf = NULL;
-    if (!reqs || !buf ||
+    if (!reqs || !buf || (j->check && !out) ||
         io_ring_create(&r, j->depth, j->force_pread ? IO_FORCE_PREAD : 0, why, sizeof(why)) < 0) {
         fprintf(stderr, "ioread: out of memory\n");
         exit(1);
@@ -130,13 +155,16 @@ static void *reader(void *arg)
         io_read_batch(r, reqs, k);
         for (unsigned i = 0; i < k; i++) {
             const struct rec *c = &j->recs[first + i];
-            if (reqs[i].res < (ssize_t)(c->lead + c->rec))
+            if (reqs[i].res < (ssize_t)(c->lead + c->rec) ||
+                (j->check && check_record((const uint8_t *)reqs[i].buf + c->lead, c->rec,
+                                          out + (size_t)i * j->max_len) < 0))
                 __atomic_fetch_add(&j->errors, 1, __ATOMIC_RELAXED);
             else
                 __atomic_fetch_add(&j->bytes, c->rec, __ATOMIC_RELAXED);
         }
     }
     io_ring_destroy(r);
+    free(out);
     free(buf);
     free(reqs);
     return NULL;
@@ -159,7 +187,7 @@ int main(int argc, char **argv)
         {"depth", required_argument, NULL, 'd'}, {"threads", required_argument, NULL, 't'},
         {"batch", required_argument, NULL, 'b'}, {"pread", no_argument, NULL, 'p'},
         {"drop", no_argument, NULL, 'D'},        {"seed", required_argument, NULL, 's'},
-        {"direct", no_argument, NULL, 'O'},
+        {"direct", no_argument, NULL, 'O'},      {"check", no_argument, NULL, 'C'},
         {NULL, 0, NULL, 0},
     };
     struct job j = {.batch = 64, .depth = IO_DEFAULT_DEPTH};
@@ -173,10 +201,11 @@ int main(int argc, char **argv)
         case 'p': j.force_pread = 1; break;
         case 'D': drop = 1; break;
         case 'O': j.direct = 1; break;
+        case 'C': j.check = 1; break;
         case 's': seed = parse_num("--seed", optarg, 0, ~0u); break;
         default:
             fprintf(stderr, "usage: ioread [--depth N] [--threads N] [--batch N] [--pread] "
-                            "[--drop] [--direct] [--seed S] SEGMENT...\n");
+                            "[--drop] [--direct] [--check] [--seed S] SEGMENT...\n");
             return 2;
         }
     }
@@ -213,10 +242,11 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     printf("{\"records\":%zu,\"bytes\":%llu,\"errors\":%llu,\"seconds\":%.6f,\"mb_per_s\":%.1f,"
-           "\"backend\":\"%s\",\"direct\":%d,\"depth\":%u,\"threads\":%u,\"batch\":%u}\n",
+           "\"backend\":\"%s\",\"direct\":%d,\"check\":%d,\"depth\":%u,\"threads\":%u,"
+           "\"batch\":%u}\n",
            j.n, (unsigned long long)j.bytes, (unsigned long long)j.errors, secs,
-           secs > 0 ? (double)j.bytes / 1e6 / secs : 0.0, j.backend, j.direct, j.depth,
-           threads, j.batch);
+           secs > 0 ? (double)j.bytes / 1e6 / secs : 0.0, j.backend, j.direct, j.check,
+           j.depth, threads, j.batch);
     free(tids);
     free(j.recs);
     return j.errors ? 1 : 0;

@@ -73,7 +73,7 @@ struct dconf {
     const char *backend;  /* io.backend */
     const char *encoding; /* raw or zstd */
     const char *segment;  /* cache.segment_size, NULL: 64KiB */
-    int direct;           /* cache.direct_io */
+    int direct;           /* cache.direct_io: 0 false, 1 true, 2 auto */
 };
 
 /* Writes the config and starts a daemon on it. */
@@ -96,7 +96,7 @@ static void start(const struct dconf *c)
              "    steps: [decode, {resize: %u}, {center_crop: %u}, {random_flip: 0.5}]\n"
              "    encoding: %s\n",
              c->memory, c->cache ? c->cache : "/nonexistent", c->cache ? c->disk : "0",
-             c->segment ? c->segment : "64KiB", c->direct ? "true" : "false",
+             c->segment ? c->segment : "64KiB", c->direct == 2 ? "auto" : c->direct ? "true" : "false",
              c->backend ? c->backend : "auto", c->d->name, c->d->root, c->d->resize,
              c->d->crop, c->encoding ? c->encoding : "raw");
     snprintf(name, sizeof(name), "config-%d-%u.yaml", (int)getpid(), H.starts);
@@ -429,6 +429,33 @@ START_TEST(test_disk_direct)
     ck_assert_uint_eq(dstat("disk", "bad_records"), 0);
     ck_assert_uint_eq(dstat("", "computed"), 0);
     ck_assert_uint_eq(decode_calls(), 0);
+    stop();
+}
+END_TEST
+
+/* cache.direct_io: auto: O_DIRECT with a budget larger than any machine's
+ * memory (where the file system takes it), buffered with one that fits. */
+START_TEST(test_disk_direct_auto)
+{
+    char cache[HARNESS_PATH_MAX];
+    struct dconf c = {&small, "64MiB", cache, "65536TiB", NULL, "raw", NULL, 2};
+    test_dir("direct-auto", cache, sizeof(cache));
+    start(&c);
+    pull_and_check(&small);
+    if (gstat("disk", "direct_io") != 1) {
+        ck_assert(harness_log_contains(&H, "refuses O_DIRECT"));
+        printf("direct_io auto: refused by the file system of %s; read buffered\n", cache);
+    } else {
+        ck_assert(harness_log_contains(&H, "is larger than the memory available"));
+    }
+    stop();
+    c.disk = "64MiB";
+    start(&c);
+    ck_assert_uint_eq(gstat("disk", "direct_io"), 0);
+    ck_assert(harness_log_contains(&H, "fits in the memory available"));
+    pull_and_check(&small);
+    ck_assert_uint_eq(dstat("disk", "hits"), small.count);
+    ck_assert_uint_eq(dstat("disk", "bad_records"), 0);
     stop();
 }
 END_TEST
@@ -874,6 +901,7 @@ static Suite *cache_suite(void)
     int nb = under_valgrind ? 1 : 2;
     tcase_add_loop_test(tc, test_disk_roundtrip, 0, 2 * nb);
     tcase_add_loop_test(tc, test_disk_direct, 0, nb);
+    tcase_add_test(tc, test_disk_direct_auto);
     tcase_add_loop_test(tc, test_disk_recovery, 0, nb);
     tcase_add_test(tc, test_disk_invalidation);
     tcase_add_loop_test(tc, test_disk_budget, 0, nb);
