@@ -300,10 +300,15 @@ START_TEST(test_hog_held_to_budget)
     ck_assert_msg(peak <= (double)CLIENT_MEMORY, "peak %.0f over client_memory", peak);
     ck_assert_msg(buffers <= used, "buffers %.0f over what is charged (%.0f)", buffers, used);
     /* What the hog made the daemon hold: within its budget (and a margin
-     * for the connections, allocator slack and page tables). */
+     * for the connections, allocator slack and page tables). ThreadSanitizer's
+     * shadow memory and its per-thread state grow a TSan prestod's RSS with
+     * every allocation (+104 MiB here for 24 MiB charged), so under TSan the
+     * charged bytes above are the check, not VmRSS. */
+#ifndef __SANITIZE_THREAD__
     ck_assert_msg((double)(rss1 - rss0) * 1024 <= (double)USER_MEMORY + (16 << 20),
                   "VmRSS grew by %ld kB with limits.user_memory at %llu MiB", rss1 - rss0,
                   (unsigned long long)(USER_MEMORY >> 20));
+#endif
 
     ck_assert_int_eq(write(down[1], "x", 1), 1);
     int status = -1;
