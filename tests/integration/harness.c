@@ -869,3 +869,27 @@ int harness_run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups,
             return -errno;
     return wait_status(status);
 }
+
+void harness_send_wbuf(int fd, struct proto_wbuf *w)
+{
+    proto_frame_finish(w);
+    ck_assert(!w->failed);
+    ck_assert_int_eq(send(fd, w->data, w->len, MSG_NOSIGNAL), (ssize_t)w->len);
+    proto_wbuf_free(w);
+}
+
+void harness_recv_frame_fd(int fd, struct proto_header *h, uint8_t *buf, size_t cap,
+                           int *passed)
+{
+    uint8_t hdr[PROTO_HEADER_SIZE];
+    char ctl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {hdr, sizeof(hdr)};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                         .msg_controllen = sizeof(ctl)};
+    ck_assert_int_eq(recvmsg(fd, &msg, MSG_WAITALL), (ssize_t)sizeof(hdr));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    if (passed && cm && cm->cmsg_type == SCM_RIGHTS)
+        memcpy(passed, CMSG_DATA(cm), sizeof(int));
+    ck_assert_int_eq(proto_header_decode(hdr, (uint32_t)cap, h), 0);
+    ck_assert_int_eq(recv(fd, buf, h->body_len, MSG_WAITALL), (ssize_t)h->body_len);
+}

@@ -153,6 +153,14 @@ int harness_send_frame(int fd, uint16_t version, uint16_t type, uint32_t req_id,
 struct proto_header;
 int harness_read_frame(int fd, int timeout_ms, struct proto_header *hdr, uint8_t *body,
                        size_t cap);
+/* Finishes, sends whole and frees a request frame built in w (asserts). */
+struct proto_wbuf;
+void harness_send_wbuf(int fd, struct proto_wbuf *w);
+/* The next frame, waited for: header into h, body (at most cap) into buf; a
+ * descriptor passed with it (a ring's memfd) into *passed when passed is
+ * not NULL (asserts). */
+void harness_recv_frame_fd(int fd, struct proto_header *h, uint8_t *buf, size_t cap,
+                           int *passed);
 /* Reads and drops what the daemon sends until it closes the connection:
  * the byte count, or -ETIMEDOUT if it stayed open for timeout_ms. */
 long harness_read_until_eof(int fd, int timeout_ms);

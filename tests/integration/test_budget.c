@@ -86,30 +86,6 @@ static double now_s(void)
 
 /* ---- the raw protocol ---- */
 
-static void raw_send(int fd, struct proto_wbuf *w)
-{
-    proto_frame_finish(w);
-    ck_assert(!w->failed);
-    ck_assert_int_eq(send(fd, w->data, w->len, MSG_NOSIGNAL), (ssize_t)w->len);
-    proto_wbuf_free(w);
-}
-
-/* The next frame: header into h, body into buf; a passed fd into *passed. */
-static void raw_recv(int fd, struct proto_header *h, uint8_t *buf, size_t cap, int *passed)
-{
-    uint8_t hdr[PROTO_HEADER_SIZE];
-    char ctl[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = {hdr, sizeof(hdr)};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
-                         .msg_controllen = sizeof(ctl)};
-    ck_assert_int_eq(recvmsg(fd, &msg, MSG_WAITALL), (ssize_t)sizeof(hdr));
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    if (passed && cm && cm->cmsg_type == SCM_RIGHTS)
-        memcpy(passed, CMSG_DATA(cm), sizeof(int));
-    ck_assert_int_eq(proto_header_decode(hdr, (uint32_t)cap, h), 0);
-    ck_assert_int_eq(recv(fd, buf, h->body_len, MSG_WAITALL), (ssize_t)h->body_len);
-}
-
 static void send_open(int fd, uint32_t batch, uint32_t prefetch, int shm)
 {
     struct proto_wbuf w;
@@ -119,7 +95,7 @@ static void send_open(int fd, uint32_t batch, uint32_t prefetch, int shm)
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_OPEN, 1);
     proto_put_open(&w, &m);
-    raw_send(fd, &w);
+    harness_send_wbuf(fd, &w);
 }
 
 static double stat_of(const char *parent, const char *key)
@@ -149,7 +125,7 @@ START_TEST(test_kept_memfd_charged)
         struct proto_opened op;
         ck_assert_int_ge(fd, 0);
         send_open(fd, 64, 8, 1);
-        raw_recv(fd, &h, body, sizeof(body), &ring);
+        harness_recv_frame_fd(fd, &h, body, sizeof(body), &ring);
         if (h.type == PROTO_ERROR) {
             ck_assert_uint_eq(harness_error_code(body), PROTO_E_LIMIT);
             refused++;
@@ -162,7 +138,7 @@ START_TEST(test_kept_memfd_charged)
         ck_assert_uint_eq(op.transport, PROTO_TRANSPORT_SHM);
         ck_assert_int_ge(ring, 0);
         for (int b = 0; b < 2; b++) {
-            raw_recv(fd, &h, body, sizeof(body), NULL);
+            harness_recv_frame_fd(fd, &h, body, sizeof(body), NULL);
             ck_assert_uint_eq(h.type, PROTO_BATCH_SHM);
         }
         close(fd); /* the connection goes; the memfd stays with us */
@@ -336,7 +312,7 @@ START_TEST(test_lower_prefetch_granted)
     int fd = harness_raw_connect(&H), ring = -1;
     ck_assert_int_ge(fd, 0);
     send_open(fd, 64, 64, 1); /* 64 slots of 768 KiB: 48 MiB */
-    raw_recv(fd, &h, body, sizeof(body), &ring);
+    harness_recv_frame_fd(fd, &h, body, sizeof(body), &ring);
     ck_assert_uint_eq(h.type, PROTO_OPENED);
     proto_rbuf_init(&r, body, h.body_len);
     ck_assert_int_eq(proto_get_opened(&r, &op), 0);
@@ -358,7 +334,7 @@ START_TEST(test_lower_prefetch_granted)
     /* Nothing left for a second one: refused, saying which limit. */
     send_open(fd, 64, 64, 1);
     for (;;) {
-        raw_recv(fd, &h, body, sizeof(body), NULL);
+        harness_recv_frame_fd(fd, &h, body, sizeof(body), NULL);
         if (h.type != PROTO_ERROR)
             continue;
         uint32_t code = 0;

@@ -607,30 +607,6 @@ static int raw_connect(void)
     return fd;
 }
 
-static void raw_send(int fd, struct proto_wbuf *w)
-{
-    proto_frame_finish(w);
-    ck_assert(!w->failed);
-    ck_assert_int_eq(send(fd, w->data, w->len, MSG_NOSIGNAL), (ssize_t)w->len);
-    proto_wbuf_free(w);
-}
-
-/* The next frame: header into h, body into buf; the passed fd (if any) into *fd. */
-static void raw_recv(int fd, struct proto_header *h, uint8_t *buf, size_t cap, int *passed)
-{
-    uint8_t hdr[PROTO_HEADER_SIZE];
-    char ctl[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = {hdr, sizeof(hdr)};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
-                         .msg_controllen = sizeof(ctl)};
-    ck_assert_int_eq(recvmsg(fd, &msg, MSG_WAITALL), (ssize_t)sizeof(hdr));
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    if (passed && cm && cm->cmsg_type == SCM_RIGHTS)
-        memcpy(passed, CMSG_DATA(cm), sizeof(int));
-    ck_assert_int_eq(proto_header_decode(hdr, (uint32_t)cap, h), 0);
-    ck_assert_int_eq(recv(fd, buf, h->body_len, MSG_WAITALL), (ssize_t)h->body_len);
-}
-
 START_TEST(test_release_of_unheld_slot_refused)
 {
     int fd = raw_connect(), ring = -1;
@@ -649,8 +625,8 @@ START_TEST(test_release_of_unheld_slot_refused)
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_OPEN, 1);
     proto_put_open(&w, &m);
-    raw_send(fd, &w);
-    raw_recv(fd, &h, body, sizeof(body), &ring);
+    harness_send_wbuf(fd, &w);
+    harness_recv_frame_fd(fd, &h, body, sizeof(body), &ring);
     ck_assert_uint_eq(h.type, PROTO_OPENED);
     proto_rbuf_init(&r, body, h.body_len);
     ck_assert_int_eq(proto_get_opened(&r, &op), 0);
@@ -661,7 +637,7 @@ START_TEST(test_release_of_unheld_slot_refused)
     ck_assert_int_lt(ftruncate(ring, 0), 0);
     ck_assert_int_eq(errno, EPERM);
 
-    raw_recv(fd, &h, body, sizeof(body), NULL);
+    harness_recv_frame_fd(fd, &h, body, sizeof(body), NULL);
     ck_assert_uint_eq(h.type, PROTO_BATCH_SHM);
     proto_rbuf_init(&r, body, h.body_len);
     ck_assert_int_eq(proto_get_batch_shm(&r, &bs), 0);
@@ -671,10 +647,10 @@ START_TEST(test_release_of_unheld_slot_refused)
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_RELEASE, 1);
     proto_put_release(&w, &rel);
-    raw_send(fd, &w);
+    harness_send_wbuf(fd, &w);
     int errors = 0, batches = 1;
     while (errors < 1) {
-        raw_recv(fd, &h, body, sizeof(body), NULL);
+        harness_recv_frame_fd(fd, &h, body, sizeof(body), NULL);
         if (h.type == PROTO_BATCH_SHM) {
             batches++;
             continue;
@@ -691,9 +667,9 @@ START_TEST(test_release_of_unheld_slot_refused)
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_RELEASE, 1);
     proto_put_release(&w, &rel);
-    raw_send(fd, &w);
+    harness_send_wbuf(fd, &w);
     while (batches < 3) {
-        raw_recv(fd, &h, body, sizeof(body), NULL);
+        harness_recv_frame_fd(fd, &h, body, sizeof(body), NULL);
         ck_assert_uint_eq(h.type, PROTO_BATCH_SHM);
         batches++;
     }
