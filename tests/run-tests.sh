@@ -68,6 +68,21 @@ for t in "${tests[@]}"; do
     done
 done
 
+# A test killed by the timeout cannot unmount what it mounted: the FUSE
+# mounts (slowfs) under the temporary directories it made are taken down
+# here, lazily, so the next test and the machine do not inherit them.
+tmp_dirs() { find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'presto-test-*' -type d 2>/dev/null | sort; }
+unmount_left() {
+    local before=$1 d m
+    for d in $(comm -13 <(printf '%s\n' "$before") <(tmp_dirs)); do
+        awk -v d="$d/" '$3 ~ /^fuse/ && index($2, d) == 1 { print $2 }' /proc/mounts |
+            sort -r | while read -r m; do
+                echo "run-tests.sh: unmounting $m, left by a killed test"
+                fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
+            done
+    done
+}
+
 for run in "${runs[@]}"; do
     t=${run%\[socket\]}
     transport=${PRESTO_TRANSPORT:-}
@@ -75,8 +90,12 @@ for run in "${runs[@]}"; do
     name=$(basename "$run")
     start=$(date +%s.%N)
     if [ -x "$t" ]; then
+        before=$(tmp_dirs)
         PRESTO_TRANSPORT=$transport timeout -k 10 "$TIMEOUT" "$t" >"$out" 2>&1
         rc=$?
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            unmount_left "$before" >>"$out"
+        fi
     else
         echo "$t: not an executable" >"$out"
         rc=127
