@@ -415,6 +415,7 @@ void cluster_stats(struct cluster *cl, struct stats_out *o)
         stats_u64(sum[CLUSTER_STAT_hits]),
         stats_u64(sum[CLUSTER_STAT_misses]),
         stats_u64(sum[CLUSTER_STAT_corrupt]),
+        stats_u64(sum[CLUSTER_STAT_removed]),
         stats_u64(sum[CLUSTER_STAT_lost]),
         stats_u64(sum[CLUSTER_STAT_skipped]),
         stats_u64(sum[CLUSTER_STAT_errors]),
@@ -470,6 +471,7 @@ struct pend {
     uint32_t srv;
     uint8_t done;  /* answered (hit or corrupt): not asked again */
     uint8_t hit;
+    uint8_t bad;   /* corrupt: deleted once the answers are in */
     size_t off, len; /* hit: where its record is in the buffer */
 };
 
@@ -633,6 +635,7 @@ static int take(struct cluster_conn *c, uint32_t i, const char *k, size_t klen,
         if (good < 0) {
             CNT(s, bytes_read, len);
             good = flags == CLUSTER_ITEM_FLAGS && store_check(p->skey, val, len) == 0;
+            p->bad = !good; /* deleted once, whatever the lookups of the key */
         }
         if (!good) {
             CNT(s, corrupt, 1);
@@ -705,6 +708,22 @@ static void srv_settle(struct cluster_conn *c, uint32_t i, int lost)
         CNT(&c->cl->srv[i], misses, n);
 }
 
+/* Deletes the corrupt records server i returned: put-once (ADD) would
+ * otherwise keep a bad item for good, a miss on every node at every
+ * lookup. A delete that fails is left alone (the item stays a miss, and
+ * is tried again at its next lookup); one racing a node's good put costs
+ * that record one more put. */
+static void srv_remove_bad(struct cluster_conn *c, uint32_t i)
+{
+    struct conn_srv *cs = &c->cs[i];
+    for (uint32_t k = 0; k < cs->cnt; k++) {
+        struct pend *p = &c->pend[c->order[cs->first + k]];
+        if (p->bad && memcached_delete(cs->mc, p->key, CLUSTER_KEY_LEN, 0) ==
+                          MEMCACHED_SUCCESS)
+            CNT(&c->cl->srv[i], removed, 1);
+    }
+}
+
 /* Server i's request failed: its unanswered keys are lost, and the server
  * is marked down unless it was our memory that ran out. */
 static void srv_failed(struct cluster_conn *c, uint32_t i, memcached_return_t rc)
@@ -742,7 +761,7 @@ int cluster_get(struct cluster_conn *c, struct cluster_lookup *l, unsigned n)
         cluster_key(l[k].key, p->key);
         p->skey = l[k].key;
         p->srv = ring_server(cl, p->key);
-        p->done = p->hit = 0;
+        p->done = p->hit = p->bad = 0;
         c->cs[p->srv].cnt++;
     }
     uint32_t first = 0;
@@ -794,6 +813,7 @@ int cluster_get(struct cluster_conn *c, struct cluster_lookup *l, unsigned n)
         cs->used = 1;
         srv_ok(&cl->srv[i], cs->probe);
         srv_settle(c, i, 0);
+        srv_remove_bad(c, i);
     }
 
     int hits = 0;

@@ -127,6 +127,7 @@ int cluster_parse_server(const char *spec, char host[CLUSTER_HOST_MAX], uint16_t
     X(hits, COUNTER, "records", "records the server returned that passed every check") \
     X(misses, COUNTER, "keys", "keys the server did not have")                        \
     X(corrupt, COUNTER, "records", "records returned with bad flags, header, checksum or key") \
+    X(removed, COUNTER, "records", "corrupt records deleted, so that a good one can be put") \
     X(lost, COUNTER, "keys", "keys asked in a request that failed or timed out")      \
     X(skipped, COUNTER, "keys", "lookups not sent: the server was down")              \
     X(errors, COUNTER, "requests", "requests failed: connection refused or broken, bad answer") \
@@ -155,6 +156,7 @@ int cluster_parse_server(const char *spec, char host[CLUSTER_HOST_MAX], uint16_t
     X(hits, COUNTER, "records", "records found that passed every check")              \
     X(misses, COUNTER, "keys", "keys no server had")                                  \
     X(corrupt, COUNTER, "records", "records with bad flags, header, checksum or key: misses") \
+    X(removed, COUNTER, "records", "corrupt records deleted from their server") \
     X(lost, COUNTER, "keys", "keys asked in requests that failed or timed out: misses") \
     X(skipped, COUNTER, "keys", "lookups not sent, their server down: misses")        \
     X(errors, COUNTER, "requests", "requests failed: refused or broken, bad answer")  \

@@ -16,7 +16,9 @@
  *            the losses counted (errors, misses) and the samples recomputed;
  *   corrupt  every item rewritten by the test straight into memcached with
  *            one payload byte flipped: fresh daemons count them corrupt,
- *            recompute every sample and serve the same epoch.
+ *            recompute every sample and serve the same epoch, delete the
+ *            bad items and put the good records back (the next fresh
+ *            daemons compute nothing).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -316,6 +318,23 @@ START_TEST(corrupt_items_are_misses)
         corrupt += nstat(k, "cluster", "corrupt");
     ck_assert_uint_eq((unsigned)corrupt, count);
     ck_assert_uint_eq((unsigned)computed(), count);
+    /* Each bad item was deleted and its good record put again: fresh
+     * nodes then find every sample in the cluster, intact. */
+    double removed = 0, puts = 0;
+    for (int k = 0; k < NODES; k++) {
+        removed += nstat(k, "cluster", "removed");
+        puts += nstat(k, "cluster", "puts");
+    }
+    ck_assert_uint_eq((unsigned)removed, count);
+    ck_assert_uint_eq((unsigned)puts, count);
+    stop_nodes();
+    start_nodes(&a, &b);
+    pull(0, 0, WORLD);
+    corrupt = 0;
+    for (int k = 0; k < NODES; k++)
+        corrupt += nstat(k, "cluster", "corrupt");
+    ck_assert_uint_eq((unsigned)corrupt, 0);
+    ck_assert_uint_eq((unsigned)computed(), 0);
     stop_nodes();
     mcd_stop(&a, SIGKILL);
     mcd_stop(&b, SIGKILL);
