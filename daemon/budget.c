@@ -117,6 +117,21 @@ uint64_t budget_room(const struct budget *b, uid_t uid, int *by_user)
     return mine < all ? mine : all;
 }
 
+uint64_t budget_cap(const struct budget *b, uid_t uid, uint64_t floor, uint64_t later,
+                    int *by_user)
+{
+    uint64_t room = budget_room(b, uid, by_user);
+    if (floor == 0 || floor > room)
+        return 0;
+    uint64_t used = budget_used(b, uid);
+    uint64_t mine = used < b->user_limit ? b->user_limit - used : 0;
+    uint64_t most = b->user_limit / 4 * 3; /* the reserve's most: see budget.h */
+    uint64_t reserve = later > most / floor ? most : later * floor;
+    uint64_t above = mine > reserve ? mine - reserve : 0;
+    uint64_t cap = above < room ? above : room;
+    return cap > floor ? cap : floor;
+}
+
 int budget_charge(struct budget *b, uid_t uid, uint64_t bytes)
 {
     struct budget_user *u = budget_user(b, uid);
