@@ -19,6 +19,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -541,6 +542,75 @@ START_TEST(test_fair_grants)
 }
 END_TEST
 
+/* ---- queued replies: bounded per connection, outside the budget ---- */
+
+/* Connections that pipeline STATS requests and never read the replies: each
+ * queues replies until its output passes limits.output_buffer, then the
+ * daemon stops reading it (one reply may be queued past the limit). What
+ * they make prestod hold stays within the README's formula: connections x
+ * (output_buffer + the largest reply). */
+#define OUT_CONNS 8
+#define OUT_BUFFER (1ull << 20)
+
+static void output_setup(void)
+{
+    start_daemon_limits(CLIENT_MEMORY, USER_MEMORY, "  output_buffer: 1MiB\n");
+}
+
+START_TEST(test_queued_replies_bounded)
+{
+    char *json = NULL;
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    size_t reply = strlen(json) + PROTO_HEADER_SIZE + 4;
+    free(json);
+    long rss0 = harness_proc_status_kb(H.pid, "VmRSS");
+    int fds[OUT_CONNS];
+    uint8_t req[PROTO_HEADER_SIZE * 64];
+    for (int i = 0; i < 64; i++)
+        proto_header_encode(req + i * PROTO_HEADER_SIZE, PROTO_STATS, (uint32_t)i + 1, 0);
+    uint64_t sent = 0;
+    for (int i = 0; i < OUT_CONNS; i++) {
+        ck_assert_int_ge(fds[i] = harness_raw_connect(&H), 0);
+        ck_assert_int_eq(fcntl(fds[i], F_SETFL, O_NONBLOCK), 0);
+    }
+    /* Requests until the daemon stops taking them (the socket is full). */
+    double t0 = now_s(), last = t0;
+    while (now_s() - last < 1.0 && now_s() - t0 < 60) {
+        int any = 0;
+        for (int i = 0; i < OUT_CONNS; i++) {
+            ssize_t n = send(fds[i], req, sizeof(req), MSG_NOSIGNAL);
+            if (n > 0) {
+                sent += (uint64_t)n;
+                any = 1;
+            }
+        }
+        if (any)
+            last = now_s();
+        else
+            usleep(20 * 1000);
+    }
+    long rss1 = harness_proc_status_kb(H.pid, "VmRSS");
+    double bound = (double)OUT_CONNS * (double)(OUT_BUFFER + reply);
+    printf("queued replies: %d connections sent %llu STATS requests (replies of %zu bytes) "
+           "and read nothing; VmRSS %ld -> %ld kB (+%.2f MiB); bound connections x "
+           "(output_buffer + largest reply) = %.2f MiB\n", OUT_CONNS,
+           (unsigned long long)(sent / PROTO_HEADER_SIZE), reply, rss0, rss1,
+           (double)(rss1 - rss0) / 1024, bound / 1048576);
+    fflush(stdout);
+    ck_assert_msg(sent / PROTO_HEADER_SIZE > OUT_CONNS * (OUT_BUFFER / reply),
+                  "too few requests sent to fill the output buffers");
+#ifndef __SANITIZE_THREAD__
+    ck_assert_msg((double)(rss1 - rss0) * 1024 <= bound + (8 << 20),
+                  "VmRSS grew by %ld kB, over the bound", rss1 - rss0);
+#endif
+    for (int i = 0; i < OUT_CONNS; i++)
+        close(fds[i]);
+    /* The daemon serves on. */
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    free(json);
+}
+END_TEST
+
 /* ---- a stream that cannot end properly fails loudly ---- */
 
 /* Reads the epoch's batches and then what comes instead of END: the
@@ -642,6 +712,8 @@ static Suite *budget_suite(void)
     harness_add_cases(s, hogs, 2, daemon_setup, daemon_teardown, CASE_TIMEOUT_S);
     const struct harness_case fair[] = {{"fair", test_fair_grants}};
     harness_add_cases(s, fair, 1, fair_setup, daemon_teardown, CASE_TIMEOUT_S);
+    const struct harness_case out[] = {{"output", test_queued_replies_bounded}};
+    harness_add_cases(s, out, 1, output_setup, daemon_teardown, CASE_TIMEOUT_S);
     const struct harness_case end[] = {{"end_lost_error", test_end_lost_error}};
     harness_add_cases(s, end, 1, end_fault_setup, daemon_teardown, CASE_TIMEOUT_S);
     const struct harness_case close_[] = {{"end_lost_close", test_end_lost_close}};
