@@ -82,7 +82,10 @@ void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes);
 /* The daemon lets go of a ring (fd: its memfd, closed by the caller after
  * this): bytes are charged to uid until the file is freed, which may be at
  * once. 0, or -errno when it cannot be watched (nothing charged: the
- * caller frees the pages itself, ring_punch). */
+ * caller frees the pages itself, ring_punch). After budget_stop (the daemon
+ * is stopping) 0 with nothing charged or watched: a client still holding
+ * batches of the ring keeps them intact, and the pages go with its last
+ * mapping. */
 int budget_linger(struct budget *b, uid_t uid, uint64_t bytes, int fd);
 /* A stream got a lower prefetch to fit (counted). */
 void budget_lowered(struct budget *b);
