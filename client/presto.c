@@ -105,6 +105,7 @@ struct presto_stream {
     uint8_t *buf;       /* DATA_ALIGN-aligned receive buffer */
     size_t buf_cap;
     uint32_t batch_size;
+    uint32_t prefetch;  /* granted (OPENED's slots; 0: the daemon did not say) */
     int manual_release;
     uint32_t transport; /* PROTO_TRANSPORT_* */
     uint8_t *ring;      /* shared memory: the mapped ring */
@@ -1150,7 +1151,8 @@ static int stream_start(presto_stream_t *s, const struct proto_open *m, uint32_t
     s->info.layout = op.layout;
     s->info.transport = op.transport == PROTO_TRANSPORT_SOCKET ? PRESTO_TRANSPORT_SOCKET
                                                                : PRESTO_TRANSPORT_SHM;
-    s->info.slots = op.slots;
+    s->info.slots = op.transport == PROTO_TRANSPORT_SOCKET ? 0 : op.slots;
+    s->prefetch = op.slots; /* both transports: the prefetch granted */
     s->stream_id = op.stream_id;
     s->info.samples = op.samples;
     s->info.batches = op.batches;
@@ -1248,6 +1250,11 @@ PRESTO_API int presto_stream_info(const presto_stream_t *s, presto_stream_info_t
 {
     *info = s->info;
     return 0;
+}
+
+PRESTO_API uint32_t presto_stream_prefetch(const presto_stream_t *s)
+{
+    return s->prefetch;
 }
 
 /* Makes room for need bytes; the old contents need not survive. */

@@ -81,7 +81,9 @@ typedef struct presto_stream_opts {
     int shuffle;          /* default 1 */
     int drop_last;        /* default 0: the last batch may be short */
     uint32_t prefetch;    /* batches prepared ahead; 0 = daemon default; with
-                             shared memory also the ring's slots (at least 2) */
+                             shared memory also the ring's slots (at least 2);
+                             the daemon may grant fewer to stay within its
+                             memory budget (presto_stream_prefetch says) */
     uint32_t transport;   /* PRESTO_TRANSPORT_*, default AUTO */
     int manual_release;   /* default 0: presto_next releases the batch it
                              returned before; 1: every batch stays valid until
@@ -278,6 +280,12 @@ void presto_stream_opts_init(presto_stream_opts_t *o);
 int presto_stream_open(presto_t *p, const presto_stream_opts_t *o,
                        presto_stream_t **out);
 int presto_stream_info(const presto_stream_t *s, presto_stream_info_t *info);
+/* The prefetch the daemon granted this stream, on either transport: the one
+ * asked for (or the daemon's default), or lower where the daemon's client
+ * memory budget (limits.client_memory, limits.user_memory) could not hold
+ * it, never below 2 unless 1 was asked; with shared memory the ring's
+ * slots. 0: a daemon too old to say. */
+uint32_t presto_stream_prefetch(const presto_stream_t *s);
 /* 1: *b holds the next batch; 0: the epoch is complete; <0: error. The batch
  * stays valid until presto_release() or (without manual_release) the next
  * presto_next(). When the daemon goes away, the error says what it said, or

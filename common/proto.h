@@ -41,8 +41,13 @@
  *                          bad samples skipped under on_error: skip leave
  *                          the stream (END says what was sent); then
  *                          u32 layout (enum proto_layout), u32 transport
- *                          (enum proto_transport), u32 slots, u64 slot_bytes
- *                          (0, 0 for the socket transport); then, only when
+ *                          (enum proto_transport), u32 slots, u64 slot_bytes:
+ *                          slots is the prefetch granted, which may be lower
+ *                          than the OPEN asked (the daemon's client memory
+ *                          budget) and is the ring's slots with shared
+ *                          memory (at least 2); on the socket it is the
+ *                          batches prepared ahead and slot_bytes is 0 (a
+ *                          daemon from before said 0: not known); then, only when
  *                          the OPEN had PROTO_OPEN_INFO in flags, u64
  *                          dataset_samples (the whole dataset's) and u64
  *                          fingerprint (see "Resuming"). A client that asked

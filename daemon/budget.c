@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "vec.h"
 
 #define BUDGET_IDX(name, ...) BUD_##name,
 enum { BUDGET_STATS(BUDGET_IDX) BUD_MAX };
@@ -33,11 +34,12 @@ struct budget {
     uint64_t limit, user_limit;
     uint64_t used, peak, lowered;
     struct budget_user *users; /* n entries, room for cap */
-    uint32_t n, cap;
+    size_t n, cap;
     int ino;                   /* inotify: the rings let go (-1: none) */
     struct event *ino_ev;
+    int stopped;               /* budget_stop ran: the daemon is going */
     struct budget_left *left;  /* nleft entries, room for capleft */
-    uint32_t nleft, capleft;
+    size_t nleft, capleft;
     uint64_t left_bytes;
 };
 
@@ -69,6 +71,7 @@ int budget_create(struct budget **out, struct event_base *base, uint64_t limit,
 
 void budget_stop(struct budget *b)
 {
+    b->stopped = 1;
     if (b->ino_ev)
         event_free(b->ino_ev);
     b->ino_ev = NULL;
@@ -95,7 +98,7 @@ void budget_set_limits(struct budget *b, uint64_t limit, uint64_t user_limit)
 
 static struct budget_user *budget_user(const struct budget *b, uid_t uid)
 {
-    for (uint32_t i = 0; i < b->n; i++)
+    for (size_t i = 0; i < b->n; i++)
         if (b->users[i].uid == uid)
             return &b->users[i];
     return NULL;
@@ -117,18 +120,29 @@ uint64_t budget_room(const struct budget *b, uid_t uid, int *by_user)
     return mine < all ? mine : all;
 }
 
+uint64_t budget_cap(const struct budget *b, uid_t uid, uint64_t floor, uint64_t later,
+                    int *by_user)
+{
+    uint64_t room = budget_room(b, uid, by_user);
+    if (floor == 0 || floor > room)
+        return 0;
+    uint64_t used = budget_used(b, uid);
+    uint64_t mine = used < b->user_limit ? b->user_limit - used : 0;
+    uint64_t most = b->user_limit / 4 * 3; /* the reserve's most: see budget.h */
+    uint64_t reserve = later > most / floor ? most : later * floor;
+    uint64_t above = mine > reserve ? mine - reserve : 0;
+    uint64_t cap = above < room ? above : room;
+    return cap > floor ? cap : floor;
+}
+
 int budget_charge(struct budget *b, uid_t uid, uint64_t bytes)
 {
     struct budget_user *u = budget_user(b, uid);
     if (!u) {
-        if (b->n == b->cap) {
-            uint32_t cap = b->cap ? 2 * b->cap : 8;
-            struct budget_user *nu = realloc(b->users, cap * sizeof(*nu));
-            if (!nu)
-                return -ENOMEM;
-            b->users = nu;
-            b->cap = cap;
-        }
+        struct budget_user *nu = vec_grow(b->users, &b->cap, b->n + 1, sizeof(*nu), 8);
+        if (!nu)
+            return -ENOMEM;
+        b->users = nu;
         u = &b->users[b->n++];
         *u = (struct budget_user){uid, 0};
     }
@@ -153,16 +167,14 @@ void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes)
 int budget_linger(struct budget *b, uid_t uid, uint64_t bytes, int fd)
 {
     char path[64];
+    if (b->stopped) /* nothing to charge any more; the client's pages stay its own */
+        return 0;
     if (b->ino < 0)
         return -ENOSYS;
-    if (b->nleft == b->capleft) {
-        uint32_t cap = b->capleft ? 2 * b->capleft : 16;
-        struct budget_left *l = realloc(b->left, cap * sizeof(*l));
-        if (!l)
-            return -ENOMEM;
-        b->left = l;
-        b->capleft = cap;
-    }
+    struct budget_left *l = vec_grow(b->left, &b->capleft, b->nleft + 1, sizeof(*l), 16);
+    if (!l)
+        return -ENOMEM;
+    b->left = l;
     /* Any event will do: IN_IGNORED comes when the file is freed. */
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
     int wd = inotify_add_watch(b->ino, path, IN_ATTRIB);
@@ -193,7 +205,7 @@ static void budget_on_inotify(evutil_socket_t fd, short what, void *arg)
             p += sizeof(*e) + e->len;
             if (!(e->mask & IN_IGNORED))
                 continue;
-            for (uint32_t i = 0; i < b->nleft; i++) {
+            for (size_t i = 0; i < b->nleft; i++) {
                 if (b->left[i].wd != e->wd)
                     continue;
                 budget_uncharge(b, b->left[i].uid, b->left[i].bytes);
@@ -217,7 +229,7 @@ void budget_stats(const struct budget *b, struct stats_out *o)
     stats_begin(o, "client_memory", NULL, NULL, NULL);
     stats_emit_u64(o, budget_decl, v, BUD_MAX);
     stats_list_begin(o, "per_uid");
-    for (uint32_t i = 0; i < b->n; i++) {
+    for (size_t i = 0; i < b->n; i++) {
         char uid[16];
         snprintf(uid, sizeof(uid), "%u", (unsigned)b->users[i].uid);
         stats_begin(o, NULL, "user", "uid", uid);

@@ -54,6 +54,24 @@ void budget_set_limits(struct budget *b, uint64_t limit, uint64_t user_limit);
 /* Bytes uid may still be charged: the smaller room of the two limits; *by_user
  * (may be NULL) says whether limits.user_memory is the tighter. */
 uint64_t budget_room(const struct budget *b, uid_t uid, int *by_user);
+/*
+ * The grant policy: the most a new stream of uid may be charged, given
+ * `floor`, what it needs at its minimum working prefetch (2 batches), and
+ * `later`, how many more streams uid may open after it (limits.
+ * streams_per_user). The uid's budget is shared out, not first come: a
+ * stream may take what is free but a reserve kept for the uid's later
+ * streams, their floor each (this stream's floor stands for theirs), at
+ * most three quarters of limits.user_memory; a stream that does not fit
+ * above the reserve still gets its floor, from the reserve. So a trainer
+ * alone gets its whole prefetch whenever it needs at most a quarter of its
+ * uid's budget (and more of it, the whole room at most, where few streams
+ * may follow), and a burst of streams each gets at least 2 batches as long
+ * as floors fit: 1 + 3/4 x user_memory / floor streams at least. Returns
+ * at least floor, or 0 when not even floor fits in the room (the stream is
+ * refused; *by_user says which limit, as budget_room).
+ */
+uint64_t budget_cap(const struct budget *b, uid_t uid, uint64_t floor, uint64_t later,
+                    int *by_user);
 /* Bytes charged to uid now. */
 uint64_t budget_used(const struct budget *b, uid_t uid);
 /* Charges bytes to uid (the caller checked budget_room): 0, or -ENOMEM
@@ -64,7 +82,10 @@ void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes);
 /* The daemon lets go of a ring (fd: its memfd, closed by the caller after
  * this): bytes are charged to uid until the file is freed, which may be at
  * once. 0, or -errno when it cannot be watched (nothing charged: the
- * caller frees the pages itself, ring_punch). */
+ * caller frees the pages itself, ring_punch). After budget_stop (the daemon
+ * is stopping) 0 with nothing charged or watched: a client still holding
+ * batches of the ring keeps them intact, and the pages go with its last
+ * mapping. */
 int budget_linger(struct budget *b, uid_t uid, uint64_t bytes, int fd);
 /* A stream got a lower prefetch to fit (counted). */
 void budget_lowered(struct budget *b);

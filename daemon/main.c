@@ -197,6 +197,60 @@ static void raise_nofile(void)
     }
 }
 
+/*
+ * A stop during start-up. Until the event loop has its own handlers,
+ * SIGTERM and SIGINT (and SIGHUP, whose default would end the daemon too)
+ * come here. Before the socket is bound nothing needs undoing (the disk
+ * tier is left as after a kill -9, which it survives, and nothing else
+ * is on disk yet), so a stop is logged and the daemon exits at once with
+ * status 0: also in the middle of indexing a large or slow dataset, as soon
+ * as the system call under way returns. From the bind on, the signal is
+ * only noted, and main stops (unlinking the socket) instead of serving.
+ */
+static volatile sig_atomic_t startup_bound; /* the socket exists: note, do not exit */
+static volatile sig_atomic_t startup_stop;  /* a stop noted after the bind */
+static volatile sig_atomic_t startup_hup;   /* a SIGHUP noted: reload once serving */
+static char startup_line[2][96];            /* the log lines for SIGTERM, SIGINT */
+static size_t startup_len[2];
+
+static void on_startup_signal(int sig)
+{
+    if (sig == SIGHUP) {
+        startup_hup = 1;
+        return;
+    }
+    if (startup_bound) {
+        startup_stop = sig;
+        return;
+    }
+    int i = sig == SIGINT;
+    if (write(STDERR_FILENO, startup_line[i], startup_len[i]) < 0) {
+        /* nowhere left to say it */
+    }
+    _exit(0);
+}
+
+/* First thing in main: the start-up's handlers (log lines formatted now,
+ * in log.c's format, since the handler may only write them). */
+static void startup_signals(void)
+{
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+    struct sigaction sa;
+    int tty = isatty(STDERR_FILENO);
+    for (int i = 0; i < 2; i++) {
+        int n = snprintf(startup_line[i], sizeof(startup_line[i]),
+                         "%ssignal %d during start-up: stopped before serving\n",
+                         tty ? "prestod: info: " : "<6>", i ? SIGINT : SIGTERM);
+        startup_len[i] = n > 0 && (size_t)n < sizeof(startup_line[i]) ? (size_t)n : 0;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_startup_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        sigaction(sigs[i], &sa, NULL);
+}
+
 static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
@@ -279,6 +333,7 @@ int main(int argc, char **argv)
         free(o.datasets);
         return rc;
     }
+    startup_signals();
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN); /* a file-size limit: writes fail with EFBIG instead */
     if (load_config(&cfg, &o, err, sizeof(err)) < 0) {
@@ -298,6 +353,7 @@ int main(int argc, char **argv)
     }
     raise_nofile();
     notify_send("STATUS=indexing datasets");
+    log_info("indexing %u datasets", cfg.ndatasets);
     if ((rc = reload_create(&live, &cfg, err, sizeof(err))) < 0) {
         if (rc == -ENOMEM)
             goto oom;
@@ -340,6 +396,7 @@ int main(int argc, char **argv)
         .tiers = tiers, .pipeline = pipe, .workers = workers, .reload = live,
         .readahead = ra, .faults = test_faults(),
     };
+    startup_bound = 1; /* a stop from here on unlinks the socket: main does it */
     if (server_create(&srv, &deps, listen_fd, err, sizeof(err)) < 0) {
         log_error("%s", err);
         goto out;
@@ -358,6 +415,13 @@ int main(int argc, char **argv)
         if (!sigs[i] || event_add(sigs[i], NULL) < 0)
             goto oom;
     }
+    if (startup_stop) { /* between the bind and the loop's handlers */
+        log_info("signal %d during start-up: stopping before serving", (int)startup_stop);
+        status = 0;
+        goto out;
+    }
+    if (startup_hup && reload_request(live, NULL, NULL) < 0)
+        log_error("SIGHUP during start-up: no memory to start a reload");
     log_info("prestod %s listening on %s: %u datasets, %u workers, cache %llu MiB in "
              "memory, %s", PRESTO_VERSION, c->socket_path, ndatasets, nworkers,
              (unsigned long long)(c->cache_memory >> 20),

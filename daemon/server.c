@@ -612,10 +612,12 @@ static int conn_require_admin(struct conn *c, uint32_t req_id, const char *op)
 /*
  * The client memory budget (budget.h) for a stream about to open: the ring
  * kept for it is given back first (the stream takes it over, charged anew,
- * or frees it); a stream that does not fit in what its uid may still be
- * charged gets the largest prefetch that fits (shared memory: OPENED's
- * slots say so), or is refused at limits.client_memory or user_memory.
- * 0 with p charged (p->budget set), or -ENOSPC after the refusal.
+ * or frees it). The stream gets the largest prefetch up to the one asked
+ * whose charge fits under budget_cap (the grant policy: what is free but a
+ * reserve for the uid's later streams, never less than 2 batches' worth);
+ * OPENED says what was granted. Only a stream whose 2 batches do not fit
+ * is refused, at limits.client_memory or user_memory. 0 with p charged
+ * (p->budget set), or -ENOSPC after the refusal.
  */
 static int conn_fit_budget(struct conn *c, uint32_t req_id, const struct dataset *ds,
                            struct stream_params *p)
@@ -628,21 +630,33 @@ static int conn_fit_budget(struct conn *c, uint32_t req_id, const struct dataset
 
     budget_uncharge(s->budget, uid, c->kept_charge);
     c->kept_charge = 0;
-    uint64_t room = budget_room(s->budget, uid, &by_user), need = stream_memory(ds, p);
-    uint32_t asked = p->prefetch;
-    while (need > room && p->prefetch > 1) {
-        p->prefetch--;
+    uint32_t asked = p->prefetch, open = user_streams(s, uid);
+    p->prefetch = asked < 2 ? asked : 2;
+    uint64_t floor = stream_memory(ds, p), need = floor;
+    uint32_t later = cfg->max_streams_per_user > open + 1 ? cfg->max_streams_per_user - open - 1
+                                                          : 0;
+    uint64_t cap = budget_cap(s->budget, uid, floor, later, &by_user);
+    if (cap > 0) { /* the largest prefetch in [floor's, asked] under cap */
+        uint32_t lo = p->prefetch, hi = asked;
+        while (lo < hi) {
+            p->prefetch = lo + (hi - lo + 1) / 2;
+            if (stream_memory(ds, p) <= cap)
+                lo = p->prefetch;
+            else
+                hi = p->prefetch - 1;
+        }
+        p->prefetch = lo;
         need = stream_memory(ds, p);
     }
-    if (need > room || budget_charge(s->budget, uid, need) < 0) {
+    if (cap == 0 || budget_charge(s->budget, uid, need) < 0) {
         stream_ring_free(s->streams, &c->kept, s->budget, uid);
         snprintf(err, sizeof(err), "%s (%llu MiB%s) reached: %llu MiB held for uid %u, "
-                 "this stream needs %llu MiB even with prefetch 1",
+                 "this stream needs %llu MiB even with prefetch %u",
                  by_user ? "limits.user_memory" : "limits.client_memory",
                  (unsigned long long)((by_user ? cfg->user_memory : cfg->client_memory) >> 20),
                  by_user ? " per uid" : " for all clients",
                  (unsigned long long)(budget_used(s->budget, uid) >> 20), (unsigned)uid,
-                 (unsigned long long)((need + (1u << 20) - 1) >> 20));
+                 (unsigned long long)((floor + (1u << 20) - 1) >> 20), asked < 2 ? asked : 2);
         refuse_limit(c, req_id, by_user ? LIMIT_user_memory : LIMIT_client_memory, err);
         return -ENOSPC;
     }

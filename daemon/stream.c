@@ -750,7 +750,9 @@ static void stream_on_pump(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Says OPENED: with the ring's descriptor when shared memory was asked for
- * and can be had, else saying the stream uses the socket. */
+ * and can be had, else saying the stream uses the socket. Either way its
+ * slots are the prefetch granted (the ring's slots; on the socket the
+ * batches prepared ahead, which the budget may have lowered). */
 static int stream_say_opened(struct stream *s, struct ring *spare)
 {
     const struct dataset_output *o = dataset_output(s->ds);
@@ -760,7 +762,7 @@ static int stream_say_opened(struct stream *s, struct ring *spare)
     int rc = 1;
 
     *op = (struct proto_opened){0, s->plan.count, s->plan.batches, o->h, o->w, o->c, o->dtype,
-                                o->layout, PROTO_TRANSPORT_SOCKET, 0, 0, s->p.info,
+                                o->layout, PROTO_TRANSPORT_SOCKET, s->p.prefetch, 0, s->p.info,
                                 dataset_size(s->ds), dataset_fingerprint(s->ds)};
     if (s->p.shm) {
         uint32_t slots = s->p.prefetch < 2 ? 2 : s->p.prefetch;
@@ -801,7 +803,7 @@ static int stream_say_opened(struct stream *s, struct ring *spare)
         free(s->held);
         s->held = NULL;
         op->transport = PROTO_TRANSPORT_SOCKET;
-        op->slots = 0;
+        op->slots = s->p.prefetch; /* the socket's: the prefetch granted */
         op->slot_bytes = 0;
     } else if (spare) {
         stream_ring_free(ss, spare, s->p.budget, s->p.uid);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -356,7 +357,7 @@ int harness_connect(const struct harness *h, presto_t **p)
     return rc;
 }
 
-int harness_start(struct harness *h, const char *const *args)
+int harness_launch(struct harness *h, const char *const *args)
 {
     const char *argv[HARNESS_MAX_ARGS];
     char prestod[HARNESS_PATH_MAX * 2], name[64];
@@ -411,7 +412,15 @@ int harness_start(struct harness *h, const char *const *args)
     if (pid < 0)
         return pid;
     h->pid = pid;
+    return 0;
+}
 
+int harness_start(struct harness *h, const char *const *args)
+{
+    int rc = harness_launch(h, args);
+    if (rc < 0)
+        return rc;
+    pid_t pid = h->pid;
     double timeout = READY_TIMEOUT_S * (use_valgrind() ? VALGRIND_SLOWDOWN : 1);
     double deadline = now_s() + timeout;
     for (;;) {
@@ -440,6 +449,56 @@ int harness_start(struct harness *h, const char *const *args)
         }
         sleep_ms(20);
     }
+}
+
+int harness_slowfs_mount(const struct harness *h, const char *src, int latency_ms, char *mnt,
+                         size_t mntlen, char *why, size_t whylen)
+{
+    char slowfs[HARNESS_PATH_MAX * 2], log[HARNESS_PATH_MAX], lat[16], name[32];
+    static unsigned mounts;
+    snprintf(slowfs, sizeof(slowfs), "%s/slowfs", harness_env("PRESTO_BUILD", "build"));
+    if (access(slowfs, X_OK) != 0) {
+        snprintf(why, whylen, "no slowfs in %.200s (libfuse3-dev missing? make deps)",
+                 harness_env("PRESTO_BUILD", "build"));
+        return -1;
+    }
+    if (access("/dev/fuse", R_OK | W_OK) != 0) {
+        snprintf(why, whylen, "/dev/fuse: %s", strerror(errno));
+        return -1;
+    }
+    snprintf(name, sizeof(name), "mnt%u", mounts);
+    if (harness_path(h, name, mnt, mntlen) < 0 || mkdir(mnt, 0700) < 0) {
+        snprintf(why, whylen, "cannot make the mount point");
+        return -1;
+    }
+    snprintf(name, sizeof(name), "slowfs%u.log", mounts++);
+    if (harness_path(h, name, log, sizeof(log)) < 0) {
+        snprintf(why, whylen, "cannot name the mount's log");
+        return -1;
+    }
+    snprintf(lat, sizeof(lat), "%d", latency_ms);
+    const char *argv[] = {slowfs, "--latency-ms", lat, src, mnt, NULL};
+    int rc = harness_run(argv, log, 30);
+    if (rc != 0) {
+        char msg[256] = "";
+        FILE *f = fopen(log, "r");
+        if (f) {
+            if (!fgets(msg, sizeof(msg), f))
+                msg[0] = '\0';
+            fclose(f);
+        }
+        msg[strcspn(msg, "\n")] = '\0';
+        snprintf(why, whylen, "slowfs could not mount (status %d): %s", rc, msg);
+        return -1;
+    }
+    return 0;
+}
+
+void harness_slowfs_unmount(const char *mnt)
+{
+    const char *argv[] = {"fusermount3", "-u", "-z", mnt, NULL};
+    if (harness_run(argv, NULL, 30) != 0 && umount2(mnt, MNT_DETACH) < 0)
+        fprintf(stderr, "cannot unmount %s: %s\n", mnt, strerror(errno));
 }
 
 int harness_start_config(struct harness *h, const char *yaml, const char *const *args)

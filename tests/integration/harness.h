@@ -73,6 +73,13 @@ int harness_path(const struct harness *h, const char *name, char *buf, size_t le
 int harness_write_file(const struct harness *h, const char *name, const char *text,
                        char *path, size_t pathlen);
 
+/* Mounts tests/tools/slowfs over src (latency_ms added to every open and
+ * read) at a fresh directory in h->dir, whose path goes to mnt. 0, or -1
+ * with why FUSE is not available here (the caller skips). */
+int harness_slowfs_mount(const struct harness *h, const char *src, int latency_ms, char *mnt,
+                         size_t mntlen, char *why, size_t whylen);
+void harness_slowfs_unmount(const char *mnt);
+
 /* Runs argv (argv[0] looked up in PATH) with stdout and stderr to out_path
  * (or inherited when NULL). Returns its exit status, 128 + signal when a
  * signal ended it, -ETIMEDOUT when it ran past timeout_s (it is killed), or
@@ -89,6 +96,9 @@ int harness_make_dataset(const struct harness *h, const char *name, unsigned cou
  * log in h->dir and waits (up to 20 s) until it accepts connections. If it
  * exits or does not get ready, prints its log and fails. */
 int harness_start(struct harness *h, const char *const *args);
+/* harness_start's first half: starts the daemon (h->pid) and returns at
+ * once, without waiting until it is ready. */
+int harness_launch(struct harness *h, const char *const *args);
 /* Writes yaml to h->conf (h->dir/prestod-N.yaml) and starts the daemon
  * with `-c h->conf` and args (NULL-terminated, may be NULL) after it. */
 int harness_start_config(struct harness *h, const char *yaml, const char *const *args);

@@ -19,6 +19,9 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +51,7 @@
 static struct harness H;
 static char data_root[HARNESS_PATH_MAX];
 
-static void start_daemon(const char *extra)
+static void start_daemon_limits(uint64_t client, uint64_t user, const char *extra)
 {
     char yaml[2048];
     snprintf(yaml, sizeof(yaml),
@@ -62,9 +65,14 @@ static void start_daemon(const char *extra)
              "  - name: " DATASET "\n"
              "    root: %s\n"
              "    steps: [decode, {resize: %d}, {center_crop: %d}]\n",
-             (unsigned long long)CLIENT_MEMORY, (unsigned long long)USER_MEMORY, extra,
-             data_root, SIDE, SIDE);
+             (unsigned long long)client, (unsigned long long)user, extra, data_root, SIDE,
+             SIDE);
     ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+}
+
+static void start_daemon(const char *extra)
+{
+    start_daemon_limits(CLIENT_MEMORY, USER_MEMORY, extra);
 }
 
 static void daemon_setup(void)
@@ -108,13 +116,14 @@ static double stat_of(const char *parent, const char *key)
 /* ---- a ring is charged until its last mapping is gone ---- */
 
 /* Rounds of: a connection, a shared-memory stream (batch 64, prefetch 8:
- * 6 MiB of ring), both slots filled, the connection closed, the memfd
+ * 6 MiB of ring), two slots filled, the connection closed, the memfd
  * kept. The kept rings stay charged to the uid (their pages are the
  * client's to read still), so the budget runs out: later rounds are
- * granted fewer slots, then refused. Closing the memfds gives it back. */
+ * granted fewer slots (2, the grant policy's floor), then refused. Closing
+ * the memfds gives it back. */
 START_TEST(test_kept_memfd_charged)
 {
-    enum { ROUNDS = 6 };
+    enum { ROUNDS = 16 };
     static uint8_t body[1 << 16];
     int kept[ROUNDS], nkept = 0, refused = 0;
     uint64_t kept_bytes = 0;
@@ -226,6 +235,29 @@ static double settle_buffers(void)
     return v;
 }
 
+/* What clients made the daemon hold: charged within limit, the streams'
+ * buffers within the charge, and prestod's VmRSS growth (rss_kb) within
+ * limit and a margin (for the connections, allocator slack and page
+ * tables; VmRSS counts the rings' pages prestod wrote). ThreadSanitizer's
+ * shadow memory and its per-thread state grow a TSan prestod's RSS with
+ * every allocation (+104 MiB for 24 MiB charged in the hog), so under TSan
+ * the charged bytes are the check, not VmRSS. */
+static void assert_held(double used, double buffers, long rss_kb, uint64_t limit,
+                        uint64_t margin)
+{
+    ck_assert_msg(used <= (double)limit, "%.0f bytes charged, over %llu", used,
+                  (unsigned long long)limit);
+    ck_assert_msg(buffers <= used, "buffers %.0f over what is charged (%.0f)", buffers, used);
+#ifndef __SANITIZE_THREAD__
+    ck_assert_msg((double)rss_kb * 1024 <= (double)(limit + margin),
+                  "VmRSS grew by %ld kB with the limit at %llu MiB", rss_kb,
+                  (unsigned long long)(limit >> 20));
+#else
+    (void)rss_kb;
+    (void)margin;
+#endif
+}
+
 START_TEST(test_hog_held_to_budget)
 {
     presto_stream_opts_t o;
@@ -272,19 +304,8 @@ START_TEST(test_hog_held_to_budget)
     fflush(stdout);
     ck_assert_msg(hits >= 1, "nothing was refused at limits.user_memory");
     ck_assert_msg(lowered >= 1, "no stream was given a lower prefetch");
-    ck_assert_msg(used <= (double)USER_MEMORY, "%.0f bytes charged, over user_memory", used);
     ck_assert_msg(peak <= (double)CLIENT_MEMORY, "peak %.0f over client_memory", peak);
-    ck_assert_msg(buffers <= used, "buffers %.0f over what is charged (%.0f)", buffers, used);
-    /* What the hog made the daemon hold: within its budget (and a margin
-     * for the connections, allocator slack and page tables). ThreadSanitizer's
-     * shadow memory and its per-thread state grow a TSan prestod's RSS with
-     * every allocation (+104 MiB here for 24 MiB charged), so under TSan the
-     * charged bytes above are the check, not VmRSS. */
-#ifndef __SANITIZE_THREAD__
-    ck_assert_msg((double)(rss1 - rss0) * 1024 <= (double)USER_MEMORY + (16 << 20),
-                  "VmRSS grew by %ld kB with limits.user_memory at %llu MiB", rss1 - rss0,
-                  (unsigned long long)(USER_MEMORY >> 20));
-#endif
+    assert_held(used, buffers, rss1 - rss0, USER_MEMORY, 16 << 20);
 
     ck_assert_int_eq(write(down[1], "x", 1), 1);
     int status = -1;
@@ -301,60 +322,340 @@ START_TEST(test_hog_held_to_budget)
 END_TEST
 
 
-/* A shared-memory stream whose ring would not fit is granted fewer slots
- * (OPENED says how many); the next, with nothing left, is refused. */
-START_TEST(test_lower_prefetch_granted)
+/* OPEN (shared memory, batch 64, prefetch 64) on a new connection: the
+ * OPENED's granted slots, or 0 after a PROTO_E_LIMIT refusal (its text in
+ * text). The connection stays open in *fd. */
+static uint32_t open_granted(int *fd, char *text, size_t len)
 {
     static uint8_t body[1 << 16];
     struct proto_header h;
     struct proto_rbuf r;
     struct proto_opened op;
-    int fd = harness_raw_connect(&H), ring = -1;
-    ck_assert_int_ge(fd, 0);
-    send_open(fd, 64, 64, 1); /* 64 slots of 768 KiB: 48 MiB */
-    harness_recv_frame_fd(fd, &h, body, sizeof(body), &ring);
-    ck_assert_uint_eq(h.type, PROTO_OPENED);
+    int ring = -1;
+    ck_assert_int_ge(*fd = harness_raw_connect(&H), 0);
+    send_open(*fd, 64, 64, 1);
+    harness_recv_frame_fd(*fd, &h, body, sizeof(body), &ring);
     proto_rbuf_init(&r, body, h.body_len);
+    if (h.type == PROTO_ERROR) {
+        uint32_t code = 0;
+        ck_assert_int_eq(proto_get_error(&r, &code, text, len), 0);
+        ck_assert_uint_eq(code, PROTO_E_LIMIT);
+        return 0;
+    }
+    ck_assert_uint_eq(h.type, PROTO_OPENED);
     ck_assert_int_eq(proto_get_opened(&r, &op), 0);
     ck_assert_uint_eq(op.transport, PROTO_TRANSPORT_SHM);
-    printf("granted: shared memory, batch 64, prefetch 64 asked: %u slots of %llu KiB\n",
-           op.slots, (unsigned long long)(op.slot_bytes >> 10));
-    ck_assert_uint_lt(op.slots, 64);
-    ck_assert_uint_ge(op.slots, 2);
-    ck_assert_uint_le((uint64_t)op.slots * op.slot_bytes, USER_MEMORY);
+    ck_assert_uint_ge(op.slot_bytes, 64 * SAMPLE_BYTES);
     ck_assert_int_ge(ring, 0);
     close(ring);
+    return op.slots;
+}
+
+/* Shared-memory streams whose rings (48 MiB each) would not fit: the first
+ * is granted the slots that fit above the reserve the grant policy keeps
+ * (a quarter of limits.user_memory), the next ones the floor, 2 slots
+ * (OPENED says how many), until not even 2 fit: then refused, naming the
+ * limit. Each comes on its own connection: a stream's ring is its
+ * connection's until that closes, even once its short epoch has ended (a
+ * slow daemon, valgrind's, gets there before the next OPEN), and a second
+ * stream on the same connection would be given it. */
+START_TEST(test_lower_prefetch_granted)
+{
+    enum { MAXCONNS = 32 };
+    int fds[MAXCONNS], n = 0;
+    uint32_t slots[MAXCONNS];
+    char text[320] = "";
     double v = -1;
-    ck_assert_int_eq(harness_wait_stat(&H, "client_memory", "lowered", 1, 3000, &v), 0);
+    while (n < MAXCONNS && (slots[n] = open_granted(&fds[n], text, sizeof(text))) > 0)
+        n++;
+    printf("granted: shared memory, batch 64, prefetch 64 asked (48 MiB) under "
+           "limits.user_memory %llu MiB: %d streams opened with", 
+           (unsigned long long)(USER_MEMORY >> 20), n);
+    for (int i = 0; i < n; i++)
+        printf(" %u", slots[i]);
+    printf(" slots of 768 KiB; the next: %s\n", text);
+    fflush(stdout);
+    ck_assert_int_lt(n, MAXCONNS);
+    ck_assert_int_ge(n, 3);
+    ck_assert_uint_lt(slots[0], 64);
+    ck_assert_uint_gt(slots[0], 2);
+    ck_assert_uint_le((uint64_t)slots[0] * (64 * SAMPLE_BYTES), USER_MEMORY / 4);
+    for (int i = 1; i < n; i++)
+        ck_assert_uint_eq(slots[i], 2);
+    ck_assert_msg(strstr(text, "limits.user_memory (24 MiB per uid) reached"), "%s", text);
+    ck_assert_int_eq(harness_wait_stat(&H, "client_memory", "lowered", n, 3000, &v), 0);
+    ck_assert_int_eq(harness_wait_stat(&H, "limits.user_memory", "hits", 1, 3000, &v), 0);
+    ck_assert_msg(stat_of("client_memory", "peak") <= (double)USER_MEMORY, "over the budget");
     /* Root's charge, by uid. */
     char *json = NULL;
     ck_assert_int_eq(harness_stats(&H, &json), 0);
     ck_assert_msg(strstr(json, "\"per_uid\":[{\"uid\":\"0\",\"used\":"), "%s", json);
     free(json);
-    /* Nothing left for a second one: refused, saying which limit. It
-     * comes on a second connection: the first stream's ring is its
-     * connection's until that closes, even once its 4-batch epoch has
-     * ended (a slow daemon, valgrind's, gets there before this OPEN),
-     * and a second stream on the first connection would be given it. */
-    int fd2 = harness_raw_connect(&H);
-    ck_assert_int_ge(fd2, 0);
-    send_open(fd2, 64, 64, 1);
-    for (;;) {
-        harness_recv_frame_fd(fd2, &h, body, sizeof(body), NULL);
-        if (h.type != PROTO_ERROR)
-            continue;
-        uint32_t code = 0;
-        char text[320] = "";
-        proto_rbuf_init(&r, body, h.body_len);
-        ck_assert_int_eq(proto_get_error(&r, &code, text, sizeof(text)), 0);
-        ck_assert_uint_eq(code, PROTO_E_LIMIT);
-        ck_assert_msg(strstr(text, "limits.user_memory (24 MiB per uid) reached"), "%s", text);
-        break;
-    }
-    ck_assert_int_eq(harness_wait_stat(&H, "limits.user_memory", "hits", 1, 3000, &v), 0);
-    close(fd2);
-    close(fd);
+    for (int i = 0; i <= n; i++)
+        close(fds[i]);
     ck_assert_int_eq(harness_wait_stat(&H, "client_memory", "used", 0, 5000, &v), 0);
+}
+END_TEST
+
+/* ---- fair grants: many honest clients share the budget ---- */
+
+/* 16 clients of one uid, each on its own connection, alternately shared
+ * memory and the socket, each asking prefetch 64 of batch 8 (96 KiB
+ * batches, 32 per epoch: ~6.2 MiB a ring, ~3.4 MiB on the socket; 77 MiB
+ * asked in all) under limits.user_memory 16 MiB. The first (shared memory)
+ * is granted what fits above the reserve (a quarter: 4 MiB), every later
+ * one the floor, 2 batches (~0.4 MiB): all 16 open, none refused. */
+#define FAIR_CLIENTS 16
+#define FAIR_USER (16ull << 20)
+#define FAIR_BATCH 8
+#define FAIR_PREFETCH 64
+
+static void fair_setup(void)
+{
+    start_daemon_limits(CLIENT_MEMORY, FAIR_USER, "");
+}
+
+struct fair_client {
+    presto_t *p;
+    presto_stream_t *s;
+    uint32_t prefetch;
+    struct harness_epoch e;
+    int rc;
+    char err[256];
+};
+
+static void *fair_pull(void *arg)
+{
+    struct fair_client *f = arg;
+    presto_batch_t b;
+    int rc;
+    f->e.fnv = HARNESS_FNV_INIT;
+    while ((rc = presto_next(f->s, &b)) > 0) {
+        f->e.fnv = harness_fnv(f->e.fnv, b.labels, b.n * sizeof(b.labels[0]));
+        f->e.fnv = harness_fnv(f->e.fnv, b.data, b.size);
+        f->e.samples += b.n;
+        f->e.batches++;
+        presto_release(f->s, &b);
+    }
+    if (rc < 0)
+        snprintf(f->err, sizeof(f->err), "%s", presto_stream_errmsg(f->s));
+    f->rc = rc;
+    return NULL;
+}
+
+/* The system's Shmem (/proc/meminfo), kB. */
+static long meminfo_shmem_kb(void)
+{
+    char line[256];
+    long kb = -1;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "Shmem: %ld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
+START_TEST(test_fair_grants)
+{
+    static struct fair_client fc[FAIR_CLIENTS];
+    presto_stream_opts_t o;
+    struct harness_epoch ref[2];
+    presto_stream_opts_init(&o);
+    o.dataset = DATASET;
+    o.batch_size = FAIR_BATCH;
+    o.seed = 5;
+    /* The unconstrained epochs (the daemon's default prefetch, well inside
+     * the budget) on both transports: the checksums, and the memory tier
+     * filled before the baseline. */
+    for (int t = 0; t < 2; t++) {
+        o.transport = t ? PRESTO_TRANSPORT_SOCKET : PRESTO_TRANSPORT_SHM;
+        ck_assert_int_eq(harness_pull_epoch(&H, &o, &ref[t]), 0);
+        ck_assert_uint_eq(ref[t].batches, NSAMPLES / FAIR_BATCH);
+    }
+    ck_assert_uint_eq(ref[0].fnv, ref[1].fnv);
+    long rss0 = harness_proc_status_kb(H.pid, "VmRSS");
+    long shm0 = meminfo_shmem_kb();
+    double v = -1;
+    ck_assert_int_eq(harness_wait_stat(&H, "client_memory", "used", 0, 5000, &v), 0);
+
+    o.prefetch = FAIR_PREFETCH;
+    int lowered = 0;
+    for (int i = 0; i < FAIR_CLIENTS; i++) {
+        struct fair_client *f = &fc[i];
+        presto_stream_info_t info;
+        o.transport = i % 2 ? PRESTO_TRANSPORT_SOCKET : PRESTO_TRANSPORT_SHM;
+        ck_assert_int_eq(harness_connect(&H, &f->p), 0);
+        int rc = presto_stream_open(f->p, &o, &f->s);
+        ck_assert_msg(rc == 0, "client %d (%s) refused: %s", i, i % 2 ? "socket" : "shm",
+                      presto_errmsg(f->p));
+        ck_assert_int_eq(presto_stream_info(f->s, &info), 0);
+        f->prefetch = presto_stream_prefetch(f->s);
+        ck_assert_uint_eq(info.transport, (uint32_t)o.transport);
+        ck_assert_uint_eq(info.slots, i % 2 ? 0 : f->prefetch);
+        ck_assert_msg(f->prefetch >= 2 && f->prefetch <= FAIR_PREFETCH,
+                      "client %d granted prefetch %u", i, f->prefetch);
+        lowered += f->prefetch < FAIR_PREFETCH;
+    }
+    /* Every client's stream fills what it was granted. */
+    double buffers = settle_buffers();
+    long rss1 = harness_proc_status_kb(H.pid, "VmRSS");
+    long shm1 = meminfo_shmem_kb();
+    double used = stat_of("client_memory", "used"), peak = stat_of("client_memory", "peak");
+    double hits = stat_of("limits.user_memory", "hits");
+    double nlowered = stat_of("client_memory", "lowered");
+    printf("fair: %d clients (shm and socket alternately) asked prefetch %d of batch %d "
+           "under limits.user_memory %llu MiB: granted", FAIR_CLIENTS, FAIR_PREFETCH,
+           FAIR_BATCH, (unsigned long long)(FAIR_USER >> 20));
+    for (int i = 0; i < FAIR_CLIENTS; i++)
+        printf(" %u", fc[i].prefetch);
+    printf("; %d lowered, %g refused; charged %.2f MiB (peak %.2f), stream buffers %.2f MiB; "
+           "VmRSS %ld -> %ld kB (+%.2f MiB), system Shmem %ld -> %ld kB (+%.2f MiB)\n",
+           lowered, hits, used / 1048576, peak / 1048576, buffers / 1048576, rss0, rss1,
+           (double)(rss1 - rss0) / 1024, shm0, shm1, (double)(shm1 - shm0) / 1024);
+    fflush(stdout);
+    ck_assert_int_eq(lowered, FAIR_CLIENTS);
+    ck_assert_double_eq(nlowered, FAIR_CLIENTS);
+    ck_assert_double_eq(hits, 0);
+    ck_assert_msg(peak <= (double)FAIR_USER, "peak %.0f over user_memory", peak);
+    /* The system's Shmem is everyone's (other tests may run beside this
+     * one): printed, not checked; prestod's VmRSS counts the rings' pages
+     * it wrote. */
+    assert_held(used, buffers, rss1 - rss0, FAIR_USER, 8 << 20);
+
+    /* All complete their epochs, concurrently, with the unconstrained
+     * run's checksums. */
+    pthread_t th[FAIR_CLIENTS];
+    for (int i = 0; i < FAIR_CLIENTS; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, fair_pull, &fc[i]), 0);
+    for (int i = 0; i < FAIR_CLIENTS; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < FAIR_CLIENTS; i++) {
+        ck_assert_msg(fc[i].rc == 0, "client %d: %s", i, fc[i].err);
+        ck_assert_uint_eq(fc[i].e.batches, ref[0].batches);
+        ck_assert_uint_eq(fc[i].e.samples, NSAMPLES);
+        ck_assert_msg(fc[i].e.fnv == ref[0].fnv, "client %d (prefetch %u): another epoch", i,
+                      fc[i].prefetch);
+        presto_stream_close(fc[i].s);
+        presto_close(fc[i].p);
+    }
+    ck_assert_msg(harness_wait_stat(&H, "client_memory", "used", 0, 5000, &v) == 0,
+                  "%.0f bytes still charged", v);
+}
+END_TEST
+
+/* ---- queued replies: bounded per connection, outside the budget ---- */
+
+/* Connections that pipeline STATS requests and never read the replies: each
+ * queues replies until its output passes limits.output_buffer, then the
+ * daemon stops reading it (one reply may be queued past the limit). What
+ * they make prestod hold stays within the README's formula: connections x
+ * (output_buffer + the largest reply). */
+#define OUT_CONNS 8
+#define OUT_BUFFER (1ull << 20)
+
+static void output_setup(void)
+{
+    start_daemon_limits(CLIENT_MEMORY, USER_MEMORY, "  output_buffer: 1MiB\n");
+}
+
+START_TEST(test_queued_replies_bounded)
+{
+    char *json = NULL;
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    size_t reply = strlen(json) + PROTO_HEADER_SIZE + 4;
+    free(json);
+    long rss0 = harness_proc_status_kb(H.pid, "VmRSS");
+    int fds[OUT_CONNS];
+    uint8_t req[PROTO_HEADER_SIZE * 64];
+    for (int i = 0; i < 64; i++)
+        proto_header_encode(req + i * PROTO_HEADER_SIZE, PROTO_STATS, (uint32_t)i + 1, 0);
+    uint64_t sent = 0;
+    for (int i = 0; i < OUT_CONNS; i++) {
+        ck_assert_int_ge(fds[i] = harness_raw_connect(&H), 0);
+        ck_assert_int_eq(fcntl(fds[i], F_SETFL, O_NONBLOCK), 0);
+    }
+    /* Requests until the daemon stops taking them (the socket is full). */
+    double t0 = now_s(), last = t0;
+    while (now_s() - last < 1.0 && now_s() - t0 < 60) {
+        int any = 0;
+        for (int i = 0; i < OUT_CONNS; i++) {
+            ssize_t n = send(fds[i], req, sizeof(req), MSG_NOSIGNAL);
+            if (n > 0) {
+                sent += (uint64_t)n;
+                any = 1;
+            }
+        }
+        if (any)
+            last = now_s();
+        else
+            usleep(20 * 1000);
+    }
+    long rss1 = harness_proc_status_kb(H.pid, "VmRSS");
+    double bound = (double)OUT_CONNS * (double)(OUT_BUFFER + reply);
+    printf("queued replies: %d connections sent %llu STATS requests (replies of %zu bytes) "
+           "and read nothing; VmRSS %ld -> %ld kB (+%.2f MiB); bound connections x "
+           "(output_buffer + largest reply) = %.2f MiB\n", OUT_CONNS,
+           (unsigned long long)(sent / PROTO_HEADER_SIZE), reply, rss0, rss1,
+           (double)(rss1 - rss0) / 1024, bound / 1048576);
+    fflush(stdout);
+    ck_assert_msg(sent / PROTO_HEADER_SIZE > OUT_CONNS * (OUT_BUFFER / reply),
+                  "too few requests sent to fill the output buffers");
+#ifndef __SANITIZE_THREAD__
+    ck_assert_msg((double)(rss1 - rss0) * 1024 <= bound + (8 << 20),
+                  "VmRSS grew by %ld kB, over the bound", rss1 - rss0);
+#endif
+    for (int i = 0; i < OUT_CONNS; i++)
+        close(fds[i]);
+    /* The daemon serves on. */
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    free(json);
+}
+END_TEST
+
+/* ---- rings let go while the daemon stops ---- */
+
+/* A trainer holds batches of its ring (manual_release) when prestod stops:
+ * the rings prestod lets go while stopping are neither watched nor punched
+ * (nothing is charged any more), so the held batches keep their bytes. */
+START_TEST(test_stop_keeps_held_batches)
+{
+    presto_t *p;
+    presto_stream_t *st;
+    presto_stream_opts_t o;
+    presto_batch_t b[2];
+    uint64_t fnv[2];
+    presto_stream_opts_init(&o);
+    o.dataset = DATASET;
+    o.batch_size = 16;
+    o.seed = 9;
+    o.prefetch = 8;
+    o.transport = PRESTO_TRANSPORT_SHM;
+    o.manual_release = 1;
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    ck_assert_int_eq(presto_stream_open(p, &o, &st), 0);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(presto_next(st, &b[i]), 1);
+        fnv[i] = harness_fnv(HARNESS_FNV_INIT, b[i].data, b[i].size);
+    }
+    /* The daemon is the fixture's child, not this case's: stopped here,
+     * reaped (and its status checked) by the teardown. */
+    ck_assert_int_eq(kill(H.pid, SIGTERM), 0);
+    ck_assert_int_eq(harness_wait_log(&H, "<6>stopped", 20000), 0);
+    for (int i = 0; i < 2; i++) {
+        const uint8_t *d = b[i].data;
+        size_t nz = 0;
+        for (size_t k = 0; k < b[i].size; k++)
+            nz += d[k] != 0;
+        ck_assert_msg(nz > 0, "batch %d zeroed when prestod stopped", i);
+        ck_assert_msg(harness_fnv(HARNESS_FNV_INIT, b[i].data, b[i].size) == fnv[i],
+                      "batch %d changed when prestod stopped", i);
+        presto_release(st, &b[i]);
+    }
+    presto_stream_close(st);
+    presto_close(p);
 }
 END_TEST
 
@@ -457,6 +758,12 @@ static Suite *budget_suite(void)
     const struct harness_case hogs[] = {{"hog", test_hog_held_to_budget},
                                         {"granted", test_lower_prefetch_granted}};
     harness_add_cases(s, hogs, 2, daemon_setup, daemon_teardown, CASE_TIMEOUT_S);
+    const struct harness_case fair[] = {{"fair", test_fair_grants}};
+    harness_add_cases(s, fair, 1, fair_setup, daemon_teardown, CASE_TIMEOUT_S);
+    const struct harness_case held[] = {{"stop_keeps_held", test_stop_keeps_held_batches}};
+    harness_add_cases(s, held, 1, daemon_setup, daemon_teardown, CASE_TIMEOUT_S);
+    const struct harness_case out[] = {{"output", test_queued_replies_bounded}};
+    harness_add_cases(s, out, 1, output_setup, daemon_teardown, CASE_TIMEOUT_S);
     const struct harness_case end[] = {{"end_lost_error", test_end_lost_error}};
     harness_add_cases(s, end, 1, end_fault_setup, daemon_teardown, CASE_TIMEOUT_S);
     const struct harness_case close_[] = {{"end_lost_close", test_end_lost_close}};

@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,48 +55,16 @@ static int mounted;
 
 static int slowfs_mount(char *why, size_t whylen)
 {
-    char slowfs[HARNESS_PATH_MAX * 2], log[HARNESS_PATH_MAX], lat[16];
-    snprintf(slowfs, sizeof(slowfs), "%s/slowfs", harness_env("PRESTO_BUILD", "build"));
-    if (access(slowfs, X_OK) != 0) {
-        snprintf(why, whylen, "no slowfs in %.200s (libfuse3-dev missing? make deps)",
-                 harness_env("PRESTO_BUILD", "build"));
+    if (harness_slowfs_mount(&H, data_root, LATENCY_MS, mnt, sizeof(mnt), why, whylen) < 0)
         return -1;
-    }
-    if (access("/dev/fuse", R_OK | W_OK) != 0) {
-        snprintf(why, whylen, "/dev/fuse: %s", strerror(errno));
-        return -1;
-    }
-    if (harness_path(&H, "mnt", mnt, sizeof(mnt)) < 0 || mkdir(mnt, 0700) < 0 ||
-        harness_path(&H, "slowfs.log", log, sizeof(log)) < 0) {
-        snprintf(why, whylen, "cannot make the mount point");
-        return -1;
-    }
-    snprintf(lat, sizeof(lat), "%d", LATENCY_MS);
-    const char *argv[] = {slowfs, "--latency-ms", lat, data_root, mnt, NULL};
-    int rc = harness_run(argv, log, 30);
-    if (rc != 0) {
-        char msg[256] = "";
-        FILE *f = fopen(log, "r");
-        if (f) {
-            if (!fgets(msg, sizeof(msg), f))
-                msg[0] = '\0';
-            fclose(f);
-        }
-        msg[strcspn(msg, "\n")] = '\0';
-        snprintf(why, whylen, "slowfs could not mount (status %d): %s", rc, msg);
-        return -1;
-    }
     mounted = 1;
     return 0;
 }
 
 static void slowfs_unmount(void)
 {
-    if (!mounted)
-        return;
-    const char *argv[] = {"fusermount3", "-u", "-z", mnt, NULL};
-    if (harness_run(argv, NULL, 30) != 0 && umount2(mnt, MNT_DETACH) < 0)
-        fprintf(stderr, "cannot unmount %s: %s\n", mnt, strerror(errno));
+    if (mounted)
+        harness_slowfs_unmount(mnt);
     mounted = 0;
 }
 

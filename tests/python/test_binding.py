@@ -33,12 +33,12 @@ CONFIG = pt.TINY_CONFIG
 
 needs_torch = unittest.skipUnless(torch is not None, "torch is not importable")
 
-_dir = _daemon = None
+_dir = _root = _daemon = None
 
 
 def setUpModule():
-    global _dir, _daemon
-    _dir, _, _, _daemon = pt.serve(CONFIG, COUNT, CLASSES, 7, side=SIDE)
+    global _dir, _root, _daemon
+    _dir, _root, _, _daemon = pt.serve(CONFIG, COUNT, CLASSES, 7, side=SIDE)
 
 
 def tearDownModule():
@@ -77,8 +77,8 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(len(s), 5)
             self.assertEqual(s.info[:5], (COUNT, 5, (SIDE, SIDE, 3), np.uint8, "nhwc"))
             want = os.environ.get("PRESTO_TRANSPORT") or "shm"
-            self.assertEqual((s.info.transport, s.info.slots),
-                             (want, 8 if want == "shm" else 0))
+            self.assertEqual((s.info.transport, s.info.slots, s.info.prefetch),
+                             (want, 8 if want == "shm" else 0, 8))
             sizes, labels = [], []
             for i, b in enumerate(s):
                 self.assertEqual(b.index, i)
@@ -293,9 +293,12 @@ class SharedMemoryTest(unittest.TestCase):
 
     def test_same_arrays_as_the_socket(self):
         shm = self.client.stream("tiny", batch_size=10, seed=4, transport="shm")
-        self.assertEqual((shm.info.transport, shm.info.slots), ("shm", 8))
+        self.assertEqual((shm.info.transport, shm.info.slots, shm.info.prefetch),
+                         ("shm", 8, 8))
         sock = self.client.stream("tiny", batch_size=10, seed=4, transport="socket")
-        self.assertEqual((sock.info.transport, sock.info.slots), ("socket", 0))
+        # The socket has no ring; OPENED still says the prefetch granted.
+        self.assertEqual((sock.info.transport, sock.info.slots, sock.info.prefetch),
+                         ("socket", 0, 8))
         a, b = pull(shm), pull(sock)
         self.assertEqual(len(a), len(b))
         for (la, ia), (lb, ib) in zip(a, b):
@@ -342,6 +345,44 @@ class SharedMemoryTest(unittest.TestCase):
             t.join()
         self.assertEqual(errors, [])
         self.assertEqual(got, want)
+
+
+class BudgetTest(unittest.TestCase):
+    """A daemon whose client memory budget cannot hold the prefetch asked:
+    the stream is granted a lower one (info.prefetch says it, on both
+    transports) and delivers the same epoch."""
+
+    def test_lower_prefetch_granted(self):
+        dir = pt.tempdir()
+        path = os.path.join(dir, "prestod.yaml")
+        with open(path, "w") as f:
+            f.write(CONFIG.format(root=json.dumps(_root), side=SIDE) +
+                    "limits:\n  client_memory: 1MiB\n  user_memory: 256KiB\n")
+        d = pt.Daemon(dir, ["-c", path], name="tight")
+        try:
+            with presto.Client(d.sock) as c:
+                for transport in ("shm", "socket"):
+                    s = c.stream("tiny", batch_size=2, seed=4, prefetch=64,
+                                 transport=transport)
+                    self.assertEqual(s.info.transport, transport)
+                    self.assertGreaterEqual(s.info.prefetch, 2)
+                    self.assertLess(s.info.prefetch, 64)
+                    self.assertEqual(s.info.slots,
+                                     s.info.prefetch if transport == "shm" else 0)
+                    want = pull(self.client_stream(transport))
+                    got = pull(s)
+                    self.assertEqual(keys(got), keys(want))
+                self.assertEqual(c.stats()["client_memory"]["lowered"], 2)
+        finally:
+            pt.finish(dir, d)
+
+    def client_stream(self, transport):
+        """The same stream from the module's daemon, with its default prefetch."""
+        c = presto.Client(_daemon.sock)
+        self.addCleanup(c.close)
+        s = c.stream("tiny", batch_size=2, seed=4, transport=transport)
+        self.assertEqual(s.info.prefetch, 8)
+        return s
 
 
 class DaemonDiesTest(unittest.TestCase):

@@ -320,13 +320,16 @@ class _Slot:
 
 StreamInfo = collections.namedtuple(
     "StreamInfo", "samples batches shape dtype layout transport slots dataset_samples "
-    "fingerprint")
+    "fingerprint prefetch")
 StreamInfo.__doc__ = """What a stream delivers to this rank: samples, batches
 (the whole epoch's, also when the stream resumes it), shape of one sample
 ((h, w, c), or (c, h, w) for layout "nchw"), the numpy dtype of the images,
 layout ("nhwc" or "nchw"), transport ("shm" or "socket"), the shared-memory
 ring's slots (0 on the socket), the whole dataset's samples and its
-fingerprint (16 hex digits; None when the daemon did not say)."""
+fingerprint (16 hex digits; None when the daemon did not say), and the
+prefetch the daemon granted on either transport: the one asked for, or lower
+where its client memory budget could not hold it (0: the daemon did not
+say)."""
 
 
 def _view(addr, nbytes, dtype, shape, owner):
@@ -429,7 +432,8 @@ class Stream:
                                dtype, _LAYOUT_NAMES.get(i.layout, "nhwc"),
                                _TRANSPORT_NAMES.get(i.transport, "socket"), i.slots,
                                i.dataset_samples,
-                               "%016x" % i.fingerprint if i.fingerprint else None)
+                               "%016x" % i.fingerprint if i.fingerprint else None,
+                               _c.presto_stream_prefetch(handle.ptr))
 
     def __len__(self):
         """Batches this epoch's plan holds: an upper bound, since bad samples

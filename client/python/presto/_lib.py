@@ -117,6 +117,7 @@ _PROTOTYPES = {
     "presto_stream_open": (_c_int, [_handle, ctypes.POINTER(StreamOpts),
                                     ctypes.POINTER(_handle)]),
     "presto_stream_info": (_c_int, [_handle, ctypes.POINTER(StreamInfo)]),
+    "presto_stream_prefetch": (ctypes.c_uint32, [_handle]),
     "presto_next": (_c_int, [_handle, ctypes.POINTER(BatchStruct)]),
     "presto_release": (None, [_handle, ctypes.POINTER(BatchStruct)]),
     "presto_stream_skipped": (ctypes.c_uint64, [_handle]),
