@@ -142,7 +142,7 @@ void source_stats(const struct source *s, struct stats_out *o)
 {
     if (!s->ops->stats)
         return;
-    stats_begin(o, "source", NULL, NULL, NULL);
+    stats_begin(o, "source", "remote", NULL, NULL); /* the dataset's source_* counters are files */
     s->ops->stats(s, o);
     stats_end(o);
 }

@@ -160,7 +160,8 @@ void source_cancel(const struct source *s, struct io_ring *io, struct io_req *q)
     X(latency_p99_us, GAUGE, "microseconds", "99th percentile of it", "latency_p99")  \
     X(latency_max_us, GAUGE, "microseconds", "the longest of them", "latency_max")
 struct stats_out;
-/* The section "source" of a remote source's dataset (nothing for files). */
+/* The section "source" of a remote source's dataset (nothing for files);
+ * in Prometheus presto_dataset_remote_*{dataset=...}. */
 void source_stats(const struct source *s, struct stats_out *o);
 
 #endif

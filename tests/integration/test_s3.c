@@ -12,6 +12,8 @@
  *     down mid-run every sample fails after its last try (counted, skipped
  *     under on_error: skip, the message names the server), and once it is
  *     back the epoch is whole and equal: nothing was cached from a failure;
+ *   - "disk": after a restart the epoch comes from the disk tier (objects
+ *     keyed by key, size and ETag) without a single request to S3;
  *   - "refused": a wrong secret (403 SignatureDoesNotMatch from the proxy),
  *     a missing bucket, a server that is down, no credentials: prestod
  *     refuses to start, naming the URL and the server's message.
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../tools/objfixture.h"
@@ -37,12 +40,12 @@ static struct harness H;
 static struct objfixture fx;
 static char data_dir[HARNESS_PATH_MAX], endpoint[64];
 
-static void start_daemon(const char *source_extra)
+static void start_cache(const char *cache, const char *source_extra)
 {
     char yaml[4096];
     snprintf(yaml, sizeof(yaml),
              "workers: 2\n"
-             "cache:\n  memory: 64M\n"
+             "cache:\n%s"
              "source:\n  endpoint: %s\n  page_keys: 7\n%s"
              "datasets:\n"
              "  - name: folder\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
@@ -50,8 +53,13 @@ static void start_daemon(const char *source_extra)
              "    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
              "  - name: s3b\n    root: s3://data/train/\n"
              "    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
-             endpoint, source_extra, data_dir);
+             cache, endpoint, source_extra, data_dir);
     ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+}
+
+static void start_daemon(const char *source_extra)
+{
+    start_cache("  memory: 64M\n", source_extra);
 }
 
 static void daemon_teardown(void)
@@ -181,6 +189,35 @@ START_TEST(test_faults)
 }
 END_TEST
 
+/* ---- case "disk": objects keyed by their ETag in the disk tier ---- */
+
+START_TEST(test_disk_tier)
+{
+    char dir[HARNESS_PATH_MAX], cache[HARNESS_PATH_MAX + 64];
+    harness_path(&H, "cache", dir, sizeof(dir));
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    snprintf(cache, sizeof(cache), "  memory: 64M\n  dir: %s\n  disk: 256M\n", dir);
+    start_cache(cache, "");
+    same_as_folder("s3", 0, 0); /* cold: fetched, stored on disk */
+    harness_stop_checked(&H);
+    /* restarted: listed again, then every sample from the disk tier, no GET */
+    start_cache(cache, "");
+    long before = objfixture_stat(&fx, "requests");
+    same_as_folder("s3", 1, 1);
+    ck_assert_msg(objfixture_stat(&fx, "requests") == before,
+                  "%ld requests to S3 for an epoch on disk", objfixture_stat(&fx, "requests") - before);
+    char *json;
+    double hits = -1;
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    const char *p = strstr(json, "\"name\":\"s3\"");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(harness_json_number(p, "disk", "hits", &hits), 0);
+    free(json);
+    ck_assert_msg(hits == NSAMPLES, "%g disk hits", hits);
+    harness_stop_checked(&H); /* started here, in the test's process */
+}
+END_TEST
+
 /* ---- case "refused" ---- */
 
 /* prestod on a one-dataset config must exit non-zero with want in its output. */
@@ -271,6 +308,9 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = harness_tcase("faults", faults_setup, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_faults);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("disk", NULL, NULL, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_disk_tier);
     suite_add_tcase(s, tc);
     tc = harness_tcase("refused", NULL, NULL, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_refused);
