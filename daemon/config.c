@@ -95,6 +95,15 @@ static const struct cfg_key cfg_keys[] = {
     KEY("profile", "worker_share", CFG_U32, profile_worker_share, 1, 100, 50),
     KEY("profile", "memory", CFG_SIZE, profile_memory, 1ull << 20, 1ull << 40, 256ull << 20),
     KEY_AT("metrics", "listen", CFG_LISTEN, metrics_listen, 0, 0, 0, CFG_RESTART),
+    KEY_AT("source", "endpoint", CFG_STR, source_endpoint, 0, 0, 0, CFG_RESTART),
+    KEY_AT("source", "region", CFG_STR, source_region, 0, 0, 0, CFG_RESTART),
+    KEY_AT("source", "credentials_file", CFG_STR, source_credentials_file, 0, 0, 0,
+           CFG_RESTART),
+    KEY_AT("source", "retries", CFG_U32, source_retries, 0, 100, 5, CFG_RESTART),
+    KEY_AT("source", "timeout_ms", CFG_U32, source_timeout_ms, 10, 3600000, 30000, CFG_RESTART),
+    KEY_AT("source", "connect_timeout_ms", CFG_U32, source_connect_timeout_ms, 10, 600000, 5000,
+           CFG_RESTART),
+    KEY_AT("source", "page_keys", CFG_U32, source_page_keys, 1, 1000, 1000, CFG_RESTART),
 };
 #define CFG_NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))
 
@@ -876,6 +885,36 @@ static int cfg_check(struct cfg_parse *ps, const struct config *c)
     return 0;
 }
 
+/* The source.* keys into d (fixed buffers: a dataset's copy outlives c). */
+static int cfg_dataset_source(struct cfg_parse *ps, const struct config *c,
+                              struct config_dataset *d)
+{
+    static const char *const names[] = {"endpoint", "region", "credentials_file"};
+    const char *vals[] = {c->source_endpoint, c->source_region, c->source_credentials_file};
+    char *dst[] = {d->source.endpoint, d->source.region, d->source.credentials_file};
+    size_t lens[] = {sizeof(d->source.endpoint), sizeof(d->source.region),
+                     sizeof(d->source.credentials_file)};
+    for (int i = 0; i < 3; i++) {
+        if (strlen(vals[i] ? vals[i] : "") < lens[i]) {
+            snprintf(dst[i], lens[i], "%s", vals[i] ? vals[i] : "");
+            continue;
+        }
+        if (!ps)
+            return -EINVAL;
+        const struct cfg_key *k = cfg_find_key("source", names[i]);
+        char key[64];
+        snprintf(key, sizeof(key), "source.%s", names[i]);
+        return cfg_error_line(ps, ps->line[k - cfg_keys], key, "longer than %zu characters",
+                              lens[i] - 1);
+    }
+    d->source.retries = c->source_retries;
+    d->source.timeout_ms = c->source_timeout_ms;
+    d->source.connect_timeout_ms = c->source_connect_timeout_ms;
+    d->source.page_keys = c->source_page_keys;
+    d->source.depth = c->io_depth;
+    return 0;
+}
+
 /* ---- public ---- */
 
 int config_defaults(struct config *c)
@@ -949,6 +988,8 @@ int config_load_string(struct config *c, const char *yaml, size_t len,
         rc = cfg_check(&ps, c);
     if (rc == 0 && c->user_memory == 0) /* unset, or 0: half of client_memory */
         c->user_memory = c->client_memory / 2;
+    for (uint32_t i = 0; rc == 0 && i < c->ndatasets; i++)
+        rc = cfg_dataset_source(&ps, c, &c->datasets[i]);
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     return rc;
@@ -1023,6 +1064,11 @@ int config_add_dataset_arg(struct config *c, const char *arg, char *err, size_t 
     if (!(d->root = strdup(eq + 1)))
         return -ENOMEM;
     default_pipeline(d);
+    if (cfg_dataset_source(NULL, c, d) < 0) {
+        snprintf(err, errlen, "--dataset '%s': source.* keys too long", arg);
+        free(d->root);
+        return -EINVAL;
+    }
     c->ndatasets++;
     return 0;
 }
@@ -1206,6 +1252,9 @@ void config_free(struct config *c)
     free(c->socket_path);
     free(c->metrics_listen);
     free(c->cache_dir);
+    free(c->source_endpoint);
+    free(c->source_region);
+    free(c->source_credentials_file);
     cluster_config_free(&c->cluster);
     memset(c, 0, sizeof(*c));
 }

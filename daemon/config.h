@@ -14,6 +14,10 @@
  *   metrics: { listen: off | PORT | HOST:PORT }   # Prometheus /metrics over HTTP
  *   cluster: { memcached: [HOST:PORT, ...] (none: off), timeout_ms: 200,
  *              item_max: 1MiB }           # the cluster tier (cluster.h)
+ *   source: { endpoint: URL (AWS), region: us-east-1, credentials_file: PATH,
+ *             retries: 5, timeout_ms: 30000, connect_timeout_ms: 5000,
+ *             page_keys: 1000 }
+ *                                         # s3:// and http(s):// roots
  *   limits: { connections: 256, connections_per_user: 128, idle_timeout: 300,
  *             streams_per_connection: 16,
  *             streams_per_user: 256, batch_size: 4096, prefetch: 64,
@@ -58,6 +62,21 @@ enum config_io_backend { CONFIG_IO_AUTO = 0, CONFIG_IO_PREAD = 1 };
  * budget is larger than the memory available: see tiers.h). */
 enum config_direct_io { CONFIG_DIRECT_OFF = 0, CONFIG_DIRECT_ON = 1, CONFIG_DIRECT_AUTO = 2 };
 
+/* What an s3:// or http(s):// root is read with (source.*; copied into
+ * each dataset when the file is read: a dataset's source may outlive the
+ * configuration it came from). Credentials are never here: they come from
+ * the environment or credentials_file when the source opens. */
+struct config_source {
+    char endpoint[256];          /* "http(s)://host[:port]"; "": AWS */
+    char region[64];             /* "": us-east-1 */
+    char credentials_file[1024]; /* "": AWS_ACCESS_KEY_ID, ... */
+    uint32_t retries;            /* tries after the first */
+    uint32_t timeout_ms;         /* per attempt */
+    uint32_t connect_timeout_ms;
+    uint32_t page_keys;          /* keys per ListObjectsV2 page */
+    uint32_t depth;              /* requests in flight (io.depth) */
+};
+
 struct config_dataset {
     char name[CONFIG_NAME_MAX];
     char *root;
@@ -71,6 +90,7 @@ struct config_dataset {
                        holds the default until then */
     int line;       /* where it was declared (0: command line) */
     int root_line;  /* where its root was set (0: command line) */
+    struct config_source source; /* the source.* keys, as the file had them */
 };
 
 struct config {
@@ -115,6 +135,8 @@ struct config {
     uint64_t profile_memory;       /* bytes of a profile's trial memory tier */
     char *metrics_listen;          /* [HOST:]PORT of the /metrics HTTP endpoint; NULL: off */
     struct cluster_config cluster; /* cluster.*: the cluster tier's servers (none: off) */
+    char *source_endpoint, *source_region, *source_credentials_file; /* source.* */
+    uint32_t source_retries, source_timeout_ms, source_connect_timeout_ms, source_page_keys;
     struct config_dataset *datasets;
     uint32_t ndatasets;
 };

@@ -333,6 +333,11 @@ void dataset_file_req(const struct dataset *ds, uint32_t sample, void *buf, size
     source_req(ds->src, ds->ix, ds->ids ? ds->ids[sample] : sample, buf, len, q);
 }
 
+const struct source *dataset_source(const struct dataset *ds)
+{
+    return ds->src;
+}
+
 /* ---- flags and counters ---- */
 
 void dataset_bad_sample(struct dataset *ds, uint32_t sample, const char *msg)
@@ -365,6 +370,7 @@ void dataset_stats(const struct dataset *ds, struct stats_out *o)
     for (int i = 0; i < DATASET_COUNTER_MAX; i++)
         c[i] = __atomic_load_n(&ds->counters[i], __ATOMIC_RELAXED);
     stats_emit_u64(o, counter_decl, c, DATASET_COUNTER_MAX);
+    source_stats(ds->src, o);
 }
 
 /* ---- users, warm-ups, split: auto (event loop thread) ---- */

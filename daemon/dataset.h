@@ -35,6 +35,7 @@
 
 struct dataset;
 struct io_req;
+struct source;
 
 /* A strategy in force: what runs offline and how it is kept. Immutable;
  * pinned with dataset_strategy, let go with strategy_put. */
@@ -156,6 +157,9 @@ int dataset_read(const struct dataset *ds, uint32_t sample, uint64_t max_size,
 /* Makes q a whole-file read of the sample's source into buf (len bytes at
  * most), for an I/O ring (io.h): opened below the root unless
  * follow_symlinks. The caller sets on_done and arg. */
+/* The source its reads go to (source_submit, source_wait: remote sources
+ * run their requests themselves). */
+const struct source *dataset_source(const struct dataset *ds);
 void dataset_file_req(const struct dataset *ds, uint32_t sample, void *buf, size_t len,
                       struct io_req *q);
 /* The size of a sample's file at indexing. */

@@ -21,6 +21,7 @@
 #include "dataset.h"
 #include "log.h"
 #include "notify.h"
+#include "objstore.h"
 #include "pipeline.h"
 #include "profile.h"
 #include "readahead.h"
@@ -336,6 +337,11 @@ int main(int argc, char **argv)
     startup_signals();
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN); /* a file-size limit: writes fail with EFBIG instead */
+    if (objstore_global_init() < 0) { /* libcurl, before any thread */
+        fprintf(stderr, "prestod: cannot initialise libcurl\n");
+        free(o.datasets);
+        return 1;
+    }
     if (load_config(&cfg, &o, err, sizeof(err)) < 0) {
         fprintf(stderr, "prestod: %s\n", err);
         goto out;
@@ -461,6 +467,7 @@ out:
     tiers_destroy(tiers);
     config_free(&cfg);
     free(o.datasets);
+    objstore_global_cleanup();
     if (status == 0 && !o.check_only)
         log_info("stopped");
     return status;

@@ -1,5 +1,6 @@
 /* Batched pipeline through the cache tiers: see pipeline.h. */
 #include "pipeline.h"
+#include "source.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -434,7 +435,10 @@ static void chunk_prepare(struct chunk *C, struct io_ring *io, size_t bytes,
             q->state = IO_S_DONE; /* no on_done: the loop's chunks have their arena */
             continue;
         }
-        io_submit(io, q);
+        if (it->where == TIERS_SOURCE)
+            source_submit(dataset_source(C->x.ds), io, q); /* remote: its own loop */
+        else
+            io_submit(io, q);
     }
     io_poll(io);
 }
@@ -445,7 +449,10 @@ static void chunk_need(struct worker_ctx *ctx, struct chunk *C, struct item *it)
     if (!item_reads(it))
         return;
     io_poll(ctx->io); /* completions in, more reads out */
-    io_wait(ctx->io, &C->reqs[it->req]);
+    if (it->where == TIERS_SOURCE)
+        source_wait(dataset_source(C->x.ds), ctx->io, &C->reqs[it->req]);
+    else
+        io_wait(ctx->io, &C->reqs[it->req]);
     tiers_unpin(&C->x, &it->t);
 }
 
@@ -454,8 +461,12 @@ static void chunk_need(struct worker_ctx *ctx, struct chunk *C, struct item *it)
  * all done), then the records pinned for them are unpinned. */
 static void chunk_release(struct chunk *C, struct io_ring *io)
 {
-    for (unsigned r = 0; io && r < C->nreq; r++)
-        io_cancel(io, &C->reqs[r]);
+    for (unsigned r = 0; io && r < C->nreq; r++) {
+        if (C->items[C->req_item[r]].where == TIERS_SOURCE)
+            source_cancel(dataset_source(C->x.ds), io, &C->reqs[r]);
+        else
+            io_cancel(io, &C->reqs[r]);
+    }
     for (uint32_t i = 0; i < C->m; i++)
         tiers_unpin(&C->x, &C->items[i].t);
     C->nreq = 0;
@@ -733,8 +744,10 @@ int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t 
     a->ck.m = chunk_gather(p, &a->ck, ids, n, 0, &bytes);
     for (uint32_t i = 0; i < a->ck.m; i++) {
         reads += item_reads(&a->ck.items[i]);
-        /* The cluster tier is looked up by the worker, before the source. */
-        if (a->ck.items[i].where == TIERS_SOURCE && tiers_cluster_on(&a->ck.x)) {
+        /* The cluster tier is looked up by the worker, before the source;
+         * a remote source's reads are run by its own thread for a worker. */
+        if (a->ck.items[i].where == TIERS_SOURCE &&
+            (tiers_cluster_on(&a->ck.x) || source_remote(dataset_source(ds)))) {
             pipeline_ahead_drop(a);
             return 0;
         }

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "fileext.h"
+#include "io.h"
+#include "stats.h"
 #include "source_impl.h"
 
 const char *source_kind_name(enum source_kind k)
@@ -38,9 +40,12 @@ int source_open(struct source **out, const struct config_dataset *cfg, struct in
     case SOURCE_TAR:
         rc = source_tar_new(s, cfg, ix, err, errlen);
         break;
+    case SOURCE_S3:
+        rc = source_s3_new(s, cfg, ix, err, errlen);
+        break;
     default:
         snprintf(err, errlen, "dataset '%s': root %s: %s sources are not served yet "
-                 "(a directory, a .csv or .jsonl manifest, or .tar shards are)",
+                 "(a directory, a .csv or .jsonl manifest, .tar shards or s3:// are)",
                  cfg->name, cfg->root, source_kind_name(s->kind));
         rc = -EPROTONOSUPPORT;
         break;
@@ -105,6 +110,41 @@ void source_req(const struct source *s, const struct index *ix, uint32_t sample,
                 size_t len, struct io_req *q)
 {
     s->ops->req(s, ix, sample, buf, len, q);
+}
+
+int source_remote(const struct source *s)
+{
+    return s->ops->submit != NULL;
+}
+
+void source_submit(const struct source *s, struct io_ring *io, struct io_req *q)
+{
+    if (s->ops->submit)
+        s->ops->submit(s, q);
+    else
+        io_submit(io, q);
+}
+
+ssize_t source_wait(const struct source *s, struct io_ring *io, struct io_req *q)
+{
+    return s->ops->wait ? s->ops->wait(s, q) : io_wait(io, q);
+}
+
+void source_cancel(const struct source *s, struct io_ring *io, struct io_req *q)
+{
+    if (s->ops->cancel)
+        s->ops->cancel(s, q);
+    else
+        io_cancel(io, q);
+}
+
+void source_stats(const struct source *s, struct stats_out *o)
+{
+    if (!s->ops->stats)
+        return;
+    stats_begin(o, "source", "remote", NULL, NULL); /* the dataset's source_* counters are files */
+    s->ops->stats(s, o);
+    stats_end(o);
 }
 
 /* ---- helpers for the kinds ---- */

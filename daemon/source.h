@@ -10,8 +10,10 @@
  *   TAR        WebDataset tar shards, ROOT.tar or a brace pattern
  *              ("train-{000000..000146}.tar", braces.h): members grouped by
  *              key (wds.h), each sample's image read by its byte range
- *   HTTP, S3   http(s):// and s3://BUCKET/PREFIX (objstore.h): recognised,
- *              refused at open until their reads go through the tiers
+ *   S3         s3://BUCKET/PREFIX (source_s3.c, objstore.h): listed at
+ *              indexing (PREFIX/CLASS/NAME, an ImageFolder), each sample a
+ *              GET run by the source's own event loop thread
+ *   HTTP       http(s)://: recognised, refused at open (not yet served)
  *
  * source_open indexes the source into an index (index.h): the samples in
  * id order with their labels, a path for messages and the disk tier's key
@@ -26,6 +28,11 @@
  *     preset from the index: the shard is the identity). The ring runs it
  *     asynchronously and calls its on_done; a worker waits on it with
  *     io_wait, the event loop's ring hands IO_DEFERRED ones to a worker.
+ *     A remote source (source_remote: S3) runs the request itself: the
+ *     caller hands it over with source_submit and waits with source_wait
+ *     (source_cancel takes it back); for the other kinds these three are
+ *     io_submit, io_wait and io_cancel on the caller's ring. A remote
+ *     request is never on the event loop's ring (readahead skips them).
  *   - source_read reads a sample whole on the calling thread (recovery,
  *     files that grew since indexing).
  *   - source_open_file opens a sample's file (the profiler drops it from
@@ -115,5 +122,46 @@ int source_read(const struct source *s, const struct index *ix, uint32_t sample,
  * the bytes read or -errno, q->size and q->mtime_ns the identity read. */
 void source_req(const struct source *s, const struct index *ix, uint32_t sample, void *buf,
                 size_t len, struct io_req *q);
+
+/* 1 when s runs its reads itself (S3): source_submit, not a ring. */
+int source_remote(const struct source *s);
+struct io_ring;
+/* Runs q (made by source_req): on io for files, on the source's own loop
+ * for a remote source. Any thread but the event loop's for a remote one. */
+void source_submit(const struct source *s, struct io_ring *io, struct io_req *q);
+/* Blocks until q is done; returns q->res. */
+ssize_t source_wait(const struct source *s, struct io_ring *io, struct io_req *q);
+/* Takes q back (done once this returns; -ECANCELED when it had not started). */
+void source_cancel(const struct source *s, struct io_ring *io, struct io_req *q);
+
+/* A remote source's stats (a dataset's section "source"): its requests
+ * (objstore.h: over its whole life, listing included). */
+#define SOURCE_REMOTE_STATS(X)                                                        \
+    X(in_flight, GAUGE, "requests", "requests on the wire now")                       \
+    X(queued, GAUGE, "requests", "requests waiting for one of io.depth slots")        \
+    X(waiting, GAUGE, "requests", "requests waiting to be retried (backoff)")         \
+    X(depth, GAUGE, "requests", "the most requests in flight (io.depth)")             \
+    X(requests, COUNTER, "requests", "GETs and listing pages asked for")              \
+    X(attempts, COUNTER, "requests", "transfers started, retries included")           \
+    X(retries, COUNTER, "requests", "attempts after a retryable failure")             \
+    X(completed, COUNTER, "requests", "requests that succeeded")                      \
+    X(failed, COUNTER, "requests", "requests that failed after their last try")       \
+    X(failed_http, COUNTER, "requests", "... of them with an HTTP error status")      \
+    X(failed_timeout, COUNTER, "requests", "... of them timed out")                   \
+    X(failed_connect, COUNTER, "requests", "... refused, reset, unreachable or cut short") \
+    X(status_5xx, COUNTER, "responses", "5xx responses, every attempt")               \
+    X(status_429, COUNTER, "responses", "429 responses, every attempt")               \
+    X(status_4xx, COUNTER, "responses", "other 4xx responses, every attempt")         \
+    X(bytes, COUNTER, "bytes", "body bytes received")                                 \
+    X(bytes_per_s, GAUGE, "bytes per second", "body bytes in the last whole second",  \
+      "bytes_per_second")                                                             \
+    X(latency_p50_us, GAUGE, "microseconds", "median attempt latency (last 4096)",    \
+      "latency_p50")                                                                  \
+    X(latency_p99_us, GAUGE, "microseconds", "99th percentile of it", "latency_p99")  \
+    X(latency_max_us, GAUGE, "microseconds", "the longest of them", "latency_max")
+struct stats_out;
+/* The section "source" of a remote source's dataset (nothing for files);
+ * in Prometheus presto_dataset_remote_*{dataset=...}. */
+void source_stats(const struct source *s, struct stats_out *o);
 
 #endif

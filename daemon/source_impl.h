@@ -6,7 +6,11 @@
 #ifndef PRESTO_SOURCE_IMPL_H
 #define PRESTO_SOURCE_IMPL_H
 
+#include <sys/types.h>
+
 #include "source.h"
+
+struct stats_out;
 
 struct source_ops {
     void (*close)(struct source *s);
@@ -19,6 +23,13 @@ struct source_ops {
     int (*read)(const struct source *s, const struct index *ix, uint32_t sample,
                 uint64_t max_size, struct img *out, struct source_file *f, char *err,
                 size_t errlen);
+    /* Remote sources (NULL for files: the caller's I/O ring runs req's
+     * requests): a request made by req handed to the source, waited for,
+     * taken back; and the source's own stats section. */
+    void (*submit)(const struct source *s, struct io_req *q);
+    ssize_t (*wait)(const struct source *s, struct io_req *q);
+    void (*cancel)(const struct source *s, struct io_req *q);
+    void (*stats)(const struct source *s, struct stats_out *o);
 };
 
 struct source {
@@ -33,6 +44,8 @@ int source_dir_new(struct source *s, const struct config_dataset *cfg, struct in
                    char *err, size_t errlen);
 int source_manifest_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
                         char *err, size_t errlen);
+int source_s3_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
+                  char *err, size_t errlen);
 int source_tar_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
                    char *err, size_t errlen);
 

@@ -264,6 +264,26 @@ int harness_run(const char *const *argv, const char *out_path, int timeout_s)
     return rc;
 }
 
+int harness_run_config(const struct harness *h, const char *yaml, int timeout_s, char *out,
+                       size_t len)
+{
+    char conf[HARNESS_PATH_MAX], outp[HARNESS_PATH_MAX], prestod[HARNESS_PATH_MAX];
+    int rc = harness_write_file(h, "refused.yaml", yaml, conf, sizeof(conf));
+    if (rc < 0)
+        return rc;
+    harness_path(h, "refused.out", outp, sizeof(outp));
+    snprintf(prestod, sizeof(prestod), "%s/prestod", harness_env("PRESTO_BUILD", "build"));
+    const char *argv[] = {prestod, "-c", conf, NULL};
+    rc = harness_run(argv, outp, timeout_s);
+    FILE *f = fopen(outp, "r");
+    out[0] = '\0';
+    if (f) {
+        out[fread(out, 1, len - 1, f)] = '\0';
+        fclose(f);
+    }
+    return rc;
+}
+
 static void print_file(const char *path, const char *title)
 {
     FILE *f = fopen(path, "r");

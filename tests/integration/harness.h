@@ -86,6 +86,13 @@ void harness_slowfs_unmount(const char *mnt);
  * another negative errno. */
 int harness_run(const char *const *argv, const char *out_path, int timeout_s);
 
+/* Runs prestod -c on yaml (written to h->dir/refused.yaml) to its end, up to
+ * timeout_s; its output (stdout and stderr) goes to out (NUL-terminated,
+ * cut to len). Returns its exit status (128 + signal), or -errno. For the
+ * start-up refusals. */
+int harness_run_config(const struct harness *h, const char *yaml, int timeout_s, char *out,
+                       size_t len);
+
 /* Makes an ImageFolder data set in h->dir/name with mkdataset.py (images
  * whose longer side is in [min_side, max_side]); its path goes to root. */
 int harness_make_dataset(const struct harness *h, const char *name, unsigned count,

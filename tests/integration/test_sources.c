@@ -143,21 +143,12 @@ END_TEST
 /* prestod on yaml must exit non-zero with want in its output. */
 static void refused(const char *name, const char *root, const char *want)
 {
-    char conf[HARNESS_PATH_MAX], out[HARNESS_PATH_MAX], sock[HARNESS_PATH_MAX];
-    char yaml[2048], prestod[HARNESS_PATH_MAX], got[8192] = "";
+    char sock[HARNESS_PATH_MAX], yaml[2048], got[8192];
     harness_path(&H, "refused.sock", sock, sizeof(sock));
     snprintf(yaml, sizeof(yaml),
              "socket: %s\nworkers: 1\ndatasets:\n  - name: %s\n    root: %s\n", sock, name,
              root);
-    ck_assert_int_eq(harness_write_file(&H, "refused.yaml", yaml, conf, sizeof(conf)), 0);
-    harness_path(&H, "refused.out", out, sizeof(out));
-    snprintf(prestod, sizeof(prestod), "%s/prestod", harness_env("PRESTO_BUILD", "build"));
-    const char *argv[] = {prestod, "-c", conf, NULL};
-    int rc = harness_run(argv, out, 60);
-    FILE *f = fopen(out, "r");
-    ck_assert_ptr_nonnull(f);
-    got[fread(got, 1, sizeof(got) - 1, f)] = '\0';
-    fclose(f);
+    int rc = harness_run_config(&H, yaml, 60, got, sizeof(got));
     ck_assert_msg(rc > 0 && rc < 128, "%s: prestod exited %d", root, rc);
     ck_assert_msg(strstr(got, want), "%s: the output lacks '%s':\n%s", root, want, got);
 }

@@ -76,6 +76,8 @@ def free_port():
 # ---- the signature check ----
 
 def s3_error(status, code, message, resource=""):
+    from xml.sax.saxutils import escape
+    resource = escape(resource)  # a query's '&' is not XML
     body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
             f"<Message>{message}</Message><Resource>{resource}</Resource>"
             f"<RequestId>0</RequestId></Error>").encode()

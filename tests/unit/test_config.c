@@ -390,6 +390,10 @@ static const struct bad_case bad_cases[] = {
     {"cluster item_max under its minimum", "cluster:\n  item_max: 100\n", 2,
      {"cluster.item_max", "100"}},
     {"unknown cluster key", "cluster:\n  servers: [a:1]\n", 2, {"cluster.servers", "unknown"}},
+    {"source retries out of range", "source:\n  retries: 101\n", 2, {"source.retries", "101"}},
+    {"source page_keys zero", "workers: 1\nsource:\n  page_keys: 0\n", 3,
+     {"source.page_keys"}},
+    {"unknown source key", "source:\n  secret: x\n", 2, {"source.secret", "unknown"}},
     {"YAML syntax error", "socket: /x\nworkers: 2\n  bad: 1\n", 3, {NULL}},
     {"YAML unclosed flow list", "workers: 2\nsocket: [a, b\nprefetch: 2\n", 3, {NULL}},
 };
@@ -747,6 +751,50 @@ START_TEST(test_cluster_keys)
 }
 END_TEST
 
+/* source.*: defaults, the file's values, copied into every dataset (the
+ * file's and the command line's) with io.depth. */
+START_TEST(test_source_keys)
+{
+    struct config a;
+    char err[512];
+    ck_assert_msg(load(&a, "datasets:\n  - name: d\n    root: s3://b/p\n", err,
+                       sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(a.source_retries, 5);
+    ck_assert_str_eq(a.datasets[0].source.endpoint, "");
+    ck_assert_uint_eq(a.datasets[0].source.retries, 5);
+    ck_assert_uint_eq(a.datasets[0].source.timeout_ms, 30000);
+    ck_assert_uint_eq(a.datasets[0].source.page_keys, 1000);
+    ck_assert_uint_eq(a.datasets[0].source.depth, 128);
+    config_free(&a);
+    ck_assert_msg(load(&a, "datasets:\n  - name: d\n    root: s3://b/p\n"
+                           "io:\n  depth: 32\n"
+                           "source:\n  endpoint: http://127.0.0.1:9000\n  region: eu-west-3\n"
+                           "  credentials_file: /etc/presto/aws\n  retries: 0\n"
+                           "  timeout_ms: 1000\n  connect_timeout_ms: 200\n  page_keys: 7\n",
+                       err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(config_add_dataset_arg(&a, "e=s3://c/q", err, sizeof(err)), 0);
+    for (uint32_t i = 0; i < 2; i++) {
+        const struct config_source *cs = &a.datasets[i].source;
+        ck_assert_str_eq(cs->endpoint, "http://127.0.0.1:9000");
+        ck_assert_str_eq(cs->region, "eu-west-3");
+        ck_assert_str_eq(cs->credentials_file, "/etc/presto/aws");
+        ck_assert_uint_eq(cs->retries, 0);
+        ck_assert_uint_eq(cs->timeout_ms, 1000);
+        ck_assert_uint_eq(cs->connect_timeout_ms, 200);
+        ck_assert_uint_eq(cs->page_keys, 7);
+        ck_assert_uint_eq(cs->depth, 32);
+    }
+    config_free(&a);
+    /* a value longer than a dataset keeps: FILE:LINE */
+    char yaml[1024];
+    snprintf(yaml, sizeof(yaml), "datasets:\n  - name: d\n    root: s3://b/p\n"
+                                 "source:\n  region: %0300d\n", 0);
+    ck_assert_int_eq(load(&a, yaml, err, sizeof(err)), -EINVAL);
+    config_free(&a);
+    ck_assert_msg(strstr(err, "test.yaml:5:") && strstr(err, "source.region"), "%s", err);
+}
+END_TEST
+
 /* A dataset is the same only when everything that defines it is. */
 START_TEST(test_dataset_same_and_copy)
 {
@@ -808,6 +856,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_access_and_limit_keys);
     tcase_add_test(tc, test_diff_and_restart_keys);
     tcase_add_test(tc, test_cluster_keys);
+    tcase_add_test(tc, test_source_keys);
     tcase_add_test(tc, test_dataset_same_and_copy);
     suite_add_tcase(s, tc);
     return s;

@@ -1,0 +1,696 @@
+/*
+ * An S3 bucket as a dataset's source (source.h): root s3://BUCKET/PREFIX,
+ * read through objstore.h (libcurl's multi interface on libevent).
+ *
+ * Indexing: ListObjectsV2 of PREFIX/, page by page (source.page_keys), on
+ * the opening thread with an event loop of its own. Keys PREFIX/CLASS/NAME
+ * (NAME may hold further '/') make an ImageFolder: classes are the first
+ * components, sorted; a class's objects are those with one of
+ * torchvision's image extensions, in the order source_dir.c walks a
+ * directory (component by component, byte order), so the sample ids equal
+ * those of the same files in a local ImageFolder. A sample's identity for
+ * the disk tier is its key, its size and its ETag (hashed where a file has
+ * its mtime): a changed object is a new record. A bucket that cannot be
+ * listed refuses the dataset with the URL and the server's message.
+ *
+ * Reads: source_submit hands a request to the source's own thread, which
+ * runs an event loop (the objstore's: curl's sockets and timers as
+ * libevent events) with io.depth requests in flight over reused
+ * connections; each body is written straight into the request's buffer.
+ * The worker waits for it with source_wait (a condition variable). Retries
+ * (source.retries, backoff with jitter, resumed with If-Match) are the
+ * objstore's; a request that fails after its last try ends with -errno,
+ * counted by reason in the stats and logged (the first ones, with the URL,
+ * the status and S3's message); the dataset's on_error applies.
+ *
+ * Credentials: source.credentials_file (an AWS credentials file, the
+ * profile $AWS_PROFILE or "default") when set, else AWS_ACCESS_KEY_ID,
+ * AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN. They are handed to the
+ * objstore (which copies them) and wiped here; never logged, never in
+ * the stats.
+ *
+ * Lock order: r->lock is a leaf (the objstore is the thread's alone).
+ */
+#define _GNU_SOURCE
+#include "source_impl.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "fileext.h"
+#include "hash.h"
+#include "io.h"
+#include "log.h"
+#include "objstore.h"
+#include "stats.h"
+
+/* Failures after the last try logged one by one per source; the rest counted. */
+#define S3_FAILS_LOGGED 10
+#define S3_SNAPSHOT_MS 250
+
+/* A read handed to the source's thread. */
+struct rreq {
+    struct source_s3 *r;
+    struct io_req *q;
+    uint64_t got; /* body bytes seen (those past q->len are not kept) */
+    struct rreq *next;
+};
+
+struct source_s3 {
+    const char *root, *name;
+    char *bucket, *prefix; /* prefix "" or ending in '/' */
+    struct event_base *base;
+    struct objstore *os;
+    struct event *wake, *tick;
+    int efd;
+    pthread_t thread;
+    int running;
+    pthread_mutex_t lock;
+    pthread_cond_t done; /* a request became done */
+    struct rreq *pending, **pending_tail; /* handed over, not yet started */
+    int stopping;
+    struct objstore_stats snap; /* the objstore's, every S3_SNAPSHOT_MS */
+    uint64_t logged;            /* failures logged (the thread's) */
+};
+
+/* ---- credentials ---- */
+
+struct creds {
+    char ak[256], sk[256], token[4096];
+};
+
+static void creds_wipe(struct creds *c)
+{
+    explicit_bzero(c, sizeof(*c));
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* An AWS credentials file's profile: aws_access_key_id, ... 0 or -errno
+ * with a message (which never quotes a value). */
+static int creds_file(const char *path, struct creds *c, char *err, size_t errlen)
+{
+    const char *profile = getenv("AWS_PROFILE");
+    char line[8192], want[300];
+    int in = 0, lineno = 0;
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        int rc = -errno;
+        snprintf(err, errlen, "source.credentials_file %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    snprintf(want, sizeof(want), "[%s]", profile && *profile ? profile : "default");
+    while (fgets(line, sizeof(line), f)) {
+        char *s = trim(line), *eq;
+        lineno++;
+        if (*s == '#' || *s == ';' || *s == '\0')
+            continue;
+        if (*s == '[') {
+            in = strcmp(s, want) == 0;
+            continue;
+        }
+        if (!in || !(eq = strchr(s, '=')))
+            continue;
+        *eq = '\0';
+        char *k = trim(s), *v = trim(eq + 1);
+        char *dst = strcmp(k, "aws_access_key_id") == 0       ? c->ak
+                    : strcmp(k, "aws_secret_access_key") == 0 ? c->sk
+                    : strcmp(k, "aws_session_token") == 0     ? c->token
+                                                              : NULL;
+        size_t cap = dst == c->token ? sizeof(c->token) : sizeof(c->ak);
+        if (dst && strlen(v) >= cap) {
+            snprintf(err, errlen, "source.credentials_file %s:%d: %s is too long", path, lineno,
+                     k);
+            explicit_bzero(line, sizeof(line));
+            fclose(f);
+            return -EINVAL;
+        }
+        if (dst)
+            snprintf(dst, cap, "%s", v);
+    }
+    explicit_bzero(line, sizeof(line));
+    fclose(f);
+    if (!c->ak[0] || !c->sk[0]) {
+        snprintf(err, errlen, "source.credentials_file %s: no aws_access_key_id and "
+                 "aws_secret_access_key in profile %s", path, want);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int creds_get(const struct config_source *cs, struct creds *c, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof(*c));
+    if (cs->credentials_file[0])
+        return creds_file(cs->credentials_file, c, err, errlen);
+    const char *ak = getenv("AWS_ACCESS_KEY_ID"), *sk = getenv("AWS_SECRET_ACCESS_KEY");
+    const char *tok = getenv("AWS_SESSION_TOKEN");
+    if (!ak || !*ak || !sk || !*sk) {
+        snprintf(err, errlen, "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                 "(and AWS_SESSION_TOKEN) in prestod's environment, or source.credentials_file");
+        return -EACCES;
+    }
+    if (strlen(ak) >= sizeof(c->ak) || strlen(sk) >= sizeof(c->sk) ||
+        (tok && strlen(tok) >= sizeof(c->token))) {
+        snprintf(err, errlen, "the AWS_* credentials in the environment are too long");
+        return -EINVAL;
+    }
+    snprintf(c->ak, sizeof(c->ak), "%s", ak);
+    snprintf(c->sk, sizeof(c->sk), "%s", sk);
+    snprintf(c->token, sizeof(c->token), "%s", tok ? tok : "");
+    return 0;
+}
+
+/* ---- listing ---- */
+
+/* Byte order, component by component ('/' before any other byte): the
+ * order source_dir.c walks a tree in. */
+static int cmp_path(const char *a, const char *b)
+{
+    for (;; a++, b++) {
+        unsigned ca = (unsigned char)*a, cb = (unsigned char)*b;
+        if (ca == cb) {
+            if (ca == 0)
+                return 0;
+            continue;
+        }
+        if (ca == '/')
+            return cb == 0 ? 1 : -1;
+        if (cb == '/')
+            return ca == 0 ? -1 : 1;
+        return ca < cb ? -1 : 1;
+    }
+}
+
+static int cmp_obj(const void *x, const void *y)
+{
+    return cmp_path(((const struct s3xml_object *)x)->key, ((const struct s3xml_object *)y)->key);
+}
+
+/* The disk tier's "mtime" of an object: its ETag hashed (0: none). */
+static int64_t etag_id(const char *etag)
+{
+    return etag[0] ? (int64_t)(hash_xxh64(etag, strlen(etag)) >> 1) : 0;
+}
+
+struct list_wait {
+    struct event_base *base;
+    int done, rc;
+    struct objstore_listing listing;
+    char msg[1024];
+};
+
+static void list_done(void *arg, int rc, struct objstore_listing *l, const char *message)
+{
+    struct list_wait *w = arg;
+    w->done = 1;
+    w->rc = rc;
+    if (rc == 0)
+        w->listing = *l;
+    else
+        snprintf(w->msg, sizeof(w->msg), "%s", message ? message : strerror(-rc));
+    event_base_loopbreak(w->base);
+}
+
+static int s3_index(struct source_s3 *r, const struct config_dataset *cfg, struct index *ix,
+                    char *err, size_t errlen)
+{
+    struct list_wait w = {.base = r->base};
+    int rc = objstore_list(r->os, r->bucket, r->prefix, cfg->source.page_keys, list_done, &w);
+    if (rc < 0) {
+        snprintf(err, errlen, "dataset '%s': root %s: cannot list: %s", cfg->name, cfg->root,
+                 strerror(-rc));
+        return rc;
+    }
+    while (!w.done)
+        if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
+            break;
+    if (!w.done || w.rc < 0) {
+        rc = w.done ? w.rc : -EIO;
+        snprintf(err, errlen, "dataset '%s': root %s: cannot list the bucket: %s", cfg->name,
+                 cfg->root, w.done ? w.msg : "the event loop failed");
+        return rc;
+    }
+    struct s3xml_object *o = w.listing.objects;
+    size_t n = w.listing.n, plen = strlen(r->prefix);
+    uint64_t per_ext[FILEEXT_IMAGE_COUNT] = {0}, ignored = 0;
+    qsort(o, n, sizeof(*o), cmp_obj);
+    rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const char *rel = o[i].key + plen, *slash = strchr(rel, '/');
+        int ext = fileext_image(rel);
+        if (strncmp(o[i].key, r->prefix, plen) != 0 || !slash || slash == rel ||
+            slash[1] == '\0' || ext < 0) {
+            ignored++;
+            continue;
+        }
+        size_t clen = (size_t)(slash - rel);
+        uint32_t label = ix->nclasses;
+        if (label == 0 || strlen(ix->classes[label - 1]) != clen ||
+            strncmp(ix->classes[label - 1], rel, clen) != 0) {
+            char *name = strndup(rel, clen);
+            if (!name || (rc = index_add_class(ix, name)) < 0) {
+                rc = -ENOMEM;
+                break;
+            }
+        } else {
+            label--;
+        }
+        rc = index_add_sample(ix, o[i].key, label, o[i].size, etag_id(o[i].etag));
+        per_ext[ext]++;
+    }
+    unsigned pages = w.listing.pages;
+    objstore_listing_free(&w.listing);
+    if (rc == 0 && ix->n == 0)
+        rc = -ENOENT;
+    if (rc == 0)
+        rc = index_finish(ix);
+    if (rc < 0) {
+        snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
+                 rc == -ENOENT ? "no PREFIX/CLASS/IMAGE objects found (.jpg .jpeg .png .ppm "
+                                 ".bmp .pgm .tif .tiff .webp)"
+                               : strerror(-rc));
+        return rc;
+    }
+    char exts[256];
+    source_ext_summary(per_ext, exts, sizeof(exts));
+    log_info("dataset '%s': %u samples in %u classes from %s (%u listing pages; %s; %llu "
+             "other keys ignored)", cfg->name, ix->n, ix->nclasses, cfg->root, pages, exts,
+             (unsigned long long)ignored);
+    return 0;
+}
+
+/* ---- the thread's side ---- */
+
+static void req_finish(struct source_s3 *r, struct rreq *rr, int rc, const char *etag)
+{
+    struct io_req *q = rr->q;
+    pthread_mutex_lock(&r->lock);
+    if (rc < 0) {
+        q->res = rc;
+        q->failed = IO_STEP_OPEN;
+    } else {
+        q->res = (ssize_t)(rr->got < q->len ? rr->got : q->len);
+        q->size = rr->got;
+        q->mtime_ns = etag_id(etag ? etag : "");
+    }
+    __atomic_store_n(&q->state, IO_S_DONE, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&r->done);
+    pthread_mutex_unlock(&r->lock);
+    free(rr);
+}
+
+static int get_sink(void *arg, const uint8_t *data, size_t len)
+{
+    struct rreq *rr = arg;
+    struct io_req *q = rr->q;
+    if (rr->got < q->len) {
+        size_t n = q->len - rr->got < len ? (size_t)(q->len - rr->got) : len;
+        memcpy((uint8_t *)q->buf + rr->got, data, n);
+    }
+    rr->got += len;
+    return 0;
+}
+
+static void get_done(void *arg, int rc, struct objstore_result *res)
+{
+    struct rreq *rr = arg;
+    struct source_s3 *r = rr->r;
+    if (rc < 0 && rc != -ECANCELED && r->logged++ < S3_FAILS_LOGGED)
+        log_warn("dataset '%s': %s (after %u tries)%s", r->name,
+                 res && res->message ? res->message : strerror(-rc), res ? res->attempts : 0,
+                 r->logged == S3_FAILS_LOGGED ? "; further failures are only counted" : "");
+    req_finish(r, rr, rc, res ? res->etag : NULL);
+}
+
+static void start_one(struct source_s3 *r, struct rreq *rr)
+{
+    struct objstore_target t = {.bucket = r->bucket, .key = rr->q->path};
+    int rc = objstore_get(r->os, &t, 0, 0, get_sink, rr, get_done, rr);
+    if (rc < 0)
+        req_finish(r, rr, rc, NULL);
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    struct source_s3 *r = arg;
+    uint64_t v;
+    (void)what;
+    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        log_warn("dataset '%s': source wake-up: %s", r->name, strerror(errno));
+    pthread_mutex_lock(&r->lock);
+    struct rreq *list = r->pending;
+    int stopping = r->stopping;
+    r->pending = NULL;
+    r->pending_tail = &r->pending;
+    pthread_mutex_unlock(&r->lock);
+    while (list) {
+        struct rreq *rr = list;
+        list = rr->next;
+        if (stopping)
+            req_finish(r, rr, -ECANCELED, NULL);
+        else
+            start_one(r, rr);
+    }
+    if (stopping)
+        event_base_loopbreak(r->base);
+}
+
+static void snapshot(struct source_s3 *r)
+{
+    struct objstore_stats st;
+    objstore_stats(r->os, &st);
+    pthread_mutex_lock(&r->lock);
+    r->snap = st;
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    snapshot(arg);
+}
+
+static void *s3_thread(void *arg)
+{
+    struct source_s3 *r = arg;
+    event_base_loop(r->base, EVLOOP_NO_EXIT_ON_EMPTY);
+    return NULL;
+}
+
+/* ---- the source ---- */
+
+static void s3_free(struct source_s3 *r)
+{
+    if (r->running) {
+        uint64_t one = 1;
+        pthread_mutex_lock(&r->lock);
+        r->stopping = 1;
+        pthread_mutex_unlock(&r->lock);
+        if (write(r->efd, &one, sizeof(one)) < 0)
+            log_warn("dataset '%s': source stop: %s", r->name, strerror(errno));
+        pthread_join(r->thread, NULL);
+    }
+    /* Requests queued after the stop, and those in flight: -ECANCELED. */
+    struct rreq *list = r->pending;
+    r->pending = NULL;
+    while (list) {
+        struct rreq *rr = list;
+        list = rr->next;
+        req_finish(r, rr, -ECANCELED, NULL);
+    }
+    objstore_free(r->os);
+    if (r->wake)
+        event_free(r->wake);
+    if (r->tick)
+        event_free(r->tick);
+    if (r->base)
+        event_base_free(r->base);
+    if (r->efd >= 0)
+        close(r->efd);
+    pthread_cond_destroy(&r->done);
+    pthread_mutex_destroy(&r->lock);
+    free(r->bucket);
+    free(r->prefix);
+    free(r);
+}
+
+static void s3_close(struct source *s)
+{
+    s3_free(s->impl);
+    s->impl = NULL;
+}
+
+static void s3_open_error(const struct source *s, int rc, char *err, size_t errlen)
+{
+    const struct source_s3 *r = s->impl;
+    const char *what = rc == -EACCES         ? "access denied (HTTP 403)"
+                       : rc == -ENOENT       ? "no such key (HTTP 404)"
+                       : rc == -ESTALE       ? "the object changed while it was read"
+                       : rc == -EFBIG        ? "the object is over the size limit"
+                       : rc == -ETIMEDOUT    ? "timed out"
+                       : rc == -ECONNREFUSED ? "connection refused"
+                       : rc == -ECONNRESET   ? "connection reset or cut short"
+                       : rc == -EIO          ? "server error"
+                       : rc == -ECANCELED    ? "cancelled (the source is closing)"
+                                             : strerror(-rc);
+    snprintf(err, errlen, "GET from s3://%s: %s%s", r->bucket, what,
+             rc == -ECANCELED || rc == -EACCES || rc == -ENOENT ? ""
+                                                                : " after the last retry");
+}
+
+static int s3_open_file(const struct source *s, const struct index *ix, uint32_t sample,
+                        uint64_t max_size, struct source_file *f, char *err, size_t errlen)
+{
+    (void)s, (void)ix, (void)sample, (void)max_size;
+    f->fd = -1;
+    snprintf(err, errlen, "an S3 object is not a file");
+    return -EOPNOTSUPP;
+}
+
+static void s3_req(const struct source *s, const struct index *ix, uint32_t sample, void *buf,
+                   size_t len, struct io_req *q)
+{
+    (void)s;
+    q->fd = -1;
+    q->buf = buf;
+    q->len = len;
+    q->off = 0;
+    q->path = index_path(ix, sample); /* the key: fixed while the index lives */
+    q->real_root = NULL;
+    q->direct = 0;
+}
+
+static void s3_submit(const struct source *s, struct io_req *q)
+{
+    struct source_s3 *r = s->impl;
+    struct rreq *rr = calloc(1, sizeof(*rr));
+    uint64_t one = 1;
+    q->res = 0;
+    q->failed = IO_STEP_NONE;
+    q->size = 0;
+    q->mtime_ns = 0;
+    if (!rr) {
+        q->res = -ENOMEM;
+        q->failed = IO_STEP_OPEN;
+        __atomic_store_n(&q->state, IO_S_DONE, __ATOMIC_RELEASE);
+        return;
+    }
+    rr->r = r;
+    rr->q = q;
+    __atomic_store_n(&q->state, IO_S_QUEUED, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&r->lock);
+    int first = r->pending == NULL;
+    *r->pending_tail = rr;
+    r->pending_tail = &rr->next;
+    pthread_mutex_unlock(&r->lock);
+    if (first && write(r->efd, &one, sizeof(one)) < 0)
+        log_warn("dataset '%s': source wake-up: %s", r->name, strerror(errno));
+}
+
+static ssize_t s3_wait(const struct source *s, struct io_req *q)
+{
+    struct source_s3 *r = s->impl;
+    pthread_mutex_lock(&r->lock);
+    while (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) != IO_S_DONE)
+        pthread_cond_wait(&r->done, &r->lock);
+    pthread_mutex_unlock(&r->lock);
+    return q->res;
+}
+
+static void s3_cancel(const struct source *s, struct io_req *q)
+{
+    struct source_s3 *r = s->impl;
+    if (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) == IO_S_IDLE)
+        return;
+    /* Not started yet: taken out of the queue; else its end is waited for
+     * (the thread writes into its buffer until then). */
+    pthread_mutex_lock(&r->lock);
+    for (struct rreq **pp = &r->pending; *pp; pp = &(*pp)->next) {
+        struct rreq *rr = *pp;
+        if (rr->q != q)
+            continue;
+        *pp = rr->next;
+        if (r->pending_tail == &rr->next)
+            r->pending_tail = pp;
+        free(rr);
+        q->res = -ECANCELED;
+        __atomic_store_n(&q->state, IO_S_DONE, __ATOMIC_RELEASE);
+        break;
+    }
+    pthread_mutex_unlock(&r->lock);
+    s3_wait(s, q);
+}
+
+static int s3_read(const struct source *s, const struct index *ix, uint32_t sample,
+                   uint64_t max_size, struct img *out, struct source_file *f, char *err,
+                   size_t errlen)
+{
+    uint64_t want = ix->samples[sample].size;
+    for (int round = 0; round < 2; round++) {
+        if (want > max_size)
+            want = max_size;
+        int rc = img_reserve(out, want ? (size_t)want : 1);
+        if (rc < 0) {
+            snprintf(err, errlen, "no memory for %llu bytes", (unsigned long long)want);
+            return rc;
+        }
+        struct io_req q = {0};
+        s3_req(s, ix, sample, out->data, (size_t)want, &q);
+        s3_submit(s, &q);
+        ssize_t got = s3_wait(s, &q);
+        if (got < 0) {
+            s3_open_error(s, (int)got, err, errlen);
+            return (int)got;
+        }
+        if (q.size > max_size) {
+            snprintf(err, errlen, "object is %llu bytes, over the limit of %llu",
+                     (unsigned long long)q.size, (unsigned long long)max_size);
+            return -EFBIG;
+        }
+        if (q.size <= want) {
+            out->fmt = IMG_ENCODED;
+            out->len = (size_t)got;
+            if (f)
+                *f = (struct source_file){.fd = -1, .size = q.size, .mtime_ns = q.mtime_ns};
+            return 0;
+        }
+        want = q.size; /* grew since indexing */
+    }
+    snprintf(err, errlen, "the object keeps growing while it is read");
+    return -ESTALE;
+}
+
+static const struct stats_decl s3_decl[] = {SOURCE_REMOTE_STATS(STATS_DECL)};
+
+static void s3_stats(const struct source *s, struct stats_out *o)
+{
+    struct source_s3 *r = s->impl;
+    pthread_mutex_lock(&r->lock);
+    struct objstore_stats st = r->snap;
+    pthread_mutex_unlock(&r->lock);
+    uint64_t v[] = {st.in_flight, st.queued, st.waiting, st.depth, st.requests, st.attempts,
+                    st.retries, st.completed, st.failed, st.failed_http, st.failed_timeout,
+                    st.failed_connect, st.status_5xx, st.status_429, st.status_4xx, st.bytes,
+                    st.bytes_per_s, st.lat_p50_us, st.lat_p99_us, st.lat_max_us};
+    stats_emit_u64(o, s3_decl, v, sizeof(v) / sizeof(v[0]));
+}
+
+static const struct source_ops s3_ops = {
+    .close = s3_close,
+    .open_error = s3_open_error,
+    .open_file = s3_open_file,
+    .req = s3_req,
+    .read = s3_read,
+    .submit = s3_submit,
+    .wait = s3_wait,
+    .cancel = s3_cancel,
+    .stats = s3_stats,
+};
+
+int source_s3_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
+                  char *err, size_t errlen)
+{
+    struct source_s3 *r = calloc(1, sizeof(*r));
+    const struct config_source *cs = &cfg->source;
+    struct creds c;
+    int rc;
+
+    if (!r) {
+        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+        return -ENOMEM;
+    }
+    r->root = cfg->root;
+    r->name = cfg->name;
+    r->efd = -1;
+    r->pending_tail = &r->pending;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->done, NULL);
+    const char *b = cfg->root + 5, *slash = strchr(b, '/');
+    size_t blen = slash ? (size_t)(slash - b) : strlen(b);
+    const char *p = slash ? slash + 1 : "";
+    size_t plen = strlen(p);
+    r->bucket = strndup(b, blen);
+    r->prefix = malloc(plen + 2);
+    if (!r->bucket || !r->prefix) {
+        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+        s3_free(r);
+        return -ENOMEM;
+    }
+    snprintf(r->prefix, plen + 2, "%s%s", p, plen && p[plen - 1] != '/' ? "/" : "");
+    if (blen == 0 || blen > 63 || strspn(r->bucket, "abcdefghijklmnopqrstuvwxyz0123456789.-") != blen) {
+        snprintf(err, errlen, "dataset '%s': root %s: not s3://BUCKET/PREFIX (a bucket name is "
+                 "3 to 63 lowercase letters, digits, '.' and '-')", cfg->name, cfg->root);
+        s3_free(r);
+        return -EINVAL;
+    }
+    char why[2048];
+    if ((rc = creds_get(cs, &c, why, sizeof(why))) < 0) {
+        snprintf(err, errlen, "dataset '%s': root %s: %s", cfg->name, cfg->root, why);
+        creds_wipe(&c);
+        s3_free(r);
+        return rc;
+    }
+    struct objstore_config oc = {
+        .s3 = 1,
+        .endpoint = cs->endpoint,
+        .region = cs->region,
+        .access_key = c.ak,
+        .secret_key = c.sk,
+        .session_token = c.token[0] ? c.token : NULL,
+        .depth = cs->depth,
+        .retries = cs->retries,
+        .timeout_ms = cs->timeout_ms,
+        .connect_timeout_ms = cs->connect_timeout_ms,
+    };
+    if (!(r->base = event_base_new())) {
+        rc = -ENOMEM;
+        snprintf(why, sizeof(why), "cannot make an event loop");
+    } else {
+        rc = objstore_new(r->base, &oc, &r->os, why, sizeof(why));
+    }
+    creds_wipe(&c);
+    explicit_bzero(&oc, sizeof(oc));
+    if (rc < 0) {
+        snprintf(err, errlen, "dataset '%s': root %s: %s", cfg->name, cfg->root, why);
+        s3_free(r);
+        return rc;
+    }
+    if ((rc = s3_index(r, cfg, ix, err, errlen)) < 0) {
+        s3_free(r);
+        return rc;
+    }
+    struct timeval tv = {0, S3_SNAPSHOT_MS * 1000};
+    r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (r->efd >= 0)
+        r->wake = event_new(r->base, r->efd, EV_READ | EV_PERSIST, on_wake, r);
+    r->tick = event_new(r->base, -1, EV_PERSIST, on_tick, r);
+    snapshot(r); /* before the thread owns the loop: the listing's counts */
+    if (r->efd < 0 || !r->wake || !r->tick || event_add(r->wake, NULL) < 0 ||
+        event_add(r->tick, &tv) < 0 ||
+        (rc = pthread_create(&r->thread, NULL, s3_thread, r)) != 0) {
+        snprintf(err, errlen, "dataset '%s': root %s: cannot start its reader: %s", cfg->name,
+                 cfg->root, strerror(rc > 0 ? rc : ENOMEM));
+        s3_free(r);
+        return rc > 0 ? -rc : -ENOMEM;
+    }
+    r->running = 1;
+    s->ops = &s3_ops;
+    s->impl = r;
+    return 0;
+}

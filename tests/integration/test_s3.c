@@ -1,0 +1,312 @@
+/*
+ * The S3 source end to end (issue 16): a real prestod reading s3://BUCKET/
+ * PREFIX from s3rver behind the SigV4-checking, failing proxy
+ * (tests/tools/objfixture.py), next to the local ImageFolder of the same
+ * JPEGs. Skips (77) where s3rver cannot be had (`make deps` installs it).
+ *
+ *   - "same": the S3 dataset's epochs equal the folder's, sample for
+ *     sample (labels and pixels), cold and from memory, over a listing of
+ *     several pages (source.page_keys 7 for 40 keys); its stats section;
+ *   - "faults": a fifth of the requests fail (503s and resets): the cold
+ *     epoch completes after retries, equal to the folder's; with the server
+ *     down mid-run every sample fails after its last try (counted, skipped
+ *     under on_error: skip, the message names the server), and once it is
+ *     back the epoch is whole and equal: nothing was cached from a failure;
+ *   - "disk": after a restart the epoch comes from the disk tier (objects
+ *     keyed by key, size and ETag) without a single request to S3;
+ *   - "refused": a wrong secret (403 SignatureDoesNotMatch from the proxy),
+ *     a missing bucket, a server that is down, no credentials: prestod
+ *     refuses to start, naming the URL and the server's message.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../tools/objfixture.h"
+#include "harness.h"
+#include "presto.h"
+
+#define NSAMPLES 40
+#define NCLASSES 3
+#define CASE_TIMEOUT_S 240
+#define AK "S3RVER"
+#define SK "presto-s3-test-secret"
+
+static struct harness H;
+static struct objfixture fx;
+static char data_dir[HARNESS_PATH_MAX], endpoint[64];
+
+static void start_cache(const char *cache, const char *source_extra)
+{
+    char yaml[4096];
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\n"
+             "cache:\n%s"
+             "source:\n  endpoint: %s\n  page_keys: 7\n%s"
+             "datasets:\n"
+             "  - name: folder\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: s3\n    root: s3://data/train\n"
+             "    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: s3b\n    root: s3://data/train/\n"
+             "    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
+             cache, endpoint, source_extra, data_dir);
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+}
+
+static void start_daemon(const char *source_extra)
+{
+    start_cache("  memory: 64M\n", source_extra);
+}
+
+static void daemon_teardown(void)
+{
+    harness_stop_checked(&H);
+    objfixture_cmd(&fx, "up", NULL, 0);
+    objfixture_cmd(&fx, "fail 0 503", NULL, 0);
+}
+
+static void pull(const char *name, uint64_t epoch, int shuffle, struct harness_epoch *e)
+{
+    presto_stream_opts_t o;
+    presto_stream_opts_init(&o);
+    o.dataset = name;
+    o.batch_size = 7;
+    o.epoch = epoch;
+    o.seed = 11;
+    o.shuffle = shuffle;
+    ck_assert_int_eq(harness_pull_epoch(&H, &o, e), 0);
+}
+
+static void same_as_folder(const char *name, uint64_t epoch, int shuffle)
+{
+    struct harness_epoch ref, e;
+    pull("folder", epoch, shuffle, &ref);
+    ck_assert_uint_eq(ref.samples, NSAMPLES);
+    pull(name, epoch, shuffle, &e);
+    ck_assert_msg(e.samples == NSAMPLES && e.skipped == 0,
+                  "%s: %llu samples (%llu skipped)", name, (unsigned long long)e.samples,
+                  (unsigned long long)e.skipped);
+    ck_assert_msg(e.fnv == ref.fnv, "%s: epoch %llu (shuffle %d) differs from the folder's",
+                  name, (unsigned long long)epoch, shuffle);
+}
+
+/* A remote source's stats are a snapshot taken every 250 ms: waits (up to
+ * 30 s) until dataset's source.key is at least min, and returns it. */
+static double wait_source_stat(const char *dataset, const char *key, double min);
+
+static double stat_of(const char *json, const char *dataset, const char *key)
+{
+    char parent[128];
+    double v = -1;
+    snprintf(parent, sizeof(parent), "\"name\":\"%s\"", dataset);
+    const char *p = strstr(json, parent);
+    ck_assert_msg(p, "no dataset %s in the stats", dataset);
+    ck_assert_int_eq(harness_json_number(p, "source", key, &v), 0);
+    return v;
+}
+
+static double wait_source_stat(const char *dataset, const char *key, double min)
+{
+    double v = -1;
+    for (int i = 0; i < 300; i++) {
+        char *json;
+        ck_assert_int_eq(harness_stats(&H, &json), 0);
+        v = stat_of(json, dataset, key);
+        free(json);
+        if (v >= min)
+            break;
+        usleep(100 * 1000);
+    }
+    return v;
+}
+
+/* ---- case "same" ---- */
+
+static void same_setup(void)
+{
+    start_daemon("");
+}
+
+START_TEST(test_same_epochs)
+{
+    same_as_folder("s3", 0, 0); /* cold: every object fetched */
+    same_as_folder("s3", 1, 1); /* from memory, shuffled */
+    char *json, want[128];
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    snprintf(want, sizeof(want), "{\"name\":\"s3\",\"samples\":%d,\"classes\":%d,", NSAMPLES,
+             NCLASSES);
+    ck_assert_msg(strstr(json, want), "no %s in the stats", want);
+    ck_assert(wait_source_stat("s3", "completed", NSAMPLES) >= NSAMPLES);
+    ck_assert(stat_of(json, "s3", "failed") == 0);
+    ck_assert(wait_source_stat("s3", "latency_p99_us", 1) > 0);
+    ck_assert_msg(!strstr(json, SK) && !strstr(json, AK), "credentials in the stats");
+    free(json);
+    /* 40 keys and the data set's marker, 7 a page */
+    ck_assert(harness_log_contains(&H, "40 samples in 3 classes from s3://data/train (6 listing pages"));
+    ck_assert_msg(!harness_log_contains(&H, SK), "the secret is in the log");
+}
+END_TEST
+
+/* ---- case "faults" ---- */
+
+static void faults_setup(void)
+{
+    start_daemon("  retries: 8\n  timeout_ms: 20000\n");
+}
+
+START_TEST(test_faults)
+{
+    /* a fifth of the requests fail: retried, the epoch is whole */
+    ck_assert_int_eq(objfixture_cmd(&fx, "fail 0.2 mix", NULL, 0), 0);
+    same_as_folder("s3", 0, 1);
+    ck_assert_int_eq(objfixture_cmd(&fx, "fail 0 503", NULL, 0), 0);
+    ck_assert_msg(wait_source_stat("s3", "retries", 1) > 0, "no retries counted");
+    ck_assert(wait_source_stat("s3", "completed", NSAMPLES) >= NSAMPLES);
+    char *json;
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    ck_assert(stat_of(json, "s3", "failed") == 0);
+    free(json);
+
+    /* the server down: every sample fails after its last try */
+    ck_assert_int_eq(objfixture_cmd(&fx, "down", NULL, 0), 0);
+    struct harness_epoch e;
+    pull("s3b", 0, 0, &e);
+    ck_assert_uint_eq(e.samples, 0);
+    ck_assert_uint_eq(e.skipped, NSAMPLES);
+    ck_assert_msg(wait_source_stat("s3b", "failed", NSAMPLES) >= NSAMPLES,
+                  "failures not counted");
+    ck_assert_msg(wait_source_stat("s3b", "failed_connect", 1) >= 1,
+                  "no connection failure counted");
+    ck_assert(harness_log_contains(&H, "bad sample train/"));
+    ck_assert(harness_log_contains(&H, "after the last retry"));
+    /* back up: whole and equal, nothing kept from the failed reads */
+    ck_assert_int_eq(objfixture_cmd(&fx, "up", NULL, 0), 0);
+    same_as_folder("s3b", 1, 1);
+}
+END_TEST
+
+/* ---- case "disk": objects keyed by their ETag in the disk tier ---- */
+
+START_TEST(test_disk_tier)
+{
+    char dir[HARNESS_PATH_MAX], cache[HARNESS_PATH_MAX + 64];
+    harness_path(&H, "cache", dir, sizeof(dir));
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    snprintf(cache, sizeof(cache), "  memory: 64M\n  dir: %s\n  disk: 256M\n", dir);
+    start_cache(cache, "");
+    same_as_folder("s3", 0, 0); /* cold: fetched, stored on disk */
+    harness_stop_checked(&H);
+    /* restarted: listed again, then every sample from the disk tier, no GET */
+    start_cache(cache, "");
+    long before = objfixture_stat(&fx, "requests");
+    same_as_folder("s3", 1, 1);
+    ck_assert_msg(objfixture_stat(&fx, "requests") == before,
+                  "%ld requests to S3 for an epoch on disk", objfixture_stat(&fx, "requests") - before);
+    char *json;
+    double hits = -1;
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    const char *p = strstr(json, "\"name\":\"s3\"");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(harness_json_number(p, "disk", "hits", &hits), 0);
+    free(json);
+    ck_assert_msg(hits == NSAMPLES, "%g disk hits", hits);
+    harness_stop_checked(&H); /* started here, in the test's process */
+}
+END_TEST
+
+/* ---- case "refused" ---- */
+
+/* prestod on a one-dataset config must exit non-zero with want in its output. */
+static void refused(const char *source, const char *root, const char *want)
+{
+    char sock[HARNESS_PATH_MAX], yaml[2048], got[8192];
+    harness_path(&H, "refused.sock", sock, sizeof(sock));
+    snprintf(yaml, sizeof(yaml),
+             "socket: %s\nworkers: 1\nsource:\n%s\ndatasets:\n  - name: r\n    root: %s\n",
+             sock, source, root);
+    int rc = harness_run_config(&H, yaml, 120, got, sizeof(got));
+    ck_assert_msg(rc > 0 && rc < 128, "%s: prestod exited %d", root, rc);
+    ck_assert_msg(strstr(got, want), "%s: the output lacks '%s':\n%s", root, want, got);
+    ck_assert_msg(!strstr(got, SK) && !strstr(got, "wrong-secret"), "a secret in the output");
+}
+
+START_TEST(test_refused)
+{
+    char src[512], creds[HARNESS_PATH_MAX];
+    snprintf(src, sizeof(src), "  endpoint: %s\n  retries: 1", endpoint);
+    /* a wrong secret: the proxy's 403 */
+    ck_assert_int_eq(harness_write_file(&H, "creds",
+                                        "[default]\naws_access_key_id = " AK "\n"
+                                        "aws_secret_access_key = wrong-secret\n",
+                                        creds, sizeof(creds)), 0);
+    snprintf(src, sizeof(src), "  endpoint: %s\n  retries: 1\n  credentials_file: %s", endpoint,
+             creds);
+    long denied = objfixture_stat(&fx, "denied");
+    refused(src, "s3://data/train", "SignatureDoesNotMatch");
+    ck_assert_msg(objfixture_stat(&fx, "denied") > denied, "the proxy denied nothing");
+    /* the right one from the file: a missing bucket */
+    ck_assert_int_eq(harness_write_file(&H, "creds",
+                                        "[default]\naws_access_key_id = " AK "\n"
+                                        "aws_secret_access_key = " SK "\n",
+                                        creds, sizeof(creds)), 0);
+    refused(src, "s3://nosuchbucket/x", "NoSuchBucket");
+    /* an empty prefix */
+    refused(src, "s3://data/nothing-here", "no PREFIX/CLASS/IMAGE objects");
+    /* the server down at start: the URL named */
+    ck_assert_int_eq(objfixture_cmd(&fx, "down", NULL, 0), 0);
+    snprintf(src, sizeof(src), "  endpoint: %s\n  retries: 1", endpoint);
+    refused(src, "s3://data/train", "cannot list the bucket");
+    refused(src, "s3://data/train", endpoint);
+    ck_assert_int_eq(objfixture_cmd(&fx, "up", NULL, 0), 0);
+    /* no credentials at all */
+    unsetenv("AWS_ACCESS_KEY_ID");
+    refused(src, "s3://data/train", "no credentials");
+    setenv("AWS_ACCESS_KEY_ID", AK, 1);
+}
+END_TEST
+
+int main(void)
+{
+    if (harness_photos_missing())
+        return HARNESS_SKIP;
+    if (harness_init(&H) < 0 ||
+        harness_make_dataset(&H, "jpg", NSAMPLES, NCLASSES, 16, 64, 160, data_dir,
+                             sizeof(data_dir)) < 0) {
+        harness_cleanup(&H);
+        return 1;
+    }
+    char args[HARNESS_PATH_MAX + 256];
+    snprintf(args, sizeof(args), "s3 --bucket 'data/train=%s' --access-key %s --secret %s",
+             data_dir, AK, SK);
+    int rc = objfixture_start(&fx, args);
+    if (rc != 0) {
+        fprintf(stderr, "test_s3: %s: skipped\n", fx.why);
+        harness_cleanup(&H);
+        return rc == 77 ? HARNESS_SKIP : 1;
+    }
+    snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", fx.port);
+    setenv("AWS_ACCESS_KEY_ID", AK, 1);
+    setenv("AWS_SECRET_ACCESS_KEY", SK, 1);
+    unsetenv("AWS_SESSION_TOKEN");
+    unsetenv("AWS_PROFILE");
+    Suite *s = suite_create("s3");
+    TCase *tc = harness_tcase("same", same_setup, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_same_epochs);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("faults", faults_setup, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_faults);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("disk", NULL, NULL, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_disk_tier);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("refused", NULL, NULL, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_refused);
+    suite_add_tcase(s, tc);
+    rc = harness_run_suite(s);
+    objfixture_stop(&fx);
+    return harness_finish(&H, rc);
+}
