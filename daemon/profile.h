@@ -116,6 +116,9 @@
 #define PROFILE_JOB_SAMPLES 16u       /* offline and load jobs */
 #define PROFILE_BATCH 32u             /* online jobs: a batch */
 #define PROFILE_MIN_PHASE_MS 200u
+#define PROFILE_REP_MS 40u      /* a memory phase's repetition: at least this long */
+#define PROFILE_MIN_REPS 5u     /* repetitions of an online phase, at least */
+#define PROFILE_MAX_REPS 64u
 #define PROFILE_MAX_PASSES 10000u
 #define PROFILE_TIE_PCT 10u
 #define PROFILE_PROGRESS_MS 100u
