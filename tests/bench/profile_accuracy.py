@@ -2,7 +2,8 @@
 """The profiler's predictions against the epochs they predict.
 
     profile_accuracy.py --build BUILD --data DIR --tmp DIR [--steps YAML]
-                        [--profile JSON] [--only NAME,...] [--epochs N] [--out JSON]
+                        [--profile JSON] [--samples N] [--only NAME,...] [--epochs N]
+                        [--out JSON] [--case-file CASES --case NAME --target R]
 
 1. Unless --profile names a profile's JSON (prestoctl profile --json) already made,
    a prestod serving DIR as `bench` with STEPS and `split: auto` (a disk tier of 64 GiB,
@@ -19,7 +20,9 @@
              ("none": nothing is stored) the source files are dropped instead.
    and the disk tier's bytes after the cold epoch (stats).
 3. Prints predicted against measured side by side, each figure's ratio
-   max(p/m, m/p), and the worst of them all; with --out writes it all as JSON.
+   max(p/m, m/p) and the prediction's spread (+-, from the profile's repetitions), and
+   the worst ratio of them all; with --out writes it all as JSON; with --case-file
+   appends make bench's case (report.py: its ratio is the worst, the target a maximum).
 
 Every epoch is pulled by prestoctl epoch (C client, shared memory, batch 64), as the
 other cases of `make bench` are. Exits 1 when a daemon or an epoch failed.
@@ -160,6 +163,8 @@ def measure(args, s, n):
     }
 
 
+SPREAD = {"memory": "memory_spread", "disk": "disk_spread", "cold": "cold_spread"}
+
 FIGURES = [  # (key of the measurement, key of the profile's prediction, label)
     ("memory", "memory_samples_per_s", "warm mem/s"),
     ("disk", "disk_samples_per_s", "warm disk/s"),
@@ -184,6 +189,10 @@ def main():
     ap.add_argument("--only")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--out")
+    ap.add_argument("--samples", type=int, default=0)
+    ap.add_argument("--case-file")
+    ap.add_argument("--case", default="profile-accuracy")
+    ap.add_argument("--target", type=float, default=1.25)
     args = ap.parse_args()
     args.data = os.path.abspath(args.data)
     os.makedirs(args.tmp, exist_ok=True)
@@ -197,7 +206,8 @@ def main():
         args.profile = os.path.join(args.tmp, "profile.json")
         try:
             t0 = time.time()
-            d.ctl("profile", "bench", "--quiet", "--json", args.profile)
+            extra = ["--samples", str(args.samples)] if args.samples else []
+            d.ctl("profile", "bench", "--quiet", "--json", args.profile, *extra)
             print("== profile: %.1f s" % (time.time() - t0))
         finally:
             d.stop()
@@ -218,6 +228,8 @@ def main():
             if mk == "stored_bytes" and s["split"] == 0:
                 continue  # nothing stored
             row["predicted"][mk] = p
+            sp = s.get(SPREAD.get(mk, ""), 0) or 0
+            row.setdefault("spread", {})[mk] = sp
             row["ratio"][mk] = ratio(p, m[mk])
         rows.append(row)
         print("  %-16s " % s["name"] + "  ".join(
@@ -227,9 +239,23 @@ def main():
     worst = max((r for row in rows for r in row["ratio"].values()), default=float("inf"))
     table(rows)
     print("worst max(predicted/measured, measured/predicted): %.3f" % worst)
+    print("profile: %d of %d samples on %d workers, %.1f s"
+          % (prof["sample_size"], prof["samples"], prof["profile_workers"], prof["seconds"]))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"profile": args.profile, "rows": rows, "ratio": worst}, f, indent=1)
+    if args.case_file:
+        mem = [row["measured"]["memory"] for row in rows]
+        case = {"case": args.case, "samples_per_s": statistics.median(mem) if mem else 0,
+                "seconds": 0, "samples": rows[0]["measured"]["samples"] if rows else 0,
+                "skipped": 0, "target": 0, "target_max": args.target,
+                "fixed_ratio": round(worst, 3), "baseline": "real epochs",
+                "detail": "worst max(predicted/measured, measured/predicted) over the "
+                          "strategies' warm memory, warm disk and cold epochs and stored "
+                          "bytes; samples_per_s: the median strategy's warm rate",
+                "strategies": rows}
+        with open(args.case_file, "a") as f:
+            f.write(json.dumps(case) + "\n")
 
 
 def fmt(key, v):
@@ -239,18 +265,20 @@ def fmt(key, v):
 
 
 def table(rows):
-    hdr = "%-16s" % "strategy"
+    hdr = "%-18s" % "strategy"
     for _, _, label in FIGURES:
-        hdr += " | %-25s" % (label + " pred/meas")
+        hdr += " | %-30s" % (label + " predicted/measured")
     print(hdr)
     for row in rows:
-        line = "%-16s" % row["name"]
+        line = "%-18s" % row["name"]
         for mk, _, _ in FIGURES:
             if mk in row["predicted"]:
-                line += " | %9s %9s %5.2fx" % (fmt(mk, row["predicted"][mk]),
-                                               fmt(mk, row["measured"][mk]), row["ratio"][mk])
+                sp = row.get("spread", {}).get(mk, 0)
+                p = fmt(mk, row["predicted"][mk]) + ("+-%.0f%%" % (sp * 100) if sp else "")
+                line += " | %14s %8s %5.2fx" % (p, fmt(mk, row["measured"][mk]),
+                                                row["ratio"][mk])
             else:
-                line += " | %-25s" % "-"
+                line += " | %-30s" % "-"
         print(line)
 
 
