@@ -872,6 +872,10 @@ static void profile_strategy_out(presto_profile_strategy_t *d,
     d->expected_rate = m->expected_rate;
     d->expected_epoch_s = m->expected_epoch_s;
     d->score = m->score;
+    d->cold_rate = m->cold_rate;
+    d->memory_spread = m->memory_spread;
+    d->disk_spread = m->disk_spread;
+    d->cold_spread = m->cold_spread;
     d->fits_memory = (int)m->fits_memory;
     d->fits_disk = (int)m->fits_disk;
     d->feasible = (int)m->feasible;

@@ -231,13 +231,17 @@ typedef struct presto_profile_strategy {
                                    encode, store */
     double stored_bytes;        /* disk tier bytes per sample (record headers in) */
     double raw_bytes;           /* memory tier bytes per sample (split 0: source) */
-    double memory_rate, disk_rate;   /* samples/s of warm epochs from each tier */
+    double memory_rate, disk_rate;   /* samples/s of warm epochs from each tier
+                                        (median of repetitions, wall clock) */
     double memory_cpu_s, disk_cpu_s; /* CPU seconds per sample online */
     double total_offline_s, total_bytes; /* for the whole dataset */
     double memory_fraction;     /* of the dataset the memory budget holds */
     double epoch_memory_s, epoch_disk_s; /* an epoch from each tier */
     double expected_rate, expected_epoch_s; /* with that memory fraction */
     double score;               /* the objective (-1: not feasible) */
+    double cold_rate;           /* samples/s of the first epoch (nothing cached yet) */
+    double memory_spread, disk_spread, cold_spread; /* how far repetitions scattered:
+                                   half their range over the median (0.1: +-10%) */
     int fits_memory, fits_disk, feasible; /* feasible: fits the disk budget */
     uint32_t rank;              /* 1: the winner */
 } presto_profile_strategy_t;

@@ -47,42 +47,84 @@ static int finish(FILE *f)
     return ferror(f) ? -1 : 0;
 }
 
+/* A time per sample for people: "3.64 ms", "33.5 us", never a rounded 0. */
+void profile_fmt_per_sample(char *buf, size_t len, double s)
+{
+    if (!isfinite(s) || s <= 0)
+        snprintf(buf, len, "-");
+    else if (s >= 1)
+        snprintf(buf, len, "%.3g s", s);
+    else if (s >= 1e-3)
+        snprintf(buf, len, "%.3g ms", s * 1e3);
+    else
+        snprintf(buf, len, "%.3g us", s * 1e6);
+}
+
+/* A rate with its spread: "41.2k +-6%" (samples/s). */
+void profile_fmt_rate(char *buf, size_t len, double rate, double spread)
+{
+    char v[24];
+    if (!isfinite(rate) || rate <= 0) {
+        snprintf(buf, len, "-");
+        return;
+    }
+    if (rate >= 1e6)
+        snprintf(v, sizeof(v), "%.3gM", rate / 1e6);
+    else if (rate >= 1e4)
+        snprintf(v, sizeof(v), "%.3gk", rate / 1e3);
+    else
+        snprintf(v, sizeof(v), "%.0f", rate);
+    if (isfinite(spread) && spread > 0)
+        snprintf(buf, len, "%s +-%.0f%%", v, fmin(spread, 9.99) * 100);
+    else
+        snprintf(buf, len, "%s", v);
+}
+
 /* ---- table ---- */
 
 int profile_report_table(FILE *f, const presto_profile_result_t *r)
 {
-    char mem[32], disk[32], sec[32], tb[32], stored[32];
+    char mem[32], disk[32], sec[32], tb[32], stored[32], offl[32];
+    char rm[32], rd[32], rc[32];
     profile_fmt_bytes(mem, sizeof(mem), (double)r->memory_budget);
     if (r->disk_budget)
         profile_fmt_bytes(disk, sizeof(disk), (double)r->disk_budget);
     else
         snprintf(disk, sizeof(disk), "none (no disk tier)");
     fprintf(f, "profile of %s: %u strategies on %u of %llu samples, %.1f s; rates measured "
-               "on %u of %u workers, scaled to %u\n",
+               "on %u of %u workers%s\n",
             r->dataset, r->count, r->sample_size, (unsigned long long)r->samples, r->seconds,
-            r->profile_workers, r->workers, r->workers);
+            r->profile_workers, r->workers,
+            r->profile_workers == r->workers ? "" : " and scaled to all of them");
     fprintf(f, "memory budget %s, disk budget %s; objective: %g x throughput + %g x offline "
                "time + %g x storage\n\n",
             mem, disk, r->w_throughput, r->w_offline, r->w_storage);
-    fputs("per sample: offline ms (read, offline steps, encode, store), bytes stored, online "
-          "CPU ms; memory/s, disk/s:\nsamples/s of warm epochs from each tier; then for the "
-          "whole dataset: offline time, storage, the share the\nmemory budget holds, whether "
-          "it fits the disk budget, expected samples/s and epoch time\n\n", f);
-    fprintf(f, "%-4s %-22s %5s %9s %10s %10s %10s %8s  %10s %10s %5s %5s %10s %9s %6s\n",
-            "rank", "strategy", "split", "offl ms", "stored", "memory/s", "disk/s",
-            "cpu ms", "offline", "storage", "mem%", "disk", "expected/s", "epoch", "score");
+    fputs("per sample: offline time (read, offline steps, encode, store, write-back; worker "
+          "time) and bytes stored;\nfor the whole dataset, samples/s delivered by warm "
+          "epochs from memory, from disk, by the first\n(cold) epoch (+-: half the range of "
+          "the repetitions), offline time, storage, the share the memory\nbudget holds, "
+          "whether it fits the disk budget, and the expected samples/s and epoch time\n\n", f);
+    fprintf(f, "%-4s %-20s %5s %10s %10s %13s %13s %13s  %9s %10s %5s %4s %10s %8s %6s\n",
+            "rank", "strategy", "split", "offline", "stored", "memory/s", "disk/s", "cold/s",
+            "offline", "storage", "mem%", "disk", "expected/s", "epoch", "score");
     for (uint32_t i = 0; i < r->count; i++) {
         const presto_profile_strategy_t *s = &r->strategies[i];
-        profile_fmt_bytes(stored, sizeof(stored), s->stored_bytes);
+        if (s->split)
+            profile_fmt_bytes(stored, sizeof(stored), s->stored_bytes);
+        else
+            snprintf(stored, sizeof(stored), "-");
+        profile_fmt_per_sample(offl, sizeof(offl), s->offline_s);
         profile_fmt_bytes(tb, sizeof(tb), s->total_bytes);
         profile_fmt_seconds(sec, sizeof(sec), s->total_offline_s);
+        profile_fmt_rate(rm, sizeof(rm), tier_rate(r, s->epoch_memory_s), s->memory_spread);
+        profile_fmt_rate(rd, sizeof(rd), tier_rate(r, s->epoch_disk_s), s->disk_spread);
+        profile_fmt_rate(rc, sizeof(rc), s->cold_rate, s->cold_spread);
         char ep[32];
         profile_fmt_seconds(ep, sizeof(ep), s->expected_epoch_s);
-        fprintf(f, "%c%-3u %-22s %5u %9.2f %10s %10.0f %10.0f %8.2f  %10s %10s %4.0f%% %5s "
-                   "%10.0f %9s %6.3f%s\n",
-                i == r->winner ? '*' : ' ', s->rank, s->name, s->split, s->offline_s * 1e3,
-                stored, tier_rate(r, s->epoch_memory_s), tier_rate(r, s->epoch_disk_s),
-                s->memory_cpu_s * 1e3, sec, tb, s->memory_fraction * 100,
+        fprintf(f, "%c%-3u %-20s %5u %10s %10s %13s %13s %13s  %9s %10s %4.0f%% %4s %10.0f "
+                   "%8s %6.3f%s\n",
+                i == r->winner ? '*' : ' ', s->rank, s->name, s->split, offl, stored, rm, rd,
+                rc, s->split ? sec : "-", tb, s->memory_fraction * 100,
                 s->split == 0 ? "-" : s->fits_disk ? "yes" : "no", s->expected_rate, ep,
                 s->score, i == r->winner ? "  <- winner" : s->feasible ? "" : "  (over the disk budget)");
     }
@@ -120,7 +162,8 @@ int profile_report_csv(FILE *f, const presto_profile_result_t *r)
           "memory_cpu_s_per_sample,disk_cpu_s_per_sample,memory_samples_per_s,"
           "disk_samples_per_s,total_offline_s,total_bytes,memory_fraction,fits_memory,"
           "fits_disk,feasible,epoch_memory_s,epoch_disk_s,expected_samples_per_s,"
-          "expected_epoch_s,score\n", f);
+          "expected_epoch_s,score,cold_samples_per_s,memory_spread,disk_spread,"
+          "cold_spread\n", f);
     for (uint32_t i = 0; i < r->count; i++) {
         const presto_profile_strategy_t *s = &r->strategies[i];
         fprintf(f, "%u,%d,", s->rank, i == r->winner);
@@ -128,13 +171,14 @@ int profile_report_csv(FILE *f, const presto_profile_result_t *r)
         fprintf(f, ",%u,", s->split);
         csv_str(f, s->last_step);
         fprintf(f, ",%d,%u,%u,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%d,"
-                   "%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g\n",
+                   "%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g\n",
                 s->zstd_level, s->samples, s->failed, s->offline_s, s->stored_bytes,
                 s->raw_bytes, s->memory_rate, s->disk_rate, s->memory_cpu_s, s->disk_cpu_s,
                 tier_rate(r, s->epoch_memory_s), tier_rate(r, s->epoch_disk_s),
                 s->total_offline_s, s->total_bytes, s->memory_fraction, s->fits_memory,
                 s->fits_disk, s->feasible, s->epoch_memory_s, s->epoch_disk_s,
-                s->expected_rate, s->expected_epoch_s, s->score);
+                s->expected_rate, s->expected_epoch_s, s->score, s->cold_rate,
+                s->memory_spread, s->disk_spread, s->cold_spread);
     }
     return finish(f);
 }
@@ -214,6 +258,10 @@ int profile_report_json(FILE *f, const presto_profile_result_t *r)
         json_num(f, "epoch_memory_s", s->epoch_memory_s, 0);
         json_num(f, "epoch_disk_s", s->epoch_disk_s, 0);
         json_num(f, "expected_samples_per_s", s->expected_rate, 0);
+        json_num(f, "cold_samples_per_s", s->cold_rate, 0);
+        json_num(f, "memory_spread", s->memory_spread, 0);
+        json_num(f, "disk_spread", s->disk_spread, 0);
+        json_num(f, "cold_spread", s->cold_spread, 0);
         json_num(f, "expected_epoch_s", s->expected_epoch_s, 0);
         json_num(f, "score", s->score, 1);
         fputs(i + 1 < r->count ? "    },\n" : "    }\n", f);

@@ -14,6 +14,10 @@
 /* Sizes and counts for people: "1.5 GiB", "312 KiB", "12.3 s", "2:03:04". */
 void profile_fmt_bytes(char *buf, size_t len, double bytes);
 void profile_fmt_seconds(char *buf, size_t len, double secs);
+/* Per sample: "3.64 ms", "33.5 us" (never a rounded 0); "-" for none. */
+void profile_fmt_per_sample(char *buf, size_t len, double secs);
+/* Samples/s with the spread of its repetitions: "41.2k +-6%". */
+void profile_fmt_rate(char *buf, size_t len, double rate, double spread);
 
 int profile_report_table(FILE *f, const presto_profile_result_t *r);
 int profile_report_csv(FILE *f, const presto_profile_result_t *r);

@@ -654,7 +654,9 @@ void proto_put_profile_strategy(struct proto_wbuf *w, const struct proto_profile
                         m->memory_rate,     m->disk_rate,      m->memory_cpu_s,
                         m->disk_cpu_s,      m->total_offline_s, m->total_bytes,
                         m->memory_fraction, m->epoch_memory_s, m->epoch_disk_s,
-                        m->expected_rate,   m->expected_epoch_s, m->score};
+                        m->expected_rate,   m->expected_epoch_s, m->score,
+                        m->cold_rate,       m->memory_spread,  m->disk_spread,
+                        m->cold_spread};
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
         proto_put_f64(w, f[i]);
     proto_put_u32(w, m->fits_memory);
@@ -681,7 +683,9 @@ int proto_get_profile_strategy(struct proto_rbuf *r, struct proto_profile_strate
                    &m->memory_rate,     &m->disk_rate,      &m->memory_cpu_s,
                    &m->disk_cpu_s,      &m->total_offline_s, &m->total_bytes,
                    &m->memory_fraction, &m->epoch_memory_s, &m->epoch_disk_s,
-                   &m->expected_rate,   &m->expected_epoch_s, &m->score};
+                   &m->expected_rate,   &m->expected_epoch_s, &m->score,
+                   &m->cold_rate,       &m->memory_spread,  &m->disk_spread,
+                   &m->cold_spread};
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
         proto_get_f64(r, f[i]);
     proto_get_u32(r, &m->fits_memory);

@@ -189,7 +189,8 @@
  *                          record headers included), f64 raw_bytes (memory
  *                          tier bytes per sample), f64 memory_rate,
  *                          f64 disk_rate (samples/s of warm epochs on the
- *                          profile's workers, online steps included),
+ *                          profile's workers by the wall clock, online
+ *                          steps included: the median of repetitions),
  *                          f64 memory_cpu_s, f64 disk_cpu_s (CPU seconds per
  *                          sample online), f64 total_offline_s,
  *                          f64 total_bytes (extrapolated to the dataset on
@@ -198,7 +199,12 @@
  *                          epoch_memory_s, f64 epoch_disk_s (an epoch from
  *                          each tier), f64 expected_rate, f64
  *                          expected_epoch_s (with that memory fraction),
- *                          f64 score, u32 fits_memory, u32 fits_disk,
+ *                          f64 score, f64 cold_rate (samples/s of a first
+ *                          epoch: read, offline and online steps, store),
+ *                          f64 memory_spread, f64 disk_spread,
+ *                          f64 cold_spread (how far the repetitions of
+ *                          each rate scattered: half their range over the
+ *                          median, 0.1: +-10%), u32 fits_memory, u32 fits_disk,
  *                          u32 feasible (fits the disk budget), u32 rank
  *                          (1: the winner)
  *
@@ -466,6 +472,7 @@ struct proto_profile_strategy {
     double memory_rate, disk_rate, memory_cpu_s, disk_cpu_s;
     double total_offline_s, total_bytes, memory_fraction;
     double epoch_memory_s, epoch_disk_s, expected_rate, expected_epoch_s, score;
+    double cold_rate, memory_spread, disk_spread, cold_spread;
     uint32_t fits_memory, fits_disk, feasible, rank;
 };
 /* PROFILE_RESULT's fixed part; count strategies follow. */

@@ -92,7 +92,7 @@ static const struct cfg_key cfg_keys[] = {
     KEY("limits", "client_memory", CFG_SIZE, client_memory, 1ull << 20, UINT64_MAX, 0),
     KEY("limits", "user_memory", CFG_SIZE, user_memory, 0, UINT64_MAX, 0),
     KEY("profile", "samples", CFG_U32, profile_samples, 0, 1u << 20, 0),
-    KEY("profile", "worker_share", CFG_U32, profile_worker_share, 1, 100, 50),
+    KEY("profile", "worker_share", CFG_U32, profile_worker_share, 1, 100, 100),
     KEY("profile", "memory", CFG_SIZE, profile_memory, 1ull << 20, 1ull << 40, 256ull << 20),
     KEY_AT("metrics", "listen", CFG_LISTEN, metrics_listen, 0, 0, 0, CFG_RESTART),
     KEY_AT("source", "endpoint", CFG_STR, source_endpoint, 0, 0, 0, CFG_RESTART),

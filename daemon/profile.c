@@ -125,6 +125,21 @@ static void extrapolate(struct proto_profile_strategy *s, const struct profile_s
     double per = f * safe_div(1.0, rmem) + (1.0 - f) * miss_s;
     s->expected_epoch_s = per * N;
     s->expected_rate = safe_div(1.0, per);
+    /* The first epoch: split 0 reads the files from the disk; the others
+     * read them, run the offline steps, store (the write-back included)
+     * and then run the online steps, on the same workers. */
+    double cold = s->split == 0 ? safe_div(1.0, rdisk) : s->offline_s / W + safe_div(1.0, rmem);
+    s->cold_rate = safe_div(1.0, cold);
+    s->cold_spread = s->split == 0 ? s->disk_spread
+                                   : s->memory_spread * safe_div(safe_div(1.0, rmem), cold);
+}
+
+/* How far the expected rate of s may be off: its tiers' spreads, mixed as
+ * the rate is (capped: a wild one must not tie everything). */
+static double rate_spread(const struct proto_profile_strategy *s)
+{
+    double f = s->memory_fraction;
+    return fmin(f * s->memory_spread + (1 - f) * s->disk_spread, 0.5);
 }
 
 /* 1 when a is better than b among tied strategies: the cheaper encoding
@@ -168,11 +183,18 @@ uint32_t profile_rank(struct proto_profile_strategy *st, uint32_t n,
                    ws * (smax > 0 ? 1.0 - s->total_bytes / smax : 1.0);
         best = fmax(best, s->score);
     }
-    /* The tie: within PROFILE_TIE_PCT of the best score. */
-    double floor_score = best - fabs(best) * PROFILE_TIE_PCT / 100.0;
+    /* The tie: within PROFILE_TIE_PCT of the best score, or within what the
+     * two rates' repetitions scattered (wall clock rates on a busy machine
+     * move by more than that from one profile to the next). */
+    uint32_t top = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (st[i].feasible && st[i].score == best)
+            top = i;
     int found = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (!st[i].feasible || st[i].score < floor_score)
+        double tie = fmax(PROFILE_TIE_PCT / 100.0,
+                          wt * (rate_spread(&st[i]) + rate_spread(&st[top])));
+        if (!st[i].feasible || st[i].score < best - fabs(best) * tie)
             continue;
         if (!found || tie_better(&st[i], i, &st[winner], winner))
             winner = i;
@@ -456,6 +478,10 @@ struct profile {
     uint32_t *list, nlist; /* online: trial ids to run */
     uint32_t next, pass;
     uint64_t pass_t0, wall_ns, job_wall_ns, cpu_ns, good, failed;
+    /* Repetitions of an online phase: samples/s of each (see online_rate). */
+    double reps[PROFILE_MAX_REPS];
+    uint32_t nreps;
+    uint64_t rep_t0, rep_good, pass_good;
     struct profile_job *jobs;
     uint32_t busy;
     uint64_t t0_ns, sent_ns;
@@ -541,6 +567,21 @@ static void job_done(struct work *wk, int cancelled)
     p->cpu_ns += j->cpu_ns;
     p->good += j->good;
     p->failed += j->failed;
+    p->pass_good += j->good;
+    if (p->phase == PH_MEMORY) {
+        /* Memory epochs run back to back on every worker: a repetition is
+         * what completed in a stretch of at least PROFILE_REP_MS and one
+         * epoch's samples (so that jobs finishing together are not split
+         * between two repetitions). */
+        uint64_t now = stats_now_ns();
+        p->rep_good += j->good + j->failed;
+        if (now - p->rep_t0 >= PROFILE_REP_MS * 1000000ull && p->rep_good >= p->nlist &&
+            p->nreps < PROFILE_MAX_REPS) {
+            p->reps[p->nreps++] = (double)p->rep_good * 1e9 / (double)(now - p->rep_t0);
+            p->rep_t0 = now;
+            p->rep_good = 0;
+        }
+    }
     profile_pump(p);
 }
 
@@ -653,6 +694,15 @@ static int trial_open(struct profile *p, const struct proto_profile_strategy *s)
         profile_fail(p, -EIO, "cannot make a trial disk store (cache.dir): %s", err);
         return -EIO;
     }
+    /* Records read as the daemon's disk tier reads them: with O_DIRECT
+     * where it does (cache.direct_io), else through the dropped page cache. */
+    struct store *live = tiers_store(p->pr->tiers), *trial = tiers_store(p->ttiers);
+    if (live && trial) {
+        struct store_stats ls;
+        store_get_stats(live, &ls);
+        if (ls.direct_io && store_direct_io(trial) < 0)
+            log_debug("profile: the trial store is read through the page cache (no O_DIRECT)");
+    }
     if (pipeline_create(&p->tpipe, p->ttiers, cfg->max_file_size, p->workers) < 0) {
         profile_fail(p, -ENOMEM, "no memory for a trial pipeline");
         return -ENOMEM;
@@ -661,19 +711,27 @@ static int trial_open(struct profile *p, const struct proto_profile_strategy *s)
     return 0;
 }
 
+/* Drops the sample's source files from the page cache: what a first
+ * epoch, or an epoch of split 0 past the page cache, reads them from. */
+static void drop_sources(struct profile *p)
+{
+    char err[160];
+    for (uint32_t i = 0; i < p->k; i++) {
+        struct source_file f;
+        if (dataset_open_file(p->tds, i, UINT64_MAX, &f, err, sizeof(err)) < 0)
+            continue;
+        posix_fadvise(f.fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(f.fd);
+    }
+}
+
 /* Writes the trial segments back and drops them from the page cache, or
  * for split 0 the sample's source files. */
 static void drop_page_cache(struct profile *p)
 {
     char err[160];
     if (p->tst->split == 0) {
-        for (uint32_t i = 0; i < p->k; i++) {
-            struct source_file f;
-            if (dataset_open_file(p->tds, i, UINT64_MAX, &f, err, sizeof(err)) < 0)
-                continue;
-            posix_fadvise(f.fd, 0, 0, POSIX_FADV_DONTNEED);
-            close(f.fd);
-        }
+        drop_sources(p);
         return;
     }
     int dfd = cachedir_open(p->dir, 0, err, sizeof(err));
@@ -718,10 +776,13 @@ static void phase_begin(struct profile *p, enum phase ph)
     p->phase = ph;
     p->next = p->pass = 0;
     p->wall_ns = p->job_wall_ns = p->cpu_ns = p->good = p->failed = 0;
+    p->nreps = 0;
+    p->rep_good = p->pass_good = 0;
     switch (ph) {
     case PH_OFFLINE:
         tiers_memory_off(p->ttiers, 1);
         p->nlist = p->k;
+        drop_sources(p); /* a first epoch reads them from the disk */
         break;
     case PH_LOAD:
         tiers_memory_off(p->ttiers, p->tst->split == 0);
@@ -740,23 +801,46 @@ static void phase_begin(struct profile *p, enum phase ph)
     case PH_END:
         break;
     }
-    p->pass_t0 = stats_now_ns();
+    p->pass_t0 = p->rep_t0 = stats_now_ns();
 }
 
 static void strategy_begin(struct profile *p);
 
-/* Samples/s of an online phase on the profile's workers: the samples over
- * the time the workers spent on them, not counting the gaps between jobs
- * (which a stream fills with its prefetched batches). That time is the
- * jobs' wall clocks when they read (reads waited for count), and their
- * CPU clocks when they only compute (epochs from the memory tier), which
- * leaves out the time other processes had the core: the figure stays the
- * same on a busy machine, so the ranking does. */
-static double online_rate(const struct profile *p)
+static int cmp_double(const void *a, const void *b)
 {
-    int cpu_bound = p->phase == PH_MEMORY && p->tst->split > 0;
-    double busy_s = (double)(cpu_bound ? p->cpu_ns : p->job_wall_ns) / 1e9 / p->njobs;
-    return busy_s > 0 ? (double)p->good / busy_s : 0;
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Samples/s of an online phase on the profile's workers (all of the
+ * daemon's by default: profile.worker_share), by the wall clock, as an
+ * epoch delivers them: the median of its repetitions (memory: stretches of
+ * PROFILE_REP_MS with the epochs of the sample run back to back; disk: one
+ * epoch each, after the page cache is dropped), and in *spread how far
+ * they scattered: half their range over the median (0.1: +-10%). Other
+ * processes taking the cores show up here as they will in the epochs:
+ * as a lower rate and a wider spread, not hidden. */
+static double online_rate(struct profile *p, double *spread)
+{
+    if (p->nreps == 0) { /* shorter than one repetition: the whole phase */
+        double s = (double)p->wall_ns / 1e9;
+        *spread = 1.0;
+        return s > 0 ? (double)p->good / s : 0;
+    }
+    qsort(p->reps, p->nreps, sizeof(p->reps[0]), cmp_double);
+    double med = p->nreps % 2 ? p->reps[p->nreps / 2]
+                              : (p->reps[p->nreps / 2 - 1] + p->reps[p->nreps / 2]) / 2;
+    *spread = med > 0 ? (p->reps[p->nreps - 1] - p->reps[0]) / 2 / med : 1.0;
+    return med;
+}
+
+/* Writes the trial segments back: the time a first epoch's writes take the
+ * disk, which the sample's few MiB in the page cache would hide. */
+static uint64_t sync_trial(struct profile *p)
+{
+    uint64_t t0 = stats_now_ns();
+    drop_page_cache(p);
+    return stats_now_ns() - t0;
 }
 
 /* Records what the phase measured and moves on. */
@@ -772,15 +856,19 @@ static void phase_end(struct profile *p)
                          strerror(ss.degraded));
             return;
         }
+        /* Worker seconds per sample, by the wall clock of the phase on
+         * the profile's workers, the segments' write-back included. */
+        uint64_t wall = p->wall_ns + sync_trial(p);
         s->samples = (uint32_t)p->good;
         s->failed = (uint32_t)p->failed;
-        s->offline_s = p->good ? (double)p->job_wall_ns / 1e9 / (double)p->good : 0;
+        s->offline_s = p->good ? (double)wall / 1e9 * p->njobs / (double)p->good : 0;
         s->stored_bytes = p->good ? (double)ss.bytes_disk / (double)p->good : 0;
         s->raw_bytes = ss.records ? (double)ss.bytes_raw / (double)ss.records : 0;
         if (p->cur > 0 && p->st[p->cur - 1].split == s->split) {
             /* The memory tier holds the same decoded bytes whatever the
              * disk encoding: measured once per split point. */
             s->memory_rate = p->st[p->cur - 1].memory_rate;
+            s->memory_spread = p->st[p->cur - 1].memory_spread;
             s->memory_cpu_s = p->st[p->cur - 1].memory_cpu_s;
             phase_begin(p, PH_DISK);
         } else {
@@ -800,12 +888,12 @@ static void phase_end(struct profile *p)
         phase_begin(p, PH_MEMORY);
         break;
     case PH_MEMORY:
-        s->memory_rate = online_rate(p);
+        s->memory_rate = online_rate(p, &s->memory_spread);
         s->memory_cpu_s = p->good ? (double)p->cpu_ns / 1e9 / (double)p->good : 0;
         phase_begin(p, PH_DISK);
         break;
     case PH_DISK:
-        s->disk_rate = online_rate(p);
+        s->disk_rate = online_rate(p, &s->disk_spread);
         s->disk_cpu_s = p->good ? (double)p->cpu_ns / 1e9 / (double)p->good : 0;
         log_debug("profile of '%s': %s: offline %.2f ms/sample, %.0f bytes/sample stored, "
                   "%.0f samples/s from memory, %.0f from disk", dataset_name(p->ds), s->name,
@@ -850,7 +938,8 @@ static void profile_pump(struct profile *p)
             /* Memory epochs follow each other without a pause; disk ones
              * wait for the page cache to be dropped in between. */
             if (p->next == p->nlist && p->phase == PH_MEMORY && p->nlist > 0 &&
-                stats_now_ns() - p->pass_t0 < PROFILE_MIN_PHASE_MS * 1000000ull &&
+                (stats_now_ns() - p->pass_t0 < PROFILE_MIN_PHASE_MS * 1000000ull ||
+                 p->nreps < PROFILE_MIN_REPS) &&
                 p->pass + 1 < PROFILE_MAX_PASSES) {
                 p->next = 0;
                 p->pass++;
@@ -872,10 +961,15 @@ static void profile_pump(struct profile *p)
             return;
         }
         /* The epoch is over (for memory, the phase). */
-        p->wall_ns += stats_now_ns() - p->pass_t0;
+        uint64_t pass_ns = stats_now_ns() - p->pass_t0;
+        p->wall_ns += pass_ns;
         p->pass++;
+        if (p->phase == PH_DISK && pass_ns > 0 && p->nreps < PROFILE_MAX_REPS)
+            p->reps[p->nreps++] = (double)p->pass_good * 1e9 / (double)pass_ns;
+        p->pass_good = 0;
         if (p->phase == PH_DISK && p->nlist > 0 &&
-            p->wall_ns < PROFILE_MIN_PHASE_MS * 1000000ull && p->pass < PROFILE_MAX_PASSES) {
+            (p->wall_ns < PROFILE_MIN_PHASE_MS * 1000000ull || p->pass < PROFILE_MIN_REPS) &&
+            p->pass < PROFILE_MAX_PASSES) {
             p->next = 0;
             if (p->phase == PH_DISK)
                 drop_page_cache(p);

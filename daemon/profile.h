@@ -16,33 +16,42 @@
  * worker pool, through the real pipeline (pipeline_warm, pipeline_batch)
  * and the real tier code, on trial tiers of its own:
  *
- *   offline  the sample read, run through the offline steps, encoded and
- *            stored in a trial disk store (pipeline_warm, memory taking
- *            nothing): worker seconds per sample, and the store's segment
- *            bytes per sample (record headers included);
+ *   offline  the sample's files dropped from the page cache (a first epoch
+ *            reads them from the disk), read, run through the offline
+ *            steps, encoded and stored in a trial disk store
+ *            (pipeline_warm, memory taking nothing), its segments written
+ *            back (fdatasync: the dataset's writes do not fit in the page
+ *            cache as the sample's do): worker seconds per sample by the
+ *            phase's wall clock, and the store's segment bytes per sample
+ *            (record headers included);
  *   load     (not timed) the records read into a trial memory tier of
  *            profile.memory bytes;
  *   memory   warm epochs from that memory tier, online steps included,
  *            delivered into batch buffers as a stream's worker does it
- *            (pipeline_batch; the socket, the same for every strategy, is
- *            left out): samples/s and CPU seconds per sample (thread CPU
- *            clock). The memory tier holds the same decoded bytes whatever
+ *            (pipeline_batch): samples/s by the wall clock, the median of
+ *            at least PROFILE_MIN_REPS repetitions (stretches of at least
+ *            PROFILE_REP_MS) and their spread, and CPU seconds per sample
+ *            (thread CPU clock). The memory tier holds the same decoded bytes whatever
  *            the disk encoding, so this (and load) runs once per split
  *            point, for its first encoding, and the others share it;
- *   disk     the same from the trial disk store with its segment files
- *            written back and dropped from the page cache before every
- *            epoch (fdatasync, POSIX_FADV_DONTNEED).
+ *   disk     the same from the trial disk store, read as the daemon's disk
+ *            tier reads (O_DIRECT where cache.direct_io gives it to the
+ *            daemon's store), its segment files written back and dropped
+ *            from the page cache before every epoch (fdatasync,
+ *            POSIX_FADV_DONTNEED): each epoch one repetition, at least
+ *            PROFILE_MIN_REPS of them.
  *
  * Split 0 has no offline phase; its "memory" epochs read the source files
  * hot in the page cache and its "disk" epochs read them dropped from it.
  * An online phase repeats whole epochs of the sample (epoch 0, 1, ...)
- * until PROFILE_MIN_PHASE_MS have passed (at most PROFILE_MAX_PASSES). Its
- * rate is the samples over the time the profile's workers spent on them,
- * not the gaps between jobs (which a stream's prefetch fills): the jobs'
- * wall clocks where they read (disk epochs, and split 0's, waits for reads
- * included), their thread CPU clocks where they only compute (memory
- * epochs), so that other processes taking the cores do not reorder
- * strategies that differ only by noise.
+ * until PROFILE_MIN_PHASE_MS have passed and PROFILE_MIN_REPS repetitions
+ * were measured (at most PROFILE_MAX_PASSES). Rates are by the wall clock
+ * on all the workers the profile runs on (profile.worker_share, 100% by
+ * default: the daemon's real worker count, so that what the workers share,
+ * cores, memory bandwidth, the event loop, shows as it will in an epoch),
+ * and each comes with its spread over the repetitions (half their range
+ * over the median): on a busy machine the figure is uncertain, and says
+ * so, rather than a CPU-time figure that no epoch delivers.
  *
  * Trial tiers are private: a struct tiers (a memory tier and a store) and
  * a struct pipeline of the profile's own, the store in
@@ -59,14 +68,19 @@
  * the source bytes stand in, as the page cache holds those); an epoch from
  * memory N / (memory_rate x W / P), from disk likewise; the expected epoch
  * mixes them by that fraction (without a disk tier the rest is recomputed:
- * offline_s / W more per sample).
+ * offline_s / W more per sample); the first (cold) epoch takes
+ * offline_s / W + 1 / memory rate per sample (split 0: the disk rate, the
+ * files read from the disk). tests/bench/profile_accuracy.py (make bench's
+ * profile-accuracy, prestoctl profile --verify's measurements) sets these
+ * against real epochs.
  *
  * Ranking. A strategy is feasible unless its storage exceeds the disk
  * budget (with a disk tier; split 0 stores nothing). Over the feasible
  * ones, score = wt x rate / best rate + wo x (1 - offline / most offline)
  * + ws x (1 - storage / most storage); weights from PROFILE (all 0:
- * throughput only). Scores within PROFILE_TIE_PCT percent of the best are
- * a tie (timings on a busy machine vary that much from run to run), won
+ * throughput only). Scores within PROFILE_TIE_PCT percent of the best, or
+ * within wt x the two expected rates' spreads, are a tie (timings on a
+ * busy machine vary that much from run to run), won
  * by the cheapest encoding (raw, then zstd by level: compression buys
  * nothing when the rates tie, and costs encoding time), then the least
  * storage, then the first: fixed by the pipeline and the data, so ties
@@ -116,6 +130,9 @@
 #define PROFILE_JOB_SAMPLES 16u       /* offline and load jobs */
 #define PROFILE_BATCH 32u             /* online jobs: a batch */
 #define PROFILE_MIN_PHASE_MS 200u
+#define PROFILE_REP_MS 40u      /* a memory phase's repetition: at least this long */
+#define PROFILE_MIN_REPS 5u     /* repetitions of an online phase, at least */
+#define PROFILE_MAX_REPS 64u
 #define PROFILE_MAX_PASSES 10000u
 #define PROFILE_TIE_PCT 10u
 #define PROFILE_PROGRESS_MS 100u

@@ -21,6 +21,13 @@
 #    of all) measured the same way: its own prestod with that split and encoding, epoch
 #    0 to fill, then the warm epochs. auto / worst is printed and kept in bench.json with
 #    the case's runs (worst_strategy, worst_samples_per_s).
+# 4. Case `profile-accuracy`: tests/bench/profile_accuracy.py takes the profile of 1.
+#    and, for each of its 13 strategies in a prestod of its own, pulls a cold epoch
+#    (source files dropped from the page cache), warm epochs from memory and from the
+#    disk tier (memory budget 1 MiB, segments dropped before each) and prints predicted
+#    against measured; the case's ratio is the worst max(predicted/measured,
+#    measured/predicted) over all of them (target <= 1.25). Its table goes to
+#    $BUILD/bench-profile-accuracy.json. BENCH_PROFILE_ONLY=NAME,... measures only those.
 
 BENCH_PROFILE_STEPS="[decode, {resize: 256}, {center_crop: 224}, {random_flip: 0.5}]"
 
@@ -124,4 +131,13 @@ print("  auto (%s): %.1f samples/s; everything online: %.1f (%.2fx); worst cachi
                         worst_rate, auto / worst_rate if worst_rate else 0))' \
         "$chosen" "$auto" "$online" "$worst" "$worst_rate"
     bench_case auto 3 "${runs[@]}"
+
+    echo "== profile-accuracy: the profile's predictions against real epochs of each strategy"
+    local only=()
+    [[ -n ${BENCH_PROFILE_ONLY:-} ]] && only=(--only "$BENCH_PROFILE_ONLY")
+    "$PYTHON" tests/bench/profile_accuracy.py --build "$BUILD" --data "$BENCH_PROFILE_DATA" \
+        --tmp "$dir/accuracy" --steps "$BENCH_PROFILE_STEPS" --profile "$out.json" \
+        --epochs "${#BENCH_WARM_EPOCHS[@]}" --out "$BUILD/bench-profile-accuracy.json" \
+        --case-file "$BENCH_CASES" "${only[@]}" \
+        || presto_fail "profile-accuracy failed"
 }

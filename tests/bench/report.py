@@ -129,6 +129,9 @@ def cmd_write(argv):
     cases = read_cases(a.cases)
     for c in cases:
         c.setdefault("baseline", DEFAULT_BASELINE)
+        if "fixed_ratio" in c:  # a case that is not a rate (profile-accuracy)
+            c["ratio"] = c["fixed_ratio"]
+            continue
         if "reference_samples_per_s" in c:
             rate = c["reference_samples_per_s"]
         elif c["baseline"] in baselines:
@@ -181,7 +184,10 @@ def print_table(doc):
     base_samples = base["epochs"][0]["samples"] if base and base["epochs"] else None
     for c in doc["cases"]:
         target, verdict = "", ""
-        if c.get("target"):
+        if c.get("target_max"):  # lower is better
+            target = "<= %gx" % c["target_max"]
+            verdict = "PASS" if c["ratio"] <= c["target_max"] else "MISS"
+        elif c.get("target"):
             target = ">= %gx" % c["target"]
             verdict = "PASS" if c["ratio"] >= c["target"] else "MISS"
         print(row % (c["case"], "%.1f" % c["samples_per_s"], fmt_ratio(c["ratio"]),

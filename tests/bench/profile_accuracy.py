@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""The profiler's predictions against the epochs they predict.
+
+    profile_accuracy.py --build BUILD --data DIR --tmp DIR [--steps YAML]
+                        [--profile JSON] [--samples N] [--only NAME,...] [--epochs N]
+                        [--out JSON] [--case-file CASES --case NAME --target R]
+
+1. Unless --profile names a profile's JSON (prestoctl profile --json) already made,
+   a prestod serving DIR as `bench` with STEPS and `split: auto` (a disk tier of 64 GiB,
+   the default memory budget) is profiled: `prestoctl profile bench --json`.
+2. For each strategy of it (or those --only names), in a prestod of its own serving the
+   same data with that split and encoding, on an empty cache directory:
+     cold    epoch 0: the dataset read, run through the offline steps, stored, admitted
+             to memory and delivered (the first epoch after the profile);
+     memory  warm epochs 1..N from the memory tier, pulled one after the other by one
+             prestoctl as a training loop does (median);
+     disk    the daemon restarted on the same cache directory with a memory budget of
+             1 MiB (nothing admitted), the segment files written back and dropped from
+             the page cache before each epoch, then warm epochs (median). For split 0
+             ("none": nothing is stored) the source files are dropped instead.
+   and the disk tier's bytes after the cold epoch (stats).
+3. Prints predicted against measured side by side, each figure's ratio
+   max(p/m, m/p) and the prediction's spread (+-, from the profile's repetitions), and
+   the worst ratio of them all; with --out writes it all as JSON; with --case-file
+   appends make bench's case (report.py: its ratio is the worst, the target a maximum).
+
+Every epoch is pulled by prestoctl epoch (C client, shared memory, batch 64), as the
+other cases of `make bench` are. Exits 1 when a daemon or an epoch failed.
+"""
+import argparse
+import glob
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+STEPS = "[decode, {resize: 256}, {center_crop: 224}, {random_flip: 0.5}]"
+
+
+class Daemon:
+    def __init__(self, build, tmp, conf, log):
+        self.build, self.sock = build, os.path.join(tmp, "prestod.sock")
+        self.logf = open(log, "ab")
+        self.proc = subprocess.Popen([os.path.join(build, "prestod"), "-s", self.sock, "-c",
+                                      conf], stdout=self.logf, stderr=self.logf)
+        deadline = time.time() + 120
+        while True:
+            if self.proc.poll() is not None:
+                sys.exit("profile_accuracy: prestod exited (%s)" % log)
+            if os.path.exists(self.sock) and self.ctl("datasets", check=False) is not None:
+                break
+            if time.time() > deadline:
+                self.stop()
+                sys.exit("profile_accuracy: prestod did not start (%s)" % log)
+            time.sleep(0.05)
+
+    def ctl(self, *args, check=True):
+        r = subprocess.run([os.path.join(self.build, "prestoctl"), "-s", self.sock, *args],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            if check:
+                self.stop()
+                sys.exit("profile_accuracy: prestoctl %s: %s" % (" ".join(args), r.stderr))
+            return None
+        return r.stdout
+
+    def epochs(self, first, n):
+        out = self.ctl("epoch", "bench", "-e", str(first), "-n", str(n), "--json")
+        runs = [json.loads(line) for line in out.splitlines() if line.strip()]
+        for r in runs:
+            if r["skipped"]:
+                print("  warning: epoch %d skipped %d samples" % (r["epoch"], r["skipped"]))
+        return runs
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.logf.close()
+
+
+def config(path, data, steps, split, encoding, cache, memory=None):
+    with open(path, "w") as f:
+        f.write("cache:\n  dir: %s\n  disk: 64GiB\n" % cache)
+        if memory:
+            f.write("  memory: %s\n" % memory)
+        f.write("datasets:\n  - name: bench\n    root: %s\n    steps: %s\n    split: %s\n"
+                "    encoding: %s\n" % (data, steps, split, encoding))
+    return path
+
+
+def drop(paths):
+    for p in paths:
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.fdatasync(fd)
+        except OSError:
+            pass
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
+def source_files(data):
+    return [p for p in glob.glob(os.path.join(data, "**", "*"), recursive=True)
+            if os.path.isfile(p)]
+
+
+def segments(cache):
+    return glob.glob(os.path.join(cache, "**", "seg-*"), recursive=True)
+
+
+
+def measure(args, s, n):
+    """The real epochs of strategy s: cold, memory (median), disk (median)."""
+    tag = s["name"].replace("/", "-").replace(":", "")
+    cache = os.path.join(args.tmp, "cache-" + tag)
+    subprocess.run(["rm", "-rf", cache], check=True)
+    enc = s["encoding"]
+    log = os.path.join(args.tmp, "prestod-%s.log" % tag)
+    conf = config(os.path.join(args.tmp, tag + ".yaml"), args.data, args.steps, s["split"],
+                  enc, cache)
+    files = source_files(args.data)
+    drop(files)  # the cold epoch reads the files from the disk, as a first epoch does
+    d = Daemon(args.build, args.tmp, conf, log)
+    try:
+        cold = d.epochs(0, 1)[0]
+        mem = d.epochs(1, n)
+
+    finally:
+        d.stop()
+    stored = 0
+    for seg in segments(cache):
+        stored += os.path.getsize(seg)
+    conf = config(os.path.join(args.tmp, tag + "-disk.yaml"), args.data, args.steps,
+                  s["split"], enc, cache, memory="1MiB")
+    d = Daemon(args.build, args.tmp, conf, log)
+    disk = []
+    try:
+        for e in range(n):
+            drop(files if s["split"] == 0 else segments(cache))
+            disk += d.epochs(1 + e, 1)
+    finally:
+        d.stop()
+    subprocess.run(["rm", "-rf", cache], check=True)
+    return {
+        "cold": cold["samples_per_s"],
+        "memory": statistics.median(r["samples_per_s"] for r in mem),
+        "memory_runs": [r["samples_per_s"] for r in mem],
+        "disk": statistics.median(r["samples_per_s"] for r in disk),
+        "disk_runs": [r["samples_per_s"] for r in disk],
+        "stored_bytes": stored,
+        "samples": cold["samples"],
+    }
+
+
+SPREAD = {"memory": "memory_spread", "disk": "disk_spread", "cold": "cold_spread"}
+
+FIGURES = [  # (key of the measurement, key of the profile's prediction, label)
+    ("memory", "memory_samples_per_s", "warm mem/s"),
+    ("disk", "disk_samples_per_s", "warm disk/s"),
+    ("cold", "cold_samples_per_s", "cold/s"),
+    ("stored_bytes", "total_bytes", "stored MB"),
+]
+
+
+def ratio(p, m):
+    if not p or not m or p <= 0 or m <= 0:
+        return float("inf")
+    return max(p / m, m / p)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--tmp", required=True)
+    ap.add_argument("--steps", default=STEPS)
+    ap.add_argument("--profile")
+    ap.add_argument("--only")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--out")
+    ap.add_argument("--samples", type=int, default=0)
+    ap.add_argument("--case-file")
+    ap.add_argument("--case", default="profile-accuracy")
+    ap.add_argument("--target", type=float, default=1.25)
+    args = ap.parse_args()
+    args.data = os.path.abspath(args.data)
+    os.makedirs(args.tmp, exist_ok=True)
+
+    if not args.profile:
+        cache = os.path.join(args.tmp, "cache-profile")
+        subprocess.run(["rm", "-rf", cache], check=True)
+        conf = config(os.path.join(args.tmp, "profile.yaml"), args.data, args.steps, "auto",
+                      "raw", cache)
+        d = Daemon(args.build, args.tmp, conf, os.path.join(args.tmp, "prestod-profile.log"))
+        args.profile = os.path.join(args.tmp, "profile.json")
+        try:
+            t0 = time.time()
+            extra = ["--samples", str(args.samples)] if args.samples else []
+            d.ctl("profile", "bench", "--quiet", "--json", args.profile, *extra)
+            print("== profile: %.1f s" % (time.time() - t0))
+        finally:
+            d.stop()
+        subprocess.run(["rm", "-rf", cache], check=True)
+    prof = json.load(open(args.profile))
+    only = set(args.only.split(",")) if args.only else None
+    rows = []
+    for s in prof["strategies"]:
+        if only and s["name"] not in only:
+            continue
+        m = measure(args, s, args.epochs)
+        row = {"name": s["name"], "split": s["split"], "encoding": s["encoding"],
+               "measured": m, "predicted": {}, "ratio": {}}
+        for mk, pk, _ in FIGURES:
+            p = s.get(pk)
+            if p is None:
+                continue
+            if mk == "stored_bytes" and s["split"] == 0:
+                continue  # nothing stored
+            row["predicted"][mk] = p
+            sp = s.get(SPREAD.get(mk, ""), 0) or 0
+            row.setdefault("spread", {})[mk] = sp
+            row["ratio"][mk] = ratio(p, m[mk])
+        rows.append(row)
+        print("  %-16s " % s["name"] + "  ".join(
+            "%s %s/%s (%.2fx)" % (mk, fmt(mk, row["predicted"][mk]), fmt(mk, m[mk]),
+                                  row["ratio"][mk]) for mk, _, _ in FIGURES
+            if mk in row["predicted"]), flush=True)
+    worst = max((r for row in rows for r in row["ratio"].values()), default=float("inf"))
+    table(rows)
+    print("worst max(predicted/measured, measured/predicted): %.3f" % worst)
+    print("profile: %d of %d samples on %d workers, %.1f s"
+          % (prof["sample_size"], prof["samples"], prof["profile_workers"], prof["seconds"]))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"profile": args.profile, "rows": rows, "ratio": worst}, f, indent=1)
+    if args.case_file:
+        mem = [row["measured"]["memory"] for row in rows]
+        case = {"case": args.case, "samples_per_s": statistics.median(mem) if mem else 0,
+                "seconds": 0, "samples": rows[0]["measured"]["samples"] if rows else 0,
+                "skipped": 0, "target": 0, "target_max": args.target,
+                "fixed_ratio": round(worst, 3), "baseline": "real epochs",
+                "detail": "worst max(predicted/measured, measured/predicted) over the "
+                          "strategies' warm memory, warm disk and cold epochs and stored "
+                          "bytes; samples_per_s: the median strategy's warm rate",
+                "strategies": rows}
+        with open(args.case_file, "a") as f:
+            f.write(json.dumps(case) + "\n")
+
+
+def fmt(key, v):
+    if key == "stored_bytes":
+        return "%.1f" % (v / 1e6)
+    return "%.0f" % v
+
+
+def table(rows):
+    hdr = "%-18s" % "strategy"
+    for _, _, label in FIGURES:
+        hdr += " | %-30s" % (label + " predicted/measured")
+    print(hdr)
+    for row in rows:
+        line = "%-18s" % row["name"]
+        for mk, _, _ in FIGURES:
+            if mk in row["predicted"]:
+                sp = row.get("spread", {}).get(mk, 0)
+                p = fmt(mk, row["predicted"][mk]) + ("+-%.0f%%" % (sp * 100) if sp else "")
+                line += " | %14s %8s %5.2fx" % (p, fmt(mk, row["measured"][mk]),
+                                                row["ratio"][mk])
+            else:
+                line += " | %-30s" % "-"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
