@@ -779,6 +779,9 @@ START_TEST(test_dataset_same_and_copy)
     struct config_dataset copy;
     ck_assert_int_eq(config_dataset_copy(&copy, &c[1].datasets[0]), 0);
     ck_assert_ptr_ne(copy.root, c[1].datasets[0].root);
+    /* The per-step chain travels with it (a reload's datasets never recompute it). */
+    ck_assert(memcmp(copy.chain, c[1].datasets[0].chain, sizeof(copy.chain)) == 0);
+    ck_assert_uint_eq(copy.chain[copy.nsteps].h, 224);
     for (size_t i = 0; i < NELEM(variants); i++)
         config_free(&c[i]);
     ck_assert_str_eq(copy.root, "/other"); /* its own, after the config went */
