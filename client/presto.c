@@ -13,7 +13,11 @@
  * Socket: batches are read straight into a buffer owned by the stream, laid
  * out so that the sample bytes start at a 64-byte boundary and the labels at
  * an 8-byte one; the buffer is reused (and grown when needed) from one batch
- * to the next, or, under manual_release, one buffer per batch.
+ * to the next, or, under manual_release, one buffer per batch held, which
+ * its release hands back to a small pool of the stream's (OWN_POOL_MAX) for
+ * the batches after it: a fresh buffer per batch was mapped, faulted in,
+ * zeroed and unmapped by glibc every time (a fifth of a Python socket
+ * epoch's time).
  *
  * Under manual_release a stream counts the batches its caller holds, under
  * its own lock, since presto_release may come from any thread (a Python
@@ -66,6 +70,8 @@ _Static_assert(SAME(PRESTO_DTYPE_U8, PROTO_DTYPE_U8) && SAME(PRESTO_DTYPE_F32, P
 #define BATCH_N_OFFSET 12
 /* Sample bytes start at this alignment inside the stream's buffer. */
 #define DATA_ALIGN 64
+/* Buffers of released manual_release batches a stream keeps for the next. */
+#define OWN_POOL_MAX 4
 /* Largest OPENED/END body; ERROR bodies are bounded by PROTO_MAX_STR. */
 #define SMALL_BODY_MAX 96
 #define ERROR_BODY_MAX (8 + PROTO_MAX_STR)
@@ -120,6 +126,8 @@ struct presto_stream {
     uint32_t held;      /* manual_release: batches returned, not yet released */
     uint32_t held_slots; /* ... of them on a ring slot */
     int closed;         /* presto_stream_close ran: the last release frees it */
+    void *pool[OWN_POOL_MAX]; /* under lock: released batches' buffers (own_alloc) */
+    uint32_t npool;
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 };
 
@@ -1176,6 +1184,70 @@ fail:
     return rc;
 }
 
+/* A batch's own buffer (presto_batch_t.own_) of at least len bytes,
+ * DATA_ALIGN-aligned, its capacity in the DATA_ALIGN bytes before it:
+ * own_take_locked takes one from the stream's pool when one is large enough
+ * (under s->lock; NULL when none is), own_new makes one (NULL when out of
+ * memory), own_alloc does both from any thread. */
+static void *own_take_locked(presto_stream_t *s, size_t len)
+{
+    for (uint32_t i = s->npool; i-- > 0;) {
+        if (*(size_t *)((uint8_t *)s->pool[i] - DATA_ALIGN) >= len) {
+            void *p = s->pool[i];
+            s->pool[i] = s->pool[--s->npool];
+            return p;
+        }
+    }
+    return NULL;
+}
+
+static void *own_new(size_t len)
+{
+    size_t cap = (len + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
+    uint8_t *raw = aligned_alloc(DATA_ALIGN, DATA_ALIGN + (cap ? cap : DATA_ALIGN));
+    if (!raw)
+        return NULL;
+    *(size_t *)(void *)raw = cap;
+    return raw + DATA_ALIGN;
+}
+
+static void *own_alloc(presto_stream_t *s, size_t len)
+{
+    pthread_mutex_lock(&s->lock);
+    void *p = own_take_locked(s, len);
+    pthread_mutex_unlock(&s->lock);
+    return p ? p : own_new(len);
+}
+
+static void own_free_now(void *own)
+{
+    if (own)
+        free((uint8_t *)own - DATA_ALIGN);
+}
+
+/* Gives a batch's own buffer back, under s->lock: into the pool (the
+ * smallest goes when it is full), or freed. */
+static void own_put_locked(presto_stream_t *s, void *own)
+{
+    if (!own)
+        return;
+    if (s->npool == OWN_POOL_MAX) {
+        uint32_t small = 0;
+        for (uint32_t i = 1; i < s->npool; i++)
+            if (*(size_t *)((uint8_t *)s->pool[i] - DATA_ALIGN) <
+                *(size_t *)((uint8_t *)s->pool[small] - DATA_ALIGN))
+                small = i;
+        if (*(size_t *)((uint8_t *)own - DATA_ALIGN) <=
+            *(size_t *)((uint8_t *)s->pool[small] - DATA_ALIGN)) {
+            own_free_now(own);
+            return;
+        }
+        own_free_now(s->pool[small]);
+        s->pool[small] = s->pool[--s->npool];
+    }
+    s->pool[s->npool++] = own;
+}
+
 static void stream_free(presto_stream_t *s)
 {
     if (s->state == STREAM_DONE && s->ring && s->c.fd >= 0 && s->owner) {
@@ -1193,6 +1265,8 @@ static void stream_free(presto_stream_t *s)
     if (s->ring)
         ring_unmap(s->ring, s->ring_bytes, s->ring_pid);
     pthread_mutex_destroy(&s->lock);
+    for (uint32_t i = 0; i < s->npool; i++)
+        own_free_now(s->pool[i]);
     free(s->buf);
     free(s);
 }
@@ -1305,9 +1379,9 @@ static int stream_recv_batch(presto_stream_t *s, const struct proto_header *h,
     size_t head = (size_t)head64;
     size_t pad = (DATA_ALIGN - head % DATA_ALIGN) % DATA_ALIGN;
     uint8_t *base;
-    if (s->manual_release) { /* a buffer of the batch's own, freed by release */
-        size_t len = (pad + h->body_len + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
-        if (!(base = aligned_alloc(DATA_ALIGN, len)))
+    if (s->manual_release) { /* a buffer of the batch's own, until its release */
+        size_t len = pad + h->body_len;
+        if (!(base = own_alloc(s, len)))
             return conn_fail(c, PRESTO_E_NOMEM, "cannot allocate %zu bytes for a batch", len);
         b->own_ = base;
     } else if ((rc = stream_reserve(s, pad + h->body_len)) < 0) {
@@ -1385,7 +1459,7 @@ static int stream_recv_batch_shm(presto_stream_t *s, const struct proto_header *
         proto_get_i64(&r, &labels[i]);
 #endif
     if (s->manual_release) { /* the stream's buffer is reused: the labels move out */
-        int64_t *own = malloc((size_t)m.n * sizeof(*own));
+        int64_t *own = own_alloc(s, (size_t)m.n * sizeof(*own));
         if (!own)
             return conn_fail(c, PRESTO_E_NOMEM, "cannot allocate a batch's labels");
         memcpy(own, labels, (size_t)m.n * sizeof(*own));
@@ -1433,15 +1507,14 @@ static void stream_copy_out(presto_stream_t *s, presto_batch_t *b)
 {
     size_t data_len = (b->size + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
     size_t labels_len = (size_t)b->n * sizeof(*b->labels);
-    uint8_t *p = aligned_alloc(DATA_ALIGN, (data_len + labels_len + DATA_ALIGN - 1) /
-                                               DATA_ALIGN * DATA_ALIGN);
-    if (!p) {
+    uint8_t *p = own_take_locked(s, data_len + labels_len);
+    if (!p && !(p = own_new(data_len + labels_len))) {
         s->held_slots++;
         return;
     }
     memcpy(p, b->data, b->size);
     memcpy(p + data_len, b->labels, labels_len);
-    free(b->own_); /* the labels' own copy */
+    own_put_locked(s, b->own_); /* the labels' own copy */
     b->own_ = p;
     b->data = p;
     b->labels = (const int64_t *)(void *)(p + data_len);
@@ -1551,9 +1624,9 @@ PRESTO_API int presto_next(presto_stream_t *s, presto_batch_t *b)
     if (rc > 0 && s->manual_release)
         stream_hold(s, b);
     if (rc < 0) {
-        free(b->own_);
-        memset(b, 0, sizeof(*b));
         pthread_mutex_lock(&s->lock);
+        own_put_locked(s, b->own_);
+        memset(b, 0, sizeof(*b));
         s->state = STREAM_FAILED;
         s->error = rc;
         conn_close(&s->c);
@@ -1581,8 +1654,8 @@ PRESTO_API void presto_release(presto_stream_t *s, presto_batch_t *b)
     } else if (s->last_slot == b->slot_) {
         s->last_slot = 0;
     }
+    own_put_locked(s, b->own_); /* else the buffer is reused by the next presto_next */
     pthread_mutex_unlock(&s->lock);
-    free(b->own_); /* else the buffer is reused by the next presto_next */
     memset(b, 0, sizeof(*b));
     if (last)
         stream_free(s);

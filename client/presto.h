@@ -90,7 +90,10 @@ typedef struct presto_stream_opts {
                              presto_release (several may be held; holding all
                              of a ring's slots stalls the stream, and the
                              daemon drops a client that releases none for its
-                             release_timeout, unless copy_when_full) */
+                             release_timeout, unless copy_when_full); over the
+                             socket each batch held has a buffer of its own, and
+                             the stream keeps up to 4 released ones for the
+                             batches after it (freed with the stream) */
     uint64_t start_batch; /* default 0: resume the epoch at this batch; the
                              daemon computes nothing before it and sends the
                              uninterrupted stream's batches from it on, with

@@ -452,7 +452,7 @@ static void default_pipeline(struct config_dataset *d)
     step_init_simple(&d->steps[3], "random_flip", "0.5", err, sizeof(err));
     d->nsteps = 4;
     d->split = 3;
-    step_chain_init(d->steps, d->nsteps, &bad, err, sizeof(err));
+    config_dataset_chain(d, &bad, err, sizeof(err));
 }
 
 /* One parameter's value(s) into a: a scalar, or a list of scalars. */
@@ -566,7 +566,7 @@ static int cfg_steps(struct cfg_parse *ps, struct config_dataset *d, const yaml_
     if (d->nsteps == 0)
         return cfg_error(ps, seq, "steps", "the pipeline is empty");
     uint32_t bad;
-    if (step_chain_init(d->steps, d->nsteps, &bad, err, sizeof(err)) < 0)
+    if (config_dataset_chain(d, &bad, err, sizeof(err)) < 0)
         return cfg_error(ps, step_nodes[bad], "steps", "%s", err);
     return 0;
 }
@@ -1098,6 +1098,27 @@ int config_check_roots(const struct config *c, char *err, size_t errlen)
         one_line(err);
         return -EINVAL;
     }
+    return 0;
+}
+
+int config_dataset_chain(struct config_dataset *d, uint32_t *bad, char *err, size_t errlen)
+{
+    int rc = step_chain_init(d->steps, d->nsteps, bad, err, errlen);
+    if (rc < 0)
+        return rc;
+    struct config_stage st = {0, 0, 0, PROTO_DTYPE_U8, STEP_LAYOUT_NHWC,
+                              0xcbf29ce484222325ull, 0};
+    for (uint32_t i = 0; i < d->nsteps; i++) {
+        const struct step *s = &d->steps[i];
+        st.step_fp = step_fingerprint(s, 0xcbf29ce484222325ull);
+        d->chain[i] = st;
+        step_out_shape(s, st.h, st.w, st.c, &st.h, &st.w, &st.c);
+        st.dtype = step_out_dtype(s, st.dtype);
+        st.layout = step_out_layout(s, st.layout);
+        st.fingerprint = step_fingerprint(s, st.fingerprint);
+    }
+    st.step_fp = 0;
+    d->chain[d->nsteps] = st;
     return 0;
 }
 

@@ -77,11 +77,26 @@ struct config_source {
     uint32_t depth;              /* requests in flight (io.depth) */
 };
 
+/* What a dataset's pipeline makes after each prefix of its steps, computed
+ * once when the steps are set (config_dataset_chain) so that nothing above
+ * the config has to walk the steps: chain[k] is the state after
+ * steps[0..k) (k = 0: before any step), which a strategy with split k
+ * materializes, and chain[nsteps] the pipeline's output. */
+struct config_stage {
+    uint32_t h, w, c;    /* 0 in h or w: it varies per image */
+    uint32_t dtype;      /* PROTO_DTYPE_* */
+    uint32_t layout;     /* enum step_layout */
+    uint64_t fingerprint; /* of steps[0..k) and their parameters: the disk
+                             tier's key of a strategy with split k */
+    uint64_t step_fp;    /* steps[k]'s own fingerprint (0 for k == nsteps) */
+};
+
 struct config_dataset {
     char name[CONFIG_NAME_MAX];
     char *root;
     struct step steps[CONFIG_MAX_STEPS];
     uint32_t nsteps;
+    struct config_stage chain[CONFIG_MAX_STEPS + 1]; /* config_dataset_chain */
     uint32_t split; /* steps[0..split) run offline, the rest online */
     enum config_on_error on_error;
     int zstd_level; /* disk tier encoding: 0 raw, else zstd at this level */
@@ -158,6 +173,12 @@ int config_add_dataset_arg(struct config *c, const char *arg, char *err,
  * --check-config check before indexing): 0, or -EINVAL with
  * "FILE:LINE: key 'datasets.root': ..." (or "--dataset NAME=DIR: ...") in err. */
 int config_check_roots(const struct config *c, char *err, size_t errlen);
+/* The one way a dataset's steps become a pipeline: checks them as a whole
+ * (step_chain_init) and fills d->chain from d->steps[0..d->nsteps). Every
+ * config_dataset built (from the file, --dataset's default pipeline, a
+ * test) goes through it; copies keep the chain. Returns 0, or -EINVAL with
+ * err and *bad the index of the step at fault. */
+int config_dataset_chain(struct config_dataset *d, uint32_t *bad, char *err, size_t errlen);
 const struct config_dataset *config_find_dataset(const struct config *c,
                                                  const char *name);
 /* A copy of src that owns its strings (config_dataset_free it): a dataset

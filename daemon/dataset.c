@@ -12,7 +12,6 @@
 #include "proto.h"
 #include "source.h"
 #include "stats.h"
-#include "step.h"
 
 struct dataset {
     const struct config_dataset *cfg; /* owned by the config, which outlives it */
@@ -56,32 +55,26 @@ static struct strategy *strategy_new(const struct config_dataset *cfg, uint32_t 
                                      int zstd_level, int caching, struct dataset_output *out)
 {
     struct strategy *st = calloc(1, sizeof(*st));
-    uint32_t h = 0, w = 0, c = 0, dtype = PROTO_DTYPE_U8, layout = STEP_LAYOUT_NHWC;
-    uint64_t fp = 0xcbf29ce484222325ull;
     if (!st)
         return NULL;
     st->split = split;
     st->zstd_level = zstd_level;
     st->caching = caching;
     st->refs = 1; /* the dataset's */
-    for (uint32_t i = 0; i < cfg->nsteps; i++) {
-        step_out_shape(&cfg->steps[i], h, w, c, &h, &w, &c);
-        dtype = step_out_dtype(&cfg->steps[i], dtype);
-        layout = step_out_layout(&cfg->steps[i], layout);
-        if (i < split)
-            fp = step_fingerprint(&cfg->steps[i], fp);
-        if (i + 1 == split) {
-            st->mat_h = h;
-            st->mat_w = w;
-            st->mat_c = c;
-            st->mat_dtype = dtype;
-            st->mat_bytes = (size_t)h * w * c * proto_dtype_size(dtype);
-        }
+    st->fingerprint = cfg->chain[split < cfg->nsteps ? split : cfg->nsteps].fingerprint;
+    if (split > 0 && split <= cfg->nsteps) { /* else nothing materialized: all 0 */
+        const struct config_stage *m = &cfg->chain[split];
+        st->mat_h = m->h;
+        st->mat_w = m->w;
+        st->mat_c = m->c;
+        st->mat_dtype = m->dtype;
+        st->mat_bytes = (size_t)m->h * m->w * m->c * proto_dtype_size(m->dtype);
     }
-    st->fingerprint = fp;
-    if (out)
-        *out = (struct dataset_output){h, w, c, dtype, layout,
-                                       (size_t)h * w * c * proto_dtype_size(dtype)};
+    if (out) {
+        const struct config_stage *o = &cfg->chain[cfg->nsteps];
+        *out = (struct dataset_output){o->h, o->w, o->c, o->dtype, o->layout,
+                                       (size_t)o->h * o->w * o->c * proto_dtype_size(o->dtype)};
+    }
     return st;
 }
 
@@ -292,7 +285,7 @@ uint64_t dataset_content_hash(const struct dataset *ds, uint64_t h)
     }
     h = hash_combine(h, dc->nsteps);
     for (uint32_t i = 0; i < dc->nsteps; i++)
-        h = hash_combine(h, step_fingerprint(&dc->steps[i], 0xcbf29ce484222325ull));
+        h = hash_combine(h, dc->chain[i].step_fp);
     return h;
 }
 

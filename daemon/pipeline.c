@@ -745,11 +745,17 @@ int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t 
     for (uint32_t i = 0; i < a->ck.m; i++) {
         reads += item_reads(&a->ck.items[i]);
         /* The cluster tier is looked up by the worker, before the source;
-         * a remote source's reads are run by its own thread for a worker. */
-        if (a->ck.items[i].where == TIERS_SOURCE &&
-            (tiers_cluster_on(&a->ck.x) || source_remote(dataset_source(ds)))) {
+         * a remote source's reads are run by its own thread for a worker.
+         * A buffered disk record is left to the worker too: io_uring runs
+         * a buffered read's copy out of the page cache on the thread that
+         * submitted it, so read ahead here the loop would pay every copy;
+         * an O_DIRECT record (DMA into the arena) costs the loop nothing. */
+        const struct item *it = &a->ck.items[i];
+        int buffered = it->where == TIERS_DISK && it->t.align == 1;
+        if (buffered || (it->where == TIERS_SOURCE &&
+                         (tiers_cluster_on(&a->ck.x) || source_remote(dataset_source(ds))))) {
             pipeline_ahead_drop(a);
-            return 0;
+            return buffered ? -EAGAIN : 0;
         }
     }
     int rc = reads == 0 ? 0 : ahead_arena_get(budget, a, bytes); /* every read is made */

@@ -126,8 +126,9 @@ int pipeline_ahead_armed(const struct pipeline_ahead *a);
  * from within this call); 2 when a is armed and its reads all ended within
  * the call (deferred: the ring could not take them), so ready is not
  * called; 0 when there is nothing to read (a is not armed); -ENOBUFS (over
- * the budget) or -ENOMEM when it did not read ahead (a is not armed): the
- * worker reads. */
+ * the budget), -EAGAIN (a disk record read through the page cache: its copy
+ * would run on io's thread, so the worker's ring reads it) or -ENOMEM when
+ * it did not read ahead (a is not armed): the worker reads. */
 int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t *ids,
                          uint32_t n, struct pipeline_ahead *a, struct io_ring *io,
                          struct pipeline_ahead_budget *budget, void (*ready)(void *arg),

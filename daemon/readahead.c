@@ -16,7 +16,7 @@ struct readahead {
     struct event *ev;
     struct pipeline_ahead *scratch; /* gathers a batch; swapped into a job's slot */
     struct pipeline_ahead_budget budget;
-    uint64_t batches, nothing, over_budget;
+    uint64_t batches, nothing, over_budget, buffered_disk;
     uint64_t chunks; /* pipeline_ahead made (the scratch one included) */
 };
 
@@ -111,6 +111,7 @@ int readahead_batch(struct readahead *ra, struct pipeline *pipe, struct dataset 
     if (rc <= 0) {
         ra->nothing += rc == 0;
         ra->over_budget += rc == -ENOBUFS;
+        ra->buffered_disk += rc == -EAGAIN;
         return 0;
     }
     ra->batches++;
@@ -146,6 +147,7 @@ void readahead_stats(const struct readahead *ra, struct stats_out *o)
                     ra ? ra->batches : 0,
                     ra ? ra->nothing : 0,
                     ra ? ra->over_budget : 0,
+                    ra ? ra->buffered_disk : 0,
                     io.in_flight,
                     io.max_in_flight,
                     io.deferred};

@@ -33,6 +33,8 @@ struct readahead;
     X(batches, COUNTER, "batches", "batches read ahead")                               \
     X(batches_without_reads, COUNTER, "batches", "batches with nothing to read (memory hits)") \
     X(over_budget, COUNTER, "batches", "batches left to the worker: the budget was in use") \
+    X(buffered_disk, COUNTER, "batches",                                              \
+      "batches left to the worker: buffered disk records, whose copies would run here") \
     X(in_flight, GAUGE, "reads", "the event loop ring's reads in the kernel now")     \
     X(max_in_flight, GAUGE, "reads", "the most there ever were at once")               \
     X(deferred, COUNTER, "reads", "reads the event loop left to the workers")

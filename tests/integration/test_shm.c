@@ -16,6 +16,8 @@
  *    uninterrupted epoch's batches from k on, byte for byte and with their
  *    indices, for ranks of a world too, computing nothing before k; past
  *    the end it gives none;
+ *  - on the socket, under manual_release, the batches held keep their bytes
+ *    while released batches' buffers carry the batches after them;
  *  - copy_when_full: a client that keeps every batch completes the epoch,
  *    the batches that found every other slot held are copies (counted by
  *    the client and the daemon), and the bytes are the epoch's;
@@ -557,6 +559,68 @@ START_TEST(test_copy_when_full)
 }
 END_TEST
 
+
+/* The socket under manual_release: each batch held has a buffer of its own,
+ * and a released batch's buffer carries a later batch (the stream's pool)
+ * while the batches still held keep their bytes. */
+START_TEST(test_socket_held_batches_keep_their_bytes)
+{
+    struct tail ref;
+    presto_t *p;
+    presto_stream_t *s;
+    presto_stream_info_t info;
+    presto_batch_t held[3] = {{0}}, b;
+    uint64_t held_fnv[3] = {0};
+    const void *released[NSAMPLES / BATCH];
+    unsigned nreleased = 0, reused = 0, n = 0;
+    presto_stream_opts_t o = opts(8, PRESTO_TRANSPORT_SOCKET);
+
+    pull_tail(&o, &ref);
+    o.manual_release = 1;
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    ck_assert_int_eq(presto_stream_open(p, &o, &s), 0);
+    presto_stream_info(s, &info);
+    ck_assert_uint_eq(info.transport, PRESTO_TRANSPORT_SOCKET);
+    int rc;
+    while ((rc = presto_next(s, &b)) > 0) {
+        uint64_t h = harness_fnv(HARNESS_FNV_INIT, b.labels, b.n * sizeof(b.labels[0]));
+        h = harness_fnv(h, b.data, b.size);
+        ck_assert_msg(h == ref.fnv[n], "batch %u differs from the epoch's", n);
+        ck_assert_uint_eq((uintptr_t)b.data % 64, 0);
+        for (unsigned k = 0; k < nreleased; k++)
+            reused += released[k] == b.labels;
+        /* Hold up to three at once; release one in turn (not the oldest:
+         * 0, 2, 1, 0, 2, 1, ...), checking its bytes first. */
+        unsigned slot = (n * 2) % 3;
+        if (held[slot].data) {
+            uint64_t g = harness_fnv(HARNESS_FNV_INIT, held[slot].labels,
+                                     held[slot].n * sizeof(held[slot].labels[0]));
+            ck_assert_msg(harness_fnv(g, held[slot].data, held[slot].size) == held_fnv[slot],
+                          "a held batch changed while batch %u came", n);
+            if (nreleased < NSAMPLES / BATCH)
+                released[nreleased++] = held[slot].labels;
+            presto_release(s, &held[slot]);
+        }
+        held[slot] = b;
+        held_fnv[slot] = h;
+        n++;
+    }
+    ck_assert_msg(rc == 0, "next: %s", presto_stream_errmsg(s));
+    ck_assert_uint_eq(n, NSAMPLES / BATCH);
+    ck_assert_msg(reused > 0, "no released batch's buffer was used again");
+    presto_stream_close(s); /* with batches held: they stay valid */
+    for (unsigned k = 0; k < 3; k++) {
+        if (!held[k].data)
+            continue;
+        uint64_t g = harness_fnv(HARNESS_FNV_INIT, held[k].labels,
+                                 held[k].n * sizeof(held[k].labels[0]));
+        ck_assert(harness_fnv(g, held[k].data, held[k].size) == held_fnv[k]);
+        presto_release(s, &held[k]);
+    }
+    presto_close(p);
+}
+END_TEST
+
 static void on_alarm(int sig)
 {
     (void)sig;
@@ -694,6 +758,7 @@ static Suite *shm_suite(void)
     tcase_add_test(tc, test_release_of_unheld_slot_refused);
     tcase_add_test(tc, test_resume_at_batch);
     tcase_add_test(tc, test_copy_when_full);
+    tcase_add_test(tc, test_socket_held_batches_keep_their_bytes);
     tcase_add_test(tc, test_interrupted_wait);
     suite_add_tcase(s, tc);
     return s;

@@ -6,9 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "dataset.h"
+#include "hash.h"
 #include "log.h"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -822,11 +827,133 @@ START_TEST(test_dataset_same_and_copy)
     struct config_dataset copy;
     ck_assert_int_eq(config_dataset_copy(&copy, &c[1].datasets[0]), 0);
     ck_assert_ptr_ne(copy.root, c[1].datasets[0].root);
+    /* The per-step chain travels with it (a reload's datasets never recompute it). */
+    ck_assert(memcmp(copy.chain, c[1].datasets[0].chain, sizeof(copy.chain)) == 0);
+    ck_assert_uint_eq(copy.chain[copy.nsteps].h, 224);
     for (size_t i = 0; i < NELEM(variants); i++)
         config_free(&c[i]);
     ck_assert_str_eq(copy.root, "/other"); /* its own, after the config went */
     ck_assert_uint_eq(copy.nsteps, 4);
     config_dataset_free(&copy);
+}
+END_TEST
+
+
+/* ---- the per-step chain, pinned ----
+ * The disk tier keys a record by (the dataset's name hash, the strategy's
+ * fingerprint, the sample's identity), and clients see the dataset's
+ * content fingerprint: a change of either orphans every cache dir written
+ * before it. These are the values the code computed before config.c took
+ * over the chain from dataset.c (552b89b); they must never change. */
+
+struct pinned_pipeline {
+    const char *steps; /* YAML flow list */
+    uint64_t digest;   /* of every split's strategy, the output and the content hash */
+};
+
+/* One digest over everything a dataset derives from its steps, per split. */
+static uint64_t chain_digest(struct dataset *ds, uint32_t nsteps)
+{
+    const struct dataset_output *o = dataset_output(ds);
+    uint64_t h = hash_combine(0, dataset_fingerprint(ds));
+    h = hash_combine(h, ((uint64_t)o->h << 32) | o->w);
+    h = hash_combine(h, ((uint64_t)o->c << 32) | o->dtype);
+    h = hash_combine(h, ((uint64_t)o->layout << 32) | o->bytes);
+    for (uint32_t split = 0; split <= nsteps; split++) {
+        ck_assert_int_eq(dataset_switch(ds, split, 0, 1), 0);
+        const struct strategy *st = dataset_strategy(ds);
+        ck_assert_uint_eq(st->split, split);
+        h = hash_combine(h, st->fingerprint);
+        h = hash_combine(h, ((uint64_t)st->mat_h << 32) | st->mat_w);
+        h = hash_combine(h, ((uint64_t)st->mat_c << 32) | st->mat_dtype);
+        h = hash_combine(h, st->mat_bytes);
+        strategy_put(st);
+    }
+    return h;
+}
+
+/* A root of two classes, three files of fixed sizes and mtimes. */
+static void make_pinned_root(char *dir)
+{
+    static const char *const files[] = {"cat/a.jpg", "cat/b.jpg", "dog/c.jpg"};
+    char path[512];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    for (size_t i = 0; i < NELEM(files); i++) {
+        snprintf(path, sizeof(path), "%s/%.3s", dir, files[i]);
+        mkdir(path, 0755);
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        for (size_t k = 0; k < 100 * (i + 1); k++)
+            fputc((int)(k * 7 + i), f);
+        fclose(f);
+        struct timespec ts[2] = {{1700000000 + (time_t)i, 123456789},
+                                 {1700000000 + (time_t)i, 123456789}};
+        ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+    }
+}
+
+static void remove_pinned_root(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(test_chain_pinned)
+{
+    static const struct pinned_pipeline pipes[] = {
+        {"[decode, {resize: 256}, {center_crop: 224}, {random_flip: 0.5}]",
+         0x063a41c933f73caaull},
+        {"[{decode: {mode: grey, dct_scale: true}}, {resize: 128}, {pad: 4}, "
+         "{to_float: {layout: nchw}}]", 0x5c312db8c1057404ull},
+        {"[decode, {random_resized_crop: 160}, {normalize: {mean: [0.485, 0.456, 0.406], "
+         "std: [0.229, 0.224, 0.225], layout: nchw}}]", 0x510dac58efabd689ull},
+        {"[decode, {resize: [200, 100]}, {center_crop: 96}, {random_flip: 0.25}, "
+         "{normalize: {mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25]}}]",
+         0x4be6ed19864a8674ull},
+        {"[decode, {center_crop: [64, 32]}, {pad: {padding: [1, 2, 3, 4], fill: [9, 8, 7]}}]",
+         0x68255b17da669d7full},
+    };
+    char dir[] = "/tmp/presto-test-chain-XXXXXX", yaml[1024], err[512];
+    make_pinned_root(dir);
+    for (size_t i = 0; i < NELEM(pipes); i++) {
+        struct config c;
+        struct dataset *ds;
+        snprintf(yaml, sizeof(yaml), "datasets:\n  - name: pin%zu\n    root: %s\n    steps: %s\n",
+                 i, dir, pipes[i].steps);
+        ck_assert_msg(load(&c, yaml, err, sizeof(err)) == 0, "%s: %s", pipes[i].steps, err);
+        ck_assert_msg(dataset_open(&ds, &c.datasets[0], err, sizeof(err)) == 0, "%s", err);
+        uint64_t d = chain_digest(ds, c.datasets[0].nsteps);
+        ck_assert_msg(d == pipes[i].digest,
+                      "pipeline %zu (%s): digest 0x%016llx, pinned 0x%016llx", i,
+                      pipes[i].steps, (unsigned long long)d,
+                      (unsigned long long)pipes[i].digest);
+        dataset_free(ds);
+        config_free(&c);
+    }
+    /* The -d default pipeline, and its fingerprints one by one. */
+    static const uint64_t default_fp[] = {0xcbf29ce484222325ull, 0xa6499f4b794aeab5ull,
+                                          0xdefea55687bc5673ull, 0x52b0df1252242b15ull,
+                                          0xe38c73a54ce257a6ull};
+    struct config c;
+    struct dataset *ds;
+    ck_assert_int_eq(config_defaults(&c), 0);
+    snprintf(yaml, sizeof(yaml), "pin=%s", dir);
+    ck_assert_msg(config_add_dataset_arg(&c, yaml, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(dataset_open(&ds, &c.datasets[0], err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(dataset_fingerprint(ds), 0x4659274d5193f4daull);
+    for (uint32_t split = 0; split <= 4; split++) {
+        ck_assert_int_eq(dataset_switch(ds, split, 3, 1), 0);
+        const struct strategy *st = dataset_strategy(ds);
+        ck_assert_uint_eq(st->fingerprint, default_fp[split]);
+        strategy_put(st);
+    }
+    /* The same steps as pipeline 0, from the command line's default. */
+    ck_assert_uint_eq(chain_digest(ds, 4), pipes[0].digest);
+    dataset_free(ds);
+    config_free(&c);
+    remove_pinned_root(dir);
 }
 END_TEST
 
@@ -858,6 +985,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_cluster_keys);
     tcase_add_test(tc, test_source_keys);
     tcase_add_test(tc, test_dataset_same_and_copy);
+    tcase_add_test(tc, test_chain_pinned);
     suite_add_tcase(s, tc);
     return s;
 }
