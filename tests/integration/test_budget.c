@@ -603,9 +603,14 @@ START_TEST(test_queued_replies_bounded)
     fflush(stdout);
     ck_assert_msg(sent / PROTO_HEADER_SIZE > OUT_CONNS * (OUT_BUFFER / reply),
                   "too few requests sent to fill the output buffers");
-#ifndef __SANITIZE_THREAD__
-    ck_assert_msg((double)(rss1 - rss0) * 1024 <= bound + (8 << 20),
-                  "VmRSS grew by %ld kB, over the bound", rss1 - rss0);
+    /* Only where freed memory goes back to the allocator at once: the
+     * replies are made and freed again and again, and ASan's quarantine
+     * (256 MiB), valgrind's freed-block queue and TSan's shadow keep them
+     * resident (+59 MiB here under ASan). */
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+    if (strcmp(getenv("PRESTO_VALGRIND") ? getenv("PRESTO_VALGRIND") : "0", "1") != 0)
+        ck_assert_msg((double)(rss1 - rss0) * 1024 <= bound + (8 << 20),
+                      "VmRSS grew by %ld kB, over the bound", rss1 - rss0);
 #endif
     for (int i = 0; i < OUT_CONNS; i++)
         close(fds[i]);
