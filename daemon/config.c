@@ -912,6 +912,7 @@ static int cfg_dataset_source(struct cfg_parse *ps, const struct config *c,
     d->source.connect_timeout_ms = c->source_connect_timeout_ms;
     d->source.page_keys = c->source_page_keys;
     d->source.depth = c->io_depth;
+    d->source.max_bytes = c->max_file_size;
     return 0;
 }
 

@@ -75,6 +75,7 @@ struct config_source {
     uint32_t connect_timeout_ms;
     uint32_t page_keys;          /* keys per ListObjectsV2 page */
     uint32_t depth;              /* requests in flight (io.depth) */
+    uint64_t max_bytes;          /* larger objects fail unread (limits.file_size) */
 };
 
 /* What a dataset's pipeline makes after each prefix of its steps, computed

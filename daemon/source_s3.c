@@ -53,6 +53,7 @@
 /* Failures after the last try logged one by one per source; the rest counted. */
 #define S3_FAILS_LOGGED 10
 #define S3_SNAPSHOT_MS 250
+#define S3_LIST_PAGE_MAX (8ull << 20)
 
 /* A read handed to the source's thread. */
 struct rreq {
@@ -657,6 +658,9 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
         .retries = cs->retries,
         .timeout_ms = cs->timeout_ms,
         .connect_timeout_ms = cs->connect_timeout_ms,
+        /* A larger object is refused, not downloaded; never under what a
+         * listing page of 1000 long keys takes. */
+        .max_bytes = cs->max_bytes > S3_LIST_PAGE_MAX ? cs->max_bytes : S3_LIST_PAGE_MAX,
     };
     if (!(r->base = event_base_new())) {
         rc = -ENOMEM;

@@ -770,6 +770,7 @@ START_TEST(test_source_keys)
     ck_assert_uint_eq(a.datasets[0].source.timeout_ms, 30000);
     ck_assert_uint_eq(a.datasets[0].source.page_keys, 1000);
     ck_assert_uint_eq(a.datasets[0].source.depth, 128);
+    ck_assert_uint_eq(a.datasets[0].source.max_bytes, 64u << 20);
     config_free(&a);
     ck_assert_msg(load(&a, "datasets:\n  - name: d\n    root: s3://b/p\n"
                            "io:\n  depth: 32\n"
