@@ -27,6 +27,10 @@ void profile_fmt_seconds(char *buf, size_t len, double s)
 {
     if (!isfinite(s) || s < 0)
         snprintf(buf, len, "-");
+    else if (s < 0.1)
+        snprintf(buf, len, "%.3g ms", s * 1e3);
+    else if (s < 10)
+        snprintf(buf, len, "%.2f s", s);
     else if (s < 60)
         snprintf(buf, len, "%.1f s", s);
     else if (s < 3600)

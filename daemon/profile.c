@@ -449,7 +449,8 @@ struct profile_job {
     enum phase phase;
     uint32_t first, n; /* offline, load: trial ids; online: into p->list */
     uint64_t epoch;
-    uint8_t *buf;
+    uint8_t *buf;    /* nbuf batches, written in turn (see PROFILE_RING_BYTES) */
+    uint32_t nbuf, turn;
     int64_t *labels;
     uint64_t wall_ns, cpu_ns;
     uint32_t good, failed;
@@ -467,6 +468,7 @@ struct profile {
     uint32_t nst, cur;
     uint32_t *ids, k;        /* the sample, ids of ds */
     uint32_t workers, njobs; /* the daemon's; the profile's */
+    uint64_t out_bytes;      /* a sample's output */
     /* The current strategy's trial. */
     struct dataset *tds;       /* the sample, under the strategy */
     const struct strategy *tst; /* its strategy */
@@ -537,7 +539,9 @@ static void job_run(struct work *wk, struct worker_ctx *ctx)
         j->failed = (uint32_t)res.failed;
     } else {
         j->good = pipeline_batch(p->tpipe, p->tds, p->list + j->first, j->n, PROFILE_SEED,
-                                 j->epoch, j->buf, j->labels, ctx, NULL, job_bad, j);
+                                 j->epoch, j->buf + (size_t)j->turn * PROFILE_BATCH * p->out_bytes,
+                                 j->labels, ctx, NULL, job_bad, j);
+        j->turn = (j->turn + 1) % j->nbuf;
     }
     j->cpu_ns = thread_cpu_ns() - c0;
     j->wall_ns = stats_now_ns() - t0;
@@ -1155,6 +1159,7 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
     if (!(req->w_throughput > 0 || req->w_offline > 0 || req->w_storage > 0))
         p->req.w_throughput = 1; /* the default objective: throughput only */
     p->background = reply == NULL;
+    p->out_bytes = o->bytes;
     if (reply) {
         p->reply = *reply;
         p->owner = reply->to;
@@ -1181,7 +1186,12 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
             j->p = p;
             j->work.run = job_run;
             j->work.done = job_done;
-            j->buf = malloc(PROFILE_BATCH * o->bytes);
+            /* Batches land in a ring as large as a stream's, much larger
+             * than the CPU's caches, not in one buffer that stays in them. */
+            uint64_t batch = (uint64_t)PROFILE_BATCH * o->bytes;
+            uint64_t share = PROFILE_RING_BYTES / p->njobs;
+            j->nbuf = share > batch ? (uint32_t)(share / batch) : 1;
+            j->buf = malloc(j->nbuf * batch);
             j->labels = malloc(PROFILE_BATCH * sizeof(*j->labels));
             ok = j->buf && j->labels;
         }

@@ -129,6 +129,7 @@
 #define PROFILE_LIMIT_SAMPLES 100000u /* largest sample a PROFILE may ask for */
 #define PROFILE_JOB_SAMPLES 16u       /* offline and load jobs */
 #define PROFILE_BATCH 32u             /* online jobs: a batch */
+#define PROFILE_RING_BYTES (64ull << 20) /* online jobs' output, all jobs together */
 #define PROFILE_MIN_PHASE_MS 200u
 #define PROFILE_REP_MS 40u      /* a memory phase's repetition: at least this long */
 #define PROFILE_MIN_REPS 5u     /* repetitions of an online phase, at least */

@@ -19,7 +19,9 @@
  *     bytes before, during and after), recorded in cache.dir; a restart
  *     takes the record without profiling again; a new profile on the same
  *     data picks the same strategy; --apply on a fixed split is refused.
- *   - a profile whose client goes away stops and removes its trial tier.
+ *   - a profile whose client goes away stops and removes its trial tier;
+ *   - tests/bench/profile_accuracy.py (the profile against real epochs of
+ *     each strategy) prints predicted and measured side by side, all real.
  */
 #include <check.h>
 #include <dirent.h>
@@ -456,6 +458,77 @@ START_TEST(test_client_gone_stops_profile)
 }
 END_TEST
 
+/* Checks profile_accuracy.py's JSON (python3, stdlib only). */
+static const char verify_py[] =
+    "import json, math, sys\n"
+    "doc, n = json.load(open(sys.argv[1])), int(sys.argv[2])\n"
+    "rows = doc['rows']\n"
+    "assert [r['name'] for r in rows] == ['none', 'center_crop/raw'], rows\n"
+    "for r in rows:\n"
+    "    m, p = r['measured'], r['predicted']\n"
+    "    assert m['samples'] == n, m\n"
+    "    for k in ('memory', 'disk', 'cold'):\n"
+    "        assert math.isfinite(m[k]) and m[k] > 0, (r['name'], k, m)\n"
+    "        assert math.isfinite(p[k]) and p[k] > 0, (r['name'], k, p)\n"
+    "        assert r['ratio'][k] >= 1 and math.isfinite(r['ratio'][k]), r\n"
+    "        assert 0 <= r['spread'][k] < 10, r\n"
+    "    assert ('stored_bytes' in p) == (r['split'] > 0), r\n"
+    "c = rows[1]\n"
+    "assert c['measured']['stored_bytes'] > 0 and c['predicted']['stored_bytes'] > 0, c\n"
+    "# Stored bytes are no timing: the sample predicts the dataset's closely.\n"
+    "assert c['ratio']['stored_bytes'] < 1.5, c\n"
+    "assert doc['ratio'] == max(v for r in rows for v in r['ratio'].values()), doc\n"
+    "print('ok')\n";
+
+/* The profile against real epochs (tests/bench/profile_accuracy.py, what
+ * make bench's profile-accuracy runs for every strategy): two strategies on
+ * the test's images, each in a prestod of the helper's own, every measured
+ * figure real and the table printed side by side. */
+START_TEST(test_verify)
+{
+    enum { LEN = HARNESS_PATH_MAX + 64 };
+    char dir[HARNESS_PATH_MAX], json[LEN], out[LEN], py[HARNESS_PATH_MAX], script[LEN];
+    char build[LEN], nsamples[16], text[16384];
+    test_dir("verify", dir, sizeof(dir));
+    snprintf(json, sizeof(json), "%s.json", dir);
+    snprintf(out, sizeof(out), "%s.out", dir);
+    snprintf(script, sizeof(script), "%s/tests/bench/profile_accuracy.py",
+             harness_env("PRESTO_SRC", "."));
+    snprintf(build, sizeof(build), "%s", harness_env("PRESTO_BUILD", "build"));
+    snprintf(nsamples, sizeof(nsamples), "%u", samples);
+    const char *python = harness_env("PYTHON", "/usr/bin/python3");
+    const char *argv[] = {python, script, "--build", build, "--data", root, "--tmp", dir,
+                          "--steps", SLOW_STEPS, "--samples", nsamples, "--only",
+                          "none,center_crop/raw", "--epochs", "1", "--out", json, NULL};
+    int rc = harness_run(argv, out, CASE_TIMEOUT_S - 30);
+    FILE *f = fopen(out, "r");
+    size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    text[n] = '\0';
+    ck_assert_msg(rc == 0, "profile_accuracy.py exited %d:\n%s", rc, text);
+    /* Side by side: a row per strategy under the header, and the worst ratio. */
+    ck_assert_msg(strstr(text, "warm mem/s predicted/measured") &&
+                      strstr(text, "\nnone ") && strstr(text, "\ncenter_crop/raw ") &&
+                      strstr(text, "worst max(predicted/measured, measured/predicted): "),
+                  "%s", text);
+
+    ck_assert_int_eq(harness_write_file(&H, "verify.py", verify_py, py, sizeof(py)), 0);
+    char ns[16];
+    snprintf(ns, sizeof(ns), "%u", nimages);
+    const char *pyargv[] = {python, py, json, ns, NULL};
+    snprintf(out, sizeof(out), "%s.py.out", dir);
+    rc = harness_run(pyargv, out, 60);
+    f = fopen(out, "r");
+    n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    text[n] = '\0';
+    ck_assert_msg(rc == 0, "the verification's JSON failed the checks (%d):\n%s", rc, text);
+    ck_assert_int_eq(count_entries(dir, "cache-"), 0); /* the helper removed its caches */
+}
+END_TEST
+
 static Suite *profile_suite(void)
 {
     Suite *s = suite_create("profile");
@@ -465,6 +538,7 @@ static Suite *profile_suite(void)
     tcase_add_test(tc, test_disk_budget);
     tcase_add_test(tc, test_split_auto);
     tcase_add_test(tc, test_client_gone_stops_profile);
+    tcase_add_test(tc, test_verify);
     suite_add_tcase(s, tc);
     return s;
 }

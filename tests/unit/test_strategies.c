@@ -175,6 +175,10 @@ START_TEST(test_rank_throughput)
     ck_assert_double_eq_tol(st[w].total_bytes, 150e6, 1);
     ck_assert_double_eq_tol(st[w].total_offline_s, 3.0, 1e-9);
     ck_assert_double_eq_tol(st[w].epoch_disk_s, 1000.0 / 800, 1e-9);
+    /* The first epoch: the offline work, then the online steps, per sample;
+     * split 0's reads the files from the disk. */
+    ck_assert_double_eq_tol(st[w].cold_rate, 1.0 / (0.003 + 1.0 / 1000), 1e-6);
+    ck_assert_double_eq_tol(st[0].cold_rate, 90, 1e-9);
     /* Ranks are a permutation of 1..n ordered by score. */
     uint32_t seen = 0;
     for (size_t i = 0; i < NELEM(st); i++) {
@@ -242,6 +246,17 @@ START_TEST(test_rank_ties_and_weights)
     st[1].memory_rate = 900;
     w = profile_rank(st, NELEM(st), &roomy, 1, 0, 0);
     ck_assert_str_eq(st[w].name, "crop/zstd:9");
+    /* Rates whose repetitions scattered by more than they differ tie:
+     * crop/raw's 850 is 17% under the best, inside a +-10% spread each. */
+    st[3].memory_rate = 850;
+    st[1].memory_rate = 700;
+    w = profile_rank(st, NELEM(st), &roomy, 1, 0, 0);
+    ck_assert_str_eq(st[w].name, "crop/zstd:9");
+    st[2].memory_spread = st[3].memory_spread = 0.1;
+    w = profile_rank(st, NELEM(st), &roomy, 1, 0, 0);
+    ck_assert_str_eq(st[w].name, "crop/raw");
+    st[2].memory_spread = st[3].memory_spread = 0;
+    st[1].memory_rate = 900;
     /* Offline time only: nothing offline is free. */
     w = profile_rank(st, NELEM(st), &roomy, 0, 1, 0);
     ck_assert_str_eq(st[w].name, "none");
@@ -310,6 +325,10 @@ START_TEST(test_proto_roundtrip)
     st[1].zstd_level = 9;
     snprintf(st[1].last_step, sizeof(st[1].last_step), "center_crop");
     st[1].score = 0.75;
+    st[1].cold_rate = 321.5;
+    st[1].memory_spread = 0.125;
+    st[1].disk_spread = 0.25;
+    st[1].cold_spread = 0.0625;
     st[1].rank = 1;
     st[1].feasible = 1;
     proto_wbuf_init(&w);
@@ -387,7 +406,7 @@ START_TEST(test_config_split_auto)
 
     ck_assert_int_eq(load(&c, "", err, sizeof(err)), 0);
     ck_assert_uint_eq(c.profile_samples, 0);
-    ck_assert_uint_eq(c.profile_worker_share, 50);
+    ck_assert_uint_eq(c.profile_worker_share, 100); /* the daemon's real worker count */
     ck_assert_uint_eq(c.profile_memory, 256ull << 20);
     config_free(&c);
 
