@@ -249,7 +249,8 @@ static int s3_index(struct source_s3 *r, const struct config_dataset *cfg, struc
     struct s3xml_object *o = w.listing.objects;
     size_t n = w.listing.n, plen = strlen(r->prefix);
     uint64_t per_ext[FILEEXT_IMAGE_COUNT] = {0}, ignored = 0;
-    qsort(o, n, sizeof(*o), cmp_obj);
+    if (n > 0) /* an empty listing has no array: qsort(NULL, 0) is undefined */
+        qsort(o, n, sizeof(*o), cmp_obj);
     rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         const char *rel = o[i].key + plen, *slash = strchr(rel, '/');
