@@ -213,6 +213,23 @@ int source_int_classes(struct index *ix, uint32_t nclasses)
 }
 
 /* "N .jpg, M .png" for the extensions indexed. */
+int source_folder_finish(struct index *ix, int rc, const struct config_dataset *cfg,
+                         const char *what, char *err, size_t errlen)
+{
+    if (rc == 0 && ix->n == 0)
+        rc = -ENOENT;
+    if (rc == 0)
+        rc = index_finish(ix);
+    if (rc == -ENOENT)
+        snprintf(err, errlen,
+                 "dataset '%s': indexing %s: no %s found (.jpg .jpeg .png .ppm .bmp .pgm "
+                 ".tif .tiff .webp)", cfg->name, cfg->root, what);
+    else if (rc < 0)
+        snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
+                 strerror(-rc));
+    return rc;
+}
+
 void source_ext_summary(const uint64_t *per_ext, char *buf, size_t len)
 {
     size_t at = 0;

@@ -277,15 +277,7 @@ int source_dir_new(struct source *s, const struct config_dataset *cfg, struct in
             rc = index_dir(&st, ix->classes[label], label, 0);
     }
     free_names(names, n);
-    if (rc == 0 && ix->n == 0)
-        rc = -ENOENT;
-    if (rc == 0)
-        rc = index_finish(ix);
-    if (rc < 0) {
-        snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
-                 rc == -ENOENT ? "no CLASS/IMAGE files found (.jpg .jpeg .png .ppm .bmp "
-                                 ".pgm .tif .tiff .webp)"
-                               : strerror(-rc));
+    if ((rc = source_folder_finish(ix, rc, cfg, "CLASS/IMAGE files", err, errlen)) < 0) {
         dir_free(src);
         return rc;
     }

@@ -62,6 +62,12 @@ int source_file_stat(struct source_file *f, int fd, uint64_t max_size, char *err
 #define SOURCE_MAX_INT_CLASSES (1u << 20)
 #define SOURCE_INT_CLASSES_MSG "an integer label over 1048575 (at most 2^20 classes)"
 int source_int_classes(struct index *ix, uint32_t nclasses);
+/* The end of an ImageFolder's listing (a directory's or a bucket's), rc
+ * what the listing returned: nothing found is -ENOENT, else ix is
+ * finished. A failure is said in err ("no WHAT found (the extensions)").
+ * Returns 0 or -errno. */
+int source_folder_finish(struct index *ix, int rc, const struct config_dataset *cfg,
+                         const char *what, char *err, size_t errlen);
 /* "N .jpg, M .png" for the image extensions counted (fileext.h's order). */
 void source_ext_summary(const uint64_t *per_ext, char *buf, size_t len);
 /* st_mtim of sb in nanoseconds. */

@@ -277,17 +277,8 @@ static int s3_index(struct source_s3 *r, const struct config_dataset *cfg, struc
     }
     unsigned pages = w.listing.pages;
     objstore_listing_free(&w.listing);
-    if (rc == 0 && ix->n == 0)
-        rc = -ENOENT;
-    if (rc == 0)
-        rc = index_finish(ix);
-    if (rc < 0) {
-        snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
-                 rc == -ENOENT ? "no PREFIX/CLASS/IMAGE objects found (.jpg .jpeg .png .ppm "
-                                 ".bmp .pgm .tif .tiff .webp)"
-                               : strerror(-rc));
+    if ((rc = source_folder_finish(ix, rc, cfg, "PREFIX/CLASS/IMAGE objects", err, errlen)) < 0)
         return rc;
-    }
     char exts[256];
     source_ext_summary(per_ext, exts, sizeof(exts));
     log_info("dataset '%s': %u samples in %u classes from %s (%u listing pages; %s; %llu "
