@@ -10,13 +10,17 @@ SANITIZE ?=
 DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
             libturbojpeg0-dev libyaml-dev check python3-numpy python3-torch \
             python3-torchvision python3-pil valgrind fuse3 libfuse3-dev
+# Audio (issue 18): decoders, FFT, the reference and the tools that make the test clips.
+DEB_PKGS += libsndfile1-dev libmpg123-dev libfftw3-dev python3-torchaudio espeak-ng \
+            flac lame vorbis-tools
 
-PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1
+PKG_AUDIO  := sndfile libmpg123 fftw3
+PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1 $(PKG_AUDIO)
 PKG_CHECK  := check
 
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
-           -Wno-missing-field-initializers -pthread -Icommon -Idaemon -Iclient \
+           -Wno-missing-field-initializers -pthread -Icommon -Idaemon -Idaemon/steps -Iclient \
            -DPRESTO_VERSION='"0.1.0"' -MMD -MP
 LDFLAGS += -pthread
 
@@ -30,7 +34,8 @@ pkg_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
 pkg_libs   = $(shell pkg-config --libs $(1) 2>/dev/null)
 
 COMMON_SRC := $(wildcard common/*.c)
-DAEMON_SRC := $(wildcard daemon/*.c)
+DAEMON_SRC := $(wildcard daemon/*.c) $(wildcard daemon/steps/audio*.c)
+AUDIO_SRC  := $(wildcard daemon/steps/audio*.c)
 CLIENT_SRC := client/presto.c
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 ITEST_SRC  := $(wildcard tests/integration/test_*.c)
@@ -43,6 +48,8 @@ UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ITEST_BIN  := $(ITEST_SRC:tests/integration/%.c=$(BUILD)/tests/%)
 # Script suites, run by tests/run-tests.sh through a small wrapper each.
 SCRIPT_BIN := $(BUILD)/tests/test_python
+# The audio functions as a shared object the Python fidelity suite drives.
+AUDIO_HOOK := $(BUILD)/libaudiohook.so
 # The FUSE fixture (see its rule), where libfuse3 is installed.
 SLOWFS := $(if $(shell pkg-config --exists fuse3 2>/dev/null && echo y),$(BUILD)/slowfs)
 
@@ -56,7 +63,7 @@ PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
 
 .PHONY: all deps check check-valgrind run bench clean tests install fuzz fuzz-build
 all: $(PROGS)
-tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS)
+tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS) $(AUDIO_HOOK)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -95,6 +102,13 @@ $(BUILD)/tests/test_python: tests/python/run.sh
 	@mkdir -p $(dir $@)
 	printf '#!/bin/sh\nexec "$${PRESTO_SRC:?}/tests/python/run.sh" "$$@"\n' > $@
 	chmod +x $@
+
+$(BUILD)/hook/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC $(call pkg_cflags,$(PKG_AUDIO)) -c $< -o $@
+
+$(AUDIO_HOOK): tests/tools/audiohook.c $(AUDIO_SRC:%.c=$(BUILD)/hook/%.o)
+	$(CC) $(CFLAGS) -fPIC -shared -o $@ $^ $(LDFLAGS) $(call pkg_libs,$(PKG_AUDIO)) -lm
 
 # slowfs, the FUSE file system that makes storage slow for the tests and `make bench`
 # (tests/tools/slowfs.c): built where libfuse3's development files are (SLOWFS), never
@@ -225,4 +239,4 @@ fuzz: fuzz-build
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD)/obj $(BUILD)/pic $(BUILD)/tests -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/pic $(BUILD)/hook $(BUILD)/tests -name '*.d' 2>/dev/null)
