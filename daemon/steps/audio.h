@@ -114,7 +114,7 @@ struct audio_resample_params {
  * floats. */
 int audio_resample(struct audio_ctx *ax, const struct audio_resample_params *p,
                    const struct audio_buf *in, struct audio_buf *out);
-#define AUDIO_RESAMPLE_KERNEL_MAX (16u << 20)
+#define AUDIO_RESAMPLE_KERNEL_MAX (4u << 20)
 
 /* ---- crop and pad in time ---- */
 
