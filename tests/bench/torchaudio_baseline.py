@@ -12,20 +12,22 @@ to --rate, cropped or zero-padded at the end to --length samples, then
 torchaudio.transforms.MelSpectrogram(rate, n_mels) (n_fft 400, hop 200, power 2):
 a float32 [1, n_mels, frames] tensor and an int64 label. Every epoch is timed from
 creating its iterator (worker start-up included, persistent_workers=False) to the
-last batch, and each batch is touched. Prints one JSON line.
+last batch, and each batch is touched (torch_baseline.py's timing). Prints one JSON
+line, in torch_baseline.py's form.
 """
 
 import argparse
 import json
 import os
 import sys
-import time
 
 import torch
 import torchaudio
 import torchaudio.functional as AF
 import torchaudio.transforms as AT
 from torch.utils.data import DataLoader, Dataset
+
+from torch_baseline import timed_epochs
 
 EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3")
 
@@ -77,17 +79,6 @@ def parse_args(argv):
     return a
 
 
-def run_epoch(loader):
-    """One full pass; returns (seconds, samples)."""
-    samples = 0
-    touched = 0.0
-    start = time.perf_counter()
-    for mels, labels in loader:
-        touched += float(mels[-1, 0, 0, 0]) + int(labels[-1])
-        samples += mels.shape[0]
-    return time.perf_counter() - start, samples
-
-
 def main(argv):
     a = parse_args(argv)
     torch.set_num_threads(1)
@@ -96,14 +87,11 @@ def main(argv):
         sys.exit("torchaudio_baseline: no clips under %s" % a.data)
     loader = DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=a.workers,
                         persistent_workers=False)
-    epochs = []
-    for _ in range(a.epochs):
-        seconds, samples = run_epoch(loader)
-        epochs.append({"seconds": round(seconds, 4), "samples": samples,
-                       "samples_per_s": round(samples / seconds, 2)})
-    print(json.dumps({"baseline": "torchaudio", "workers": a.workers,
-                      "batch_size": a.batch_size, "torch": torch.__version__,
-                      "torchaudio": torchaudio.__version__, "epochs": epochs}))
+    epochs = timed_epochs(loader, a.epochs)
+    print(json.dumps({"baseline": "torchaudio", "epochs": epochs,
+                      "samples_per_s": max(e["samples_per_s"] for e in epochs),
+                      "num_workers": a.workers, "batch_size": a.batch_size,
+                      "torch": torch.__version__, "torchaudio": torchaudio.__version__}))
     return 0
 
 

@@ -44,13 +44,14 @@ from pathlib import Path
 
 import numpy as np
 
+from mkdataset import clear_previous, is_complete, mark_complete
+
 WORDS = ["yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go"]
 VOICES = ["en", "en-us", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-rp",
           "en-gb-x-gbcwmd", "en-029", "en-us-nyc"]
 VARIANTS = ["", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4", "f5",
             "croak", "klatt", "klatt2", "klatt4"]
 ESPEAK_RATE = 22050
-MARKER = ".complete"
 TOOLS = {"wav": None, "flac": "flac", "mp3": "lame", "ogg": "oggenc"}
 
 
@@ -232,22 +233,6 @@ def make_clip(job):
     return index, info
 
 
-def clear_previous(out):
-    """Removes what an earlier (different or unfinished) run wrote, nothing else."""
-    for name in (MARKER, "index.json"):
-        (out / name).unlink(missing_ok=True)
-    for w in WORDS:
-        d = out / w
-        if not d.is_dir():
-            continue
-        for f in d.glob("clip_*.*"):
-            f.unlink()
-        try:
-            d.rmdir()
-        except OSError:
-            pass  # holds files we did not write: leave it
-
-
 def main(argv):
     a = parse_args(argv)
     for f in a.formats:
@@ -258,13 +243,13 @@ def main(argv):
     settings = {"count": a.count, "seed": a.seed, "formats": a.formats, "rates": a.rates,
                 "stereo_every": a.stereo_every, "words": WORDS, "version": 2}
     marker_text = json.dumps(settings, sort_keys=True) + "\n"
-    marker = a.out / MARKER
-    if marker.is_file() and marker.read_text() == marker_text:
+    if is_complete(a.out, marker_text):
         print("mkaudio: %s is complete (%d clips), reusing it" % (a.out, a.count))
         return 0
 
     a.out.mkdir(parents=True, exist_ok=True)
-    clear_previous(a.out)
+    clear_previous(a.out, [class_dir(a.out, i) for i in range(len(WORDS))], "clip_*.*",
+                   ["index.json"])
     for label in range(len(WORDS)):
         class_dir(a.out, label).mkdir(exist_ok=True)
     jobs = []
@@ -285,9 +270,7 @@ def main(argv):
         index.append(info)
     with open(a.out / "index.json", "w") as f:
         json.dump(index, f, indent=0)
-    tmp = a.out / (MARKER + ".tmp")
-    tmp.write_text(marker_text)
-    tmp.replace(marker)
+    mark_complete(a.out, marker_text)
     print("mkaudio: wrote %d clips of %d words to %s" % (a.count, len(WORDS), a.out))
     return 0
 
