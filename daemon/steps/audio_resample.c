@@ -213,9 +213,19 @@ static void resample_channel(const struct audio_kernel *k, const float *x, int64
             uint32_t c = k->count[j];
             double sum = 0.0;
             if (m >= 0 && m + c <= len) {
+                /* four partial sums: independent chains the CPU overlaps */
                 const float *xm = x + m;
-                for (uint32_t q = 0; q < c; q++)
-                    sum += (double)xm[q] * w[q];
+                double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+                uint32_t q = 0;
+                for (; q + 4 <= c; q += 4) {
+                    s0 += (double)xm[q] * w[q];
+                    s1 += (double)xm[q + 1] * w[q + 1];
+                    s2 += (double)xm[q + 2] * w[q + 2];
+                    s3 += (double)xm[q + 3] * w[q + 3];
+                }
+                for (; q < c; q++)
+                    s0 += (double)xm[q] * w[q];
+                sum = (s0 + s1) + (s2 + s3);
             } else {
                 for (uint32_t q = 0; q < c; q++)
                     if (m + q >= 0 && m + q < len)
