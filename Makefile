@@ -9,7 +9,8 @@ SANITIZE ?=
 # Debian packages the build, the tests and the benchmarks need.
 DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
             libturbojpeg0-dev libyaml-dev check python3-numpy python3-torch \
-            python3-torchvision python3-pil valgrind fuse3 libfuse3-dev
+            python3-torchvision python3-pil python3-prometheus-client valgrind fuse3 \
+            libfuse3-dev
 # Audio (issue 18): decoders, FFT, the reference and the tools that make the test clips.
 DEB_PKGS += libsndfile1-dev libmpg123-dev libfftw3-dev python3-torchaudio espeak-ng \
             flac lame vorbis-tools
@@ -34,7 +35,7 @@ pkg_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
 pkg_libs   = $(shell pkg-config --libs $(1) 2>/dev/null)
 
 COMMON_SRC := $(wildcard common/*.c)
-DAEMON_SRC := $(wildcard daemon/*.c) $(wildcard daemon/steps/audio*.c)
+DAEMON_SRC := $(wildcard daemon/*.c daemon/steps/*.c)
 AUDIO_SRC  := $(wildcard daemon/steps/audio*.c)
 CLIENT_SRC := client/presto.c
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
@@ -121,7 +122,7 @@ $(BUILD)/slowfs: tests/tools/slowfs.c
 
 # The raw random-read reader the disk cases of `make bench` compare with.
 $(BUILD)/ioread: tests/bench/ioread.c $(BUILD)/obj/daemon/io.o $(BUILD)/obj/daemon/access.o \
-                 $(BUILD)/obj/daemon/stats.o $(BUILD)/obj/common/log.o
+                 $(BUILD)/obj/daemon/stats.o $(BUILD)/obj/daemon/json.o $(BUILD)/obj/common/log.o
 	$(CC) $(CFLAGS) $(call pkg_cflags,liburing) -o $@ $^ $(LDFLAGS) $(call pkg_libs,liburing)
 
 # Installs the Debian packages that are missing (root, or sudo when present).
@@ -196,23 +197,25 @@ FUZZ_EXTRA   ?=
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_FLAGS   := -g -O1 -fno-omit-frame-pointer -std=gnu11 -Wall -Wextra -Werror -Wshadow \
                 -Wstrict-prototypes -Wno-missing-field-initializers -pthread \
-                -Icommon -Idaemon -Itests/fuzz -DPRESTO_VERSION='"$(VERSION)"' \
+                -Icommon -Idaemon -Idaemon/steps -Itests/fuzz -DPRESTO_VERSION='"$(VERSION)"' \
                 $(call pkg_cflags,$(PKG_DAEMON)) $(FUZZ_EXTRA)
 FUZZ_SAN     := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_LIBS    := $(call pkg_libs,$(PKG_DAEMON)) -lm
-FUZZ_STEPS   := $(wildcard daemon/step*.c) common/log.c common/proto.c
+FUZZ_STEPS   := $(wildcard daemon/steps/*.c) daemon/hash.c daemon/img.c daemon/stats.c \
+                daemon/json.c common/log.c common/proto.c
+FUZZ_STORE   := daemon/store.c daemon/cachedir.c common/trust.c
 FUZZ_NAMES   := fuzz_frame fuzz_config fuzz_store fuzz_decode
 FUZZ_BIN     := $(FUZZ_NAMES:%=$(FUZZ_DIR)/%)
 
 $(FUZZ_DIR)/fuzz_frame: tests/fuzz/fuzz_frame.c common/proto.c
 $(FUZZ_DIR)/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c $(FUZZ_STEPS)
-$(FUZZ_DIR)/fuzz_store: tests/fuzz/fuzz_store.c daemon/store.c $(FUZZ_STEPS)
+$(FUZZ_DIR)/fuzz_store: tests/fuzz/fuzz_store.c $(FUZZ_STORE) $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_decode: tests/fuzz/fuzz_decode.c $(FUZZ_STEPS)
-$(FUZZ_BIN): tests/fuzz/fuzz.h $(wildcard common/*.h daemon/*.h)
+$(FUZZ_BIN): tests/fuzz/fuzz.h $(wildcard common/*.h daemon/*.h daemon/steps/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_SAN) -o $@ $(filter %.c,$^) $(FUZZ_LIBS)
 
-$(FUZZ_DIR)/mkcorpus: tests/fuzz/mkcorpus.c daemon/store.c $(FUZZ_STEPS)
+$(FUZZ_DIR)/mkcorpus: tests/fuzz/mkcorpus.c $(FUZZ_STORE) $(FUZZ_STEPS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(filter %.c,$^) $(FUZZ_LIBS)
 

@@ -655,6 +655,11 @@ PRESTO_API int presto_stats(presto_t *p, char **json)
     return presto_call_json(p, PROTO_STATS, PROTO_STATS_REPLY, json);
 }
 
+PRESTO_API int presto_stats_prometheus(presto_t *p, char **text)
+{
+    return presto_call_json(p, PROTO_METRICS, PROTO_METRICS_REPLY, text);
+}
+
 PRESTO_API int presto_datasets(presto_t *p, char **json)
 {
     return presto_call_json(p, PROTO_DATASETS, PROTO_DATASETS_REPLY, json);

@@ -136,6 +136,9 @@ const char *presto_errmsg(const presto_t *p);
 /* JSON documents; the caller frees *json with free(). */
 int presto_stats(presto_t *p, char **json);
 int presto_datasets(presto_t *p, char **json);
+/* The stats in Prometheus's text exposition format (0.0.4): the same
+ * counters and gauges as presto_stats; the caller frees *text. */
+int presto_stats_prometheus(presto_t *p, char **text);
 
 /* Admin operations: the daemon answers them only for root, its own user,
  * or members of its admin_group, and returns -PRESTO_E_DENIED to anyone

@@ -1,7 +1,8 @@
 /*
  * prestoctl: talks to prestod through libprestoclient's public API only.
  *
- *   prestoctl [-s SOCKET] stats | datasets | epoch DATASET [options] |
+ *   prestoctl [-s SOCKET] stats [--format json|prometheus] | datasets |
+ *             epoch DATASET [options] |
  *             warm DATASET [--json] | reload | drop-cache
  *
  * Usage errors print one line and exit 2; failures print one line
@@ -27,7 +28,8 @@ static const char usage_text[] =
     "usage: prestoctl [-s SOCKET] COMMAND [ARGS]\n"
     "\n"
     "Commands:\n"
-    "  stats                 print the daemon's statistics (JSON)\n"
+    "  stats                 print the daemon's statistics (JSON, or --format\n"
+    "                        prometheus: Prometheus's text exposition format)\n"
     "  datasets              print the datasets the daemon serves (JSON)\n"
     "  epoch DATASET         pull one epoch and report its throughput\n"
     "  warm DATASET          materialize a dataset into the cache ahead of training\n"
@@ -159,7 +161,31 @@ static void no_args(const char *cmd, int argc, char *argv[])
         die_usage("%s takes no arguments", cmd);
 }
 
-/* The commands answered by one JSON document. */
+/* stats [--format json|prometheus]: the call for the format asked. */
+static int (*stats_format(int argc, char *argv[]))(presto_t *, char **)
+{
+    static const struct option opts[] = {
+        {"format", required_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'}, {0}};
+    int (*call)(presto_t *p, char **doc) = presto_stats;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        if (c == 'h')
+            help();
+        if (c != 'f')
+            die_bad_option(c, argv);
+        if (strcmp(optarg, "prometheus") == 0)
+            call = presto_stats_prometheus;
+        else if (strcmp(optarg, "json") == 0)
+            call = presto_stats;
+        else
+            die_usage("--format wants json or prometheus, not '%s'", optarg);
+    }
+    if (optind < argc)
+        die_usage("stats takes no arguments");
+    return call;
+}
+
+/* The commands answered by one document. */
 static int cmd_json(const char *sock, int argc, char *argv[])
 {
     static const struct {
@@ -175,7 +201,10 @@ static int cmd_json(const char *sock, int argc, char *argv[])
     for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++)
         if (strcmp(argv[0], calls[i].name) == 0)
             call = calls[i].call;
-    no_args(argv[0], argc, argv);
+    if (call == presto_stats)
+        call = stats_format(argc, argv);
+    else
+        no_args(argv[0], argc, argv);
     presto_t *p = connect_or_die(sock);
     char *json;
     if (call(p, &json) < 0)

@@ -24,6 +24,9 @@
  *   ERROR          (d->c)  u32 code (enum proto_err), str message
  *   STATS          (c->d)  empty
  *   STATS_REPLY    (d->c)  str json
+ *   METRICS        (c->d)  empty
+ *   METRICS_REPLY  (d->c)  str text: the stats in Prometheus's text exposition
+ *                          format (0.0.4)
  *   DATASETS       (c->d)  empty
  *   DATASETS_REPLY (d->c)  str json
  *   OPEN           (c->d)  str dataset, u32 batch_size, u64 seed, u64 epoch,
@@ -210,6 +213,8 @@ enum proto_type {
     PROTO_DONE = 14,
     PROTO_BATCH_SHM = 15,
     PROTO_RELEASE = 16,
+    PROTO_METRICS = 17,
+    PROTO_METRICS_REPLY = 18,
     PROTO_RELOAD = 20,
     PROTO_RELOAD_REPLY = 21,
     PROTO_DROP_CACHE = 22,

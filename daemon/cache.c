@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "hash.h"
+
 /* Entries are never freed one by one, so they are carved from large
  * anonymous mappings (slabs) with transparent huge pages: one page fault
  * per 2 MiB instead of one per 4 KiB, and no malloc bookkeeping. Only the
@@ -54,7 +56,7 @@ static uint64_t entry_need(uint64_t len)
 
 static uint64_t sample_hash(uint32_t dataset, uint32_t sample)
 {
-    return step_mix64((((uint64_t)dataset << 32) | sample) + 0x9e3779b97f4a7c15ull);
+    return hash_mix64((((uint64_t)dataset << 32) | sample) + 0x9e3779b97f4a7c15ull);
 }
 
 static uint64_t fraction_threshold(double f)

@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "step.h"
+#include "img.h"
 
 struct cache;
 

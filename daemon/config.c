@@ -13,9 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
+
+#include <event2/util.h>
 
 #include "log.h"
 #include "proto.h"
@@ -23,6 +28,7 @@
 enum cfg_type {
     CFG_STR, CFG_U32, CFG_U64, CFG_SIZE, CFG_MODE, CFG_LOGLEVEL, CFG_ENUM,
     CFG_GROUP, /* a group name or number, kept as its gid (CONFIG_NO_GROUP: unset) */
+    CFG_LISTEN, /* [HOST:]PORT of a TCP listener, or off (a string, NULL: off) */
 };
 
 /* What a reload (SIGHUP, RELOAD) does with a changed key: applies it to
@@ -85,6 +91,7 @@ static const struct cfg_key cfg_keys[] = {
     KEY("profile", "samples", CFG_U32, profile_samples, 0, 1u << 20, 0),
     KEY("profile", "worker_share", CFG_U32, profile_worker_share, 1, 100, 50),
     KEY("profile", "memory", CFG_SIZE, profile_memory, 1ull << 20, 1ull << 40, 256ull << 20),
+    KEY_AT("metrics", "listen", CFG_LISTEN, metrics_listen, 0, 0, 0, CFG_RESTART),
 };
 #define CFG_NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))
 
@@ -211,6 +218,36 @@ static int parse_uint(const char *s, int base, uint64_t *out)
     return 0;
 }
 
+int config_parse_listen(const char *s, struct sockaddr_storage *out)
+{
+    char buf[128];
+    uint64_t port;
+    int len = (int)sizeof(*out);
+    const char *colon = strrchr(s, ':');
+    memset(out, 0, sizeof(*out));
+    if (parse_uint(s, 10, &port) == 0) /* a port alone: loopback */
+        snprintf(buf, sizeof(buf), "127.0.0.1:%s", s);
+    else if (colon && (size_t)(colon - s) == strlen("localhost") &&
+             strncmp(s, "localhost", strlen("localhost")) == 0)
+        snprintf(buf, sizeof(buf), "127.0.0.1%s", colon);
+    else if (colon && colon[1] && colon > s &&
+             (colon[-1] == ']' || strchr(s, ':') == colon)) /* IPv6 in brackets */
+        snprintf(buf, sizeof(buf), "%s", s);
+    else
+        return -EINVAL; /* no port */
+    char *pcolon = strrchr(buf, ':');
+    if (parse_uint(pcolon + 1, 10, &port) < 0 || port > 65535)
+        return -EINVAL;
+    snprintf(pcolon + 1, sizeof(buf) - (size_t)(pcolon + 1 - buf), "1"); /* libevent refuses 0 */
+    if (evutil_parse_sockaddr_port(buf, (struct sockaddr *)out, &len) < 0)
+        return -EINVAL;
+    if (out->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)out)->sin6_port = htons((uint16_t)port);
+    else
+        ((struct sockaddr_in *)out)->sin_port = htons((uint16_t)port);
+    return 0;
+}
+
 /* ---- scalar keys ---- */
 
 static const struct cfg_key *cfg_find_key(const char *section, const char *name)
@@ -284,6 +321,20 @@ static int cfg_set_key(struct cfg_parse *ps, struct config *c, const struct cfg_
         char *dup = strdup(s);
         if (!dup)
             return -ENOMEM;
+        free(*(char **)field);
+        *(char **)field = dup;
+        return 0;
+    }
+    case CFG_LISTEN: {
+        struct sockaddr_storage sa;
+        char *dup = NULL;
+        if (*s && strcmp(s, "off") != 0) {
+            if (config_parse_listen(s, &sa) < 0)
+                return cfg_error(ps, val, keyname,
+                                 "'%s' is not PORT, HOST:PORT (a numeric address) or off", s);
+            if (!(dup = strdup(s)))
+                return -ENOMEM;
+        }
         free(*(char **)field);
         *(char **)field = dup;
         return 0;
@@ -712,12 +763,20 @@ static int cfg_datasets(struct cfg_parse *ps, struct config *c, const yaml_node_
     return cfg_duplicates(ps, c);
 }
 
+/* 1 when key is a section of the table (cache, io, limits, ...). */
+static int cfg_is_section(const char *key)
+{
+    for (size_t i = 0; i < CFG_NKEYS; i++)
+        if (cfg_keys[i].section && strcmp(cfg_keys[i].section, key) == 0)
+            return 1;
+    return 0;
+}
+
 static int cfg_top_pair(struct cfg_parse *ps, void *arg, const char *key,
                         const yaml_node_t *knode, const yaml_node_t *val)
 {
     struct config *c = arg;
-    if (strcmp(key, "cache") == 0 || strcmp(key, "limits") == 0 || strcmp(key, "io") == 0 ||
-        strcmp(key, "profile") == 0) {
+    if (cfg_is_section(key)) {
         struct section_arg sa = {c, key};
         return cfg_each_pair(ps, val, key, cfg_section_pair, &sa);
     }
@@ -960,6 +1019,9 @@ static void cfg_format(const struct config *c, const struct cfg_key *k, char *bu
     case CFG_STR:
         snprintf(buf, len, "%s", *(char *const *)field ? *(char *const *)field : "");
         break;
+    case CFG_LISTEN:
+        snprintf(buf, len, "%s", *(char *const *)field ? *(char *const *)field : "off");
+        break;
     case CFG_LOGLEVEL: {
         int lvl = *(const int *)field;
         snprintf(buf, len, "%s", lvl >= 0 && lvl <= LOG_LEVEL_DEBUG ? levels[lvl] : "?");
@@ -1011,7 +1073,8 @@ int config_keep_restart_keys(struct config *c, const struct config *running)
         if (k->when != CFG_RESTART)
             continue;
         switch (k->type) {
-        case CFG_STR: {
+        case CFG_STR:
+        case CFG_LISTEN: {
             const char *v = *(char *const *)src;
             char *dup = v ? strdup(v) : NULL;
             if (v && !dup)
@@ -1041,6 +1104,7 @@ void config_free(struct config *c)
     free(c->datasets);
     free(c->path);
     free(c->socket_path);
+    free(c->metrics_listen);
     free(c->cache_dir);
     memset(c, 0, sizeof(*c));
 }

@@ -11,6 +11,7 @@
  *   io: { depth: 64, backend: auto | pread }
  *   profile: { samples: 0 (2% of a dataset, 64 to 300), worker_share: 50 (%),
  *              memory: 256MiB }
+ *   metrics: { listen: off | PORT | HOST:PORT }   # Prometheus /metrics over HTTP
  *   limits: { connections: 256, connections_per_user: 128, idle_timeout: 300,
  *             streams_per_connection: 16,
  *             streams_per_user: 256, batch_size: 4096, prefetch: 64,
@@ -101,6 +102,7 @@ struct config {
     uint32_t profile_samples;      /* sample size of a profile (0: 2%, 64..300) */
     uint32_t profile_worker_share; /* percent of the workers a profile may use */
     uint64_t profile_memory;       /* bytes of a profile's trial memory tier */
+    char *metrics_listen;          /* [HOST:]PORT of the /metrics HTTP endpoint; NULL: off */
     struct config_dataset *datasets;
     uint32_t ndatasets;
 };
@@ -143,6 +145,11 @@ void config_diff(const struct config *a, const struct config *b, config_diff_fn 
  * (what a reload adopts is what runs). Returns 0 or -ENOMEM. */
 int config_keep_restart_keys(struct config *c, const struct config *running);
 void config_free(struct config *c);
+
+/* metrics.listen's syntax: PORT (on 127.0.0.1), HOST:PORT with a numeric
+ * host or localhost, or [IPV6]:PORT. 0, or -EINVAL. */
+struct sockaddr_storage;
+int config_parse_listen(const char *s, struct sockaddr_storage *out);
 
 /* "123", "64KiB", "2GiB", "1.5G", "25%" (of total RAM). Returns 0 or -EINVAL. */
 int config_parse_size(const char *s, uint64_t *out);

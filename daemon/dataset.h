@@ -1,46 +1,177 @@
 /*
- * Datasets: an ImageFolder tree indexed at start-up. Classes are the
- * sub-directories of the root, sorted by name (byte order, as Python's
- * sorted() does); a class's samples are its .jpg/.jpeg files found
- * recursively, sorted; label = class index. This is torchvision's
- * ImageFolder order, so sample ids match a torchvision dataset's indices.
+ * Datasets: what a configured dataset is, for everything that serves it.
+ *
+ *   - its index: the samples its source lists (index.h: today an ImageFolder
+ *     directory, source_dir.c), each with a label, a path and the identity
+ *     the disk tier keys it by (path hash, size and mtime at indexing), and
+ *     the class names; fixed once opened;
+ *   - its output: the shape every sample leaves the pipeline in; fixed;
+ *   - the strategy in force (struct strategy): the split point, the disk
+ *     encoding, the fingerprint of the offline steps and the shape of what
+ *     they make. An immutable snapshot with a reference count: a batch pins
+ *     the one in force when it starts (dataset_strategy) and uses it to its
+ *     end, whatever happens meanwhile; split: auto switches by publishing a
+ *     new one (dataset_switch), which batches started after take. No lock
+ *     is held across a batch;
+ *   - reading a sample's bytes from its source (dataset_read, dataset_file_req);
+ *   - its counters (dataset_count) and who uses it (dataset_hold).
+ *
+ * Threads. Everything but the strategy, the per-sample "logged as bad"
+ * flags and the counters is fixed once dataset_open returns and may be read
+ * from any thread. dataset_strategy and strategy_put may be called from any
+ * thread; dataset_switch, dataset_hold/release, dataset_auto and
+ * dataset_warm_* only on the event loop thread (dataset_switch also at
+ * start-up, before serving).
  */
 #ifndef PRESTO_DATASET_H
 #define PRESTO_DATASET_H
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "config.h"
-#include "step.h"
-#include "store.h"
+#include "img.h"
+#include "index.h"
 
-struct dataset_sample {
-    uint64_t path_off;  /* into dataset.paths: the path relative to root */
-    uint64_t path_hash; /* store_hash64 of that path: the disk tier's key */
-    uint64_t size;      /* bytes, at indexing time */
+struct dataset;
+struct io_req;
+
+/* A strategy in force: what runs offline and how it is kept. Immutable;
+ * pinned with dataset_strategy, let go with strategy_put. */
+struct strategy {
+    uint32_t split;       /* steps[0..split) run offline, their output cached */
+    int zstd_level;       /* disk tier records: 0 raw, else zstd at this level */
+    uint64_t fingerprint; /* of the offline steps and their parameters */
+    /* What the offline steps make (the tiers hold it); bytes is 0 when it
+     * varies per image or nothing runs offline. */
+    uint32_t mat_h, mat_w, mat_c, mat_dtype;
+    size_t mat_bytes;
+    int caching;          /* 0: nothing is cached (split: auto not chosen yet) */
+    uint32_t refs;        /* dataset.c's */
+};
+
+/* The whole pipeline's output; h == 0 when it varies per image. */
+struct dataset_output {
+    uint32_t h, w, c, dtype;
+    uint32_t layout; /* enum step_layout (PROTO_LAYOUT_*) of float output */
+    size_t bytes;    /* of one sample */
+};
+
+/* What the disk tier keys a sample's source by: a change of any of these
+ * makes its records stale. */
+struct dataset_ident {
+    uint64_t path_hash; /* hash_xxh64 of its path relative to the root */
+    uint64_t size;      /* bytes */
     int64_t mtime_ns;
-    uint32_t label;
 };
 
-/* What the cache tiers did for a dataset: counters (relaxed atomics, they
- * only grow) and the disk tier's gauges (entries, bytes). */
-struct dataset_counters {
-    uint64_t hits, misses;          /* memory tier lookups */
-    uint64_t errors;                /* bad samples met */
-    uint64_t disk_hits, disk_misses;/* disk tier lookups after a memory miss */
-    uint64_t disk_bad;              /* disk records unreadable or corrupt: recomputed */
-    uint64_t disk_bytes_read;       /* record bytes read from the disk tier */
-    uint64_t disk_puts, disk_put_errors;
-    uint64_t disk_entries;          /* samples with a current record (gauge) */
-    uint64_t disk_bytes_raw, disk_bytes_stored; /* of those records (gauges) */
-    uint64_t computed;              /* samples run through the offline steps */
-    uint64_t source_reads, source_bytes; /* source files read */
+/* A dataset's entry in the stats document ("datasets": metrics
+ * presto_dataset_*{dataset="NAME"}): what it is, then its counters of what
+ * happened to its samples (relaxed atomics, any thread: dataset_count). */
+#define DATASET_STATS(X)                                                      \
+    X(name, LABEL, "", "the dataset's name")                                   \
+    X(samples, GAUGE, "samples", "samples indexed")                            \
+    X(classes, GAUGE, "classes", "classes indexed")                            \
+    X(refused, GAUGE, "entries", "entries refused at indexing: links leaving the root")
+#define DATASET_COUNTERS(X)                                                   \
+    X(errors, COUNTER, "samples", "bad samples met")                           \
+    X(computed, COUNTER, "samples", "samples run through the offline steps")   \
+    X(source_reads, COUNTER, "files", "source files read")                     \
+    X(source_bytes, COUNTER, "bytes", "bytes of source files read")
+
+enum dataset_counter {
+#define DATASET_COUNTER_ENUM(name, ...) DATASET_##name,
+    DATASET_COUNTERS(DATASET_COUNTER_ENUM)
+#undef DATASET_COUNTER_ENUM
+    DATASET_COUNTER_MAX
 };
 
-/* split: auto (profile.c): where the choice stands. PENDING: none yet;
- * the default split runs and nothing is cached (see profile.h). */
+struct stats_out;
+
+/* Indexes cfg->root (cfg must outlive the dataset). Returns 0, or -errno
+ * with a message. */
+int dataset_open(struct dataset **out, const struct config_dataset *cfg, char *err,
+                 size_t errlen);
+/* NULL is fine. */
+void dataset_free(struct dataset *ds);
+/* A dataset of the samples ids[0..n) of ds (sample i of it is ids[i] of
+ * ds) under the strategy (split, zstd_level), sharing ds's index, root and
+ * config (ds must outlive it), with flags and counters of its own; its bad
+ * samples are never logged. For the profiler's trials. 0 or -ENOMEM. */
+int dataset_subset(struct dataset **out, const struct dataset *ds, const uint32_t *ids,
+                   uint32_t n, uint32_t split, int zstd_level);
+
+const struct config_dataset *dataset_config(const struct dataset *ds);
+const char *dataset_name(const struct dataset *ds);
+uint32_t dataset_size(const struct dataset *ds);
+uint32_t dataset_nclasses(const struct dataset *ds);
+const char *dataset_class(const struct dataset *ds, uint32_t k);
+uint32_t dataset_label(const struct dataset *ds, uint32_t sample);
+const char *dataset_path(const struct dataset *ds, uint32_t sample);
+void dataset_ident(const struct dataset *ds, uint32_t sample, struct dataset_ident *out);
+/* The samples whose path hashes to path_hash (two paths may share a hash):
+ * their count, their ids at *ids. */
+uint32_t dataset_find_path(const struct dataset *ds, uint64_t path_hash, const uint32_t **ids);
+/* hash_xxh64 of the name: the disk tier's key. */
+uint64_t dataset_name_hash(const struct dataset *ds);
+const struct dataset_output *dataset_output(const struct dataset *ds);
+/* Entries refused at indexing: links leaving the root. */
+uint64_t dataset_refused(const struct dataset *ds);
+/* The tiers' id of the dataset (tiers.h), UINT32_MAX until it has one. */
+uint32_t dataset_id(const struct dataset *ds);
+void dataset_set_id(struct dataset *ds, uint32_t id);
+
+/* The strategy in force, pinned: the caller strategy_put()s it. */
+const struct strategy *dataset_strategy(struct dataset *ds);
+void strategy_put(const struct strategy *st);
+/* Publishes a new strategy (split, disk encoding; caching 0: none cached)
+ * for the batches that start from now on. The split must pass
+ * step_split_check. 0 or -ENOMEM (the old one stays). */
+int dataset_switch(struct dataset *ds, uint32_t split, int zstd_level, int caching);
+
+/* The message of a failed open of a sample's file (rc a negative errno;
+ * -EXDEV: refused, the path leaves the dataset root), for err. */
+void dataset_open_error(const struct dataset *ds, int rc, char *err, size_t errlen);
+/* Opens a sample's file (below the root unless follow_symlinks) and fstats
+ * it. Returns 0, or -errno (-EFBIG: over max_size; the file is closed then)
+ * with a message in err. */
+int dataset_open_file(const struct dataset *ds, uint32_t sample, uint64_t max_size,
+                      struct source_file *f, char *err, size_t errlen);
+/* Reads a sample's file whole into out (fmt IMG_ENCODED); f (may be NULL)
+ * receives its fstat size and mtime (fd -1). Returns 0, or -errno (-EFBIG
+ * over max_size) with a message in err. */
+int dataset_read(const struct dataset *ds, uint32_t sample, uint64_t max_size,
+                 struct img *out, struct source_file *f, char *err, size_t errlen);
+/* Makes q a whole-file read of the sample's source into buf (len bytes at
+ * most), for an I/O ring (io.h): opened below the root unless
+ * follow_symlinks. The caller sets on_done and arg. */
+void dataset_file_req(const struct dataset *ds, uint32_t sample, void *buf, size_t len,
+                      struct io_req *q);
+/* The size of a sample's file at indexing. */
+uint64_t dataset_file_size(const struct dataset *ds, uint32_t sample);
+
+/* A bad sample met (msg: why): counted in the dataset's errors and logged
+ * the first time (a subset's never). */
+void dataset_bad_sample(struct dataset *ds, uint32_t sample, const char *msg);
+
+void dataset_count(struct dataset *ds, enum dataset_counter c, uint64_t n);
+/* The fields of DATASET_STATS and DATASET_COUNTERS, in the dataset's entry. */
+void dataset_stats(const struct dataset *ds, struct stats_out *o);
+
+/* Streams and warm-ups using the dataset (event loop thread). When a
+ * reload takes it out of service, its owner sets on_released, called once
+ * the last of them lets go (see reload.h). */
+void dataset_hold(struct dataset *ds);
+void dataset_release(struct dataset *ds);
+uint32_t dataset_users(const struct dataset *ds);
+void dataset_on_released(struct dataset *ds, void (*fn)(void *arg), void *arg);
+
+/* One warm-up at a time per dataset (event loop thread): 0, or -EBUSY. */
+int dataset_warm_begin(struct dataset *ds);
+void dataset_warm_end(struct dataset *ds);
+
+/* split: auto (profile.c, event loop thread): where the choice stands.
+ * PENDING: none yet; the default split runs and nothing is cached. */
 enum dataset_auto_state { DATASET_SPLIT_FIXED = 0, DATASET_AUTO_PENDING, DATASET_AUTO_CHOSEN };
 
 struct dataset_auto {
@@ -54,107 +185,7 @@ struct dataset_auto {
     uint32_t sample_size; /* samples the profile measured */
 };
 
-struct dataset {
-    uint32_t id;
-    const struct config_dataset *cfg; /* owned by the config, which outlives it */
-    char **classes;
-    uint32_t nclasses;
-    struct dataset_sample *samples;
-    uint32_t nsamples;
-    char *paths; /* NUL-separated relative paths */
-    size_t paths_len;
-    uint32_t *by_path;    /* sample ids sorted by path_hash */
-    uint64_t name_hash;   /* store_hash64 of the name: the disk tier's key */
-    uint64_t fingerprint; /* of the offline steps and their parameters */
-    /* Output of the whole pipeline; h == 0 when it varies per image. */
-    uint32_t out_h, out_w, out_c, out_dtype;
-    uint32_t out_layout; /* enum step_layout (PROTO_LAYOUT_*) of float output */
-    size_t sample_bytes;
-    /* Output of the offline steps (what the cache tiers hold); mat_bytes
-     * is 0 when it varies per image or nothing runs offline. */
-    uint32_t mat_h, mat_w, mat_c, mat_dtype;
-    size_t mat_bytes;
-    /* Per-sample "already logged as bad" flags, so each bad file is logged once. */
-    uint8_t *bad_logged;
-    /* Per-sample "the disk tier holds a record under the current key"
-     * flags (atomic bytes; NULL without a disk tier). */
-    uint8_t *on_disk;
-    struct dataset_counters n;
-    int warming; /* a WARM runs (event loop thread only) */
-    /* The strategy in force: steps[0..split) run offline and their output
-     * is cached, disk records in zstd_level (0: raw). The config's, or
-     * with split: auto the profiler's choice (profile.h). Workers read it,
-     * and everything derived from it (fingerprint, mat_*, on_disk), under
-     * strategy_lock held for reading (pipeline_batch, pipeline_warm,
-     * dataset_key_current); dataset_set_strategy() changes it. */
-    uint32_t split;
-    int zstd_level;
-    pthread_rwlock_t strategy_lock; /* prefers writers */
-    struct dataset_auto autos;      /* split: auto (event loop thread) */
-    int subset;                     /* a dataset_subset(): shares the index */
-    /* The root, opened (O_PATH) and resolved (NULL: not opened): sources are
-     * opened below it (access_open_beneath) unless cfg->follow_symlinks. */
-    int root_fd;
-    char *real_root;
-    uint64_t refused; /* entries refused at indexing: links leaving the root */
-    /* Streams and warms using the dataset (event loop thread only). When a
-     * reload takes it out of service, its owner sets `released`, called
-     * once the last of them lets go (see reload.h). */
-    uint32_t refs;
-    void (*released)(struct dataset *ds);
-};
-
-/* A source file opened for reading. */
-struct dataset_file {
-    int fd;
-    uint64_t size;    /* fstat of the open file: what is really read */
-    int64_t mtime_ns;
-};
-
-/* Indexes cfg->root. Returns 0, or a negative errno with a message. */
-int dataset_open(struct dataset *ds, uint32_t id, const struct config_dataset *cfg,
-                 char *err, size_t errlen);
-void dataset_close(struct dataset *ds);
-/* A stream or warm starts or stops using ds (event loop thread). */
-void dataset_hold(struct dataset *ds);
-void dataset_release(struct dataset *ds);
-const char *dataset_path(const struct dataset *ds, uint32_t sample);
-/* The message of a failed open of a sample's file (rc a negative errno,
- * -EXDEV: refused, the path leaves the dataset root), for err. */
-void dataset_open_error(const struct dataset *ds, int rc, char *err, size_t errlen);
-/* Opens a sample's file and fstats it. Returns 0, or a negative errno
- * (-EFBIG: over max_size; the file is closed then) with a message in err. */
-int dataset_open_file(const struct dataset *ds, uint32_t sample, uint64_t max_size,
-                      struct dataset_file *f, char *err, size_t errlen);
-/* Reads a sample's file whole into out (fmt IMG_ENCODED); f (may be NULL)
- * receives its fstat size and mtime (fd -1). Returns 0, or a negative errno
- * (-EFBIG over max_size) with a message in err. */
-int dataset_read(const struct dataset *ds, uint32_t sample, uint64_t max_size,
-                 struct img *out, struct dataset_file *f, char *err, size_t errlen);
-/* Switches ds to another strategy (split, disk encoding): recomputes the
- * offline fingerprint and output, forgets on_disk and the disk tier's
- * gauges (the caller rescans: pipeline_disk_scan). The caller holds
- * strategy_lock for writing, or has the dataset to itself (start-up). The
- * split must pass step_split_check. */
-void dataset_set_strategy(struct dataset *ds, uint32_t split, int zstd_level);
-/* A dataset of the samples ids[0..n) of ds (in that order: sample i of
- * the subset is ids[i]) under the strategy (split, zstd_level), sharing
- * ds's index and config (ds must outlive it), with its own flags and
- * counters; its bad samples are never logged. For the profiler's trials.
- * Returns 0 or -ENOMEM. Free it with dataset_close(). */
-int dataset_subset(struct dataset *out, const struct dataset *ds, const uint32_t *ids,
-                   uint32_t n, uint32_t split, int zstd_level);
-/* Returns 1 the first time it is called for a sample, 0 after. */
-int dataset_first_error(struct dataset *ds, uint32_t sample);
-
-/* The disk tier's key of a sample as indexed (size and mtime at indexing),
- * or, with f, as the opened file really is. */
-void dataset_key(const struct dataset *ds, uint32_t sample, const struct dataset_file *f,
-                 struct store_key *key);
-/* The sample whose path hashes to path_hash, or UINT32_MAX. */
-uint32_t dataset_find_path(const struct dataset *ds, uint64_t path_hash);
-/* 1 when key is the current key of one of ds's samples (same path, size,
- * mtime and offline steps), else 0. */
-int dataset_key_current(const struct dataset *ds, const struct store_key *key);
+/* The profiler's record of the dataset (profile.c writes it). */
+struct dataset_auto *dataset_auto(struct dataset *ds);
 
 #endif

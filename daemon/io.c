@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "stats.h"
 
 /* The kernel fills io_uring read buffers behind valgrind's back (it knows
  * read(2) and pread(2), not io_uring), so completed bytes are marked
@@ -194,6 +195,55 @@ static void lat_merge(struct io_lat *sum, const struct io_lat *h)
         sum->max_us = h->max_us;
     for (unsigned i = 0; i < IO_LAT_BUCKETS; i++)
         sum->b[i] += h->b[i];
+}
+
+static const struct stats_decl io_decl[] = {IO_STATS(STATS_DECL)};
+static const struct stats_decl io_lat_decl[] = {IO_LATENCY_STATS(STATS_DECL)};
+static const struct stats_decl io_source_decl[] = {IO_SOURCE_STATS(STATS_DECL)};
+
+/* A latency histogram's summary, in microseconds, as section name (its
+ * metrics are named `metric`: in seconds, Prometheus's base unit). */
+static void io_lat_emit(struct stats_out *o, const char *name, const char *metric,
+                        const struct io_lat *h)
+{
+    struct stats_val v[] = {
+        stats_u64(h->count),
+        stats_u64(io_lat_quantile(h, 0.50)),
+        stats_u64(io_lat_quantile(h, 0.90)),
+        stats_u64(io_lat_quantile(h, 0.99)),
+        stats_u64(h->max_us),
+        stats_f64(h->count ? (double)h->sum_us / (double)h->count : 0.0),
+    };
+    stats_begin(o, name, metric, NULL, NULL);
+    stats_emit(o, io_lat_decl, v, sizeof(v) / sizeof(v[0]));
+    stats_end(o);
+}
+
+void io_stats_emit(struct stats_out *o, const struct io_stats *s)
+{
+    uint64_t v[] = {s->in_flight, s->max_in_flight, s->batches, s->reads,
+                    s->submitted, s->bytes, s->errors, s->short_reads};
+    stats_emit_u64(o, io_decl, v, sizeof(v) / sizeof(v[0]));
+    io_lat_emit(o, "read_latency_us", "read_latency_seconds", &s->read_lat);
+    /* Source files read whole through the I/O rings (cold epochs, warm,
+     * profiling): how many, how fast, how long each took. */
+    double busy = (double)s->file_busy_ns / 1e9;
+    struct stats_val f[] = {
+        stats_u64(s->files),
+        stats_u64(s->file_bytes),
+        stats_u64(s->file_errors),
+        stats_u64(s->files_in_flight),
+        stats_u64(s->files_chained),
+        stats_u64(s->files_staged),
+        stats_u64(s->files_sync),
+        stats_u64(s->file_bytes_per_s),
+        stats_f64(busy),
+        stats_f64(busy > 0 ? (double)s->file_bytes / busy : 0.0),
+    };
+    stats_begin(o, "source", NULL, NULL, NULL);
+    stats_emit(o, io_source_decl, f, sizeof(f) / sizeof(f[0]));
+    io_lat_emit(o, "latency_us", "latency_seconds", &s->file_lat);
+    stats_end(o);
 }
 
 void io_stats_add(struct io_stats *sum, const struct io_stats *s)
@@ -1022,7 +1072,7 @@ static void io_abandon(struct io_ring *r, int err)
 }
 
 /* Hands prepared SQEs to the kernel and, when `wait`, blocks for one
- * completion. 0, or -1 when the ring was given up. */
+ * completion. 0, or the kernel's -errno when the ring was given up. */
 static int io_push(struct io_ring *r, int wait)
 {
     int busy = 0;
@@ -1049,7 +1099,7 @@ static int io_push(struct io_ring *r, int wait)
             continue;
         }
         io_abandon(r, rc);
-        return -1;
+        return rc;
     }
 }
 

@@ -195,6 +195,42 @@ static inline int io_done(const struct io_req *q)
  * included). */
 unsigned io_read_batch(struct io_ring *r, struct io_req *reqs, unsigned n);
 
+/* The stats document's I/O fields, of a sum of rings' counters: the reads
+ * (IO_STATS), their latency (section read_latency_us) and the whole-file
+ * reads of source files (section source, with its own latency_us). */
+#define IO_STATS(X)                                                                   \
+    X(in_flight, GAUGE, "reads", "reads in the kernel now")                            \
+    X(max_in_flight, GAUGE, "reads", "the most reads ever in the kernel at once")      \
+    X(batches, COUNTER, "batches", "io_read_batch calls")                             \
+    X(reads, COUNTER, "reads", "requests completed, failed ones included")             \
+    X(submitted, COUNTER, "reads", "reads handed to the kernel (SQEs or pread calls)")  \
+    X(bytes, COUNTER, "bytes", "bytes read")                                           \
+    X(errors, COUNTER, "reads", "requests that failed")                                \
+    X(short_reads, COUNTER, "reads", "resubmissions for the rest of a short read")
+#define IO_LATENCY_STATS(X)                                                           \
+    X(count, COUNTER, "reads", "requests timed")                                       \
+    X(p50, GAUGE, "microseconds", "median time from submission to completion")       \
+    X(p90, GAUGE, "microseconds", "90th percentile of that time")                     \
+    X(p99, GAUGE, "microseconds", "99th percentile of that time")                     \
+    X(max, GAUGE, "microseconds", "the longest")                                      \
+    X(mean, GAUGE, "microseconds", "the mean")
+#define IO_SOURCE_STATS(X)                                                            \
+    X(files, COUNTER, "files", "source files read whole")                             \
+    X(bytes, COUNTER, "bytes", "bytes of them")                                       \
+    X(errors, COUNTER, "files", "source file reads that failed")                      \
+    X(in_flight, GAUGE, "files", "source files being read now")                       \
+    X(chained, COUNTER, "files", "read with one STATX, OPENAT, READ, CLOSE chain")     \
+    X(staged, COUNTER, "files", "read with OPENAT, fstat, READ, close")               \
+    X(sync, COUNTER, "files", "read on the calling thread (pread)")                   \
+    X(bytes_per_s, GAUGE, "bytes per second", "source bytes read in the last full second", \
+      "bytes_per_second")                                                              \
+    X(busy_s, COUNTER, "seconds", "time with at least one source file being read",     \
+      "busy_seconds")                                                                  \
+    X(bytes_per_busy_s, GAUGE, "bytes per second", "source bytes over that time",      \
+      "bytes_per_busy_second")
+struct stats_out;
+void io_stats_emit(struct stats_out *o, const struct io_stats *s);
+
 /* A snapshot of r's counters; safe from any thread while r is alive. */
 void io_ring_stats(const struct io_ring *r, struct io_stats *out);
 /* Adds s into sum (gauges and rates summed, max_in_flight the larger,

@@ -1,8 +1,10 @@
 /*
- * prestod: start-up, signals and shutdown. Wires the modules together:
- * config -> datasets (reload.h: the configuration in force) -> disk tier
- * -> memory tier -> worker pool -> server, one event loop. SIGHUP reloads
- * the configuration (reload.h says what a reload applies).
+ * prestod: start-up, signals and shutdown. Wires the modules together
+ * (daemon/README draws the layers): config -> datasets (reload.h: the
+ * configuration in force) -> tiers (the disk tier recovered and scanned,
+ * the memory tier) -> pipeline -> worker pool -> read-ahead -> server, one
+ * event loop. SIGHUP reloads the configuration (reload.h says what a
+ * reload applies).
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -14,7 +16,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "cache.h"
 #include "cachedir.h"
 #include "config.h"
 #include "dataset.h"
@@ -25,8 +26,7 @@
 #include "readahead.h"
 #include "reload.h"
 #include "server.h"
-#include "stats.h"
-#include "store.h"
+#include "tiers.h"
 #include "workers.h"
 
 static void usage(FILE *f)
@@ -197,52 +197,6 @@ static void raise_nofile(void)
     }
 }
 
-/* Opens the disk tier (cache.dir, budget cache.disk), drops what is no
- * longer current and learns what it holds of each dataset. A disk tier
- * that cannot be opened is logged and left out: the daemon then caches in
- * memory only. Returns 0, or -ENOMEM. */
-static int open_disk_tier(const struct config *cfg, struct dataset **datasets, uint32_t n,
-                          struct store **out, char *off, size_t offlen)
-{
-    struct pipeline_datasets dss = {datasets, n};
-    char err[512];
-    *out = NULL;
-    if (cfg->cache_disk == 0) {
-        snprintf(off, offlen, "cache.disk is 0");
-        return 0;
-    }
-    int rc = store_open(out, cfg->cache_dir, cfg->cache_disk, cfg->segment_size, err,
-                        sizeof(err));
-    if (rc < 0) {
-        snprintf(off, offlen, "%s", err);
-        log_error("%s; no disk tier: caching in memory only", err);
-        return 0;
-    }
-    if (cfg->cache_direct_io) {
-        if ((rc = store_direct_io(*out)) < 0)
-            log_warn("cache.direct_io: %s refuses O_DIRECT (%s); the disk tier is read "
-                     "through the page cache", cfg->cache_dir, strerror(-rc));
-        else
-            log_info("cache.direct_io: disk tier records are read with O_DIRECT");
-    }
-    double t0 = (double)stats_now_ns() / 1e9;
-    rc = store_compact(*out, pipeline_key_live, &dss);
-    if (rc < 0)
-        log_warn("disk tier: compaction at start-up failed: %s", strerror(-rc));
-    for (uint32_t i = 0; i < n; i++)
-        if (pipeline_disk_scan(*out, datasets[i]) < 0)
-            return -ENOMEM;
-    struct store_stats ss;
-    store_get_stats(*out, &ss);
-    log_info("disk tier: %s, budget %llu MiB: %llu current records (%llu MiB), %llu dead "
-             "MiB, %d segments compacted, in %.2f s", cfg->cache_dir,
-             (unsigned long long)(cfg->cache_disk >> 20), (unsigned long long)ss.records,
-             (unsigned long long)(ss.bytes_live >> 20),
-             (unsigned long long)(ss.bytes_dead >> 20), rc < 0 ? 0 : rc,
-             (double)stats_now_ns() / 1e9 - t0);
-    return 0;
-}
-
 static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
@@ -296,13 +250,9 @@ int main(int argc, char **argv)
     const struct config *c = NULL;
     struct dataset **datasets = NULL;
     uint32_t ndatasets = 0;
-    struct cache_dataset *cds = NULL;
-    struct cache *cache = NULL;
-    struct store *store = NULL;
-    struct pipeline_compactor *compactor = NULL;
-    char store_off[600] = "";
+    struct tiers *tiers = NULL;
+    struct pipeline *pipe = NULL;
     struct event_base *base = NULL;
-    struct stats_thread *stats = NULL;
     struct workers *workers = NULL;
     struct readahead *ra = NULL;
     struct server *srv = NULL;
@@ -341,50 +291,38 @@ int main(int argc, char **argv)
     }
     c = reload_config(live);
     datasets = reload_datasets(live, &ndatasets);
-    if (!(cds = calloc(ndatasets ? ndatasets : 1, sizeof(*cds))))
-        goto oom;
-    for (uint32_t i = 0; i < ndatasets; i++) {
-        profile_restore(datasets[i], c); /* split: auto: the recorded choice */
-        cds[i].nsamples = datasets[i]->nsamples;
-        /* An undecided split: auto dataset learns its entry size later. */
-        cds[i].entry_bytes = datasets[i]->autos.state == DATASET_AUTO_PENDING
-                                 ? 0 : datasets[i]->mat_bytes;
-    }
+    for (uint32_t i = 0; i < ndatasets; i++)
+        if (profile_restore(datasets[i], c) < 0) /* split: auto: the recorded choice */
+            goto oom;
     if (ndatasets == 0)
         log_warn("no datasets configured: use -d NAME=DIR or a config file");
-    notify_send("STATUS=reading the disk tier");
-    if (open_disk_tier(c, datasets, ndatasets, &store, store_off, sizeof(store_off)) < 0)
-        goto oom;
-    if (cache_create(&cache, c->cache_memory, cds, ndatasets) < 0)
-        goto oom;
 
     unsigned nworkers = c->workers;
     if (nworkers == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         nworkers = n > 0 ? (unsigned)n : 1;
     }
+    notify_send("STATUS=reading the disk tier");
+    struct tiers_config tc = {c->cache_memory, c->cache_dir, c->cache_disk, c->segment_size,
+                              (int)c->cache_direct_io, nworkers};
+    if (tiers_create(&tiers, &tc, datasets, ndatasets) < 0 ||
+        pipeline_create(&pipe, tiers, c->max_file_size, nworkers) < 0)
+        goto oom;
     if (!(base = event_base_new()))
         goto oom;
-    /* aligned: one cache line per thread's block, no false sharing */
-    if (!(stats = aligned_alloc(_Alignof(struct stats_thread), (nworkers + 1) * sizeof(*stats))))
-        goto oom;
-    memset(stats, 0, (nworkers + 1) * sizeof(*stats));
     struct workers_config wc = {nworkers, c->max_pixels, c->io_depth,
                                 c->io_backend == CONFIG_IO_PREAD};
-    if ((rc = workers_create(&workers, base, &wc, stats)) < 0) {
+    if ((rc = workers_create(&workers, base, &wc)) < 0) {
         log_error("cannot start %u worker threads: %s", nworkers, strerror(-rc));
         goto out;
     }
-    struct pipeline_datasets dss = {datasets, ndatasets};
-    if (store && pipeline_compactor_create(&compactor, store, workers, &dss) < 0)
-        goto oom;
+    tiers_attach(tiers, workers); /* compaction on demand */
     if (readahead_create(&ra, base, c->io_depth, c->io_readahead,
                          c->io_backend == CONFIG_IO_PREAD) < 0)
         goto oom;
     struct server_deps deps = {
         .base = base, .cfg = c, .datasets = datasets, .ndatasets = ndatasets,
-        .cache = cache, .store = store, .store_off = store_off, .compactor = compactor,
-        .workers = workers, .stats = stats, .nstats = nworkers + 1, .reload = live,
+        .tiers = tiers, .pipeline = pipe, .workers = workers, .reload = live,
         .readahead = ra,
     };
     if (server_create(&srv, &deps, listen_fd, err, sizeof(err)) < 0) {
@@ -392,9 +330,8 @@ int main(int argc, char **argv)
         goto out;
     }
     struct reload_env renv = {
-        .base = base, .workers = workers, .cache = cache, .store = store,
-        .compactor = compactor, .load = load_config, .load_arg = &o,
-        .apply = on_reload_apply, .apply_arg = srv, .stats = &stats[nworkers],
+        .workers = workers, .tiers = tiers, .load = load_config, .load_arg = &o,
+        .apply = on_reload_apply, .apply_arg = srv,
     };
     reload_attach(live, &renv);
     int signums[4] = {SIGTERM, SIGINT, SIGHUP, 0};
@@ -409,7 +346,7 @@ int main(int argc, char **argv)
     log_info("prestod %s listening on %s: %u datasets, %u workers, cache %llu MiB in "
              "memory, %s", PRESTO_VERSION, c->socket_path, ndatasets, nworkers,
              (unsigned long long)(c->cache_memory >> 20),
-             store ? "a disk tier" : "no disk tier");
+             tiers_store(tiers) ? "a disk tier" : "no disk tier");
     notify_send("READY=1\nSTATUS=serving");
     struct event *wd = NULL;
     long long wdus = watchdog_usec();
@@ -433,7 +370,6 @@ out:
     reload_stop(live);
     workers_destroy(workers);
     readahead_stop(ra);
-    pipeline_compactor_destroy(compactor);
     for (int i = 0; i < 4; i++)
         if (sigs[i])
             event_free(sigs[i]);
@@ -441,11 +377,9 @@ out:
         event_base_free(base);
     server_destroy(srv);
     readahead_destroy(ra);
-    cache_destroy(cache);
-    store_close(store);
-    reload_destroy(live);
-    free(cds);
-    free(stats);
+    reload_destroy(live); /* the datasets leave the tiers */
+    pipeline_destroy(pipe);
+    tiers_destroy(tiers);
     config_free(&cfg);
     free(o.datasets);
     if (status == 0 && !o.check_only)

@@ -38,11 +38,11 @@ int notify_listen_fd(void)
 {
     const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
     if (!pid || !fds || strtol(pid, NULL, 10) != (long)getpid() || strtol(fds, NULL, 10) < 1)
-        return -1;
+        return -ENOENT;
     int fd = 3; /* SD_LISTEN_FDS_START */
     int flags = fcntl(fd, F_GETFD);
     if (flags < 0)
-        return -1;
+        return -errno;
     fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     unsetenv("LISTEN_PID");

@@ -9,7 +9,7 @@
 /* Returns 1 if sent, 0 when there is no NOTIFY_SOCKET, or a negative errno. */
 int notify_send(const char *state);
 /* Socket activation: the first fd passed by systemd when LISTEN_PID is us
- * and LISTEN_FDS >= 1, else -1. */
+ * and LISTEN_FDS >= 1, else -ENOENT (none passed) or -errno. */
 int notify_listen_fd(void);
 
 #endif

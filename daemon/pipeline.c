@@ -6,46 +6,97 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
 #include "log.h"
+#include "stats.h"
 
-#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
 #define ARENA_ALIGN 64u
 
-uint64_t pipeline_sample_seed(uint64_t seed, uint64_t epoch, uint32_t sample)
+/* The pipeline's per-thread counters: bad samples by kind, then each
+ * step kind's calls, then its nanoseconds. */
+#define CNT_CALLS PIPELINE_ERR_MAX
+#define CNT_NS (PIPELINE_ERR_MAX + STEP_KIND_MAX)
+#define CNT_MAX (PIPELINE_ERR_MAX + 2 * STEP_KIND_MAX)
+
+struct pipeline {
+    struct tiers *tiers;
+    uint64_t max_file_size;
+    struct stats_percpu counters;
+};
+
+int pipeline_create(struct pipeline **out, struct tiers *tiers, uint64_t max_file_size,
+                    unsigned threads)
 {
-    return step_mix64(step_mix64(step_mix64(seed) ^ epoch) ^ sample);
+    struct pipeline *p = calloc(1, sizeof(*p));
+    if (!p || stats_percpu_init(&p->counters, threads, CNT_MAX) < 0) {
+        free(p);
+        return -ENOMEM;
+    }
+    p->tiers = tiers;
+    p->max_file_size = max_file_size;
+    *out = p;
+    return 0;
+}
+
+void pipeline_destroy(struct pipeline *p)
+{
+    if (!p)
+        return;
+    stats_percpu_free(&p->counters);
+    free(p);
+}
+
+struct tiers *pipeline_tiers(const struct pipeline *p)
+{
+    return p->tiers;
+}
+
+void pipeline_set_max_file_size(struct pipeline *p, uint64_t bytes)
+{
+    p->max_file_size = bytes;
+}
+
+static const struct stats_decl errors_decl[] = {PIPELINE_ERRORS(STATS_DECL)};
+static const struct stats_decl step_decl[] = {PIPELINE_STEP_STATS(STATS_DECL)};
+
+void pipeline_stats(const struct pipeline *p, struct stats_out *o)
+{
+    uint64_t c[CNT_MAX];
+    stats_percpu_sum(&p->counters, c);
+    stats_begin(o, "errors", NULL, NULL, NULL);
+    stats_emit_u64(o, errors_decl, c, PIPELINE_ERR_MAX);
+    stats_end(o);
+    stats_begin(o, "steps", "", NULL, NULL);
+    for (int k = 0; k < STEP_KIND_MAX; k++) {
+        const char *name = step_name((enum step_kind)k);
+        struct stats_val v[] = {stats_u64(c[CNT_CALLS + k]),
+                                stats_f64((double)c[CNT_NS + k] / 1e9)};
+        stats_begin(o, name, "step", "step", name);
+        stats_emit(o, step_decl, v, 2);
+        stats_end(o);
+    }
+    stats_end(o);
 }
 
 /* ---- per-thread buffers ---- */
 
-/* Where a sample of the chunk comes from. */
-enum item_src {
-    SRC_MEM,  /* a memory entry */
-    SRC_DISK, /* a disk record, read with the chunk */
-    SRC_FILE, /* the source file, read with the chunk */
-    SRC_SKIP, /* (warm) on disk already, and memory does not want it */
-    SRC_BAD,  /* the source file cannot be read at all */
-};
-
+/* A sample of the chunk: where it is (enum tiers_where), and its read. */
 struct item {
     uint32_t id;
-    uint8_t src;
-    uint8_t computed;            /* went through the offline steps */
-    int err;                     /* SRC_BAD: the negative errno */
-    const struct cache_entry *e; /* SRC_MEM */
-    uint8_t pinned;              /* SRC_DISK: loc is pinned (until its read is done) */
-    struct store_loc loc;        /* SRC_DISK */
-    struct dataset_file f;       /* SRC_FILE: size and mtime as read (fd -1) */
-    size_t off, len;             /* SRC_DISK, SRC_FILE: room in the arena (what is read) */
-    uint32_t lead;               /* SRC_DISK: where the record starts in it (O_DIRECT
-                                    reads start at an aligned offset before it) */
-    struct img bytes;            /* a view of them once read (SRC_DISK: decoded) */
-    unsigned req;                /* its read */
-    char msg[160];               /* SRC_BAD: why */
+    uint8_t where;
+    uint8_t computed;       /* went through the offline steps */
+    struct tiers_item t;    /* where in the tiers */
+    struct source_file f;   /* TIERS_SOURCE: size and mtime as read (fd -1) */
+    size_t off, len;        /* TIERS_DISK, TIERS_SOURCE: room in the arena (what is read);
+                               TIERS_SKIP: its bytes */
+    struct img bytes;       /* a view of them once read (TIERS_DISK: decoded;
+                               TIERS_MEMORY: the entry) */
+    unsigned req;           /* its read */
 };
 
 /* A chunk of samples and their reads (see pipeline.h). */
 struct chunk {
+    struct tiers_ctx x; /* the tiers it was gathered from */
     struct item items[PIPELINE_CHUNK_SAMPLES];
     struct io_req reqs[PIPELINE_CHUNK_SAMPLES];
     uint32_t ids[PIPELINE_CHUNK_SAMPLES]; /* warm: the chunk's sample ids */
@@ -68,8 +119,7 @@ struct pipe_local {
 struct pipeline_ahead {
     struct chunk ck;
     const struct dataset *ds;
-    uint64_t fingerprint; /* ds's strategy when gathered */
-    uint32_t split;
+    const struct strategy *st; /* pinned while armed: what it was gathered under */
     unsigned pending;     /* reads not done, plus one while they are queued */
     struct pipeline_ahead_budget *budget;
     size_t reserved;      /* of the budget: the arena */
@@ -107,178 +157,103 @@ static void local_account(struct worker_ctx *ctx, struct pipe_local *L)
 /* Runs steps [from, to) starting at *cur; *cur ends at the result, which
  * lives in one of the two ping-pong scratch images (or is *cur unchanged),
  * or in last_out for the last step when last_out is given. */
-static enum pipeline_fault run_steps(const struct config_dataset *cfg, uint32_t from,
-                                     uint32_t to, uint64_t seed, struct worker_ctx *ctx,
-                                     const struct img **cur, struct img *last_out,
-                                     char *err, size_t errlen)
+static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint32_t from,
+                     uint32_t to, uint64_t seed, struct worker_ctx *ctx,
+                     const struct img **cur, struct img *last_out, char *err, size_t errlen)
 {
     for (uint32_t i = from; i < to; i++) {
         const struct step *s = &cfg->steps[i];
         struct img *out = &ctx->scratch[1 + (*cur == &ctx->scratch[1])];
         if (last_out && i + 1 == to)
             out = last_out;
-        ctx->step.seed = step_mix64(seed + i);
+        ctx->step.seed = hash_mix64(seed + i);
         uint64_t t0 = stats_now_ns();
         int rc = step_apply(s, &ctx->step, *cur, out);
-        stats_step(ctx->stats, s->kind, stats_now_ns() - t0);
+        stats_percpu_add(&p->counters, ctx->index, CNT_CALLS + s->kind, 1);
+        stats_percpu_add(&p->counters, ctx->index, CNT_NS + s->kind, stats_now_ns() - t0);
         if (rc == -ENOSPC && out == last_out) {
             snprintf(err, errlen, "%s: output larger than the stream's %zu-byte sample",
                      step_name(s->kind), last_out->cap);
-            return PIPE_SHAPE;
+            return -EBADMSG;
         }
         if (rc < 0) {
             snprintf(err, errlen, "%s", ctx->step.err); /* steps name themselves */
-            if (rc == -E2BIG)
-                return PIPE_TOO_LARGE;
-            return s->kind == STEP_DECODE ? PIPE_DECODE : PIPE_SHAPE;
+            return rc == -E2BIG ? -E2BIG : -EBADMSG;
         }
         *cur = out;
     }
-    return PIPE_OK;
+    return 0;
 }
 
 /* The online steps, the last one writing straight into the batch's slot. */
-static enum pipeline_fault run_online(const struct dataset *ds, const struct img *cur,
-                                      uint64_t sample_seed, uint8_t *dst,
-                                      struct worker_ctx *ctx, char *err, size_t errlen)
+static int run_online(struct pipeline *p, const struct dataset *ds, const struct strategy *st,
+                      const struct img *cur, uint64_t sample_seed, uint8_t *dst,
+                      struct worker_ctx *ctx, char *err, size_t errlen)
 {
-    const struct config_dataset *cfg = ds->cfg;
-    struct img slot = {.fmt = IMG_PIXELS, .data = dst, .cap = ds->sample_bytes, .borrowed = 1};
-    enum pipeline_fault f =
-        run_steps(cfg, ds->split, cfg->nsteps, sample_seed, ctx, &cur, &slot, err, errlen);
-    if (f != PIPE_OK)
-        return f;
-    if (cur->fmt != IMG_PIXELS || cur->h != ds->out_h || cur->w != ds->out_w ||
-        cur->c != ds->out_c || cur->len != ds->sample_bytes) {
+    const struct config_dataset *cfg = dataset_config(ds);
+    const struct dataset_output *o = dataset_output(ds);
+    struct img slot = {.fmt = IMG_PIXELS, .data = dst, .cap = o->bytes, .borrowed = 1};
+    int rc = run_steps(p, cfg, st->split, cfg->nsteps, sample_seed, ctx, &cur, &slot, err,
+                       errlen);
+    if (rc < 0)
+        return rc;
+    if (cur->fmt != IMG_PIXELS || cur->h != o->h || cur->w != o->w || cur->c != o->c ||
+        cur->len != o->bytes) {
         snprintf(err, errlen, "output is %ux%ux%u, the stream's is %ux%ux%u", cur->h,
-                 cur->w, cur->c, ds->out_h, ds->out_w, ds->out_c);
-        return PIPE_SHAPE;
+                 cur->w, cur->c, o->h, o->w, o->c);
+        return -EBADMSG;
     }
     if (cur->data != dst)
         memcpy(dst, cur->data, cur->len);
-    return PIPE_OK;
+    return 0;
 }
 
-static enum stats_counter fault_counter(enum pipeline_fault f)
+/* What a bad sample's -errno counts as: over a limit (file size, pixels),
+ * a step that failed on it (-EBADMSG), or else a read. */
+static enum pipeline_error fault_kind(int err)
 {
-    switch (f) {
-    case PIPE_READ: return STAT_err_read;
-    case PIPE_TOO_LARGE: return STAT_err_too_large;
-    default: return STAT_err_decode;
+    switch (err) {
+    case -EFBIG:
+    case -E2BIG: return PIPELINE_ERR_too_large;
+    case -EBADMSG: return PIPELINE_ERR_decode;
+    default: return PIPELINE_ERR_read;
     }
 }
 
 /* Counts a bad sample and logs it the first time. */
-static void fault_report(struct worker_ctx *ctx, struct dataset *ds, uint32_t id,
-                         enum pipeline_fault f, const char *err)
+static void fault_report(struct pipeline *p, struct worker_ctx *ctx, struct dataset *ds,
+                         uint32_t id, int f, const char *err)
 {
-    stats_add(ctx->stats, fault_counter(f), 1);
-    ADD(&ds->n.errors, 1);
-    if (dataset_first_error(ds, id))
-        log_warn("dataset '%s': bad sample %s/%s: %s", ds->cfg->name, ds->cfg->root,
-                 dataset_path(ds, id), err);
-}
-
-/* ---- the tiers ---- */
-
-static int disk_writable(const struct pipeline_env *env, const struct dataset *ds)
-{
-    return env->store && ds->on_disk && !store_degraded(env->store);
-}
-
-static int on_disk(const struct dataset *ds, uint32_t id)
-{
-    return ds->on_disk && __atomic_load_n(&ds->on_disk[id], __ATOMIC_RELAXED);
-}
-
-/* Notes that the disk tier holds sample id under its current key. */
-static void mark_on_disk(struct store *st, struct dataset *ds, uint32_t id,
-                         const struct store_key *key)
-{
-    struct store_loc loc;
-    if (__atomic_exchange_n(&ds->on_disk[id], 1, __ATOMIC_RELAXED))
-        return; /* a record stored again: the old one is dead bytes */
-    ADD(&ds->n.disk_entries, 1);
-    if (store_lookup(st, key, &loc) == 0) {
-        ADD(&ds->n.disk_bytes_raw, loc.raw_len);
-        ADD(&ds->n.disk_bytes_stored, loc.stored_len);
-        store_release(st, &loc);
-    }
-}
-
-/* Stores a materialized sample in the disk tier under the key of the file
- * as read (f): when that is no longer the indexed file, nobody looks the
- * record up, and compaction reclaims it after the next restart. */
-static void disk_put(const struct pipeline_env *env, struct dataset *ds, uint32_t id,
-                     const struct img *im, const struct dataset_file *f)
-{
-    struct store_key key, indexed;
-    if (!disk_writable(env, ds))
-        return;
-    dataset_key(ds, id, f, &key);
-    int rc = store_put(env->store, &key, im, ds->zstd_level);
-    if (rc == 0) {
-        ADD(&ds->n.disk_puts, 1);
-        dataset_key(ds, id, NULL, &indexed);
-        if (memcmp(&key, &indexed, sizeof(key)) == 0)
-            mark_on_disk(env->store, ds, id, &key);
-        return;
-    }
-    ADD(&ds->n.disk_put_errors, 1);
-    if (rc == -ENOSPC && !store_degraded(env->store))
-        pipeline_compact_request(env->compactor); /* over the disk budget */
-}
-
-/* im, admitted to memory if the policy takes it (then *out is the entry). */
-static void admit(const struct pipeline_env *env, struct dataset *ds, uint32_t id,
-                  const struct img *im, struct img *view, const struct img **out)
-{
-    const struct cache_entry *e = cache_put(env->cache, ds->id, ds->fingerprint, id, im);
-    if (e) {
-        cache_entry_img(e, view);
-        *out = view;
-    } else {
-        *out = im;
-    }
+    stats_percpu_add(&p->counters, ctx->index, fault_kind(f), 1);
+    dataset_bad_sample(ds, id, err);
 }
 
 /* Source bytes through the offline steps, then into the tiers. */
-static enum pipeline_fault compute(const struct pipeline_env *env, struct dataset *ds,
-                                   struct item *it, const struct img *src,
-                                   const struct dataset_file *f, struct worker_ctx *ctx,
-                                   struct img *view, const struct img **out, char *err,
-                                   size_t errlen)
+static int compute(struct pipeline *p, const struct tiers_ctx *x, struct item *it,
+                   const struct img *src, const struct source_file *f, struct worker_ctx *ctx,
+                   struct img *view, const struct img **out, char *err, size_t errlen)
 {
-    const struct config_dataset *cfg = ds->cfg;
     const struct img *cur = src;
-    ADD(&ds->n.source_reads, 1);
-    ADD(&ds->n.source_bytes, src->len);
-    ADD(&ds->n.computed, 1);
+    dataset_count(x->ds, DATASET_source_reads, 1);
+    dataset_count(x->ds, DATASET_source_bytes, src->len);
+    dataset_count(x->ds, DATASET_computed, 1);
     it->computed = 1;
     /* Offline steps are deterministic: they take no seed. */
-    enum pipeline_fault fault = run_steps(cfg, 0, ds->split, 0, ctx, &cur, NULL, err, errlen);
-    if (fault != PIPE_OK)
-        return fault;
-    /* Nothing offline, or split: auto still undecided: nothing to cache. */
-    if (ds->split == 0 || ds->autos.state == DATASET_AUTO_PENDING) {
-        *out = cur;
-        return PIPE_OK;
-    }
-    disk_put(env, ds, it->id, cur, f);
-    admit(env, ds, it->id, cur, view, out);
-    return PIPE_OK;
+    int rc = run_steps(p, dataset_config(x->ds), 0, x->st->split, 0, ctx, &cur, NULL, err,
+                       errlen);
+    if (rc < 0)
+        return rc;
+    /* Nothing offline: nothing to cache (split: auto still undecided: the
+     * tiers take nothing). */
+    *out = x->st->split == 0 ? cur : tiers_put(x, it->id, cur, f, view);
+    return 0;
 }
 
 /* ---- a chunk of samples ---- */
 
-static size_t align_up(size_t n)
+static size_t align_up(size_t n, size_t a)
 {
-    return (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
-}
-
-static size_t direct_align(size_t n)
-{
-    return (n + STORE_DIRECT_ALIGN - 1) & ~(size_t)(STORE_DIRECT_ALIGN - 1);
+    return (n + a - 1) & ~(a - 1);
 }
 
 /* Gives chunk C an arena of at least bytes, aligned for O_DIRECT reads.
@@ -289,7 +264,7 @@ static int chunk_arena(struct chunk *C, size_t bytes)
     if (bytes <= C->arena_cap)
         return 0;
     free(C->arena);
-    if (posix_memalign(&p, STORE_DIRECT_ALIGN, direct_align(bytes)) != 0)
+    if (posix_memalign(&p, STORE_DIRECT_ALIGN, align_up(bytes, STORE_DIRECT_ALIGN)) != 0)
         p = NULL;
     C->arena = p;
     C->arena_cap = p ? bytes : 0;
@@ -297,13 +272,12 @@ static int chunk_arena(struct chunk *C, size_t bytes)
 }
 
 /*
- * Looks up samples ids[0..n) (at least one, at most a chunk's limits):
- * memory entries, disk records (pinned), source files (opened). Sets
+ * Looks up samples ids[0..n) (at least one, at most a chunk's limits) in
+ * C's tiers: memory entries, disk records (pinned), source files. Sets
  * *bytes to the arena size their reads need. Returns how many it took.
  */
-static uint32_t chunk_gather(const struct pipeline_env *env, struct dataset *ds,
-                             const uint32_t *ids, uint32_t n, int warm,
-                             struct chunk *C, size_t *bytes)
+static uint32_t chunk_gather(struct pipeline *p, struct chunk *C, const uint32_t *ids,
+                             uint32_t n, int warm, size_t *bytes)
 {
     size_t total = 0;
     uint32_t m;
@@ -312,79 +286,44 @@ static uint32_t chunk_gather(const struct pipeline_env *env, struct dataset *ds,
         uint32_t id = ids[m];
         it->id = id;
         it->computed = 0;
-        it->pinned = 0;
-        it->e = NULL;
-        it->loc.seg = NULL;
         it->f.fd = -1;
         it->len = 0;
-        it->lead = 0;
-        if (ds->split > 0 && (it->e = cache_get(env->cache, ds->id, ds->fingerprint, id))) {
-            /* Warm also stores what memory has and disk has not. */
-            if (!warm || on_disk(ds, id) || !disk_writable(env, ds)) {
-                it->src = SRC_MEM;
-                continue;
-            }
-        }
-        /* Warm without a disk tier: only what memory will take. */
-        if (warm && !on_disk(ds, id) && !disk_writable(env, ds) && ds->mat_bytes &&
-            !cache_admits(env->cache, ds->id, id, ds->mat_bytes)) {
-            it->src = SRC_SKIP;
+        it->where = (uint8_t)tiers_locate(&C->x, id, warm, &it->t, &it->bytes);
+        if (it->where == TIERS_MEMORY)
+            continue;
+        if (it->where == TIERS_SKIP) {
+            it->len = it->t.len;
             continue;
         }
-        if (ds->split > 0 && on_disk(ds, id)) {
-            struct store_key key;
-            dataset_key(ds, id, NULL, &key);
-            if (store_lookup(env->store, &key, &it->loc) == 0) {
-                if (warm && !cache_admits(env->cache, ds->id, id, it->loc.raw_len)) {
-                    it->len = it->loc.raw_len;
-                    store_release(env->store, &it->loc);
-                    it->src = SRC_SKIP;
-                    continue;
-                }
-                /* O_DIRECT: whole aligned blocks around the record, read
-                 * into an aligned place of the (aligned) arena. */
-                size_t lead = 0, len = it->loc.len, at = total;
-                if (it->loc.dfd >= 0) {
-                    lead = it->loc.off % STORE_DIRECT_ALIGN;
-                    len = direct_align(lead + it->loc.len);
-                    at = direct_align(total);
-                }
-                if (m > 0 && at + len > PIPELINE_CHUNK_BYTES) {
-                    store_release(env->store, &it->loc);
-                    break;
-                }
-                it->src = SRC_DISK;
-                it->pinned = 1;
-                it->lead = (uint32_t)lead;
-                it->len = len;
-                it->off = at;
-                total = at + align_up(len);
-                continue;
+        if (it->where == TIERS_DISK) {
+            size_t at = align_up(total, it->t.align);
+            if (m > 0 && at + it->t.len > PIPELINE_CHUNK_BYTES) {
+                tiers_unpin(&C->x, &it->t);
+                break;
             }
+            it->len = it->t.len;
+            it->off = at;
+            total = at + align_up(it->len, ARENA_ALIGN);
+            continue;
         }
-        /* The file is read whole with room for its size at indexing; one
-         * that grew since is read again (item_materialize). */
-        uint64_t size = ds->samples[id].size;
-        if (size > env->max_file_size)
+        /* The source file is read whole with room for its size at indexing;
+         * one that grew since is read again (item_materialize). */
+        uint64_t size = dataset_file_size(C->x.ds, id);
+        if (size > p->max_file_size)
             size = 0; /* the read says how large it is now */
         if (m > 0 && total + size > PIPELINE_CHUNK_BYTES)
             break;
-        it->src = SRC_FILE;
         it->len = (size_t)size;
         it->off = total;
-        total += align_up(it->len);
+        total += align_up(it->len, ARENA_ALIGN);
     }
     *bytes = total;
     return m;
 }
 
-/* Lets go of the record item it pinned for its read. */
-static void item_unpin(const struct pipeline_env *env, struct item *it)
+static int item_reads(const struct item *it)
 {
-    if (it->pinned) {
-        store_release(env->store, &it->loc);
-        it->pinned = 0;
-    }
+    return it->where == TIERS_DISK || it->where == TIERS_SOURCE;
 }
 
 /*
@@ -399,36 +338,23 @@ static void item_unpin(const struct pipeline_env *env, struct item *it)
  * and is done (with no on_done call). Each request queued calls on_done
  * (may be NULL) with arg as it completes.
  */
-static void chunk_prepare(const struct dataset *ds, struct chunk *C, struct io_ring *io,
-                          size_t bytes, void (*on_done)(struct io_req *), void *arg)
+static void chunk_prepare(struct chunk *C, struct io_ring *io, size_t bytes,
+                          void (*on_done)(struct io_req *), void *arg)
 {
     int have_arena = chunk_arena(C, bytes) == 0;
     C->nreq = 0;
     for (uint32_t i = 0; i < C->m; i++) {
         struct item *it = &C->items[i];
-        if (it->src != SRC_DISK && it->src != SRC_FILE)
+        if (!item_reads(it))
             continue;
         struct io_req *q = &C->reqs[C->nreq];
-        q->buf = have_arena ? C->arena + it->off : NULL;
-        q->len = it->len;
+        uint8_t *buf = have_arena ? C->arena + it->off : NULL;
+        if (it->where == TIERS_DISK)
+            tiers_read_req(&it->t, buf, q);
+        else
+            dataset_file_req(C->x.ds, it->id, buf, it->len, q);
         q->on_done = on_done;
         q->arg = arg;
-        q->direct = it->src == SRC_DISK && it->loc.dfd >= 0;
-        if (q->direct) {
-            q->fd = it->loc.dfd;
-            q->off = it->loc.off - it->lead;
-            q->path = NULL;
-        } else if (it->src == SRC_DISK) {
-            q->fd = it->loc.fd;
-            q->off = it->loc.off;
-            q->path = NULL;
-        } else {
-            q->fd = ds->root_fd;
-            q->off = 0;
-            q->path = dataset_path(ds, it->id);
-            /* Links out of the root stay refused at open (access.h). */
-            q->real_root = ds->cfg->follow_symlinks ? NULL : ds->real_root;
-        }
         C->req_item[C->nreq] = i;
         it->req = C->nreq++;
         if (!have_arena) {
@@ -443,28 +369,33 @@ static void chunk_prepare(const struct dataset *ds, struct chunk *C, struct io_r
 }
 
 /* Makes sure the read of item it is done. */
-static void chunk_need(const struct pipeline_env *env, struct worker_ctx *ctx, struct chunk *C,
-                       struct item *it)
+static void chunk_need(struct worker_ctx *ctx, struct chunk *C, struct item *it)
 {
-    if (it->src != SRC_DISK && it->src != SRC_FILE)
+    if (!item_reads(it))
         return;
     io_poll(ctx->io); /* completions in, more reads out */
     io_wait(ctx->io, &C->reqs[it->req]);
-    item_unpin(env, it);
+    tiers_unpin(&C->x, &it->t);
+}
+
+/* Lets go of what a chunk holds: its reads not needed any more (the batch
+ * stopped) are taken back (io: the ring they went to; NULL when they are
+ * all done), then the records pinned for them are unpinned. */
+static void chunk_release(struct chunk *C, struct io_ring *io)
+{
+    for (unsigned r = 0; io && r < C->nreq; r++)
+        io_cancel(io, &C->reqs[r]);
+    for (uint32_t i = 0; i < C->m; i++)
+        tiers_unpin(&C->x, &C->items[i].t);
+    C->nreq = 0;
+    C->m = 0;
 }
 
 /* After a chunk: reads not needed (the batch stopped) are taken back, and
  * an arena grown past the chunk limit for one large file is given back. */
-static void chunk_end(const struct pipeline_env *env, struct worker_ctx *ctx,
-                      struct pipe_local *L, struct chunk *C)
+static void chunk_end(struct worker_ctx *ctx, struct pipe_local *L, struct chunk *C)
 {
-    for (unsigned r = 0; r < C->nreq; r++) {
-        struct item *it = &C->items[C->req_item[r]];
-        io_cancel(ctx->io, &C->reqs[r]);
-        item_unpin(env, it);
-    }
-    C->nreq = 0;
-    C->m = 0;
+    chunk_release(C, ctx->io);
     if (C->arena_cap > PIPELINE_CHUNK_BYTES) {
         free(C->arena);
         C->arena = NULL;
@@ -473,125 +404,95 @@ static void chunk_end(const struct pipeline_env *env, struct worker_ctx *ctx,
     local_account(ctx, L);
 }
 
-/* A disk record that cannot be used: recomputed from the source and
- * stored again (the new record supersedes it). */
-static enum pipeline_fault disk_recover(const struct pipeline_env *env, struct dataset *ds,
-                                        struct item *it, int why, struct worker_ctx *ctx,
-                                        struct img *view, const struct img **out, char *err,
-                                        size_t errlen)
+/* A disk record that cannot be used (tiers_decode counted and logged it):
+ * recomputed from the source and stored again (the new record supersedes
+ * it). */
+static int disk_recover(struct pipeline *p, const struct tiers_ctx *x, struct item *it,
+                        struct worker_ctx *ctx, struct img *view, const struct img **out,
+                        char *err, size_t errlen)
 {
-    struct dataset_file f;
-    ADD(&ds->n.disk_bad, 1);
-    log_warn("dataset '%s': disk tier record of %s is unusable (%s); recomputing it",
-             ds->cfg->name, dataset_path(ds, it->id),
-             why == -EBADMSG ? "corrupt" : strerror(-why));
-    int rc = dataset_read(ds, it->id, env->max_file_size, &ctx->scratch[0], &f, err, errlen);
+    struct source_file f;
+    int rc = dataset_read(x->ds, it->id, p->max_file_size, &ctx->scratch[0], &f, err, errlen);
     if (rc < 0)
-        return rc == -EFBIG ? PIPE_TOO_LARGE : PIPE_READ;
-    return compute(env, ds, it, &ctx->scratch[0], &f, ctx, view, out, err, errlen);
+        return rc;
+    return compute(p, x, it, &ctx->scratch[0], &f, ctx, view, out, err, errlen);
 }
 
 /* The offline output of a gathered and read sample: *out is a memory
- * entry, a decoded record or a computed image (NULL for SRC_SKIP), valid
+ * entry, a decoded record or a computed image (NULL for TIERS_SKIP), valid
  * until the next sample. Counts the disk tier's hits and misses when
  * `count` (streams; warm reads are not training reads). */
-static enum pipeline_fault item_materialize(const struct pipeline_env *env,
-                                            struct dataset *ds, struct item *it,
-                                            struct pipe_local *L, struct chunk *C,
-                                            struct worker_ctx *ctx, int count,
-                                            struct img *view, const struct img **out,
-                                            char *err, size_t errlen)
+static int item_materialize(struct pipeline *p, const struct tiers_ctx *x, struct item *it,
+                            struct pipe_local *L, struct chunk *C, struct worker_ctx *ctx,
+                            int count, struct img *view, const struct img **out, char *err,
+                            size_t errlen)
 {
-    const struct io_req *q = it->src == SRC_DISK || it->src == SRC_FILE ? &C->reqs[it->req]
-                                                                          : NULL;
-    int tiered = env->store && ds->split > 0;
-    switch (it->src) {
-    case SRC_MEM:
-        cache_entry_img(it->e, view);
-        *out = view;
-        return PIPE_OK;
-    case SRC_SKIP:
+    const struct io_req *q = item_reads(it) ? &C->reqs[it->req] : NULL;
+    switch (it->where) {
+    case TIERS_MEMORY:
+        *out = &it->bytes;
+        return 0;
+    case TIERS_SKIP:
         *out = NULL;
-        return PIPE_OK;
-    case SRC_DISK: {
-        struct store_key key;
-        size_t rec_len = it->loc.len; /* kept by item_unpin */
-        int rc = q->res < 0 ? (int)q->res : (size_t)q->res < it->lead + rec_len ? -EIO : 0;
-        dataset_key(ds, it->id, NULL, &key);
-        if (rc == 0)
-            rc = store_decode_view(env->store, &key, C->arena + it->off + it->lead, rec_len,
-                                   &L->decoded, &it->bytes);
-        if (rc < 0) {
-            if (count)
-                ADD(&ds->n.disk_misses, 1);
-            return disk_recover(env, ds, it, rc, ctx, view, out, err, errlen);
-        }
-        if (count)
-            ADD(&ds->n.disk_hits, 1);
-        ADD(&ds->n.disk_bytes_read, rec_len);
+        return 0;
+    case TIERS_DISK:
         /* A raw record is used where it was read (it->bytes points into
          * the arena, valid until the chunk ends): no copy. */
-        admit(env, ds, it->id, &it->bytes, view, out);
-        return PIPE_OK;
-    }
-    case SRC_FILE: {
-        if (count && tiered)
-            ADD(&ds->n.disk_misses, 1);
+        if (tiers_decode(x, it->id, &it->t, q->res, C->arena + it->off, &L->decoded,
+                         &it->bytes, view, out, count) < 0)
+            return disk_recover(p, x, it, ctx, view, out, err, errlen);
+        return 0;
+    default: /* TIERS_SOURCE */
         if (q->res < 0) {
             if (q->failed == IO_STEP_OPEN) /* -EXDEV: RESOLVE_BENEATH refused a link */
-                dataset_open_error(ds, (int)q->res, err, errlen);
+                dataset_open_error(x->ds, (int)q->res, err, errlen);
             else
                 snprintf(err, errlen, "%s: %s", q->failed == IO_STEP_STAT ? "stat" : "read",
                          strerror((int)-q->res));
-            return PIPE_READ;
+            return (int)q->res;
         }
-        if (q->size > env->max_file_size) {
+        if (q->size > p->max_file_size) {
             snprintf(err, errlen, "file is %llu bytes, over the limit of %llu",
-                     (unsigned long long)q->size, (unsigned long long)env->max_file_size);
-            return PIPE_TOO_LARGE;
+                     (unsigned long long)q->size, (unsigned long long)p->max_file_size);
+            return -EFBIG;
         }
-        it->f = (struct dataset_file){.fd = -1, .size = q->size, .mtime_ns = q->mtime_ns};
+        it->f = (struct source_file){.fd = -1, .size = q->size, .mtime_ns = q->mtime_ns};
         if (q->size > it->len) { /* grew since indexing: read it whole now */
-            int rc = dataset_read(ds, it->id, env->max_file_size, &ctx->scratch[0], &it->f,
+            int rc = dataset_read(x->ds, it->id, p->max_file_size, &ctx->scratch[0], &it->f,
                                   err, errlen);
             if (rc < 0)
-                return rc == -EFBIG ? PIPE_TOO_LARGE : PIPE_READ;
-            return compute(env, ds, it, &ctx->scratch[0], &it->f, ctx, view, out, err, errlen);
+                return rc;
+            return compute(p, x, it, &ctx->scratch[0], &it->f, ctx, view, out, err, errlen);
         }
         /* A file that shrank since indexing: decode sees what is there.
          * With nothing offline, *out is this view: it lives in the item. */
         it->bytes = (struct img){.fmt = IMG_ENCODED, .data = C->arena + it->off,
                                  .len = (size_t)q->res, .cap = it->len, .borrowed = 1};
-        return compute(env, ds, it, &it->bytes, &it->f, ctx, view, out, err, errlen);
-    }
-    default: /* SRC_BAD */
-        if (count && tiered)
-            ADD(&ds->n.disk_misses, 1);
-        snprintf(err, errlen, "%s", it->msg);
-        return it->err == -EFBIG ? PIPE_TOO_LARGE : PIPE_READ;
+        return compute(p, x, it, &it->bytes, &it->f, ctx, view, out, err, errlen);
     }
 }
 
-/* Gathers the next chunk of ids[0..n) into C and queues its reads on the
- * worker's ring. Returns how many samples it took (at least one). */
-static uint32_t chunk_start(const struct pipeline_env *env, struct dataset *ds,
-                            struct chunk *C, const uint32_t *ids, uint32_t n, int warm,
-                            struct worker_ctx *ctx)
+/* Gathers the next chunk of ids[0..n) into C, from x's tiers, and queues
+ * its reads on the worker's ring. Returns how many samples it took (at
+ * least one). */
+static uint32_t chunk_start(struct pipeline *p, const struct tiers_ctx *x, struct chunk *C,
+                            const uint32_t *ids, uint32_t n, int warm, struct worker_ctx *ctx)
 {
     size_t bytes;
-    C->m = chunk_gather(env, ds, ids, n, warm, C, &bytes);
-    chunk_prepare(ds, C, ctx->io, bytes, NULL, NULL);
+    C->x = *x;
+    C->m = chunk_gather(p, C, ids, n, warm, &bytes);
+    chunk_prepare(C, ctx->io, bytes, NULL, NULL);
     return C->m;
 }
 
 /* chunk_start over samples [first, first + n) (warm). */
-static uint32_t warm_start(const struct pipeline_env *env, struct dataset *ds,
-                           struct chunk *C, uint32_t first, uint32_t n, struct worker_ctx *ctx)
+static uint32_t warm_start(struct pipeline *p, const struct tiers_ctx *x, struct chunk *C,
+                           uint32_t first, uint32_t n, struct worker_ctx *ctx)
 {
     uint32_t want = n < PIPELINE_CHUNK_SAMPLES ? n : PIPELINE_CHUNK_SAMPLES;
     for (uint32_t i = 0; i < want; i++)
         C->ids[i] = first + i;
-    return chunk_start(env, ds, C, C->ids, want, 1, ctx);
+    return chunk_start(p, x, C, C->ids, want, 1, ctx);
 }
 
 /* ---- batches read ahead (on the event loop) ---- */
@@ -611,26 +512,24 @@ int pipeline_ahead_armed(const struct pipeline_ahead *a)
     return a && a->ck.m > 0;
 }
 
-/* Lets go of what a gathered chunk holds (pins, arena, budget); reads done. */
-void pipeline_ahead_drop(const struct pipeline_env *env, struct pipeline_ahead *a)
+void pipeline_ahead_drop(struct pipeline_ahead *a)
 {
     if (!a)
         return;
-    for (uint32_t i = 0; i < a->ck.m; i++)
-        item_unpin(env, &a->ck.items[i]);
-    a->ck.m = 0;
-    a->ck.nreq = 0;
+    chunk_release(&a->ck, NULL); /* its reads are done */
     free(a->ck.arena);
     a->ck.arena = NULL;
     a->ck.arena_cap = 0;
     if (a->reserved)
         __atomic_fetch_sub(&a->budget->used, a->reserved, __ATOMIC_RELAXED);
     a->reserved = 0;
+    strategy_put(a->st);
+    a->st = NULL;
 }
 
-void pipeline_ahead_free(const struct pipeline_env *env, struct pipeline_ahead *a)
+void pipeline_ahead_free(struct pipeline_ahead *a)
 {
-    pipeline_ahead_drop(env, a);
+    pipeline_ahead_drop(a);
     free(a);
 }
 
@@ -641,67 +540,63 @@ static void ahead_read_done(struct io_req *q)
         a->ready(a->ready_arg);
 }
 
-int pipeline_ahead_start(const struct pipeline_env *env, struct dataset *ds,
-                         const uint32_t *ids, uint32_t n, struct pipeline_ahead *a,
-                         struct io_ring *io, struct pipeline_ahead_budget *budget,
-                         void (*ready)(void *arg), void *arg)
+int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t *ids,
+                         uint32_t n, struct pipeline_ahead *a, struct io_ring *io,
+                         struct pipeline_ahead_budget *budget, void (*ready)(void *arg),
+                         void *arg)
 {
     size_t bytes;
     uint32_t reads = 0;
-    if (n == 0 || pthread_rwlock_tryrdlock(&ds->strategy_lock) != 0)
-        return -EBUSY; /* the strategy is changing: the worker reads */
-    a->ck.m = chunk_gather(env, ds, ids, n, 0, &a->ck, &bytes);
+    if (n == 0)
+        return 0;
+    a->st = dataset_strategy(ds);
+    tiers_begin(p->tiers, ds, a->st, UINT32_MAX, &a->ck.x); /* the loop counts nothing */
+    a->ck.m = chunk_gather(p, &a->ck, ids, n, 0, &bytes);
     for (uint32_t i = 0; i < a->ck.m; i++)
-        reads += a->ck.items[i].src == SRC_DISK || a->ck.items[i].src == SRC_FILE;
+        reads += item_reads(&a->ck.items[i]);
     uint64_t used = __atomic_load_n(&budget->used, __ATOMIC_RELAXED);
     if (reads == 0 || used + bytes > budget->limit) {
-        pthread_rwlock_unlock(&ds->strategy_lock);
-        pipeline_ahead_drop(env, a);
+        pipeline_ahead_drop(a);
         return reads == 0 ? 0 : -ENOBUFS;
     }
     if (chunk_arena(&a->ck, bytes) < 0) { /* so that every read is made */
-        pthread_rwlock_unlock(&ds->strategy_lock);
-        pipeline_ahead_drop(env, a);
+        pipeline_ahead_drop(a);
         return -ENOMEM;
     }
     __atomic_fetch_add(&budget->used, bytes, __ATOMIC_RELAXED);
     a->budget = budget;
     a->reserved = bytes;
     a->ds = ds;
-    a->fingerprint = ds->fingerprint;
-    a->split = ds->split;
     a->ready = ready;
     a->ready_arg = arg;
     a->pending = 1 + reads;
-    chunk_prepare(ds, &a->ck, io, bytes, ahead_read_done, a);
-    pthread_rwlock_unlock(&ds->strategy_lock);
+    chunk_prepare(&a->ck, io, bytes, ahead_read_done, a);
     return --a->pending == 0 ? 2 : 1; /* 2: every read ended at once (deferred) */
 }
 
 /*
- * Worker: takes over a batch's chunk read ahead as C, when it still fits
- * the dataset's strategy and its memory entries are all still there (a
- * DROP_CACHE in between drops them). Reads the event loop left
- * (IO_DEFERRED) are queued on the worker's ring. 0 when it cannot be used
- * (then it is dropped).
+ * Worker: takes over a batch's chunk read ahead as C, when it was gathered
+ * under the strategy this batch runs (x->st) and its memory entries are all
+ * still there (a DROP_CACHE in between drops them). Reads the event loop
+ * left (IO_DEFERRED) are queued on the worker's ring. 0 when it cannot be
+ * used (then it is dropped).
  */
-static int ahead_take(const struct pipeline_env *env, struct dataset *ds,
-                      struct pipeline_ahead *a, const uint32_t *ids, uint32_t n,
-                      struct worker_ctx *ctx)
+static int ahead_take(const struct tiers_ctx *x, struct pipeline_ahead *a, const uint32_t *ids,
+                      uint32_t n, struct worker_ctx *ctx)
 {
     struct chunk *C = &a->ck;
-    int ok = a->ds == ds && a->fingerprint == ds->fingerprint && a->split == ds->split &&
-             C->m <= n;
+    int ok = a->ds == x->ds && a->st == x->st && C->m <= n;
     for (uint32_t i = 0; ok && i < C->m; i++) {
         struct item *it = &C->items[i];
         ok = it->id == ids[i];
-        if (ok && it->src == SRC_MEM)
-            ok = (it->e = cache_get(env->cache, ds->id, ds->fingerprint, it->id)) != NULL;
+        if (ok && it->where == TIERS_MEMORY)
+            ok = tiers_still_in_memory(x, it->id, &it->t, &it->bytes);
     }
     if (!ok) {
-        pipeline_ahead_drop(env, a);
+        pipeline_ahead_drop(a);
         return 0;
     }
+    C->x.thread = x->thread;
     for (unsigned r = 0; r < C->nreq; r++) {
         struct io_req *q = &C->reqs[r];
         q->on_done = NULL;
@@ -720,26 +615,29 @@ static struct chunk *chunk_other(struct pipe_local *L, const struct chunk *C)
     return C == &L->ck[0] ? &L->ck[1] : &L->ck[0];
 }
 
-uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
-                        const uint32_t *ids, uint32_t n, uint64_t seed, uint64_t epoch,
-                        uint8_t *dst, int64_t *labels, struct worker_ctx *ctx,
-                        struct pipeline_ahead *pre, pipeline_bad_fn bad, void *arg)
+uint32_t pipeline_batch(struct pipeline *p, struct dataset *ds, const uint32_t *ids,
+                        uint32_t n, uint64_t seed, uint64_t epoch, uint8_t *dst,
+                        int64_t *labels, struct worker_ctx *ctx, struct pipeline_ahead *pre,
+                        pipeline_bad_fn bad, void *arg)
 {
     struct pipe_local *L = local_get(ctx);
+    const struct strategy *st = dataset_strategy(ds); /* for the whole batch */
+    size_t sample_bytes = dataset_output(ds)->bytes;
     struct chunk *C = NULL;
+    struct tiers_ctx x;
     char err[512];
     uint32_t k = 0, done = 0, ahead = 0;
     int stop = 0;
 
-    pthread_rwlock_rdlock(&ds->strategy_lock);
+    tiers_begin(p->tiers, ds, st, ctx->index, &x);
     if (!L) {
-        pipeline_ahead_drop(env, pre);
-    } else if (pipeline_ahead_armed(pre) && ahead_take(env, ds, pre, ids, n, ctx)) {
+        pipeline_ahead_drop(pre);
+    } else if (pipeline_ahead_armed(pre) && ahead_take(&x, pre, ids, n, ctx)) {
         C = &pre->ck;
         ahead = C->m;
     } else {
         C = &L->ck[0];
-        ahead = chunk_start(env, ds, C, ids, n, 0, ctx);
+        ahead = chunk_start(p, &x, C, ids, n, 0, ctx);
     }
     while (done < n && !stop) {
         uint32_t m = 1;
@@ -749,86 +647,85 @@ uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
             m = C->m;
             next = chunk_other(L, C);
             if (ahead < n)
-                ahead += chunk_start(env, ds, next, ids + ahead, n - ahead, 0, ctx);
+                ahead += chunk_start(p, &x, next, ids + ahead, n - ahead, 0, ctx);
         }
         for (uint32_t i = 0; i < m && !stop; i++) {
             uint32_t id = ids[done + i];
             struct img view;
             const struct img *im = NULL;
-            enum pipeline_fault f;
+            int f;
             if (!L) {
                 snprintf(err, sizeof(err), "no memory for the pipeline's buffers");
-                f = PIPE_READ;
+                f = -ENOMEM;
             } else {
                 struct item *it = &C->items[i];
-                int hit = it->src == SRC_MEM;
-                chunk_need(env, ctx, C, it);
-                stats_add(ctx->stats, hit ? STAT_cache_hits : STAT_cache_misses, 1);
-                ADD(hit ? &ds->n.hits : &ds->n.misses, 1);
-                f = item_materialize(env, ds, it, L, C, ctx, 1, &view, &im, err, sizeof(err));
+                chunk_need(ctx, C, it);
+                tiers_count(&x, it->where);
+                f = item_materialize(p, &x, it, L, C, ctx, 1, &view, &im, err, sizeof(err));
             }
-            if (f == PIPE_OK)
-                f = run_online(ds, im, pipeline_sample_seed(seed, epoch, id),
-                               dst + (size_t)k * ds->sample_bytes, ctx, err, sizeof(err));
-            if (f == PIPE_OK) {
-                labels[k++] = ds->samples[id].label;
+            if (f == 0)
+                f = run_online(p, ds, st, im, hash_sample_seed(seed, epoch, id),
+                               dst + (size_t)k * sample_bytes, ctx, err, sizeof(err));
+            if (f == 0) {
+                labels[k++] = dataset_label(ds, id);
                 continue;
             }
-            fault_report(ctx, ds, id, f, err);
+            fault_report(p, ctx, ds, id, f, err);
             stop = bad(arg, done + i, f, err);
         }
         done += m;
         if (L) {
-            chunk_end(env, ctx, L, C);
+            chunk_end(ctx, L, C);
             if (pre && C == &pre->ck)
-                pipeline_ahead_drop(env, pre); /* its arena and budget back */
+                pipeline_ahead_drop(pre); /* its arena, budget and strategy back */
             C = next;
         }
     }
     if (L && C) /* stopped early: the reads ahead are not needed */
-        chunk_end(env, ctx, L, C);
+        chunk_end(ctx, L, C);
     if (pre && C == &pre->ck)
-        pipeline_ahead_drop(env, pre);
-    pthread_rwlock_unlock(&ds->strategy_lock);
+        pipeline_ahead_drop(pre);
+    strategy_put(st);
     return k;
 }
 
-void pipeline_warm(const struct pipeline_env *env, struct dataset *ds, uint32_t first,
-                   uint32_t n, struct worker_ctx *ctx, struct pipeline_warm_result *res)
+void pipeline_warm(struct pipeline *p, struct dataset *ds, uint32_t first, uint32_t n,
+                   struct worker_ctx *ctx, struct pipeline_warm_result *res)
 {
     struct pipe_local *L = local_get(ctx);
+    struct tiers_ctx x;
     char err[512];
 
     if (!L) {
         res->done += n;
         res->failed += n;
-        log_error("dataset '%s': warm: no memory for the pipeline's buffers", ds->cfg->name);
+        log_error("dataset '%s': warm: no memory for the pipeline's buffers", dataset_name(ds));
         return;
     }
-    pthread_rwlock_rdlock(&ds->strategy_lock);
+    const struct strategy *st = dataset_strategy(ds);
+    tiers_begin(p->tiers, ds, st, ctx->index, &x);
     struct chunk *C = &L->ck[0], *next = &L->ck[1];
-    uint32_t ahead = warm_start(env, ds, C, first, n, ctx);
+    uint32_t ahead = warm_start(p, &x, C, first, n, ctx);
     while (n > 0) {
         uint32_t m = C->m;
         if (ahead < n)
-            ahead += warm_start(env, ds, next, first + ahead, n - ahead, ctx);
+            ahead += warm_start(p, &x, next, first + ahead, n - ahead, ctx);
         for (uint32_t i = 0; i < m; i++) {
             struct item *it = &C->items[i];
-            chunk_need(env, ctx, C, it);
+            chunk_need(ctx, C, it);
             struct img view;
             const struct img *im = NULL;
-            enum pipeline_fault f =
-                item_materialize(env, ds, it, L, C, ctx, 0, &view, &im, err, sizeof(err));
+            int f = item_materialize(p, &x, it, L, C, ctx, 0, &view, &im, err, sizeof(err));
             res->done++;
-            if (f != PIPE_OK) {
+            if (f < 0) {
                 res->failed++;
-                fault_report(ctx, ds, it->id, f, err);
+                fault_report(p, ctx, ds, it->id, f, err);
             } else {
                 res->bytes += im ? im->len : it->len;
                 res->computed += it->computed;
             }
         }
-        chunk_end(env, ctx, L, C);
+        chunk_end(ctx, L, C);
         struct chunk *t = C;
         C = next;
         next = t;
@@ -836,113 +733,5 @@ void pipeline_warm(const struct pipeline_env *env, struct dataset *ds, uint32_t 
         n -= m;
         ahead -= m;
     }
-    pthread_rwlock_unlock(&ds->strategy_lock);
-}
-
-/* ---- the disk tier around the pipeline ---- */
-
-int pipeline_key_live(const struct store_key *key, void *arg)
-{
-    const struct pipeline_datasets *dss = arg;
-    for (uint32_t i = 0; i < dss->n; i++)
-        if (dataset_key_current(dss->ds[i], key))
-            return 1;
-    return 0;
-}
-
-int pipeline_disk_scan(struct store *st, struct dataset *ds)
-{
-    if (ds->split == 0) /* nothing offline: nothing on disk */
-        return 0;
-    if (!ds->on_disk && !(ds->on_disk = calloc(ds->nsamples, 1)))
-        return -ENOMEM;
-    for (uint32_t id = 0; id < ds->nsamples; id++) {
-        struct store_key key;
-        struct store_loc loc;
-        dataset_key(ds, id, NULL, &key);
-        if (store_lookup(st, &key, &loc) < 0)
-            continue;
-        ds->on_disk[id] = 1;
-        ds->n.disk_entries++;
-        ds->n.disk_bytes_raw += loc.raw_len;
-        ds->n.disk_bytes_stored += loc.stored_len;
-        store_release(st, &loc);
-    }
-    return 0;
-}
-
-struct pipeline_compactor {
-    struct work work; /* first: the work is the compactor */
-    struct store *st;
-    struct workers *workers;
-    struct pipeline_datasets dss;
-    int busy;         /* atomic: queued or running */
-    uint64_t last_ns; /* atomic: when the last run started (0: never) */
-    uint64_t runs;    /* atomic */
-};
-
-static void compact_run(struct work *w, struct worker_ctx *ctx)
-{
-    struct pipeline_compactor *pc = (struct pipeline_compactor *)w;
-    (void)ctx;
-    uint64_t t0 = stats_now_ns();
-    __atomic_store_n(&pc->last_ns, t0, __ATOMIC_RELAXED);
-    int rc = store_compact(pc->st, pipeline_key_live, &pc->dss);
-    ADD(&pc->runs, 1);
-    if (rc < 0)
-        log_warn("disk tier: compaction failed: %s", strerror(-rc));
-    else
-        log_info("disk tier: over its budget; compaction rewrote %d segments in %.2f s", rc,
-                 (double)(stats_now_ns() - t0) / 1e9);
-}
-
-static void compact_done(struct work *w, int cancelled)
-{
-    struct pipeline_compactor *pc = (struct pipeline_compactor *)w;
-    (void)cancelled;
-    __atomic_store_n(&pc->busy, 0, __ATOMIC_RELEASE);
-}
-
-int pipeline_compactor_create(struct pipeline_compactor **out, struct store *st,
-                              struct workers *workers, const struct pipeline_datasets *dss)
-{
-    struct pipeline_compactor *pc = calloc(1, sizeof(*pc));
-    if (!pc)
-        return -ENOMEM;
-    pc->work.run = compact_run;
-    pc->work.done = compact_done;
-    pc->st = st;
-    pc->workers = workers;
-    pc->dss = *dss;
-    *out = pc;
-    return 0;
-}
-
-void pipeline_compactor_set_datasets(struct pipeline_compactor *pc,
-                                     const struct pipeline_datasets *dss)
-{
-    if (pc)
-        pc->dss = *dss;
-}
-
-void pipeline_compactor_destroy(struct pipeline_compactor *pc)
-{
-    free(pc);
-}
-
-void pipeline_compact_request(struct pipeline_compactor *pc)
-{
-    int idle = 0;
-    uint64_t last = pc ? __atomic_load_n(&pc->last_ns, __ATOMIC_RELAXED) : 0;
-    if (!pc || (last && stats_now_ns() - last <
-                            (uint64_t)PIPELINE_COMPACT_INTERVAL_S * 1000000000ull))
-        return;
-    if (__atomic_compare_exchange_n(&pc->busy, &idle, 1, 0, __ATOMIC_ACQUIRE,
-                                    __ATOMIC_RELAXED))
-        workers_submit(pc->workers, &pc->work);
-}
-
-uint64_t pipeline_compactor_runs(const struct pipeline_compactor *pc)
-{
-    return pc ? __atomic_load_n(&pc->runs, __ATOMIC_RELAXED) : 0;
+    strategy_put(st);
 }

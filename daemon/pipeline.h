@@ -1,36 +1,36 @@
 /*
  * The pipeline of a batch of samples, on a worker thread, through the
- * cache tiers:
+ * cache tiers (tiers.h):
  *
- *   1. memory: cache_get for every sample;
- *   2. disk: for the memory misses the disk tier holds, store_lookup; then
- *      their records and the source files of the true misses are queued,
- *      in epoch order, on the worker's own I/O ring (io.h), which keeps
- *      io.depth of them in flight and issues the next as soon as one
- *      completes. A source file is one request, read whole into room for
- *      its size at indexing: open, stat, read and close chained in the
- *      kernel where it allows, so no worker waits on an open. The reads of
- *      the next chunk go out while this chunk's samples run, so decoding
- *      waits only for reads that could not have been issued earlier;
- *   3. in epoch order, per sample: a disk record is checked and decoded
- *      (store_decode; a bad one is counted, recomputed from the source and
- *      stored again) and admitted to memory if the policy says so; a source
- *      file goes through the offline steps, is stored in the disk tier
- *      (the key carries the size and mtime of the file as read, so a file
- *      changed after indexing is never stored under a stale key) and
- *      admitted to memory; then the online steps write into the batch.
+ *   1. for each sample, where it is: a memory entry, a disk record, or in
+ *      no tier (tiers_locate); then the disk records' and the source files'
+ *      reads are queued, in epoch order, on the worker's own I/O ring
+ *      (io.h), which keeps io.depth of them in flight and issues the next
+ *      as soon as one completes. A source file is one request, read whole
+ *      into room for its size at indexing: open, stat, read and close
+ *      chained in the kernel where it allows, so no worker waits on an open.
+ *      The reads of the next chunk go out while this chunk's samples run,
+ *      so decoding waits only for reads that could not have been issued
+ *      earlier;
+ *   2. in epoch order, per sample: a disk record is checked and decoded
+ *      (tiers_decode; a bad one is recomputed from the source and stored
+ *      again) and admitted to memory if the policy says so; a source file
+ *      goes through the offline steps, is put in the disk tier (under the
+ *      size and mtime of the file as read, so a file changed after indexing
+ *      is never stored under a stale key) and admitted to memory; then the
+ *      online steps write into the batch.
  *
- * A batch is taken in chunks bounded in samples and in bytes read at once
- * (PIPELINE_CHUNK_SAMPLES, PIPELINE_CHUNK_BYTES), two at a time (the one
- * running and the next, being read), which bounds a worker's buffers. A
+ * A batch pins the dataset's strategy in force (dataset_strategy) for its
+ * whole run. It is taken in chunks bounded in samples and in bytes read at
+ * once (PIPELINE_CHUNK_SAMPLES, PIPELINE_CHUNK_BYTES), two at a time (the
+ * one running and the next, being read), which bounds a worker's buffers. A
  * file that grew past its indexed size is read again whole, on the worker.
  * Bad samples are reported in order, one callback each, so the caller
  * decides (skip or fail) exactly as with one sample at a time.
  *
- * The disk tier is optional (env->store NULL), and degrades to none when
- * its writes fail (the store says so in the log, once). Puts refused for
- * the disk budget ask for a compaction, at most one every
- * PIPELINE_COMPACT_INTERVAL_S, run as a job on the worker pool.
+ * A struct pipeline is the daemon's (or a profile trial's): the tiers it
+ * reads and fills, the file size limit, and its own counters (bad samples
+ * by kind, step calls and time), kept per worker thread.
  */
 #ifndef PRESTO_PIPELINE_H
 #define PRESTO_PIPELINE_H
@@ -38,52 +38,46 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache.h"
 #include "dataset.h"
 #include "io.h"
-#include "store.h"
+#include "step.h"
+#include "tiers.h"
 #include "workers.h"
 
 #define PIPELINE_CHUNK_SAMPLES 256u
 #define PIPELINE_CHUNK_BYTES (16u << 20)
-#define PIPELINE_COMPACT_INTERVAL_S 30
 
-/* Why a sample was bad, for stats and the error reply. */
-enum pipeline_fault { PIPE_OK = 0, PIPE_READ, PIPE_DECODE, PIPE_TOO_LARGE, PIPE_SHAPE };
+struct pipeline;
 
-struct pipeline_compactor;
+/* threads: the worker threads that run it (their ctx->index). 0 or -ENOMEM. */
+int pipeline_create(struct pipeline **out, struct tiers *tiers, uint64_t max_file_size,
+                    unsigned threads);
+/* NULL is fine. */
+void pipeline_destroy(struct pipeline *p);
+struct tiers *pipeline_tiers(const struct pipeline *p);
+/* limits.file_size from now on (workers paused: a reload). */
+void pipeline_set_max_file_size(struct pipeline *p, uint64_t bytes);
 
-struct pipeline_env {
-    struct cache *cache;
-    struct store *store; /* NULL: no disk tier */
-    uint64_t max_file_size;
-    struct pipeline_compactor *compactor; /* NULL: no compaction on demand */
-};
-
-/* Told about each bad sample, in order: i is its index in the batch.
- * Returns nonzero to stop the batch there. */
-typedef int (*pipeline_bad_fn)(void *arg, uint32_t i, enum pipeline_fault f,
-                               const char *err);
-
-/* The seed of a sample's random steps: a function of (stream seed, epoch,
- * sample id) only, so every epoch is reproducible whatever the worker
- * count, rank or cache state. */
-uint64_t pipeline_sample_seed(uint64_t seed, uint64_t epoch, uint32_t sample);
+/* Told about each bad sample, in order: i is its index in the batch, err
+ * why (-EFBIG, -E2BIG: over a limit; -EBADMSG: a step failed on it; else
+ * the read's -errno) and msg says so. Returns nonzero to stop the batch
+ * there. */
+typedef int (*pipeline_bad_fn)(void *arg, uint32_t i, int err, const char *msg);
 
 struct pipeline_ahead;
 
 /* Runs samples ids[0..n) of ds through every step. The good ones are
- * written in order, compacted: the k-th good one to dst + k *
- * ds->sample_bytes, its label to labels[k]. Each bad one is counted, logged
+ * written in order, compacted: the k-th good one to dst + k * (the
+ * output's bytes), its label to labels[k]. Each bad one is counted, logged
  * (once per sample) and passed to bad(). pre (may be NULL) is the batch's
  * first chunk read ahead (pipeline_ahead_start, its reads done): used when
- * the dataset's strategy is still the one it was gathered under and its
- * memory entries are still there, and dropped either way. Returns the
- * number of good samples written. */
-uint32_t pipeline_batch(const struct pipeline_env *env, struct dataset *ds,
-                        const uint32_t *ids, uint32_t n, uint64_t seed, uint64_t epoch,
-                        uint8_t *dst, int64_t *labels, struct worker_ctx *ctx,
-                        struct pipeline_ahead *pre, pipeline_bad_fn bad, void *arg);
+ * it was gathered under the strategy this batch runs and its memory entries
+ * are still there, and dropped either way. Returns the number of good
+ * samples written. */
+uint32_t pipeline_batch(struct pipeline *p, struct dataset *ds, const uint32_t *ids,
+                        uint32_t n, uint64_t seed, uint64_t epoch, uint8_t *dst,
+                        int64_t *labels, struct worker_ctx *ctx, struct pipeline_ahead *pre,
+                        pipeline_bad_fn bad, void *arg);
 
 /* ---- reading batches ahead of their jobs (readahead.h) ----
  *
@@ -112,18 +106,18 @@ int pipeline_ahead_armed(const struct pipeline_ahead *a);
  * flight: ready(arg) is called on io's thread once the last is done (not
  * from within this call); 2 when a is armed and its reads all ended within
  * the call (deferred: the ring could not take them), so ready is not
- * called; 0 when there is nothing to read (a is not armed);
- * -EBUSY (the strategy is changing), -ENOBUFS (over the budget) or
- * -ENOMEM when it did not read ahead (a is not armed): the worker reads. */
-int pipeline_ahead_start(const struct pipeline_env *env, struct dataset *ds,
-                         const uint32_t *ids, uint32_t n, struct pipeline_ahead *a,
-                         struct io_ring *io, struct pipeline_ahead_budget *budget,
-                         void (*ready)(void *arg), void *arg);
-/* Lets go of an armed chunk whose reads are done (pins, arena, budget); it
- * is no longer armed. NULL is fine. Any thread. */
-void pipeline_ahead_drop(const struct pipeline_env *env, struct pipeline_ahead *a);
+ * called; 0 when there is nothing to read (a is not armed); -ENOBUFS (over
+ * the budget) or -ENOMEM when it did not read ahead (a is not armed): the
+ * worker reads. */
+int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t *ids,
+                         uint32_t n, struct pipeline_ahead *a, struct io_ring *io,
+                         struct pipeline_ahead_budget *budget, void (*ready)(void *arg),
+                         void *arg);
+/* Lets go of an armed chunk whose reads are done (pins, arena, budget, its
+ * strategy); it is no longer armed. NULL is fine. Any thread. */
+void pipeline_ahead_drop(struct pipeline_ahead *a);
 /* Drops and frees. NULL is fine. */
-void pipeline_ahead_free(const struct pipeline_env *env, struct pipeline_ahead *a);
+void pipeline_ahead_free(struct pipeline_ahead *a);
 
 struct pipeline_warm_result {
     uint64_t done;     /* samples handled, bad ones included */
@@ -136,37 +130,31 @@ struct pipeline_warm_result {
  * there is one) and into memory as the policy admits: a sample already
  * on disk is read only when memory will take it, and without a (healthy)
  * disk tier only what memory will take is computed. Adds to *res. */
-void pipeline_warm(const struct pipeline_env *env, struct dataset *ds, uint32_t first,
-                   uint32_t n, struct worker_ctx *ctx, struct pipeline_warm_result *res);
+void pipeline_warm(struct pipeline *p, struct dataset *ds, uint32_t first, uint32_t n,
+                   struct worker_ctx *ctx, struct pipeline_warm_result *res);
 
-/* ---- the disk tier around the pipeline ---- */
+/* ---- stats ---- */
 
-/* store_live_fn over the served datasets (arg: struct pipeline_datasets):
- * a key is live when it is the current key of one of their samples. */
-struct pipeline_datasets {
-    struct dataset **ds;
-    uint32_t n;
+/* Bad samples by kind (section "errors"), and each step kind's calls and
+ * time (section "steps", one entry per step: presto_step_*{step="NAME"}),
+ * kept per worker thread. */
+#define PIPELINE_ERRORS(X)                                                  \
+    X(read, COUNTER, "samples", "source files that could not be read")        \
+    X(decode, COUNTER, "samples", "source files that did not decode, or a step failed on") \
+    X(too_large, COUNTER, "samples", "source files or images over a limit")
+
+enum pipeline_error {
+#define PIPELINE_ERROR_ENUM(name, ...) PIPELINE_ERR_##name,
+    PIPELINE_ERRORS(PIPELINE_ERROR_ENUM)
+#undef PIPELINE_ERROR_ENUM
+    PIPELINE_ERR_MAX
 };
-int pipeline_key_live(const struct store_key *key, void *arg);
 
-/* Marks which samples of ds the disk tier holds under their current key
- * (ds->on_disk) and counts their entries and bytes. Once at start-up,
- * before serving. Returns 0 or -ENOMEM. */
-int pipeline_disk_scan(struct store *st, struct dataset *ds);
+#define PIPELINE_STEP_STATS(X)                                              \
+    X(calls, COUNTER, "calls", "times the step ran")                         \
+    X(seconds, COUNTER, "seconds", "time the step took")
 
-/* Compaction on demand, run on the worker pool. */
-int pipeline_compactor_create(struct pipeline_compactor **out, struct store *st,
-                              struct workers *workers, const struct pipeline_datasets *dss);
-/* The datasets served changed (a reload): compactions keep their records
- * from now on. The caller has paused the workers (workers_pause). */
-void pipeline_compactor_set_datasets(struct pipeline_compactor *pc,
-                                     const struct pipeline_datasets *dss);
-/* After workers_destroy (which cancels a queued run). NULL is fine. */
-void pipeline_compactor_destroy(struct pipeline_compactor *pc);
-/* Queues a compaction unless one is queued or running, or one started
- * less than PIPELINE_COMPACT_INTERVAL_S ago. Any thread. */
-void pipeline_compact_request(struct pipeline_compactor *pc);
-/* Compactions run on demand so far. */
-uint64_t pipeline_compactor_runs(const struct pipeline_compactor *pc);
+struct stats_out;
+void pipeline_stats(const struct pipeline *p, struct stats_out *o);
 
 #endif

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "step.h"
+#include "hash.h"
 
 int planner_make(struct plan *p, uint32_t n, uint64_t seed, uint64_t epoch,
                  int shuffle, uint32_t rank, uint32_t world,
@@ -23,9 +23,9 @@ int planner_make(struct plan *p, uint32_t n, uint64_t seed, uint64_t epoch,
         all[i] = i;
     if (shuffle) {
         /* Fisher-Yates from a splitmix64 stream seeded by (seed, epoch). */
-        uint64_t state = step_mix64(seed ^ step_mix64(epoch + 0x9e3779b97f4a7c15ull));
+        uint64_t state = hash_mix64(seed ^ hash_mix64(epoch + 0x9e3779b97f4a7c15ull));
         for (uint32_t i = n - 1; i > 0; i--) {
-            uint32_t j = (uint32_t)(step_rand01(&state) * (double)(i + 1));
+            uint32_t j = (uint32_t)(hash_rand01(&state) * (double)(i + 1));
             if (j > i)
                 j = i;
             uint32_t t = all[i];

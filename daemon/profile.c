@@ -15,13 +15,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache.h"
 #include "cachedir.h"
-#include "frame.h"
+#include "hash.h"
 #include "json.h"
 #include "log.h"
+#include "pipeline.h"
 #include "stats.h"
 #include "store.h"
+#include "tiers.h"
 
 #define TRIAL_PREFIX "profile-trial-"
 #define RECORD_VERSION 1
@@ -199,20 +200,22 @@ uint32_t profile_rank(struct proto_profile_strategy *st, uint32_t n,
 
 static uint64_t mix(uint64_t h, uint64_t v)
 {
-    return step_mix64(h ^ v) + 0x9e3779b97f4a7c15ull;
+    return hash_mix64(h ^ v) + 0x9e3779b97f4a7c15ull;
 }
 
 uint64_t profile_key(const struct dataset *ds, const struct config *cfg)
 {
-    const struct config_dataset *dc = ds->cfg;
+    const struct config_dataset *dc = dataset_config(ds);
+    uint32_t n = dataset_size(ds);
     uint64_t h = mix(0, 0x70726f66696c6531ull); /* "profile1" */
-    h = mix(h, ds->nsamples);
-    for (uint32_t i = 0; i < ds->nsamples; i++) {
-        const struct dataset_sample *s = &ds->samples[i];
-        h = mix(h, s->path_hash);
-        h = mix(h, s->size);
-        h = mix(h, (uint64_t)s->mtime_ns);
-        h = mix(h, s->label);
+    h = mix(h, n);
+    for (uint32_t i = 0; i < n; i++) {
+        struct dataset_ident in;
+        dataset_ident(ds, i, &in);
+        h = mix(h, in.path_hash);
+        h = mix(h, in.size);
+        h = mix(h, (uint64_t)in.mtime_ns);
+        h = mix(h, dataset_label(ds, i));
     }
     h = mix(h, dc->nsteps);
     for (uint32_t i = 0; i < dc->nsteps; i++)
@@ -333,19 +336,20 @@ static int record_write(const char *cache_dir, const char *dataset, const struct
     return rc;
 }
 
-void profile_restore(struct dataset *ds, const struct config *cfg)
+int profile_restore(struct dataset *ds, const struct config *cfg)
 {
-    const struct config_dataset *dc = ds->cfg;
+    const struct config_dataset *dc = dataset_config(ds);
+    struct dataset_auto *a = dataset_auto(ds);
     char path[4200], err[256];
     struct record r;
     if (!dc->split_auto)
-        return;
-    ds->autos.key = profile_key(ds, cfg);
-    ds->autos.state = DATASET_AUTO_PENDING;
+        return 0;
+    a->key = profile_key(ds, cfg);
+    a->state = DATASET_AUTO_PENDING;
     int rc = record_path(cfg, dc->name, path, sizeof(path));
     if (rc == 0)
         rc = record_read(cfg->cache_dir, dc->name, &r);
-    if (rc == 0 && r.key != ds->autos.key)
+    if (rc == 0 && r.key != a->key)
         rc = -ESTALE;
     if (rc == 0 && (r.split > dc->nsteps || r.zstd_level < 0 || r.zstd_level > 22 ||
                     step_split_check(dc->steps, dc->nsteps, r.split, err, sizeof(err)) < 0))
@@ -357,17 +361,20 @@ void profile_restore(struct dataset *ds, const struct config *cfg)
                  rc == -ENOENT ? "no strategy chosen yet"
                  : rc == -ESTALE ? "its files, steps or budgets changed since the last choice"
                                  : "the recorded choice is unreadable",
-                 ds->split);
-        return;
+                 dc->split);
+        /* Nothing is cached until the choice is made. */
+        return dataset_switch(ds, dc->split, dc->zstd_level, 0);
     }
-    dataset_set_strategy(ds, r.split, r.zstd_level);
+    if (dataset_switch(ds, r.split, r.zstd_level, 1) < 0)
+        return -ENOMEM;
     r.a.state = DATASET_AUTO_CHOSEN;
-    r.a.key = ds->autos.key;
-    ds->autos = r.a;
+    r.a.key = a->key;
+    *a = r.a;
     log_info("dataset '%s': split: auto: %s (split %u) as chosen by an earlier profile of %u "
              "samples: %.0f samples/s expected, %.1f MiB on disk, %.1f s offline (%s)",
              dc->name, r.a.strategy, r.split, r.a.sample_size, r.a.samples_per_s,
              r.a.storage_bytes / (1 << 20), r.a.offline_s, path);
+    return 0;
 }
 
 /* This daemon's trial directory, by name in cache.dir. */
@@ -433,8 +440,7 @@ static const double phase_share[] = {0.4, 0.1, 0.25, 0.25, 0};
 struct profile;
 
 struct profile_job {
-    struct stats_thread stats; /* first (aligned): the job's counters */
-    struct work work;
+    struct work work; /* first: the work is the job */
     struct profile *p;
     enum phase phase;
     uint32_t first, n; /* offline, load: trial ids; online: into p->list */
@@ -450,20 +456,18 @@ struct profile {
     struct profiler *pr;
     struct dataset *ds;
     struct proto_profile req;
-    int background; /* first use: no connection */
-    uint32_t req_id;
-    struct bufferevent *bev;
-    const void *owner;
+    int background; /* first use: nobody asked */
+    struct reply reply;
+    const void *owner; /* reply.to as asked (the reply is cut when it stops) */
     struct proto_profile_strategy st[PROFILE_MAX_STRATEGIES];
     uint32_t nst, cur;
     uint32_t *ids, k;        /* the sample, ids of ds */
     uint32_t workers, njobs; /* the daemon's; the profile's */
     /* The current strategy's trial. */
-    struct dataset tds;
-    int tds_open;
-    struct store *tstore;
-    struct cache *tnone, *tmem; /* memory tiers admitting nothing / profile.memory */
-    struct pipeline_env tenv;
+    struct dataset *tds;       /* the sample, under the strategy */
+    const struct strategy *tst; /* its strategy */
+    struct tiers *ttiers;      /* memory (profile.memory) and disk (dir) */
+    struct pipeline *tpipe;
     char dir[4200];
     /* The current phase. */
     enum phase phase;
@@ -475,12 +479,16 @@ struct profile {
     uint64_t t0_ns, sent_ns;
     struct event *ev; /* finishes outside of any callback of ours */
     int done, closing;
-    int err_code;
+    int err_code;   /* why it failed: -errno (0: it did not) */
     char err[300];
+    uint32_t winner, applied; /* the result, once done well */
 };
 
 struct profiler {
-    struct profile_env env;
+    struct event_base *base;
+    struct workers *workers;
+    const struct config *const *cfg; /* the server's: followed across reloads */
+    struct tiers *tiers;             /* the daemon's (switches rescan its disk tier) */
     struct profile *run;
     struct dataset **queue; /* PENDING datasets waiting for their profile */
     uint32_t nqueue, capqueue;
@@ -498,34 +506,31 @@ static double since_s(uint64_t t0)
     return (double)(stats_now_ns() - t0) / 1e9;
 }
 
-static int job_bad(void *arg, uint32_t i, enum pipeline_fault f, const char *err)
+static int job_bad(void *arg, uint32_t i, int err, const char *msg)
 {
     struct profile_job *j = arg;
     (void)i;
-    (void)f;
     (void)err;
+    (void)msg;
     j->failed++;
     return 0;
 }
 
 static void job_run(struct work *wk, struct worker_ctx *ctx)
 {
-    struct profile_job *j = (struct profile_job *)((char *)wk - offsetof(struct profile_job, work));
+    struct profile_job *j = (struct profile_job *)wk;
     struct profile *p = j->p;
-    struct stats_thread *saved = ctx->stats;
     uint64_t t0 = stats_now_ns(), c0 = thread_cpu_ns();
-    ctx->stats = &j->stats; /* trials stay out of the daemon's counters */
     j->good = j->failed = 0;
-    if (j->phase == PH_OFFLINE || (j->phase == PH_LOAD && p->tds.split > 0)) {
+    if (j->phase == PH_OFFLINE || (j->phase == PH_LOAD && p->tst->split > 0)) {
         struct pipeline_warm_result res = {0};
-        pipeline_warm(&p->tenv, &p->tds, j->first, j->n, ctx, &res);
+        pipeline_warm(p->tpipe, p->tds, j->first, j->n, ctx, &res);
         j->good = (uint32_t)(res.done - res.failed);
         j->failed = (uint32_t)res.failed;
     } else {
-        j->good = pipeline_batch(&p->tenv, &p->tds, p->list + j->first, j->n, PROFILE_SEED,
+        j->good = pipeline_batch(p->tpipe, p->tds, p->list + j->first, j->n, PROFILE_SEED,
                                  j->epoch, j->buf, j->labels, ctx, NULL, job_bad, j);
     }
-    ctx->stats = saved;
     j->cpu_ns = thread_cpu_ns() - c0;
     j->wall_ns = stats_now_ns() - t0;
 }
@@ -537,7 +542,7 @@ static void profile_fail(struct profile *p, int code, const char *fmt, ...)
 
 static void job_done(struct work *wk, int cancelled)
 {
-    struct profile_job *j = (struct profile_job *)((char *)wk - offsetof(struct profile_job, work));
+    struct profile_job *j = (struct profile_job *)wk;
     struct profile *p = j->p;
     j->busy = 0;
     p->busy--;
@@ -547,7 +552,7 @@ static void job_done(struct work *wk, int cancelled)
         return;
     }
     if (cancelled) { /* only while the pool stops */
-        profile_fail(p, PROTO_E_SHUTDOWN, "the daemon is stopping");
+        profile_fail(p, -ECANCELED, "the daemon is stopping");
         return;
     }
     p->job_wall_ns += j->wall_ns;
@@ -579,8 +584,8 @@ static double progress_fraction(const struct profile *p)
 
 static void send_progress(struct profile *p)
 {
+    struct reply_msg rm = {.kind = REPLY_PROFILE_PROGRESS};
     struct proto_profile_progress m;
-    struct proto_wbuf w;
     double frac = progress_fraction(p), t = since_s(p->t0_ns);
     memset(&m, 0, sizeof(m));
     m.strategy = p->cur < p->nst ? p->cur : p->nst - 1;
@@ -590,97 +595,87 @@ static void send_progress(struct profile *p)
     m.fraction = frac;
     m.eta_s = frac > 0.01 ? t * (1 - frac) / frac : -1;
     p->sent_ns = stats_now_ns();
-    if (!p->bev)
-        return;
-    proto_wbuf_init(&w);
-    proto_frame_begin(&w, PROTO_PROFILE_PROGRESS, p->req_id);
-    proto_put_profile_progress(&w, &m);
-    if (frame_send(p->bev, &w) < 0)
+    rm.profile_progress = m;
+    if (reply_progress(&p->reply, &rm, -1) < 0)
         log_error("profile of '%s': cannot queue a progress report: out of memory",
-                  p->ds->cfg->name);
-    proto_wbuf_free(&w);
+                  dataset_name(p->ds));
 }
 
-static void send_result(struct profile *p, uint32_t winner, uint32_t applied)
+/* The result, once the profile ended well (from the event loop). */
+static void send_result(struct profile *p)
 {
-    const struct config *cfg = *p->pr->env.cfg;
+    const struct config *cfg = *p->pr->cfg;
+    struct reply_msg rm = {.kind = REPLY_PROFILE_RESULT};
     struct proto_profile_result m;
-    struct proto_wbuf w;
-    if (!p->bev)
-        return;
     memset(&m, 0, sizeof(m));
-    snprintf(m.dataset, sizeof(m.dataset), "%s", p->ds->cfg->name);
-    m.samples = p->ds->nsamples;
+    snprintf(m.dataset, sizeof(m.dataset), "%s", dataset_name(p->ds));
+    m.samples = dataset_size(p->ds);
     m.sample_size = p->k;
     m.workers = p->workers;
     m.profile_workers = p->njobs;
     m.memory_budget = cfg->cache_memory;
-    m.disk_budget = p->pr->env.pipe->store ? cfg->cache_disk : 0;
+    m.disk_budget = tiers_store(p->pr->tiers) ? cfg->cache_disk : 0;
     m.w_throughput = p->req.w_throughput;
     m.w_offline = p->req.w_offline;
     m.w_storage = p->req.w_storage;
     m.seconds = since_s(p->t0_ns);
-    m.winner = winner;
-    m.applied = applied;
+    m.winner = p->winner;
+    m.applied = p->applied;
     m.count = p->nst;
-    proto_wbuf_init(&w);
-    proto_frame_begin(&w, PROTO_PROFILE_RESULT, p->req_id);
-    proto_put_profile_result(&w, &m);
-    for (uint32_t i = 0; i < p->nst; i++)
-        proto_put_profile_strategy(&w, &p->st[i]);
-    if (frame_send(p->bev, &w) < 0)
-        log_error("profile of '%s': cannot queue the result: out of memory", p->ds->cfg->name);
-    proto_wbuf_free(&w);
+    rm.profile.result = &m;
+    rm.profile.strategies = p->st;
+    reply_done(&p->reply, &rm); /* the owner says if it could not be queued */
 }
 
 /* ---- the trial of one strategy ---- */
 
 static void trial_close(struct profile *p)
 {
-    store_close(p->tstore);
-    p->tstore = NULL;
-    cache_destroy(p->tnone);
-    cache_destroy(p->tmem);
-    p->tnone = p->tmem = NULL;
-    if (p->tds_open)
-        dataset_close(&p->tds);
-    p->tds_open = 0;
+    pipeline_destroy(p->tpipe);
+    p->tpipe = NULL;
+    tiers_destroy(p->ttiers);
+    p->ttiers = NULL;
+    strategy_put(p->tst);
+    p->tst = NULL;
+    dataset_free(p->tds);
+    p->tds = NULL;
     if (p->dir[0]) {
         char name[64];
         trial_name(name, sizeof(name));
-        trial_remove((*p->pr->env.cfg)->cache_dir, name);
+        trial_remove((*p->pr->cfg)->cache_dir, name);
     }
 }
 
+/* 0, or -errno after failing the profile. */
 static int trial_open(struct profile *p, const struct proto_profile_strategy *s)
 {
-    const struct config *cfg = *p->pr->env.cfg;
+    const struct config *cfg = *p->pr->cfg;
     char err[512];
     if (dataset_subset(&p->tds, p->ds, p->ids, p->k, s->split, s->zstd_level) < 0) {
-        profile_fail(p, PROTO_E_NOMEM, "no memory for a trial dataset");
-        return -1;
+        profile_fail(p, -ENOMEM, "no memory for a trial dataset");
+        return -ENOMEM;
     }
-    p->tds_open = 1;
-    struct cache_dataset cd = {p->k, p->tds.mat_bytes};
-    if (cache_create(&p->tnone, 0, &cd, 1) < 0 ||
-        cache_create(&p->tmem, cfg->profile_memory, &cd, 1) < 0) {
-        profile_fail(p, PROTO_E_NOMEM, "no memory for a trial memory tier");
-        return -1;
-    }
+    p->tst = dataset_strategy(p->tds);
     if (s->split > 0) {
         char name[64];
         trial_name(name, sizeof(name));
         trial_remove(cfg->cache_dir, name); /* a leftover, or a link planted in its place */
-        int rc = store_open(&p->tstore, p->dir, 0, cfg->segment_size, err, sizeof(err));
-        if (rc < 0) {
-            profile_fail(p, PROTO_E_IO, "cannot make a trial disk store (cache.dir): %s", err);
-            return -1;
-        }
     }
-    p->tenv.cache = p->tnone;
-    p->tenv.store = p->tstore;
-    p->tenv.max_file_size = p->pr->env.pipe->max_file_size;
-    p->tenv.compactor = NULL;
+    int rc = tiers_create_trial(&p->ttiers, cfg->profile_memory, s->split > 0 ? p->dir : NULL,
+                                cfg->segment_size, p->tds, err, sizeof(err));
+    if (rc == -ENOMEM) {
+        profile_fail(p, -ENOMEM, "%s", err);
+        return rc;
+    }
+    if (rc < 0) {
+        profile_fail(p, -EIO, "cannot make a trial disk store (cache.dir): %s", err);
+        return -EIO;
+    }
+    if (pipeline_create(&p->tpipe, p->ttiers, cfg->max_file_size, p->workers) < 0) {
+        profile_fail(p, -ENOMEM, "no memory for a trial pipeline");
+        return -ENOMEM;
+    }
+    tiers_memory_off(p->ttiers, 1);
     return 0;
 }
 
@@ -689,10 +684,10 @@ static int trial_open(struct profile *p, const struct proto_profile_strategy *s)
 static void drop_page_cache(struct profile *p)
 {
     char err[160];
-    if (p->tds.split == 0) {
+    if (p->tst->split == 0) {
         for (uint32_t i = 0; i < p->k; i++) {
-            struct dataset_file f;
-            if (dataset_open_file(&p->tds, i, UINT64_MAX, &f, err, sizeof(err)) < 0)
+            struct source_file f;
+            if (dataset_open_file(p->tds, i, UINT64_MAX, &f, err, sizeof(err)) < 0)
                 continue;
             posix_fadvise(f.fd, 0, 0, POSIX_FADV_DONTNEED);
             close(f.fd);
@@ -727,10 +722,10 @@ static void phase_list(struct profile *p, enum phase ph)
     p->nlist = 0;
     for (uint32_t i = 0; i < p->k; i++) {
         int in = 1;
-        if (p->tds.split > 0 && ph == PH_MEMORY)
-            in = cache_get(p->tmem, 0, p->tds.fingerprint, i) != NULL;
-        else if (p->tds.split > 0)
-            in = p->tds.on_disk[i] != 0;
+        if (p->tst->split > 0 && ph == PH_MEMORY)
+            in = tiers_in_memory(p->ttiers, p->tds, p->tst, i);
+        else if (p->tst->split > 0)
+            in = tiers_on_disk(p->ttiers, p->tds, p->tst, i);
         if (in)
             p->list[p->nlist++] = i;
     }
@@ -743,20 +738,20 @@ static void phase_begin(struct profile *p, enum phase ph)
     p->wall_ns = p->job_wall_ns = p->cpu_ns = p->good = p->failed = 0;
     switch (ph) {
     case PH_OFFLINE:
-        p->tenv.cache = p->tnone;
+        tiers_memory_off(p->ttiers, 1);
         p->nlist = p->k;
         break;
     case PH_LOAD:
-        p->tenv.cache = p->tds.split > 0 ? p->tmem : p->tnone;
+        tiers_memory_off(p->ttiers, p->tst->split == 0);
         phase_list(p, ph); /* split 0: one epoch to warm the page cache */
-        p->nlist = p->tds.split > 0 ? p->k : p->nlist;
+        p->nlist = p->tst->split > 0 ? p->k : p->nlist;
         break;
     case PH_MEMORY:
-        p->tenv.cache = p->tds.split > 0 ? p->tmem : p->tnone;
+        tiers_memory_off(p->ttiers, p->tst->split == 0);
         phase_list(p, ph);
         break;
     case PH_DISK:
-        p->tenv.cache = p->tnone;
+        tiers_memory_off(p->ttiers, 1);
         phase_list(p, ph);
         drop_page_cache(p);
         break;
@@ -777,7 +772,7 @@ static void strategy_begin(struct profile *p);
  * same on a busy machine, so the ranking does. */
 static double online_rate(const struct profile *p)
 {
-    int cpu_bound = p->phase == PH_MEMORY && p->tds.split > 0;
+    int cpu_bound = p->phase == PH_MEMORY && p->tst->split > 0;
     double busy_s = (double)(cpu_bound ? p->cpu_ns : p->job_wall_ns) / 1e9 / p->njobs;
     return busy_s > 0 ? (double)p->good / busy_s : 0;
 }
@@ -789,9 +784,9 @@ static void phase_end(struct profile *p)
     switch (p->phase) {
     case PH_OFFLINE: {
         struct store_stats ss;
-        store_get_stats(p->tstore, &ss);
+        store_get_stats(tiers_store(p->ttiers), &ss);
         if (ss.degraded) {
-            profile_fail(p, PROTO_E_IO, "the trial disk store failed to write: %s",
+            profile_fail(p, -EIO, "the trial disk store failed to write: %s",
                          strerror(ss.degraded));
             return;
         }
@@ -812,10 +807,10 @@ static void phase_end(struct profile *p)
         break;
     }
     case PH_LOAD:
-        if (p->tds.split == 0) {
+        if (p->tst->split == 0) {
             uint64_t bytes = 0;
             for (uint32_t i = 0; i < p->k; i++)
-                bytes += p->tds.samples[i].size;
+                bytes += dataset_file_size(p->tds, i);
             s->samples = (uint32_t)p->good;
             s->failed = (uint32_t)p->failed;
             s->raw_bytes = p->k ? (double)bytes / p->k : 0; /* the page cache's */
@@ -831,7 +826,7 @@ static void phase_end(struct profile *p)
         s->disk_rate = online_rate(p);
         s->disk_cpu_s = p->good ? (double)p->cpu_ns / 1e9 / (double)p->good : 0;
         log_debug("profile of '%s': %s: offline %.2f ms/sample, %.0f bytes/sample stored, "
-                  "%.0f samples/s from memory, %.0f from disk", p->ds->cfg->name, s->name,
+                  "%.0f samples/s from memory, %.0f from disk", dataset_name(p->ds), s->name,
                   s->offline_s * 1e3, s->stored_bytes, s->memory_rate, s->disk_rate);
         trial_close(p);
         p->cur++;
@@ -864,7 +859,7 @@ static void profile_pump(struct profile *p)
         if (p->done || p->closing)
             return;
         int online = p->phase == PH_MEMORY || p->phase == PH_DISK ||
-                     (p->phase == PH_LOAD && p->tds.split == 0);
+                     (p->phase == PH_LOAD && p->tst->split == 0);
         uint32_t chunk = online ? PROFILE_BATCH : PROFILE_JOB_SAMPLES;
         for (uint32_t i = 0; i < p->njobs; i++) {
             struct profile_job *j = &p->jobs[i];
@@ -887,7 +882,7 @@ static void profile_pump(struct profile *p)
             p->next += j->n;
             j->busy = 1;
             p->busy++;
-            workers_submit(p->pr->env.workers, &j->work);
+            workers_submit(p->pr->workers, &j->work);
         }
         if (p->busy > 0 || p->next < p->nlist) {
             if (stats_now_ns() - p->sent_ns >= PROFILE_PROGRESS_MS * 1000000ull)
@@ -920,7 +915,7 @@ static uint32_t profile_apply(struct profile *p, const struct proto_profile_stra
     char path[4200];
     struct record r;
     memset(&r, 0, sizeof(r));
-    r.key = profile_key(ds, *pr->env.cfg);
+    r.key = profile_key(ds, *pr->cfg);
     r.split = w->split;
     r.zstd_level = w->zstd_level;
     snprintf(r.a.strategy, sizeof(r.a.strategy), "%s", w->name);
@@ -928,42 +923,48 @@ static uint32_t profile_apply(struct profile *p, const struct proto_profile_stra
     r.a.offline_s = w->total_offline_s;
     r.a.storage_bytes = w->total_bytes;
     r.a.sample_size = p->k;
-    int rc = record_path(*pr->env.cfg, ds->cfg->name, path, sizeof(path));
+    const char *name = dataset_name(ds);
+    struct dataset_auto *a = dataset_auto(ds);
+    int rc = record_path(*pr->cfg, name, path, sizeof(path));
     if (rc == 0)
-        rc = record_write((*pr->env.cfg)->cache_dir, ds->cfg->name, &r);
+        rc = record_write((*pr->cfg)->cache_dir, name, &r);
     if (rc < 0)
         log_warn("dataset '%s': split: auto: cannot record the choice in %s: %s; the next "
-                 "start profiles again", ds->cfg->name, path, strerror(-rc));
-    int same = ds->split == w->split && ds->zstd_level == w->zstd_level;
-    if (ds->autos.state == DATASET_AUTO_CHOSEN) {
+                 "start profiles again", name, path, strerror(-rc));
+    const struct strategy *cur = dataset_strategy(ds);
+    int same = cur->split == w->split && cur->zstd_level == w->zstd_level;
+    strategy_put(cur);
+    if (a->state == DATASET_AUTO_CHOSEN) {
         if (same) {
             r.a.state = DATASET_AUTO_CHOSEN;
             r.a.key = r.key;
-            ds->autos = r.a;
-            log_info("dataset '%s': split: auto: the profile confirms %s", ds->cfg->name,
-                     w->name);
+            *a = r.a;
+            log_info("dataset '%s': split: auto: the profile confirms %s", name, w->name);
             return PROTO_APPLIED_UNCHANGED;
         }
         log_info("dataset '%s': split: auto: %s recorded; it takes effect at the next start "
                  "(the memory tier holds entries of %s, which are never evicted)",
-                 ds->cfg->name, w->name, ds->autos.strategy);
+                 name, w->name, a->strategy);
         return PROTO_APPLIED_RESTART;
     }
-    /* PENDING: nothing is cached yet. The switch waits for the batches in
-     * flight; new ones wait for it. */
-    pthread_rwlock_wrlock(&ds->strategy_lock);
-    dataset_set_strategy(ds, w->split, w->zstd_level);
-    if (pr->env.pipe->store && w->split > 0 && pipeline_disk_scan(pr->env.pipe->store, ds) < 0)
+    /* PENDING: nothing is cached yet. Batches that started go on with the
+     * strategy they pinned (the same bytes whatever the split); the next
+     * ones take the new one. The disk tier learns what it holds of it. */
+    if (dataset_switch(ds, w->split, w->zstd_level, 1) < 0) {
+        log_error("dataset '%s': split: auto: no memory to switch to %s", name, w->name);
+        return PROTO_APPLIED_RESTART;
+    }
+    if (tiers_strategy_switched(pr->tiers, ds) < 0)
         log_error("dataset '%s': no memory to scan the disk tier: caching in memory only",
-                  ds->cfg->name);
+                  name);
     r.a.state = DATASET_AUTO_CHOSEN;
-    ds->autos = r.a;
-    ds->autos.key = r.key;
-    pthread_rwlock_unlock(&ds->strategy_lock);
+    *a = r.a;
+    a->key = r.key;
     log_info("dataset '%s': split: auto chose %s (split %u) from a profile of %u samples: "
              "%.0f samples/s expected (%.0f from memory, %.0f from disk), %.1f MiB on disk, "
-             "%.1f s offline", ds->cfg->name, w->name, w->split, p->k, w->expected_rate,
-             safe_div(ds->nsamples, w->epoch_memory_s), safe_div(ds->nsamples, w->epoch_disk_s),
+             "%.1f s offline", name, w->name, w->split, p->k, w->expected_rate,
+             safe_div(dataset_size(ds), w->epoch_memory_s),
+             safe_div(dataset_size(ds), w->epoch_disk_s),
              w->total_bytes / (1 << 20), w->total_offline_s);
     return PROTO_APPLIED_NOW;
 }
@@ -996,7 +997,12 @@ static void profile_on_event(evutil_socket_t fd, short what, void *arg)
     struct profiler *pr = p->pr;
     (void)fd;
     (void)what;
-    p->ds->autos.profiling = 0;
+    /* The last word: the result or the failure (before the queue moves on). */
+    if (p->err_code < 0)
+        reply_failed(&p->reply, p->err_code, p->err);
+    else
+        send_result(p);
+    dataset_auto(p->ds)->profiling = 0;
     pr->run = NULL;
     p->closing = 1;
     if (p->busy == 0)
@@ -1018,54 +1024,53 @@ static void profile_fail(struct profile *p, int code, const char *fmt, ...)
     vsnprintf(p->err, sizeof(p->err), fmt, ap);
     va_end(ap);
     p->err_code = code;
-    log_warn("profile of dataset '%s' failed: %s", p->ds->cfg->name, p->err);
-    if (p->bev)
-        frame_send_error(p->bev, p->req_id, code, p->err);
+    log_warn("profile of dataset '%s' failed: %s", dataset_name(p->ds), p->err);
     profile_end(p);
 }
 
 static void profile_finish(struct profile *p)
 {
-    const struct config *cfg = *p->pr->env.cfg;
+    const struct config *cfg = *p->pr->cfg;
     uint32_t good = 0;
     for (uint32_t i = 0; i < p->nst; i++)
         good += p->st[i].samples;
     if (good == 0) {
-        profile_fail(p, PROTO_E_SAMPLE, "no sample of the dataset could be read");
+        profile_fail(p, -EBADMSG, "no sample of the dataset could be read");
         return;
     }
-    struct profile_scale sc = {p->ds->nsamples, p->workers, p->njobs, cfg->cache_memory,
-                               cfg->cache_disk, p->pr->env.pipe->store != NULL};
+    struct profile_scale sc = {dataset_size(p->ds), p->workers, p->njobs, cfg->cache_memory,
+                               cfg->cache_disk, tiers_store(p->pr->tiers) != NULL};
     uint32_t w = profile_rank(p->st, p->nst, &sc, p->req.w_throughput, p->req.w_offline,
                               p->req.w_storage);
     const struct proto_profile_strategy *win = &p->st[w];
     log_info("profile of dataset '%s': %u strategies on %u samples in %.1f s; best: %s, "
-             "%.0f samples/s expected, %.1f MiB on disk, %.1f s offline", p->ds->cfg->name,
+             "%.0f samples/s expected, %.1f MiB on disk, %.1f s offline", dataset_name(p->ds),
              p->nst, p->k, since_s(p->t0_ns), win->name, win->expected_rate,
              win->total_bytes / (1 << 20), win->total_offline_s);
-    uint32_t applied = PROTO_APPLIED_NO;
-    if (p->ds->cfg->split_auto && (p->background || (p->req.flags & PROTO_PROFILE_APPLY)))
-        applied = profile_apply(p, win);
+    p->winner = w;
+    p->applied = PROTO_APPLIED_NO;
+    if (dataset_config(p->ds)->split_auto && (p->background || (p->req.flags & PROTO_PROFILE_APPLY)))
+        p->applied = profile_apply(p, win);
     send_progress(p);
-    send_result(p, w, applied);
-    profile_end(p);
+    profile_end(p); /* the result follows from the event loop */
 }
 
 static int profile_create(struct profiler *pr, struct dataset *ds,
-                          const struct proto_profile *req, int background, uint32_t req_id,
-                          struct bufferevent *bev, const void *owner, struct profile **out,
-                          char *err, size_t errlen)
+                          const struct proto_profile *req, const struct reply *reply,
+                          struct profile **out, char *err, size_t errlen)
 {
-    const struct config *cfg = *pr->env.cfg;
-    if (ds->out_h == 0 || ds->sample_bytes == 0) {
+    const struct config *cfg = *pr->cfg;
+    const struct config_dataset *dc = dataset_config(ds);
+    const struct dataset_output *o = dataset_output(ds);
+    if (o->h == 0 || o->bytes == 0) {
         snprintf(err, errlen, "dataset '%s': the pipeline's output size varies per image",
-                 ds->cfg->name);
-        return -PROTO_E_INVAL;
+                 dc->name);
+        return -EINVAL;
     }
     struct profile *p = calloc(1, sizeof(*p));
     if (!p) {
         snprintf(err, errlen, "no memory for a profile");
-        return -PROTO_E_NOMEM;
+        return -ENOMEM;
     }
     p->pr = pr;
     p->ds = ds;
@@ -1073,14 +1078,15 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
     p->req = *req;
     if (!(req->w_throughput > 0 || req->w_offline > 0 || req->w_storage > 0))
         p->req.w_throughput = 1; /* the default objective: throughput only */
-    p->background = background;
-    p->req_id = req_id;
-    p->bev = bev;
-    p->owner = owner;
+    p->background = reply == NULL;
+    if (reply) {
+        p->reply = *reply;
+        p->owner = reply->to;
+    }
     p->t0_ns = stats_now_ns();
-    p->nst = profile_strategies(ds->cfg->steps, ds->cfg->nsteps, p->st, PROFILE_MAX_STRATEGIES);
-    p->k = profile_sample_size(ds->nsamples, req->samples, cfg->profile_samples);
-    p->workers = workers_count(pr->env.workers);
+    p->nst = profile_strategies(dc->steps, dc->nsteps, p->st, PROFILE_MAX_STRATEGIES);
+    p->k = profile_sample_size(dataset_size(ds), req->samples, cfg->profile_samples);
+    p->workers = workers_count(pr->workers);
     p->njobs = p->workers * cfg->profile_worker_share / 100;
     if (p->njobs == 0)
         p->njobs = 1;
@@ -1089,9 +1095,8 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
     snprintf(p->dir, sizeof(p->dir), "%s/%s", cfg->cache_dir, trial);
     p->ids = malloc((p->k ? p->k : 1) * sizeof(*p->ids));
     p->list = malloc((p->k ? p->k : 1) * sizeof(*p->list));
-    /* Aligned for the jobs' stats blocks. */
-    p->jobs = aligned_alloc(_Alignof(struct profile_job), p->njobs * sizeof(*p->jobs));
-    p->ev = event_new(pr->env.base, -1, 0, profile_on_event, p);
+    p->jobs = calloc(p->njobs, sizeof(*p->jobs));
+    p->ev = event_new(pr->base, -1, 0, profile_on_event, p);
     int ok = p->ids && p->list && p->jobs && p->ev;
     if (p->jobs) {
         memset(p->jobs, 0, p->njobs * sizeof(*p->jobs));
@@ -1100,7 +1105,7 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
             j->p = p;
             j->work.run = job_run;
             j->work.done = job_done;
-            j->buf = malloc(PROFILE_BATCH * ds->sample_bytes);
+            j->buf = malloc(PROFILE_BATCH * o->bytes);
             j->labels = malloc(PROFILE_BATCH * sizeof(*j->labels));
             ok = j->buf && j->labels;
         }
@@ -1110,19 +1115,20 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
             p->njobs = 0;
         profile_free(p);
         snprintf(err, errlen, "no memory for a profile");
-        return -PROTO_E_NOMEM;
+        return -ENOMEM;
     }
-    profile_sample_ids(ds->nsamples, p->k, p->ids);
+    profile_sample_ids(dataset_size(ds), p->k, p->ids);
     *out = p;
     return 0;
 }
 
 static void profile_begin(struct profile *p)
 {
-    p->ds->autos.profiling = 1;
+    dataset_auto(p->ds)->profiling = 1;
     p->pr->run = p;
     log_info("dataset '%s': profiling %u strategies on %u of its %u samples with %u of %u "
-             "workers%s", p->ds->cfg->name, p->nst, p->k, p->ds->nsamples, p->njobs, p->workers,
+             "workers%s", dataset_name(p->ds), p->nst, p->k, dataset_size(p->ds), p->njobs,
+             p->workers,
              p->background ? " (split: auto, first use)" : "");
     send_progress(p);
     p->cur = 0;
@@ -1135,29 +1141,33 @@ static void profile_stop(struct profile *p)
 {
     struct profiler *pr = p->pr;
     if (!p->done)
-        log_info("profile of dataset '%s' stopped after %u of %u strategies", p->ds->cfg->name,
+        log_info("profile of dataset '%s' stopped after %u of %u strategies", dataset_name(p->ds),
                  p->cur, p->nst);
-    p->ds->autos.profiling = 0;
+    dataset_auto(p->ds)->profiling = 0;
     pr->run = NULL;
     p->closing = 1;
-    p->bev = NULL;
+    p->reply.ops = NULL;
     p->busy++; /* a guard through the loop */
     for (uint32_t i = 0; i < p->njobs; i++)
         if (p->jobs[i].busy)
-            workers_cancel(pr->env.workers, &p->jobs[i].work);
+            workers_cancel(pr->workers, &p->jobs[i].work);
     if (--p->busy == 0)
         profile_free(p);
 }
 
 /* ---- the profiler ---- */
 
-int profiler_create(struct profiler **out, const struct profile_env *env)
+int profiler_create(struct profiler **out, struct event_base *base, struct workers *workers,
+                    const struct config *const *cfg, struct tiers *tiers)
 {
     struct profiler *pr = calloc(1, sizeof(*pr));
     if (!pr)
         return -ENOMEM;
-    pr->env = *env;
-    profile_clean_trials((*env->cfg)->cache_dir);
+    pr->base = base;
+    pr->workers = workers;
+    pr->cfg = cfg;
+    pr->tiers = tiers;
+    profile_clean_trials((*cfg)->cache_dir);
     *out = pr;
     return 0;
 }
@@ -1178,13 +1188,13 @@ static void profiler_next(struct profiler *pr)
     while (!pr->run && pr->nqueue > 0) {
         struct dataset *ds = pr->queue[0];
         memmove(pr->queue, pr->queue + 1, --pr->nqueue * sizeof(*pr->queue));
-        if (ds->autos.state != DATASET_AUTO_PENDING)
+        if (dataset_auto(ds)->state != DATASET_AUTO_PENDING)
             continue;
         struct proto_profile req;
         struct profile *p;
         memset(&req, 0, sizeof(req));
-        if (profile_create(pr, ds, &req, 1, 0, NULL, NULL, &p, err, sizeof(err)) < 0) {
-            log_warn("dataset '%s': split: auto: cannot profile: %s", ds->cfg->name, err);
+        if (profile_create(pr, ds, &req, NULL, &p, err, sizeof(err)) < 0) {
+            log_warn("dataset '%s': split: auto: cannot profile: %s", dataset_name(ds), err);
             continue;
         }
         profile_begin(p);
@@ -1192,35 +1202,34 @@ static void profiler_next(struct profiler *pr)
 }
 
 int profiler_request(struct profiler *pr, struct dataset *ds, const struct proto_profile *req,
-                     uint32_t req_id, struct bufferevent *bev, void *owner, char *err,
-                     size_t errlen)
+                     const struct reply *reply, char *err, size_t errlen)
 {
     const double w[3] = {req->w_throughput, req->w_offline, req->w_storage};
     for (int i = 0; i < 3; i++) {
         if (!isfinite(w[i]) || w[i] < 0 || w[i] > 1e6) {
             snprintf(err, errlen, "weights must be numbers from 0 to 1000000");
-            return -PROTO_E_INVAL;
+            return -EINVAL;
         }
     }
     if (req->samples > PROFILE_LIMIT_SAMPLES) {
         snprintf(err, errlen, "a sample of %u is over the limit of %u", req->samples,
                  PROFILE_LIMIT_SAMPLES);
-        return -PROTO_E_INVAL;
+        return -EINVAL;
     }
-    if ((req->flags & PROTO_PROFILE_APPLY) && !ds->cfg->split_auto) {
+    if ((req->flags & PROTO_PROFILE_APPLY) && !dataset_config(ds)->split_auto) {
         snprintf(err, errlen, "dataset '%s' has a fixed split in the config (split %u); "
                  "declare it with split: auto to let the profiler choose",
-                 ds->cfg->name, ds->split);
-        return -PROTO_E_INVAL;
+                 dataset_name(ds), dataset_config(ds)->split);
+        return -EINVAL;
     }
     if (pr->run) {
         snprintf(err, errlen, "a profile of dataset '%s' is running%s; one runs at a time",
-                 pr->run->ds->cfg->name,
+                 dataset_name(pr->run->ds),
                  pr->run->background ? " (split: auto, first use)" : "");
-        return -PROTO_E_LIMIT;
+        return -EBUSY;
     }
     struct profile *p;
-    int rc = profile_create(pr, ds, req, 0, req_id, bev, owner, &p, err, errlen);
+    int rc = profile_create(pr, ds, req, reply, &p, err, errlen);
     if (rc < 0)
         return rc;
     profile_begin(p);
@@ -1242,7 +1251,7 @@ void profiler_detach(struct profiler *pr, const void *owner)
 
 void profiler_first_use(struct profiler *pr, struct dataset *ds)
 {
-    if (!pr || ds->autos.state != DATASET_AUTO_PENDING || ds->autos.profiling)
+    if (!pr || dataset_auto(ds)->state != DATASET_AUTO_PENDING || dataset_auto(ds)->profiling)
         return;
     for (uint32_t i = 0; i < pr->nqueue; i++)
         if (pr->queue[i] == ds)
@@ -1251,7 +1260,7 @@ void profiler_first_use(struct profiler *pr, struct dataset *ds)
         uint32_t cap = pr->capqueue ? 2 * pr->capqueue : 4;
         struct dataset **q = realloc(pr->queue, cap * sizeof(*q));
         if (!q) {
-            log_error("dataset '%s': no memory to queue its profile", ds->cfg->name);
+            log_error("dataset '%s': no memory to queue its profile", dataset_name(ds));
             return;
         }
         pr->queue = q;
@@ -1277,14 +1286,16 @@ void profiler_forget(struct profiler *pr, const struct dataset *ds)
     profiler_next(pr);
 }
 
-void profile_dataset_json(const struct dataset *ds, struct json *j)
+void profile_dataset_json(struct dataset *ds, struct json *j)
 {
-    const struct dataset_auto *a = &ds->autos;
+    const struct dataset_auto *a = dataset_auto(ds);
+    const struct strategy *st = dataset_strategy(ds);
     char enc[16];
-    level_name(ds->zstd_level, enc, sizeof(enc));
+    level_name(st->zstd_level, enc, sizeof(enc));
+    strategy_put(st);
     json_str(j, "encoding", enc);
-    json_u64(j, "split_auto", ds->cfg->split_auto != 0);
-    if (!ds->cfg->split_auto)
+    json_u64(j, "split_auto", dataset_config(ds)->split_auto != 0);
+    if (!dataset_config(ds)->split_auto)
         return;
     json_object_begin(j, "auto");
     json_str(j, "state", a->profiling ? "profiling"

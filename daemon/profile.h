@@ -44,12 +44,12 @@
  * epochs), so that other processes taking the cores do not reorder
  * strategies that differ only by noise.
  *
- * Trial tiers are private: a struct cache and a struct store of the
- * profile's own, the store in CACHE_DIR/profile-trial-PID/ (removed after
- * each strategy and at the end; left-overs of a crashed daemon are removed
- * at start-up). Nothing of a trial ever enters the daemon's cache tiers,
- * and its counters and step timings go to a private stats block, not the
- * daemon's. At most profile.worker_share percent of the workers (at least
+ * Trial tiers are private: a struct tiers (a memory tier and a store) and
+ * a struct pipeline of the profile's own, the store in
+ * CACHE_DIR/profile-trial-PID/ (removed after each strategy and at the end;
+ * left-overs of a crashed daemon are removed at start-up). Nothing of a
+ * trial ever enters the daemon's cache tiers, and its counters and step
+ * timings are the trial pipeline's and tiers', not the daemon's. At most profile.worker_share percent of the workers (at least
  * one) run a profile's jobs at a time, so streams keep the rest.
  *
  * Extrapolation to the dataset (N samples, W workers, the profile ran on
@@ -84,10 +84,10 @@
  * first OPEN or WARM (a WARM is refused meanwhile) starts a profile in the
  * background (profiler_first_use; one profile at a time, others queue).
  * When a profile of a PENDING dataset ends, the winner is recorded, logged
- * with its figures and switched to at once: dataset_set_strategy() under
- * the dataset's strategy lock held for writing, which waits for the
- * batches in flight (streams go on, the same bytes whatever the split),
- * then the disk tier is rescanned. PROFILE with PROTO_PROFILE_APPLY does
+ * with its figures and switched to at once: dataset_switch() publishes the
+ * new strategy for the batches that start from then on (those in flight
+ * finish with the one they pinned: streams go on, the same bytes whatever
+ * the split), and the disk tier is rescanned for it. PROFILE with PROTO_PROFILE_APPLY does
  * the same for a split: auto dataset; when one was chosen already and the
  * memory tier may hold its entries, a different winner is recorded and
  * takes effect at the next start. `prestoctl datasets` shows the state.
@@ -100,9 +100,10 @@
 
 #include "config.h"
 #include "dataset.h"
-#include "pipeline.h"
 #include "proto.h"
+#include "reply.h"
 #include "step.h"
+#include "tiers.h"
 #include "workers.h"
 
 #define PROFILE_NLEVELS 4
@@ -120,7 +121,6 @@
 #define PROFILE_PROGRESS_MS 100u
 #define PROFILE_SEED 0x70726f66696c65ull /* the online epochs' stream seed */
 
-struct bufferevent;
 struct event_base;
 struct json;
 struct profiler;
@@ -156,31 +156,30 @@ uint64_t profile_key(const struct dataset *ds, const struct config *cfg);
 
 /* ---- the daemon side ---- */
 
-struct profile_env {
-    struct event_base *base;
-    struct workers *workers;
-    const struct config *const *cfg; /* the server's: followed across reloads */
-    const struct pipeline_env *pipe; /* the daemon's tiers (its store is rescanned) */
-};
-
-/* Start-up, before the disk tier is scanned and the memory tier made: a
- * split: auto dataset takes its recorded choice or becomes PENDING. */
-void profile_restore(struct dataset *ds, const struct config *cfg);
+/* Start-up (and a reload's indexing), before the tiers learn of the
+ * dataset: a split: auto dataset takes its recorded choice or becomes
+ * PENDING (caching nothing). 0 or -ENOMEM. */
+int profile_restore(struct dataset *ds, const struct config *cfg);
 /* Removes trial directories left in cache_dir by daemons no longer running. */
 void profile_clean_trials(const char *cache_dir);
 
-int profiler_create(struct profiler **out, const struct profile_env *env);
+/* cfg: the configuration in force, followed across reloads; tiers: the
+ * daemon's (a switch rescans its disk tier). */
+int profiler_create(struct profiler **out, struct event_base *base, struct workers *workers,
+                    const struct config *const *cfg, struct tiers *tiers);
 /* Stops a running profile (its trial tiers are removed) and forgets the queue. */
 void profiler_destroy(struct profiler *pr);
-/* A PROFILE request on the connection `owner`: starts it, sending the first
- * PROFILE_PROGRESS. Returns 0, or a negative PROTO_E_* code with a message
- * in err (nothing sent). */
+/* A PROFILE request, answered through reply: starts it, saying its first
+ * progress; then progress, and done with the result or failed (reply.h).
+ * Returns 0, or -errno with a message in err (nothing said): -EINVAL,
+ * -ENOMEM, -EBUSY (a profile runs already). */
 int profiler_request(struct profiler *pr, struct dataset *ds, const struct proto_profile *req,
-                     uint32_t req_id, struct bufferevent *bev, void *owner, char *err,
-                     size_t errlen);
-/* 1 while a profile the connection `owner` asked for runs. */
+                     const struct reply *reply, char *err, size_t errlen);
+/* 1 while a profile the requester `owner` (the `to` of the reply it asked
+ * with) asked for runs. */
 int profiler_runs_for(const struct profiler *pr, const void *owner);
-/* The connection `owner` is going away: its profile stops. */
+/* The requester `owner` is going away: its profile stops, saying nothing
+ * more. */
 void profiler_detach(struct profiler *pr, const void *owner);
 /* An OPEN or WARM of ds: a PENDING split: auto dataset gets profiled (in
  * the background, applied when done). */
@@ -188,6 +187,6 @@ void profiler_first_use(struct profiler *pr, struct dataset *ds);
 /* ds is going away (reload): a profile of it stops, its queue entry goes. */
 void profiler_forget(struct profiler *pr, const struct dataset *ds);
 /* The strategy fields of ds for the datasets document. */
-void profile_dataset_json(const struct dataset *ds, struct json *j);
+void profile_dataset_json(struct dataset *ds, struct json *j);
 
 #endif

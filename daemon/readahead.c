@@ -16,7 +16,7 @@ struct readahead {
     struct event *ev;
     struct pipeline_ahead *scratch; /* gathers a batch; swapped into a job's slot */
     struct pipeline_ahead_budget budget;
-    uint64_t batches, nothing, over_budget, busy;
+    uint64_t batches, nothing, over_budget;
     uint64_t chunks; /* pipeline_ahead made (the scratch one included) */
 };
 
@@ -93,7 +93,7 @@ void readahead_destroy(struct readahead *ra)
     free(ra);
 }
 
-int readahead_batch(struct readahead *ra, const struct pipeline_env *env, struct dataset *ds,
+int readahead_batch(struct readahead *ra, struct pipeline *pipe, struct dataset *ds,
                     const uint32_t *ids, uint32_t n, struct pipeline_ahead **slot,
                     void (*ready)(void *arg), void *arg)
 {
@@ -104,12 +104,11 @@ int readahead_batch(struct readahead *ra, const struct pipeline_env *env, struct
             return 0;
         ra->chunks++;
     }
-    int rc = pipeline_ahead_start(env, ds, ids, n, ra->scratch, ra->io, &ra->budget, ready,
+    int rc = pipeline_ahead_start(pipe, ds, ids, n, ra->scratch, ra->io, &ra->budget, ready,
                                   arg);
     if (rc <= 0) {
         ra->nothing += rc == 0;
         ra->over_budget += rc == -ENOBUFS;
-        ra->busy += rc == -EBUSY;
         return 0;
     }
     ra->batches++;
@@ -119,28 +118,49 @@ int readahead_batch(struct readahead *ra, const struct pipeline_env *env, struct
     return rc == 1; /* 2: nothing in flight after all; the worker reads */
 }
 
-void readahead_free(struct readahead *ra, const struct pipeline_env *env,
-                    struct pipeline_ahead *a)
+void readahead_free(struct readahead *ra, struct pipeline_ahead *a)
 {
     if (!a)
         return;
-    pipeline_ahead_free(env, a);
+    pipeline_ahead_free(a);
     ra->chunks--;
 }
 
-void readahead_get_stats(const struct readahead *ra, struct readahead_stats *out)
+static const struct stats_decl readahead_decl[] = {READAHEAD_STATS(STATS_DECL)};
+
+void readahead_stats(const struct readahead *ra, struct stats_out *o)
 {
-    memset(out, 0, sizeof(*out));
+    struct io_stats io;
+    memset(&io, 0, sizeof(io));
+    if (ra && ra->io)
+        io_ring_stats(ra->io, &io);
+    uint64_t v[] = {ra && ra->io,
+                    ra ? ra->budget.limit : 0,
+                    ra ? __atomic_load_n(&ra->budget.used, __ATOMIC_RELAXED) : 0,
+                    ra ? ra->batches : 0,
+                    ra ? ra->nothing : 0,
+                    ra ? ra->over_budget : 0,
+                    io.in_flight,
+                    io.max_in_flight,
+                    io.deferred};
+    stats_begin(o, "readahead", NULL, NULL, NULL);
+    stats_emit_u64(o, readahead_decl, v, sizeof(v) / sizeof(v[0]));
+    stats_end(o);
+}
+
+uint64_t readahead_buffer_bytes(const struct readahead *ra)
+{
     if (!ra)
+        return 0;
+    return __atomic_load_n(&ra->budget.used, __ATOMIC_RELAXED) +
+           ra->chunks * pipeline_ahead_size();
+}
+
+void readahead_io_stats(const struct readahead *ra, struct io_stats *sum)
+{
+    struct io_stats io;
+    if (!ra || !ra->io)
         return;
-    out->on = ra->io != NULL;
-    out->batches = ra->batches;
-    out->nothing = ra->nothing;
-    out->over_budget = ra->over_budget;
-    out->busy = ra->busy;
-    out->budget = ra->budget.limit;
-    out->used = __atomic_load_n(&ra->budget.used, __ATOMIC_RELAXED);
-    out->chunk_bytes = ra->chunks * pipeline_ahead_size();
-    if (ra->io)
-        io_ring_stats(ra->io, &out->io);
+    io_ring_stats(ra->io, &io);
+    io_stats_add(sum, &io);
 }

@@ -18,20 +18,22 @@
 
 #include "io.h"
 #include "pipeline.h"
+#include "stats.h"
 
 struct event_base;
 struct readahead;
 
-struct readahead_stats {
-    int on;               /* reading ahead at all */
-    uint64_t batches;     /* batches read ahead */
-    uint64_t nothing;     /* batches with nothing to read (memory hits) */
-    uint64_t over_budget; /* batches left to the worker: the budget was used up */
-    uint64_t busy;        /* ... the dataset's strategy was changing */
-    uint64_t budget, used; /* bytes: the limit, and the arenas read ahead */
-    uint64_t chunk_bytes;  /* the chunks' own structures, read ahead or not */
-    struct io_stats io;   /* the ring's */
-};
+/* The "readahead" section of the stats' I/O. */
+#define READAHEAD_STATS(X)                                                            \
+    X(on, GAUGE, "", "1 when batches are read ahead on the event loop")               \
+    X(budget, GAUGE, "bytes", "io.readahead: bytes of chunks read ahead at most")      \
+    X(bytes, GAUGE, "bytes", "bytes of chunks read ahead now")                         \
+    X(batches, COUNTER, "batches", "batches read ahead")                               \
+    X(batches_without_reads, COUNTER, "batches", "batches with nothing to read (memory hits)") \
+    X(over_budget, COUNTER, "batches", "batches left to the worker: the budget was in use") \
+    X(in_flight, GAUGE, "reads", "the event loop ring's reads in the kernel now")     \
+    X(max_in_flight, GAUGE, "reads", "the most there ever were at once")               \
+    X(deferred, COUNTER, "reads", "reads the event loop left to the workers")
 
 /* depth: reads in flight (io.depth); budget: io.readahead bytes (0: off);
  * force_pread: io.backend pread (off). A refused io_uring leaves it off,
@@ -50,13 +52,16 @@ void readahead_destroy(struct readahead *ra);
  * from the event loop once they are done, and *slot is armed; 0 when the
  * caller submits the job now (nothing read ahead, or *slot armed with reads
  * the ring deferred at once, which the worker makes). */
-int readahead_batch(struct readahead *ra, const struct pipeline_env *env, struct dataset *ds,
+int readahead_batch(struct readahead *ra, struct pipeline *pipe, struct dataset *ds,
                     const uint32_t *ids, uint32_t n, struct pipeline_ahead **slot,
                     void (*ready)(void *arg), void *arg);
 /* Frees a pipeline_ahead readahead_batch put in a slot (dropping it first).
  * NULL a is fine. */
-void readahead_free(struct readahead *ra, const struct pipeline_env *env,
-                    struct pipeline_ahead *a);
-void readahead_get_stats(const struct readahead *ra, struct readahead_stats *out);
+void readahead_free(struct readahead *ra, struct pipeline_ahead *a);
+void readahead_stats(const struct readahead *ra, struct stats_out *o);
+/* Bytes read ahead and the chunks' own structures (for the memory stats). */
+uint64_t readahead_buffer_bytes(const struct readahead *ra);
+/* Adds the ring's I/O counters to *sum. */
+void readahead_io_stats(const struct readahead *ra, struct io_stats *sum);
 
 #endif

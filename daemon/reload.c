@@ -15,8 +15,9 @@
 /* A dataset served: the dataset and its own copy of its declaration (the
  * config it came from is replaced by the next reload). */
 struct served {
-    struct dataset ds; /* first: a struct dataset * is a struct served * */
+    struct dataset *ds;
     struct config_dataset cfg;
+    struct tiers_view *view;    /* a new one's disk view, until the tiers take it */
     struct reload *r;
     struct served *prev, *next; /* on r->retired once out of service */
 };
@@ -33,6 +34,7 @@ struct reload_job {
     struct reload *r;
     struct config cfg;       /* the new configuration */
     struct dataset **table;  /* cfg.ndatasets: kept ones and new ones */
+    struct served **sv;      /* ... and what serves them */
     uint8_t *fresh;          /* table[i] is new (indexed by this job) */
     int rc;
     char err[1024];
@@ -43,8 +45,10 @@ struct reload {
     int attached;
     struct config cfg;
     struct dataset **table;
+    struct served **sv;       /* sv[i] serves table[i] */
     uint32_t n;
     struct served *retired;   /* out of service, still used by streams */
+    uint64_t reloads, failures; /* applied, refused (event loop) */
     struct reload_job *job;   /* running, or NULL */
     struct waiter *running;   /* told when the running job ends */
     struct waiter *next;      /* for the run after it */
@@ -52,26 +56,26 @@ struct reload {
     int stopping;
 };
 
-static struct served *served_of(struct dataset *ds)
-{
-    return (struct served *)ds;
-}
-
 static void served_free(struct served *sv)
 {
-    dataset_close(&sv->ds);
+    if (sv->r && sv->r->attached)
+        tiers_forget(sv->r->env.tiers, sv->ds);
+    tiers_view_free(sv->view);
+    dataset_free(sv->ds);
     config_dataset_free(&sv->cfg);
     free(sv);
 }
 
-/* Indexes a dataset declared as d; for a reload (cfg: the new config) also
- * takes its recorded split: auto choice and scans the disk tier for it, as
- * start-up does in main. Returns it, or NULL with err set. */
-static struct served *served_open(const struct config_dataset *d, uint32_t id,
-                                  const struct config *cfg, struct store *store, char *err,
+/* Indexes a dataset declared as d; for a reload (cfg: the new config, tiers
+ * the daemon's) also takes its recorded split: auto choice and scans the
+ * disk tier for it, as start-up does in main. Returns it, or NULL with err
+ * set. */
+static struct served *served_open(struct reload *r, const struct config_dataset *d,
+                                  const struct config *cfg, struct tiers *tiers, char *err,
                                   size_t errlen)
 {
     struct served *sv = calloc(1, sizeof(*sv));
+    int rc = 0;
     if (!sv || config_dataset_copy(&sv->cfg, d) < 0) {
         snprintf(err, errlen, "dataset '%s': out of memory", d->name);
         if (sv)
@@ -79,18 +83,21 @@ static struct served *served_open(const struct config_dataset *d, uint32_t id,
         free(sv);
         return NULL;
     }
-    if (dataset_open(&sv->ds, id, &sv->cfg, err, errlen) < 0) {
+    if (dataset_open(&sv->ds, &sv->cfg, err, errlen) < 0) {
         config_dataset_free(&sv->cfg);
         free(sv);
         return NULL;
     }
     if (cfg)
-        profile_restore(&sv->ds, cfg);
-    if (store && pipeline_disk_scan(store, &sv->ds) < 0) {
+        rc = profile_restore(sv->ds, cfg);
+    if (rc == 0 && tiers)
+        sv->view = tiers_scan(tiers, sv->ds, &rc);
+    if (rc < 0) {
         snprintf(err, errlen, "dataset '%s': out of memory", d->name);
         served_free(sv);
         return NULL;
     }
+    sv->r = r;
     return sv;
 }
 
@@ -102,18 +109,19 @@ int reload_create(struct reload **out, struct config *cfg, char *err, size_t err
     r->cfg = *cfg;
     memset(cfg, 0, sizeof(*cfg));
     r->table = calloc(r->cfg.ndatasets ? r->cfg.ndatasets : 1, sizeof(*r->table));
-    if (!r->table) {
+    r->sv = calloc(r->cfg.ndatasets ? r->cfg.ndatasets : 1, sizeof(*r->sv));
+    if (!r->table || !r->sv) {
         reload_destroy(r);
         return -ENOMEM;
     }
     for (; r->n < r->cfg.ndatasets; r->n++) {
-        struct served *sv = served_open(&r->cfg.datasets[r->n], r->n, NULL, NULL, err, errlen);
+        struct served *sv = served_open(r, &r->cfg.datasets[r->n], NULL, NULL, err, errlen);
         if (!sv) {
             reload_destroy(r);
             return -EINVAL;
         }
-        sv->r = r;
-        r->table[r->n] = &sv->ds;
+        r->sv[r->n] = sv;
+        r->table[r->n] = sv->ds;
     }
     *out = r;
     return 0;
@@ -136,10 +144,11 @@ static void waiters_free(struct waiter *w)
 
 static void job_free(struct reload_job *j)
 {
-    for (uint32_t i = 0; j->table && i < j->cfg.ndatasets; i++)
-        if (j->fresh[i] && j->table[i])
-            served_free(served_of(j->table[i]));
+    for (uint32_t i = 0; j->sv && i < j->cfg.ndatasets; i++)
+        if (j->fresh[i] && j->sv[i])
+            served_free(j->sv[i]);
     free(j->table);
+    free(j->sv);
     free(j->fresh);
     config_free(&j->cfg);
     free(j);
@@ -157,16 +166,17 @@ void reload_destroy(struct reload *r)
         return;
     if (r->job) /* its done() never came: the pool is gone */
         r->job->r = NULL;
-    for (uint32_t i = 0; i < r->n; i++)
-        served_free(served_of(r->table[i]));
+    for (uint32_t i = 0; r->sv && i < r->n; i++)
+        served_free(r->sv[i]);
     while (r->retired) {
         struct served *sv = r->retired;
         r->retired = sv->next;
         log_warn("dataset '%s' (taken out of service by a reload) still had %u users "
-                 "at shutdown", sv->cfg.name, sv->ds.refs);
+                 "at shutdown", sv->cfg.name, dataset_users(sv->ds));
         served_free(sv);
     }
     free(r->table);
+    free(r->sv);
     waiters_free(r->running);
     waiters_free(r->next);
     config_free(&r->cfg);
@@ -188,11 +198,11 @@ struct dataset **reload_datasets(const struct reload *r, uint32_t *n)
 
 /* The served dataset declared exactly as d, or NULL. The table is only
  * changed by the event loop when no job runs, so reading it here is safe. */
-static struct dataset *find_same(const struct reload *r, const struct config_dataset *d)
+static struct served *find_same(const struct reload *r, const struct config_dataset *d)
 {
     for (uint32_t i = 0; i < r->n; i++)
-        if (config_dataset_same(r->table[i]->cfg, d))
-            return r->table[i];
+        if (config_dataset_same(&r->sv[i]->cfg, d))
+            return r->sv[i];
     return NULL;
 }
 
@@ -202,28 +212,33 @@ static void job_run(struct work *w, struct worker_ctx *ctx)
     struct reload *r = j->r;
     (void)ctx;
     j->rc = r->env.load(&j->cfg, r->env.load_arg, j->err, sizeof(j->err));
-    if (j->rc < 0)
+    if (j->rc < 0) { /* whatever the reason (no file, a bad key): it does not load */
+        if (j->rc != -ENOMEM)
+            j->rc = -EINVAL;
         return;
+    }
     uint32_t n = j->cfg.ndatasets;
     j->table = calloc(n ? n : 1, sizeof(*j->table));
+    j->sv = calloc(n ? n : 1, sizeof(*j->sv));
     j->fresh = calloc(n ? n : 1, 1);
-    if (!j->table || !j->fresh) {
+    if (!j->table || !j->sv || !j->fresh) {
         j->rc = -ENOMEM;
         snprintf(j->err, sizeof(j->err), "out of memory");
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
         const struct config_dataset *d = &j->cfg.datasets[i];
-        if ((j->table[i] = find_same(r, d)))
+        if ((j->sv[i] = find_same(r, d))) {
+            j->table[i] = j->sv[i]->ds;
             continue;
-        struct served *sv =
-            served_open(d, UINT32_MAX, &j->cfg, r->env.store, j->err, sizeof(j->err));
+        }
+        struct served *sv = served_open(r, d, &j->cfg, r->env.tiers, j->err, sizeof(j->err));
         if (!sv) {
             j->rc = -EINVAL;
             return;
         }
-        sv->r = r;
-        j->table[i] = &sv->ds;
+        j->sv[i] = sv;
+        j->table[i] = sv->ds;
         j->fresh[i] = 1;
     }
 }
@@ -250,9 +265,9 @@ static int in_table(struct dataset **table, uint32_t n, const struct dataset *ds
 }
 
 /* A retired dataset's last stream or warm ended. */
-static void served_released(struct dataset *ds)
+static void served_released(void *arg)
 {
-    struct served *sv = served_of(ds);
+    struct served *sv = arg;
     struct reload *r = sv->r;
     if (sv->prev)
         sv->prev->next = sv->next;
@@ -311,18 +326,18 @@ static char *apply(struct reload *r, struct reload_job *j)
     config_diff(&r->cfg, nc, log_key, NULL);
     json_array_begin(&js, "added");
     for (uint32_t i = 0; i < n; i++)
-        if (j->fresh[i] && !config_find_dataset(&r->cfg, j->table[i]->cfg->name))
-            json_str(&js, NULL, j->table[i]->cfg->name);
+        if (j->fresh[i] && !config_find_dataset(&r->cfg, j->sv[i]->cfg.name))
+            json_str(&js, NULL, j->sv[i]->cfg.name);
     json_array_end(&js);
     json_array_begin(&js, "replaced");
     for (uint32_t i = 0; i < n; i++)
-        if (j->fresh[i] && config_find_dataset(&r->cfg, j->table[i]->cfg->name))
-            json_str(&js, NULL, j->table[i]->cfg->name);
+        if (j->fresh[i] && config_find_dataset(&r->cfg, j->sv[i]->cfg.name))
+            json_str(&js, NULL, j->sv[i]->cfg.name);
     json_array_end(&js);
     json_array_begin(&js, "removed");
     for (uint32_t i = 0; i < r->n; i++)
-        if (!config_find_dataset(nc, r->table[i]->cfg->name))
-            json_str(&js, NULL, r->table[i]->cfg->name);
+        if (!config_find_dataset(nc, r->sv[i]->cfg.name))
+            json_str(&js, NULL, r->sv[i]->cfg.name);
     json_array_end(&js);
     json_object_end(&js);
     if (js.failed || config_keep_restart_keys(nc, &r->cfg) < 0) {
@@ -336,36 +351,36 @@ static char *apply(struct reload *r, struct reload_job *j)
     for (uint32_t i = 0; i < n; i++) {
         if (!j->fresh[i])
             continue;
-        /* An undecided split: auto dataset learns its entry size later. */
-        const struct dataset *ds = j->table[i];
-        struct cache_dataset cd = {
-            ds->nsamples, ds->autos.state == DATASET_AUTO_PENDING ? 0 : ds->mat_bytes};
-        if (cache_add_dataset(r->env.cache, &cd, &j->table[i]->id) < 0)
+        struct tiers_view *view = j->sv[i]->view;
+        j->sv[i]->view = NULL; /* the tiers' now, added or not */
+        if (tiers_add_dataset(r->env.tiers, j->table[i], view) < 0)
             break;
         added++;
     }
     if (added < nfresh) { /* no memory: take back what was added */
         for (uint32_t i = 0; i < n; i++)
-            if (j->fresh[i] && j->table[i]->id != UINT32_MAX)
-                cache_retire_dataset(r->env.cache, j->table[i]->id);
+            if (j->fresh[i] && dataset_id(j->table[i]) != UINT32_MAX)
+                tiers_retire_dataset(r->env.tiers, j->table[i]);
         workers_resume(r->env.workers);
         json_free(&js);
         return NULL;
     }
     for (uint32_t i = 0; i < r->n; i++)
         if (!in_table(j->table, n, r->table[i]))
-            cache_retire_dataset(r->env.cache, r->table[i]->id);
+            tiers_retire_dataset(r->env.tiers, r->table[i]);
     if (nc->cache_memory != r->cfg.cache_memory)
-        cache_set_budget(r->env.cache, nc->cache_memory);
-    struct pipeline_datasets dss = {j->table, n};
-    pipeline_compactor_set_datasets(r->env.compactor, &dss);
+        tiers_set_memory_budget(r->env.tiers, nc->cache_memory);
+    tiers_set_served(r->env.tiers, j->table, n);
     /* The new config and table take the place of the old ones: r->cfg
      * stays where the server (and the profiler) point. */
     struct dataset **old = r->table;
+    struct served **old_sv = r->sv;
     uint32_t nold = r->n;
     r->table = j->table;
+    r->sv = j->sv;
     r->n = n;
     j->table = NULL;
+    j->sv = NULL;
     config_free(&r->cfg);
     r->cfg = *nc;
     memset(nc, 0, sizeof(*nc));
@@ -377,16 +392,16 @@ static char *apply(struct reload *r, struct reload_job *j)
     /* Out of service: freed now, or when the last stream using it ends. */
     for (uint32_t i = 0; i < nold; i++) {
         struct dataset *ds = old[i];
+        struct served *sv = old_sv[i];
         if (in_table(r->table, r->n, ds))
             continue;
-        struct served *sv = served_of(ds);
-        if (ds->refs == 0) {
+        if (dataset_users(ds) == 0) {
             served_free(sv);
             continue;
         }
         log_info("dataset '%s': out of service; %u streams or warms still use it",
-                 sv->cfg.name, ds->refs);
-        ds->released = served_released;
+                 sv->cfg.name, dataset_users(ds));
+        dataset_on_released(ds, served_released, sv);
         sv->prev = NULL;
         sv->next = r->retired;
         if (r->retired)
@@ -394,6 +409,7 @@ static char *apply(struct reload *r, struct reload_job *j)
         r->retired = sv;
     }
     free(old);
+    free(old_sv);
     return js.buf;
 }
 
@@ -418,8 +434,10 @@ static void job_done(struct work *w, int cancelled)
         j->rc = -ENOMEM;
         snprintf(j->err, sizeof(j->err), "out of memory");
     }
-    if (r->env.stats)
-        stats_add(r->env.stats, j->rc < 0 ? STAT_reload_failures : STAT_reloads, 1);
+    if (j->rc < 0)
+        r->failures++;
+    else
+        r->reloads++;
     if (j->rc < 0) {
         log_error("reload of %s failed: %s; the running configuration stays",
                   r->cfg.path ? r->cfg.path : "the command line", j->err);
@@ -491,4 +509,12 @@ void reload_cancel(struct reload *r, void *arg)
             }
         }
     }
+}
+
+static const struct stats_decl reload_decl[] = {RELOAD_STATS(STATS_DECL)};
+
+void reload_stats(const struct reload *r, struct stats_out *o)
+{
+    uint64_t v[2] = {r ? r->reloads : 0, r ? r->failures : 0};
+    stats_emit_u64(o, reload_decl, v, 2);
 }

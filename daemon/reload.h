@@ -37,12 +37,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache.h"
 #include "config.h"
 #include "dataset.h"
-#include "pipeline.h"
-#include "stats.h"
-#include "store.h"
+#include "tiers.h"
 #include "workers.h"
 
 struct event_base;
@@ -55,20 +52,17 @@ typedef int (*reload_load_fn)(struct config *c, void *arg, char *err, size_t err
 typedef void (*reload_apply_fn)(void *arg, const struct config *cfg,
                                 struct dataset **datasets, uint32_t n);
 /* A reload asked for by reload_request ended: rc 0 with a JSON report of
- * what changed, or a negative errno with the reason. */
+ * what changed, or -errno with the reason: -EINVAL (the file does not load,
+ * a dataset cannot be indexed), -ENOMEM, -ECANCELED (the daemon stops). */
 typedef void (*reload_done_fn)(void *arg, int rc, const char *text);
 
 struct reload_env {
-    struct event_base *base;
     struct workers *workers;
-    struct cache *cache;
-    struct store *store;                  /* NULL: no disk tier */
-    struct pipeline_compactor *compactor; /* NULL without a disk tier */
+    struct tiers *tiers; /* new datasets join them, removed ones leave */
     reload_load_fn load;
     void *load_arg;
     reload_apply_fn apply;
     void *apply_arg;
-    struct stats_thread *stats; /* the event loop's: reloads, reload_failures */
 };
 
 /* Takes *cfg (moved: the caller's struct is zeroed) and indexes its
@@ -83,7 +77,7 @@ void reload_stop(struct reload *r);
 void reload_destroy(struct reload *r);
 
 const struct config *reload_config(const struct reload *r);
-/* The datasets served now; dataset i has cache id datasets[i]->id. */
+/* The datasets served now. */
 struct dataset **reload_datasets(const struct reload *r, uint32_t *n);
 
 /* Starts a reload (or joins the next one when one runs); done (may be
@@ -91,5 +85,11 @@ struct dataset **reload_datasets(const struct reload *r, uint32_t *n);
 int reload_request(struct reload *r, reload_done_fn done, void *arg);
 /* Forgets the requests made with arg (its connection went away). */
 void reload_cancel(struct reload *r, void *arg);
+/* Reloads applied and refused so far (in the stats' "access" section). */
+#define RELOAD_STATS(X)                                                        \
+    X(reloads, COUNTER, "reloads", "configuration reloads applied")            \
+    X(reload_failures, COUNTER, "reloads", "reloads refused: the running configuration stayed")
+struct stats_out;
+void reload_stats(const struct reload *r, struct stats_out *o);
 
 #endif

@@ -20,19 +20,85 @@
 #include "frame.h"
 #include "json.h"
 #include "log.h"
+#include "metrics.h"
 #include "profile.h"
 #include "proto.h"
 #include "stream.h"
 #include "trust.h"
 #include "warm.h"
 
+/* A job a connection runs (a stream, its warm-up, its profile): where the
+ * job's reply goes (reply.h: its `to`). It stays put while the job lives. */
+/* The server's fields of the stats document: at its top, in "access",
+ * one entry per configured limit in "limits" (presto_limit_*{limit="NAME"};
+ * release_timeout's hits are the streams'), and the process's "memory". */
+#define SERVER_STATS(X)                                                               \
+    X(version, INFO, "", "prestod's version")                                          \
+    X(pid, GAUGE, "", "prestod's process id")                                          \
+    X(uptime_s, GAUGE, "seconds", "time since prestod started", "uptime_seconds")      \
+    X(connections, GAUGE, "connections", "client connections open", "connections_open") \
+    X(connections_total, COUNTER, "connections", "connections accepted")               \
+    X(connections_rejected, COUNTER, "connections", "connections refused at limits.connections") \
+    X(protocol_errors, COUNTER, "requests", "malformed frames and bad requests received")
+#define SERVER_ACCESS_STATS(X)                                                        \
+    X(denied, COUNTER, "requests", "admin requests from peers that are not admins")    \
+    X(uid, GAUGE, "", "prestod's uid: peers with it are admins")                       \
+    X(admin_group, GAUGE, "", "admin_group's gid (in JSON \"none\" when unset)")       \
+    X(cache_drops, COUNTER, "requests", "DROP_CACHE requests done")
+#define SERVER_LIMIT_STATS(X)                                                         \
+    X(value, GAUGE, "", "the limit as configured (limits.NAME)")                       \
+    X(hits, COUNTER, "refusals", "what the limit refused")
+#define SERVER_MEMORY_STATS(X)                                                        \
+    X(budget, GAUGE, "bytes", "cache.memory, the memory tier's budget")                \
+    X(cache_bytes, GAUGE, "bytes", "the memory tier's entries and index")              \
+    X(cache_index_bytes, GAUGE, "bytes", "of that, the index")                         \
+    X(store_index_bytes, GAUGE, "bytes", "the disk tier's index")                      \
+    X(stream_buffers, GAUGE, "bytes", "the streams' batch buffers and rings")          \
+    X(worker_buffers, GAUGE, "bytes", "the worker threads' buffers")                   \
+    X(readahead_buffers, GAUGE, "bytes", "batches read ahead on the event loop")       \
+    X(accounted, GAUGE, "bytes", "all of the above but the budget")                    \
+    X(rss, GAUGE, "bytes", "the process's resident set")
+
+/* The configured limits: name and field of struct config. */
+#define SERVER_LIMITS(X)                                                              \
+    X(connections, max_connections)                                                    \
+    X(connections_per_user, max_connections_per_user)                                  \
+    X(idle_timeout, idle_timeout)                                                      \
+    X(streams_per_connection, max_streams_per_conn)                                    \
+    X(streams_per_user, max_streams_per_user)                                          \
+    X(batch_size, max_batch_size)                                                      \
+    X(prefetch, max_prefetch)                                                          \
+    X(frame_size, max_frame_size)                                                      \
+    X(output_buffer, max_output_buffer)                                                \
+    X(output_timeout, output_timeout)                                                  \
+    X(release_timeout, release_timeout)
+
+enum server_limit {
+#define SERVER_LIMIT_ENUM(name, field) LIMIT_##name,
+    SERVER_LIMITS(SERVER_LIMIT_ENUM)
+#undef SERVER_LIMIT_ENUM
+    LIMIT_MAX
+};
+
+/* The server's counters (event loop thread only). */
+enum server_counter { SRV_connections_total, SRV_protocol_errors, SRV_access_denied,
+                      SRV_cache_drops, SERVER_NCOUNTERS };
+
+struct conn_job {
+    struct conn *c;
+    uint32_t req_id;
+    uint32_t stream_id;
+    struct stream *st; /* streams: NULL when the slot is free */
+};
+
 struct conn {
     struct server *srv;
     struct bufferevent *bev;
     struct conn *prev, *next;
-    struct stream **streams; /* stream_cap slots */
+    struct conn_job *streams;      /* stream_cap slots */
     uint32_t nstreams, stream_cap; /* cap: limits.streams_per_connection at accept */
-    struct warm *warm;       /* a WARM running on this connection */
+    struct warm *warm;             /* a WARM running on this connection */
+    struct conn_job warm_job, profile_job;
     int closing; /* close once the output is flushed */
     struct access_peer peer; /* who connected (SO_PEERCRED at accept) */
     int reload_pending;      /* a RELOAD (reload_req) waits for its reply */
@@ -63,13 +129,10 @@ struct server {
     char *path;     /* socket we bound and unlink at exit; NULL if adopted */
     struct conn *conns;
     uint64_t nconns;
-    uint64_t nstreams;
     uint32_t next_stream_id;
-    uint64_t buffer_bytes; /* the streams' batch buffers */
-    uint64_t shm_rings, shm_bytes; /* the streams' shared-memory rings */
-    struct stream_env env;
-    struct warm_env wenv;
+    struct streams *streams;
     struct profiler *profiler;
+    struct metrics *metrics; /* /metrics over HTTP (NULL: off) */
     struct timespec started;
     uid_t uid;                 /* ours: a peer with it is an admin */
     struct access_log denials; /* rate limit of the denial log lines */
@@ -78,11 +141,39 @@ struct server {
     uint64_t peer_errors;      /* peers whose credentials could not be read */
     struct uid_conns *uids;    /* nuids entries, room for capuids */
     uint32_t nuids, capuids;
+    uint64_t n[SERVER_NCOUNTERS];       /* event loop thread only */
+    uint64_t limit_hits[LIMIT_MAX];     /* likewise */
 };
 
-static struct stats_thread *loop_stats(struct server *s)
+/* ---- errors ---- */
+
+/* The protocol's code of an error from below the server (-errno), in one
+ * place: what jobs, the reload and the server's own checks fail with. */
+static const struct {
+    int err;
+    uint32_t code;
+} error_codes[] = {
+    {EINVAL, PROTO_E_INVAL},       /* a bad request, a config that does not load */
+    {ENOMEM, PROTO_E_NOMEM},
+    {EBUSY, PROTO_E_LIMIT},        /* one at a time: a warm-up, a profile, a reload */
+    {ETIMEDOUT, PROTO_E_LIMIT},    /* a client that released nothing in time */
+    {EBADMSG, PROTO_E_SAMPLE},     /* a bad sample (on_error: fail) */
+    {ECANCELED, PROTO_E_SHUTDOWN}, /* the daemon is stopping */
+    {EIO, PROTO_E_IO},
+};
+
+static uint32_t error_code(int err)
 {
-    return &s->d.stats[s->d.nstats - 1];
+    for (size_t i = 0; i < sizeof(error_codes) / sizeof(error_codes[0]); i++)
+        if (error_codes[i].err == -err)
+            return error_codes[i].code;
+    return PROTO_E_INTERNAL;
+}
+
+/* Answers a request with an ERROR for -errno err. */
+static void conn_error(struct conn *c, uint32_t req_id, int err, const char *msg)
+{
+    frame_send_error(c->bev, req_id, error_code(err), msg);
 }
 
 /* uid's entry; made (n 0) when add and missing. NULL: none, or no memory. */
@@ -114,15 +205,25 @@ static void uid_conns_drop(struct server *s, uid_t uid)
 
 /* ---- connections ---- */
 
+static void conn_close_streams(struct conn *c)
+{
+    for (uint32_t i = 0; i < c->stream_cap; i++) {
+        if (c->streams[i].st) {
+            stream_close(c->streams[i].st);
+            c->streams[i].st = NULL;
+        }
+    }
+    c->nstreams = 0;
+}
+
 static void conn_free(struct conn *c)
 {
     struct server *s = c->srv;
-    for (uint32_t i = 0; i < c->nstreams; i++)
-        stream_close(c->streams[i]);
-    stream_ring_free(&s->env, &c->kept);
+    conn_close_streams(c);
+    stream_ring_free(s->streams, &c->kept);
     if (c->warm)
         warm_close(c->warm);
-    profiler_detach(s->profiler, c);
+    profiler_detach(s->profiler, &c->profile_job);
     if (c->reload_pending && s->d.reload)
         reload_cancel(s->d.reload, c);
     if (c->stall_ev)
@@ -161,46 +262,234 @@ static void conn_on_write(struct bufferevent *bev, void *arg)
         conn_resume(c);
 }
 
-/* Replies with an error and closes the connection once it is sent. */
-static void conn_fail(struct conn *c, uint32_t req_id, int code, const char *msg)
+/* Stops reading and ends the connection's jobs: it closes once its output
+ * is flushed. */
+static void conn_closing(struct conn *c)
 {
-    stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
-    log_info("connection closed: %s", msg);
-    frame_send_error(c->bev, req_id, code, msg);
     c->closing = 1;
     bufferevent_disable(c->bev, EV_READ);
-    for (uint32_t i = 0; i < c->nstreams; i++)
-        stream_close(c->streams[i]);
-    c->nstreams = 0;
+    conn_close_streams(c);
     if (c->warm)
         warm_close(c->warm);
     c->warm = NULL;
-    profiler_detach(c->srv->profiler, c);
+    profiler_detach(c->srv->profiler, &c->profile_job);
 }
 
-static void conn_stream_finished(struct stream *st, void *owner)
+/* Replies with an error and closes the connection once it is sent. */
+static void conn_fail(struct conn *c, uint32_t req_id, int code, const char *msg)
 {
-    struct conn *c = owner;
-    int dropped = stream_dropped(st);
-    for (uint32_t i = 0; i < c->nstreams; i++) {
-        if (c->streams[i] == st) {
-            c->streams[i] = c->streams[--c->nstreams];
-            break;
+    c->srv->n[SRV_protocol_errors]++;
+    log_info("connection closed: %s", msg);
+    frame_send_error(c->bev, req_id, code, msg);
+    conn_closing(c);
+}
+
+/* ---- the replies of jobs (reply.h) ---- */
+
+/* Queues m as the frame of type for the job cj (fd >= 0: passed along). */
+static int conn_send_msg(const struct conn_job *cj, uint16_t type, const struct reply_msg *m,
+                         int fd)
+{
+    struct proto_wbuf w;
+    struct proto_opened op;
+    struct proto_end end;
+    int rc;
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, type, cj->req_id);
+    switch (m->kind) {
+    case REPLY_OPENED:
+        op = m->opened;
+        op.stream_id = cj->stream_id;
+        proto_put_opened(&w, &op);
+        break;
+    case REPLY_END:
+        end = m->end;
+        end.stream_id = cj->stream_id;
+        proto_put_end(&w, &end);
+        break;
+    case REPLY_WARM:
+        proto_put_progress(&w, &m->warm);
+        break;
+    case REPLY_PROFILE_PROGRESS:
+        proto_put_profile_progress(&w, &m->profile_progress);
+        break;
+    case REPLY_PROFILE_RESULT:
+        proto_put_profile_result(&w, m->profile.result);
+        for (uint32_t i = 0; i < m->profile.result->count; i++)
+            proto_put_profile_strategy(&w, &m->profile.strategies[i]);
+        break;
+    }
+    rc = fd < 0 ? frame_send(cj->c->bev, &w) : frame_send_fd(cj->c->bev, &w, fd);
+    proto_wbuf_free(&w);
+    if (rc < 0 && rc != -EAGAIN)
+        log_error("cannot queue %s: %s", proto_type_name(type), strerror(-rc));
+    return rc;
+}
+
+static int conn_progress(const struct reply *r, const struct reply_msg *m, int fd)
+{
+    uint16_t type = m->kind == REPLY_OPENED ? PROTO_OPENED
+                    : m->kind == REPLY_WARM ? PROTO_PROGRESS
+                                            : PROTO_PROFILE_PROGRESS;
+    return conn_send_msg(r->to, type, m, fd);
+}
+
+static int conn_done(const struct reply *r, const struct reply_msg *m)
+{
+    uint16_t type = m->kind == REPLY_END ? PROTO_END
+                    : m->kind == REPLY_WARM ? PROTO_DONE
+                                            : PROTO_PROFILE_RESULT;
+    return conn_send_msg(r->to, type, m, -1);
+}
+
+static void conn_failed(const struct reply *r, int err, const char *msg)
+{
+    const struct conn_job *cj = r->to;
+    conn_error(cj->c, cj->req_id, err, msg);
+}
+
+static void conn_piece_free(const void *data, size_t len, void *arg)
+{
+    struct reply_ref *ref = arg;
+    (void)data;
+    (void)len;
+    ref->release(ref);
+}
+
+/* A BATCH frame whose samples go by reference from the jobs' buffers: its
+ * prefix (header and labels) in the room before the first piece when there
+ * is room, else copied in front. All or nothing: a frame of more than one
+ * chunk is put together in a buffer of its own first. Returns the bytes
+ * queued. */
+static int conn_batch_socket(const struct conn_job *cj, const struct reply_batch *b)
+{
+    struct evbuffer *out = bufferevent_get_output(cj->c->bev);
+    struct proto_batch_hdr hdr = {cj->stream_id, b->index, b->n, b->h, b->w, b->c, b->dtype};
+    size_t pre_len = proto_batch_prefix_size(b->n), data_len = 0;
+    int in_place = b->room >= pre_len;
+    unsigned added = 0; /* pieces [0, added) are the evbuffers' now */
+    int rc = 0;
+    for (unsigned i = 0; i < b->npieces; i++)
+        data_len += b->piece[i].len;
+    struct evbuffer *dst = in_place && b->npieces == 1 ? out : evbuffer_new();
+    if (!dst) {
+        rc = -ENOMEM;
+    } else if (in_place) {
+        uint8_t *p0 = b->piece[0].p - pre_len;
+        proto_batch_prefix_encode(p0, cj->req_id, &hdr, b->labels, data_len);
+        if (evbuffer_add_reference(dst, p0, pre_len + b->piece[0].len, conn_piece_free,
+                                   b->piece[0].ref) < 0)
+            rc = -ENOMEM;
+        else
+            added = 1;
+    } else {
+        struct evbuffer_iovec v;
+        if (evbuffer_reserve_space(dst, (ev_ssize_t)pre_len, &v, 1) < 1) {
+            rc = -ENOMEM;
+        } else {
+            proto_batch_prefix_encode(v.iov_base, cj->req_id, &hdr, b->labels, data_len);
+            v.iov_len = pre_len;
+            if (evbuffer_commit_space(dst, &v, 1) < 0)
+                rc = -ENOMEM;
         }
     }
-    stream_take_ring(st, &c->kept); /* when it ended well and none is kept yet */
+    for (unsigned i = added; rc == 0 && i < b->npieces; i++) {
+        if (evbuffer_add_reference(dst, b->piece[i].p, b->piece[i].len, conn_piece_free,
+                                   b->piece[i].ref) < 0)
+            rc = -ENOMEM;
+        else
+            added = i + 1;
+    }
+    for (unsigned i = added; i < b->npieces; i++) /* never taken */
+        b->piece[i].ref->release(b->piece[i].ref);
+    if (dst && dst != out) {
+        if (rc == 0 && evbuffer_add_buffer(out, dst) < 0)
+            rc = -ENOMEM;
+        evbuffer_free(dst); /* on failure, lets go of what it holds */
+    }
+    return rc < 0 ? rc : (int)(pre_len + data_len);
+}
+
+static int conn_batch(const struct reply *r, const struct reply_batch *b)
+{
+    const struct conn_job *cj = r->to;
+    if (!b->shm)
+        return conn_batch_socket(cj, b);
+    struct proto_batch_shm m = {cj->stream_id, b->index, b->n, b->h, b->w, b->c, b->dtype,
+                                b->slot, b->offset};
+    struct proto_wbuf w;
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, PROTO_BATCH_SHM, cj->req_id);
+    proto_put_batch_shm(&w, &m);
+    for (uint32_t i = 0; i < b->n; i++)
+        proto_put_i64(&w, b->labels[i]);
+    int rc = frame_send(cj->c->bev, &w);
+    size_t len = w.len;
+    proto_wbuf_free(&w);
+    return rc < 0 ? rc : (int)len;
+}
+
+/* A stream said its last word: it leaves the connection (its ring kept for
+ * the next OPEN when it ended well); a client dropped for holding its slots
+ * loses the connection once the stream's ERROR is sent. */
+static void conn_stream_ended(struct conn_job *cj, int ended_well)
+{
+    struct conn *c = cj->c;
+    struct stream *st = cj->st;
+    int dropped = stream_dropped(st);
+    cj->st = NULL;
+    c->nstreams--;
+    if (ended_well)
+        stream_take_ring(st, &c->kept); /* unless one is kept already */
     stream_close(st);
-    if (dropped) { /* the stream's ERROR says why; close once it is sent */
-        c->closing = 1;
-        bufferevent_disable(c->bev, EV_READ);
-        for (uint32_t i = 0; i < c->nstreams; i++)
-            stream_close(c->streams[i]);
-        c->nstreams = 0;
+    if (dropped) {
+        conn_closing(c);
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
             conn_free(c);
     }
 }
 
+static int stream_done(const struct reply *r, const struct reply_msg *m)
+{
+    int rc = conn_done(r, m);
+    conn_stream_ended(r->to, rc == 0);
+    return rc;
+}
+
+static void stream_failed(const struct reply *r, int err, const char *msg)
+{
+    conn_failed(r, err, msg);
+    conn_stream_ended(r->to, 0);
+}
+
+static void warm_finished(struct conn_job *cj)
+{
+    struct conn *c = cj->c;
+    struct warm *w = c->warm;
+    c->warm = NULL;
+    warm_close(w);
+}
+
+static int warm_done(const struct reply *r, const struct reply_msg *m)
+{
+    int rc = conn_done(r, m);
+    warm_finished(r->to);
+    return rc;
+}
+
+static void warm_failed(const struct reply *r, int err, const char *msg)
+{
+    conn_failed(r, err, msg);
+    warm_finished(r->to);
+}
+
+static const struct reply_ops stream_reply = {conn_progress, conn_batch, stream_done,
+                                              stream_failed};
+static const struct reply_ops warm_reply = {conn_progress, conn_batch, warm_done, warm_failed};
+static const struct reply_ops profile_reply = {conn_progress, conn_batch, conn_done,
+                                               conn_failed};
+
+/* Replies with one string (a document), which it frees. */
 static void reply_json(struct conn *c, uint16_t type, uint32_t req_id, char *json)
 {
     struct proto_wbuf w;
@@ -225,7 +514,7 @@ static struct dataset *conn_dataset(struct conn *c, uint32_t req_id, const char 
     const struct server *s = c->srv;
     char err[320]; /* names are under 256 bytes */
     for (uint32_t i = 0; i < s->d.ndatasets; i++)
-        if (strcmp(s->d.datasets[i]->cfg->name, name) == 0)
+        if (strcmp(dataset_name(s->d.datasets[i]), name) == 0)
             return s->d.datasets[i];
     snprintf(err, sizeof(err), "no dataset named '%s'", name);
     frame_send_error(c->bev, req_id, PROTO_E_NODATASET, err);
@@ -244,10 +533,10 @@ static uint32_t user_streams(const struct server *s, uid_t uid)
 
 /* A request refused at a configured limit: counted, answered, logged at
  * debug (the stats say how often). */
-static void refuse_limit(struct conn *c, uint32_t req_id, enum stats_counter counter,
+static void refuse_limit(struct conn *c, uint32_t req_id, enum server_limit limit,
                          const char *msg)
 {
-    stats_add(loop_stats(c->srv), counter, 1);
+    c->srv->limit_hits[limit]++;
     log_debug("pid %d uid %u: %s", (int)c->peer.pid, (unsigned)c->peer.uid, msg);
     frame_send_error(c->bev, req_id, PROTO_E_LIMIT, msg);
 }
@@ -261,7 +550,7 @@ static int conn_require_admin(struct conn *c, uint32_t req_id, const char *op)
     char msg[160];
     if (access_is_admin(&c->peer, s->uid, s->d.cfg->admin_group))
         return 1;
-    stats_add(loop_stats(s), STAT_access_denied, 1);
+    s->n[SRV_access_denied]++;
     access_log_denied(&s->denials, &c->peer, op, s->uid, s->d.cfg->admin_group);
     snprintf(msg, sizeof(msg), "%s is an admin operation: root, uid %u or admin_group only",
              op, (unsigned)s->uid);
@@ -284,47 +573,58 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     if (!(ds = conn_dataset(c, req_id, req.dataset)))
         return;
     if (req.batch_size == 0) {
-        frame_send_error(c->bev, req_id, PROTO_E_INVAL, "batch_size 0");
+        conn_error(c, req_id, -EINVAL, "batch_size 0");
         return;
     }
     if (req.batch_size > cfg->max_batch_size) {
         snprintf(err, sizeof(err), "batch_size %u is over limits.batch_size (%u)",
                  req.batch_size, cfg->max_batch_size);
-        refuse_limit(c, req_id, STAT_limit_batch_size, err);
+        refuse_limit(c, req_id, LIMIT_batch_size, err);
         return;
     }
     if (req.world == 0 || req.rank >= req.world) {
         snprintf(err, sizeof(err), "rank %u is not below world %u", req.rank, req.world);
-        frame_send_error(c->bev, req_id, PROTO_E_INVAL, err);
+        conn_error(c, req_id, -EINVAL, err);
         return;
     }
     if (req.prefetch > cfg->max_prefetch) {
         snprintf(err, sizeof(err), "prefetch %u is over limits.prefetch (%u)", req.prefetch,
                  cfg->max_prefetch);
-        refuse_limit(c, req_id, STAT_limit_prefetch, err);
+        refuse_limit(c, req_id, LIMIT_prefetch, err);
         return;
     }
     if (c->nstreams >= cfg->max_streams_per_conn || c->nstreams >= c->stream_cap) {
         snprintf(err, sizeof(err), "limits.streams_per_connection (%u) reached",
                  cfg->max_streams_per_conn);
-        refuse_limit(c, req_id, STAT_limit_streams_per_connection, err);
+        refuse_limit(c, req_id, LIMIT_streams_per_connection, err);
         return;
     }
     if (user_streams(s, c->peer.uid) >= cfg->max_streams_per_user) {
         snprintf(err, sizeof(err), "limits.streams_per_user (%u) reached for uid %u",
                  cfg->max_streams_per_user, (unsigned)c->peer.uid);
-        refuse_limit(c, req_id, STAT_limit_streams_per_user, err);
+        refuse_limit(c, req_id, LIMIT_streams_per_user, err);
         return;
     }
+    struct conn_job *cj = c->streams;
+    while (cj->st) /* a free slot: nstreams < stream_cap */
+        cj++;
+    struct stream_params p = {
+        .seed = req.seed, .epoch = req.epoch, .rank = req.rank, .world = req.world,
+        .batch_size = req.batch_size, .prefetch = req.prefetch ? req.prefetch : cfg->prefetch,
+        .shuffle = !!(req.flags & PROTO_OPEN_SHUFFLE),
+        .drop_last = !!(req.flags & PROTO_OPEN_DROP_LAST), .shm = !!(req.flags & PROTO_OPEN_SHM),
+        .id = ++s->next_stream_id, .room = proto_batch_prefix_size(req.batch_size),
+    };
+    *cj = (struct conn_job){c, req_id, p.id, NULL};
+    struct reply reply = {&stream_reply, cj};
     struct stream *st;
-    int rc = stream_open(&st, &s->env, ds, &req, req.prefetch ? req.prefetch : cfg->prefetch,
-                         ++s->next_stream_id, req_id, c->bev, &c->kept, conn_stream_finished,
-                         c, err, sizeof(err));
+    int rc = stream_open(&st, s->streams, ds, &p, &reply, &c->kept, err, sizeof(err));
     if (rc < 0) {
-        frame_send_error(c->bev, req_id, rc, err);
+        conn_error(c, req_id, rc, err);
         return;
     }
-    c->streams[c->nstreams++] = st;
+    cj->st = st;
+    c->nstreams++;
     profiler_first_use(s->profiler, ds); /* split: auto without a choice yet */
 }
 
@@ -335,10 +635,11 @@ static void handle_close(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         conn_fail(c, req_id, PROTO_E_PROTO, "malformed CLOSE");
         return;
     }
-    for (uint32_t i = 0; i < c->nstreams; i++) {
-        if (stream_id(c->streams[i]) == id) {
-            stream_close(c->streams[i]);
-            c->streams[i] = c->streams[--c->nstreams];
+    for (uint32_t i = 0; i < c->stream_cap; i++) {
+        if (c->streams[i].st && c->streams[i].stream_id == id) {
+            stream_close(c->streams[i].st);
+            c->streams[i].st = NULL;
+            c->nstreams--;
             break;
         }
     }
@@ -360,22 +661,16 @@ static void handle_release(struct conn *c, uint32_t req_id, struct proto_rbuf *r
         conn_fail(c, req_id, PROTO_E_PROTO, "malformed RELEASE");
         return;
     }
-    for (uint32_t i = 0; i < c->nstreams; i++) {
-        if (stream_id(c->streams[i]) == m.stream_id) {
-            if (stream_release(c->streams[i], m.slot, err, sizeof(err)) < 0) {
-                stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
-                frame_send_error(c->bev, req_id, PROTO_E_INVAL, err);
+    for (uint32_t i = 0; i < c->stream_cap; i++) {
+        if (c->streams[i].st && c->streams[i].stream_id == m.stream_id) {
+            int rc = stream_release(c->streams[i].st, m.slot, err, sizeof(err));
+            if (rc < 0) {
+                c->srv->n[SRV_protocol_errors]++;
+                conn_error(c, req_id, rc, err);
             }
             return;
         }
     }
-}
-
-static void conn_warm_finished(struct warm *w, void *owner)
-{
-    struct conn *c = owner;
-    c->warm = NULL;
-    warm_close(w);
 }
 
 static void handle_warm(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
@@ -392,23 +687,24 @@ static void handle_warm(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     if (!(ds = conn_dataset(c, req_id, req.dataset)))
         return;
     if (c->warm) {
-        frame_send_error(c->bev, req_id, PROTO_E_LIMIT,
-                         "this connection runs a WARM already");
+        conn_error(c, req_id, -EBUSY, "this connection runs a WARM already");
         return;
     }
-    if (ds->autos.state == DATASET_AUTO_PENDING) { /* nothing would be cached */
+    if (dataset_auto(ds)->state == DATASET_AUTO_PENDING) { /* nothing would be cached */
         profiler_first_use(s->profiler, ds);
         snprintf(err, sizeof(err), "dataset '%s' has split: auto and no strategy chosen yet; "
                  "it is being profiled (prestoctl datasets shows the choice): warm it then",
-                 ds->cfg->name);
-        frame_send_error(c->bev, req_id, PROTO_E_LIMIT, err);
+                 dataset_name(ds));
+        conn_error(c, req_id, -EBUSY, err);
         return;
     }
-    int rc = warm_start(&c->warm, &s->wenv, ds, req_id, c->bev, conn_warm_finished, c, err,
+    c->warm_job = (struct conn_job){c, req_id, 0, NULL};
+    struct reply reply = {&warm_reply, &c->warm_job};
+    int rc = warm_start(&c->warm, s->d.base, s->d.workers, s->d.pipeline, ds, &reply, err,
                         sizeof(err));
     if (rc < 0) {
         c->warm = NULL;
-        frame_send_error(c->bev, req_id, rc, err);
+        conn_error(c, req_id, rc, err);
     }
 }
 
@@ -427,9 +723,11 @@ static void handle_profile(struct conn *c, uint32_t req_id, struct proto_rbuf *r
         return;
     if (!(ds = conn_dataset(c, req_id, req.dataset)))
         return;
-    int rc = profiler_request(s->profiler, ds, &req, req_id, c->bev, c, err, sizeof(err));
+    c->profile_job = (struct conn_job){c, req_id, 0, NULL};
+    struct reply reply = {&profile_reply, &c->profile_job};
+    int rc = profiler_request(s->profiler, ds, &req, &reply, err, sizeof(err));
     if (rc < 0)
-        frame_send_error(c->bev, req_id, rc, err);
+        conn_error(c, req_id, rc, err);
 }
 
 /* A RELOAD this connection asked for ended (reload_done_fn). */
@@ -439,7 +737,7 @@ static void conn_reload_done(void *arg, int rc, const char *text)
     uint32_t req_id = c->reload_req;
     c->reload_pending = 0;
     if (rc < 0) {
-        frame_send_error(c->bev, req_id, rc == -ENOMEM ? PROTO_E_NOMEM : PROTO_E_INVAL, text);
+        conn_error(c, req_id, rc, text);
         return;
     }
     char *json = strdup(text);
@@ -458,8 +756,7 @@ static void handle_reload(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         return;
     }
     if (c->reload_pending) {
-        frame_send_error(c->bev, req_id, PROTO_E_LIMIT,
-                         "a RELOAD of this connection is running already");
+        conn_error(c, req_id, -EBUSY, "a RELOAD of this connection is running already");
         return;
     }
     log_info("RELOAD from pid %d uid %u", (int)c->peer.pid, (unsigned)c->peer.uid);
@@ -467,7 +764,7 @@ static void handle_reload(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     c->reload_req = req_id;
     if (reload_request(s->d.reload, conn_reload_done, c) < 0) {
         c->reload_pending = 0;
-        frame_send_error(c->bev, req_id, PROTO_E_NOMEM, "no memory to reload");
+        conn_error(c, req_id, -ENOMEM, "no memory to reload");
     }
 }
 
@@ -482,9 +779,9 @@ static void handle_drop_cache(struct conn *c, uint32_t req_id, struct proto_rbuf
     }
     /* No worker may hold an entry while the slabs go. */
     workers_pause(s->d.workers);
-    cache_clear(s->d.cache, &entries, &bytes);
+    tiers_drop_memory(s->d.tiers, &entries, &bytes);
     workers_resume(s->d.workers);
-    stats_add(loop_stats(s), STAT_cache_drops, 1);
+    s->n[SRV_cache_drops]++;
     log_info("DROP_CACHE from pid %d uid %u: %llu entries, %llu MiB of the memory tier dropped",
              (int)c->peer.pid, (unsigned)c->peer.uid, (unsigned long long)entries,
              (unsigned long long)(bytes >> 20));
@@ -505,7 +802,11 @@ static void conn_dispatch(struct conn *c, const struct proto_header *h, const ui
     proto_rbuf_init(&r, body, h->body_len);
     switch (h->type) {
     case PROTO_STATS:
-        reply_json(c, PROTO_STATS_REPLY, h->req_id, server_stats_json(c->srv));
+        reply_json(c, PROTO_STATS_REPLY, h->req_id, server_stats_doc(c->srv, STATS_JSON));
+        break;
+    case PROTO_METRICS:
+        reply_json(c, PROTO_METRICS_REPLY, h->req_id,
+                   server_stats_doc(c->srv, STATS_PROMETHEUS));
         break;
     case PROTO_DATASETS:
         reply_json(c, PROTO_DATASETS_REPLY, h->req_id, server_datasets_json(c->srv));
@@ -535,7 +836,7 @@ static void conn_dispatch(struct conn *c, const struct proto_header *h, const ui
         handle_profile(c, h->req_id, &r);
         break;
     default:
-        stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
+        c->srv->n[SRV_protocol_errors]++;
         snprintf(msg, sizeof(msg), "unexpected message type %u (%s)", h->type,
                  proto_type_name(h->type));
         frame_send_error(c->bev, h->req_id, PROTO_E_PROTO, msg);
@@ -572,7 +873,7 @@ static void conn_on_stall(evutil_socket_t fd, short what, void *arg)
         conn_stall_arm(c);
         return;
     }
-    stats_add(loop_stats(s), STAT_limit_output_timeout, 1);
+    s->limit_hits[LIMIT_output_timeout]++;
     log_warn("connection of pid %d uid %u dropped: its requests waited on %zu bytes of output "
              "(limits.output_buffer %llu) and none taken for limits.output_timeout (%u s)",
              (int)c->peer.pid, (unsigned)c->peer.uid,
@@ -591,7 +892,7 @@ static int conn_wait_output(struct conn *c)
     if (!c->drain_cb && !(c->drain_cb = evbuffer_add_cb(out, conn_on_drain, c)))
         return -ENOMEM;
     c->waiting = 1;
-    stats_add(loop_stats(c->srv), STAT_limit_output_buffer, 1);
+    c->srv->limit_hits[LIMIT_output_buffer]++;
     log_debug("connection of pid %d: %zu bytes of output queued, over limits.output_buffer: "
               "its requests wait", (int)c->peer.pid, evbuffer_get_length(out));
     bufferevent_disable(c->bev, EV_READ);
@@ -638,7 +939,7 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
             break;
         }
         if (rc == -PROTO_E_TOOBIG) {
-            stats_add(loop_stats(c->srv), STAT_limit_frame_size, 1);
+            c->srv->limit_hits[LIMIT_frame_size]++;
             snprintf(msg, sizeof(msg), "request body of %u bytes is over limits.frame_size (%llu)",
                      h.body_len, (unsigned long long)cfg->max_frame_size);
             conn_fail(c, h.req_id, PROTO_E_TOOBIG, msg);
@@ -650,7 +951,7 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
         if (rc == -PROTO_E_VERSION) {
             snprintf(msg, sizeof(msg), "protocol version %u is not supported; prestod speaks %u",
                      h.version, PROTO_VERSION);
-            stats_add(loop_stats(c->srv), STAT_protocol_errors, 1);
+            c->srv->n[SRV_protocol_errors]++;
             frame_send_error(bev, h.req_id, PROTO_E_VERSION, msg);
         } else {
             const uint8_t *body = h.body_len ? evbuffer_pullup(in, h.body_len) : NULL;
@@ -675,7 +976,7 @@ static void conn_on_event(struct bufferevent *bev, short what, void *arg)
 static int conn_busy(const struct conn *c)
 {
     return c->nstreams || c->warm || c->reload_pending || c->waiting || c->closing ||
-           profiler_runs_for(c->srv->profiler, c);
+           profiler_runs_for(c->srv->profiler, &c->profile_job);
 }
 
 static void conn_idle_arm(struct conn *c, uint64_t ns)
@@ -702,7 +1003,7 @@ static void conn_on_idle(evutil_socket_t fd, short what, void *arg)
         conn_idle_arm(c, c->active_ns + timeout - now);
         return;
     }
-    stats_add(loop_stats(s), STAT_limit_idle_timeout, 1);
+    s->limit_hits[LIMIT_idle_timeout]++;
     snprintf(msg, sizeof(msg), "idle for %u s: limits.idle_timeout", s->d.cfg->idle_timeout);
     if (access_log_take(&s->idle_drops, more, sizeof(more)))
         log_info("connection of pid %d uid %u closed: %s%s", (int)c->peer.pid,
@@ -719,10 +1020,10 @@ static void conn_on_idle(evutil_socket_t fd, short what, void *arg)
  * connections_per_user): counted, told why in an ERROR it can read after
  * the close, logged at most once a second with a count of the rest. */
 static void server_refuse(struct server *s, int fd, const struct access_peer *p,
-                          enum stats_counter counter, const char *msg)
+                          enum server_limit limit, const char *msg)
 {
     char more[64];
-    stats_add(loop_stats(s), counter, 1);
+    s->limit_hits[limit]++;
     if (access_log_take(&s->refusals, more, sizeof(more)))
         log_warn("connection of pid %d uid %u refused: %s%s", (int)p->pid, (unsigned)p->uid,
                  msg, more);
@@ -760,8 +1061,8 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
             snprintf(msg, sizeof(msg), "too many connections of uid %u: "
                      "limits.connections_per_user (%u) reached", (unsigned)peer.uid,
                      cfg->max_connections_per_user);
-        server_refuse(s, fd, &peer,
-                      total ? STAT_connections_rejected : STAT_limit_connections_per_user, msg);
+        server_refuse(s, fd, &peer, total ? LIMIT_connections : LIMIT_connections_per_user,
+                      msg);
         access_peer_free(&peer);
         return;
     }
@@ -800,7 +1101,7 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
         s->conns->prev = c;
     s->conns = c;
     s->nconns++;
-    stats_add(loop_stats(s), STAT_connections_total, 1);
+    s->n[SRV_connections_total]++;
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_SIZE + cfg->max_frame_size);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
@@ -810,12 +1111,12 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
 
 /* ---- documents ---- */
 
-#define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+static const struct stats_decl server_decl[] = {SERVER_STATS(STATS_DECL)};
+static const struct stats_decl access_decl[] = {SERVER_ACCESS_STATS(STATS_DECL)};
+static const struct stats_decl limit_decl[] = {SERVER_LIMIT_STATS(STATS_DECL)};
+static const struct stats_decl memory_decl[] = {SERVER_MEMORY_STATS(STATS_DECL)};
 
-static double ratio(uint64_t num, uint64_t den)
-{
-    return den ? (double)num / (double)den : 0.0;
-}
+#define NDECL(d) (sizeof(d) / sizeof((d)[0]))
 
 /* The process's resident set (/proc/self/statm), bytes; 0 if unknown. */
 static uint64_t rss_bytes(void)
@@ -830,333 +1131,135 @@ static uint64_t rss_bytes(void)
     return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
 }
 
-static void stats_memory(struct server *s, struct json *j, const struct cache_stats *cs,
-                         const struct store_stats *ss)
+static void server_top_stats(struct server *s, struct stats_out *o)
 {
-    uint64_t workers = workers_mem_bytes(s->d.workers);
-    uint64_t store_index = s->d.store ? ss->index_bytes : 0;
-    struct readahead_stats ra;
-    readahead_get_stats(s->d.readahead, &ra);
-    uint64_t ahead = ra.used + ra.chunk_bytes;
-    json_object_begin(j, "memory");
-    json_u64(j, "budget", cs->budget);
-    json_u64(j, "cache_bytes", cs->bytes);
-    json_u64(j, "cache_index_bytes", cs->index_bytes);
-    json_u64(j, "store_index_bytes", store_index);
-    json_u64(j, "stream_buffers", s->buffer_bytes);
-    json_u64(j, "worker_buffers", workers);
-    json_u64(j, "readahead_buffers", ahead);
-    json_u64(j, "accounted", cs->bytes + store_index + s->buffer_bytes + workers + ahead);
-    json_u64(j, "rss", rss_bytes());
-    json_object_end(j);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    struct stats_val v[] = {
+        stats_str(PRESTO_VERSION),
+        stats_u64((uint64_t)getpid()),
+        stats_f64((double)(now.tv_sec - s->started.tv_sec) +
+                  (double)(now.tv_nsec - s->started.tv_nsec) / 1e9),
+        stats_u64(s->nconns),
+        stats_u64(s->n[SRV_connections_total]),
+        stats_u64(s->limit_hits[LIMIT_connections]),
+        stats_u64(s->n[SRV_protocol_errors]),
+    };
+    stats_emit(o, server_decl, v, NDECL(v));
 }
 
-static void stats_disk(struct server *s, struct json *j, const struct store_stats *ss)
-{
-    uint64_t hits = 0, misses = 0, bytes_read = 0;
-    for (uint32_t i = 0; i < s->d.ndatasets; i++) {
-        const struct dataset_counters *n = &s->d.datasets[i]->n;
-        hits += LOAD(&n->disk_hits);
-        misses += LOAD(&n->disk_misses);
-        bytes_read += LOAD(&n->disk_bytes_read);
-    }
-    json_object_begin(j, "disk");
-    json_u64(j, "enabled", s->d.store != NULL);
-    json_str(j, "dir", s->d.store ? s->d.cfg->cache_dir : "");
-    json_u64(j, "degraded", s->d.store ? ss->degraded != 0 : 0);
-    json_str(j, "degraded_reason", ss->degraded ? strerror(ss->degraded) : "");
-    json_str(j, "off_reason", s->d.store ? "" : s->d.store_off);
-    json_u64(j, "direct_io", (uint64_t)(s->d.store && ss->direct_io));
-    json_u64(j, "budget", ss->budget);
-    json_u64(j, "segment_size", ss->segment_size);
-    json_u64(j, "segments", ss->segments);
-    json_u64(j, "entries", ss->records);
-    json_u64(j, "bytes", ss->bytes_disk);
-    json_u64(j, "bytes_live", ss->bytes_live);
-    json_u64(j, "bytes_dead", ss->bytes_dead);
-    json_u64(j, "bytes_raw", ss->bytes_raw);
-    json_u64(j, "bytes_stored", ss->bytes_stored);
-    json_double(j, "compression_ratio", ratio(ss->bytes_raw, ss->bytes_stored));
-    json_u64(j, "hits", hits);
-    json_u64(j, "misses", misses);
-    json_double(j, "hit_rate", ratio(hits, hits + misses));
-    json_u64(j, "evictions", 0);
-    json_u64(j, "bytes_read", bytes_read);
-    json_u64(j, "decode_errors", ss->decode_errors);
-    json_u64(j, "puts", ss->puts);
-    json_u64(j, "put_refused_budget", ss->put_budget);
-    json_u64(j, "put_too_large", ss->put_too_large);
-    json_u64(j, "put_failed", ss->put_io + ss->put_other);
-    json_u64(j, "recovered", ss->recovered);
-    json_u64(j, "dropped", ss->dropped);
-    json_u64(j, "torn_bytes", ss->torn_bytes);
-    json_u64(j, "compactions", ss->compactions);
-    json_u64(j, "compactions_on_demand", pipeline_compactor_runs(s->d.compactor));
-    json_u64(j, "compact_copied", ss->compact_copied);
-    json_u64(j, "compact_freed", ss->compact_freed);
-    json_object_end(j);
-}
-
-/* A latency histogram's summary, in microseconds. */
-static void stats_latency(struct json *j, const char *name, const struct io_lat *h)
-{
-    json_object_begin(j, name);
-    json_u64(j, "count", h->count);
-    json_u64(j, "p50", io_lat_quantile(h, 0.50));
-    json_u64(j, "p90", io_lat_quantile(h, 0.90));
-    json_u64(j, "p99", io_lat_quantile(h, 0.99));
-    json_u64(j, "max", h->max_us);
-    json_double(j, "mean", h->count ? (double)h->sum_us / (double)h->count : 0.0);
-    json_object_end(j);
-}
-
-/* Source files read whole through the I/O rings (cold epochs, warm,
- * profiling): how many, how fast, how long each took. */
-static void stats_io_source(struct json *j, const struct io_stats *io)
-{
-    double busy = (double)io->file_busy_ns / 1e9;
-    json_object_begin(j, "source");
-    json_u64(j, "files", io->files);
-    json_u64(j, "bytes", io->file_bytes);
-    json_u64(j, "errors", io->file_errors);
-    json_u64(j, "in_flight", io->files_in_flight);
-    json_u64(j, "chained", io->files_chained);
-    json_u64(j, "staged", io->files_staged);
-    json_u64(j, "sync", io->files_sync);
-    json_u64(j, "bytes_per_s", io->file_bytes_per_s);
-    json_double(j, "busy_s", busy);
-    json_double(j, "bytes_per_busy_s", busy > 0 ? (double)io->file_bytes / busy : 0.0);
-    stats_latency(j, "latency_us", &io->file_lat);
-    json_object_end(j);
-}
-
-/* The event loop's ring: batches read before a worker takes them. */
-static void stats_readahead(struct json *j, const struct readahead_stats *ra)
-{
-    json_object_begin(j, "readahead");
-    json_u64(j, "on", (uint64_t)ra->on);
-    json_u64(j, "budget", ra->budget);
-    json_u64(j, "bytes", ra->used);
-    json_u64(j, "batches", ra->batches);
-    json_u64(j, "batches_without_reads", ra->nothing);
-    json_u64(j, "over_budget", ra->over_budget);
-    json_u64(j, "strategy_busy", ra->busy);
-    json_u64(j, "in_flight", ra->io.in_flight);
-    json_u64(j, "max_in_flight", ra->io.max_in_flight);
-    json_u64(j, "deferred", ra->io.deferred);
-    json_object_end(j);
-}
-
-/* Totals over the workers' rings and the read-ahead ring. */
-static void stats_io(struct server *s, struct json *j)
-{
-    struct io_stats io;
-    struct readahead_stats ra;
-    workers_io_stats(s->d.workers, &io);
-    readahead_get_stats(s->d.readahead, &ra);
-    io_stats_add(&io, &ra.io);
-    json_object_begin(j, "io");
-    json_str(j, "backend", workers_io_backend(s->d.workers));
-    json_u64(j, "depth", workers_io_depth(s->d.workers));
-    json_u64(j, "in_flight", io.in_flight);
-    json_u64(j, "max_in_flight", io.max_in_flight);
-    json_u64(j, "batches", io.batches);
-    json_u64(j, "reads", io.reads);
-    json_u64(j, "submitted", io.submitted);
-    json_u64(j, "bytes", io.bytes);
-    json_u64(j, "errors", io.errors);
-    json_u64(j, "short_reads", io.short_reads);
-    stats_latency(j, "read_latency_us", &io.read_lat);
-    stats_io_source(j, &io);
-    stats_readahead(j, &ra);
-    json_object_end(j);
-}
-
-static void stats_dataset(struct server *s, struct json *j, struct dataset *ds)
-{
-    const struct dataset_counters *n = &ds->n;
-    struct cache_dataset_stats cd;
-    uint64_t hits = LOAD(&n->hits), misses = LOAD(&n->misses);
-    uint64_t dhits = LOAD(&n->disk_hits), dmisses = LOAD(&n->disk_misses);
-    uint64_t raw = LOAD(&n->disk_bytes_raw), stored = LOAD(&n->disk_bytes_stored);
-    char enc[16];
-    cache_get_dataset_stats(s->d.cache, ds->id, &cd);
-    json_object_begin(j, NULL);
-    json_str(j, "name", ds->cfg->name);
-    json_u64(j, "samples", ds->nsamples);
-    json_u64(j, "classes", ds->nclasses);
-    json_u64(j, "hits", hits);
-    json_u64(j, "misses", misses);
-    json_u64(j, "errors", LOAD(&n->errors));
-    json_u64(j, "refused", ds->refused);
-    json_double(j, "hit_rate", ratio(hits, hits + misses));
-    json_u64(j, "computed", LOAD(&n->computed));
-    json_u64(j, "source_reads", LOAD(&n->source_reads));
-    json_u64(j, "source_bytes", LOAD(&n->source_bytes));
-    json_object_begin(j, "memory");
-    json_u64(j, "entries", cd.entries);
-    json_u64(j, "bytes", cd.bytes);
-    json_u64(j, "hits", hits);
-    json_u64(j, "misses", misses);
-    json_double(j, "hit_rate", ratio(hits, hits + misses));
-    json_u64(j, "evictions", 0);
-    json_double(j, "admit_fraction", cd.fraction);
-    json_u64(j, "not_admitted", cd.not_admitted);
-    json_u64(j, "rejected", cd.rejected);
-    json_object_end(j);
-    json_object_begin(j, "disk");
-    if (ds->zstd_level)
-        snprintf(enc, sizeof(enc), "zstd:%d", ds->zstd_level);
-    else
-        snprintf(enc, sizeof(enc), "raw");
-    json_str(j, "encoding", enc);
-    json_u64(j, "degraded", s->d.store ? store_degraded(s->d.store) != 0 : 0);
-    json_u64(j, "entries", LOAD(&n->disk_entries));
-    json_u64(j, "bytes_raw", raw);
-    json_u64(j, "bytes_stored", stored);
-    json_double(j, "compression_ratio", ratio(raw, stored));
-    json_u64(j, "hits", dhits);
-    json_u64(j, "misses", dmisses);
-    json_double(j, "hit_rate", ratio(dhits, dhits + dmisses));
-    json_u64(j, "evictions", 0);
-    json_u64(j, "bytes_read", LOAD(&n->disk_bytes_read));
-    json_u64(j, "bad_records", LOAD(&n->disk_bad));
-    json_u64(j, "puts", LOAD(&n->disk_puts));
-    json_u64(j, "put_errors", LOAD(&n->disk_put_errors));
-    json_object_end(j);
-    json_object_end(j);
-}
-
-/* One configured limit: its value and how often it refused something. */
-static void stats_limit(struct json *j, const char *name, uint64_t value, uint64_t hits)
-{
-    json_object_begin(j, name);
-    json_u64(j, "value", value);
-    json_u64(j, "hits", hits);
-    json_object_end(j);
-}
-
-static void stats_limits(struct server *s, struct json *j, const struct stats_thread *sum)
+static void server_access_stats(struct server *s, struct stats_out *o)
 {
     const struct config *cfg = s->d.cfg;
-    json_object_begin(j, "access");
-    json_u64(j, "denied", sum->c[STAT_access_denied]);
-    json_u64(j, "uid", (uint64_t)s->uid);
-    if (cfg->admin_group == CONFIG_NO_GROUP)
-        json_str(j, "admin_group", "none");
-    else
-        json_u64(j, "admin_group", cfg->admin_group);
-    json_u64(j, "reloads", sum->c[STAT_reloads]);
-    json_u64(j, "reload_failures", sum->c[STAT_reload_failures]);
-    json_u64(j, "cache_drops", sum->c[STAT_cache_drops]);
-    json_object_end(j);
-    json_object_begin(j, "limits");
-    stats_limit(j, "connections", cfg->max_connections, sum->c[STAT_connections_rejected]);
-    stats_limit(j, "connections_per_user", cfg->max_connections_per_user,
-                sum->c[STAT_limit_connections_per_user]);
-    stats_limit(j, "idle_timeout", cfg->idle_timeout, sum->c[STAT_limit_idle_timeout]);
-    stats_limit(j, "streams_per_connection", cfg->max_streams_per_conn,
-                sum->c[STAT_limit_streams_per_connection]);
-    stats_limit(j, "streams_per_user", cfg->max_streams_per_user,
-                sum->c[STAT_limit_streams_per_user]);
-    stats_limit(j, "batch_size", cfg->max_batch_size, sum->c[STAT_limit_batch_size]);
-    stats_limit(j, "prefetch", cfg->max_prefetch, sum->c[STAT_limit_prefetch]);
-    stats_limit(j, "frame_size", cfg->max_frame_size, sum->c[STAT_limit_frame_size]);
-    stats_limit(j, "output_buffer", cfg->max_output_buffer, sum->c[STAT_limit_output_buffer]);
-    stats_limit(j, "output_timeout", cfg->output_timeout, sum->c[STAT_limit_output_timeout]);
-    stats_limit(j, "release_timeout", cfg->release_timeout,
-                sum->c[STAT_shm_release_timeouts]);
-    /* limits.file_size and limits.pixels refuse samples, not requests:
-     * errors.too_large counts those (a bad sample, skipped or failed). */
-    json_object_end(j);
+    struct stats_val v[] = {
+        stats_u64(s->n[SRV_access_denied]),
+        stats_u64((uint64_t)s->uid),
+        cfg->admin_group == CONFIG_NO_GROUP ? stats_str("none") : stats_u64(cfg->admin_group),
+        stats_u64(s->n[SRV_cache_drops]),
+    };
+    stats_begin(o, "access", NULL, NULL, NULL);
+    stats_emit(o, access_decl, v, NDECL(v));
+    reload_stats(s->d.reload, o);
+    stats_end(o);
 }
 
-char *server_stats_json(struct server *s)
+/* Each configured limit: its value and how often it refused something.
+ * limits.file_size and limits.pixels refuse samples, not requests:
+ * errors.too_large counts those (a bad sample, skipped or failed). */
+static void server_limits_stats(struct server *s, struct stats_out *o)
 {
-    struct stats_thread sum;
-    struct cache_stats cs;
-    struct store_stats ss;
-    struct timespec now;
-    struct json j;
-    char ver[32];
+    static const char *const names[LIMIT_MAX] = {
+#define SERVER_LIMIT_NAME(name, field) #name,
+        SERVER_LIMITS(SERVER_LIMIT_NAME)
+#undef SERVER_LIMIT_NAME
+    };
+    const struct config *cfg = s->d.cfg;
+    const uint64_t values[LIMIT_MAX] = {
+#define SERVER_LIMIT_VALUE(name, field) cfg->field,
+        SERVER_LIMITS(SERVER_LIMIT_VALUE)
+#undef SERVER_LIMIT_VALUE
+    };
+    stats_begin(o, "limits", "", NULL, NULL);
+    for (int i = 0; i < LIMIT_MAX; i++) {
+        uint64_t hits = i == LIMIT_release_timeout ? streams_release_timeouts(s->streams)
+                                                   : s->limit_hits[i];
+        uint64_t v[2] = {values[i], hits};
+        stats_begin(o, names[i], "limit", "limit", names[i]);
+        stats_emit_u64(o, limit_decl, v, 2);
+        stats_end(o);
+    }
+    stats_end(o);
+}
 
-    stats_sum(s->d.stats, s->d.nstats, &sum);
-    cache_get_stats(s->d.cache, &cs);
-    memset(&ss, 0, sizeof(ss));
-    if (s->d.store)
-        store_get_stats(s->d.store, &ss);
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    snprintf(ver, sizeof(ver), "%s", PRESTO_VERSION);
-    json_init(&j);
-    json_object_begin(&j, NULL);
-    json_str(&j, "version", ver);
-    json_u64(&j, "pid", (uint64_t)getpid());
-    json_double(&j, "uptime_s", (double)(now.tv_sec - s->started.tv_sec) +
-                                    (double)(now.tv_nsec - s->started.tv_nsec) / 1e9);
-    json_u64(&j, "workers", workers_count(s->d.workers));
-    json_u64(&j, "workers_busy", workers_busy(s->d.workers));
-    json_u64(&j, "jobs_queued", workers_queued(s->d.workers));
-    json_u64(&j, "connections", s->nconns);
-    json_u64(&j, "streams", s->nstreams);
-    json_u64(&j, "samples_served", sum.c[STAT_samples_served]);
-    json_u64(&j, "batches_served", sum.c[STAT_batches_served]);
-    json_u64(&j, "bytes_served", sum.c[STAT_bytes_served]);
-    json_u64(&j, "samples_skipped", sum.c[STAT_samples_skipped]);
-    json_u64(&j, "connections_total", sum.c[STAT_connections_total]);
-    json_u64(&j, "connections_rejected", sum.c[STAT_connections_rejected]);
-    json_u64(&j, "streams_total", sum.c[STAT_streams_total]);
-    json_u64(&j, "protocol_errors", sum.c[STAT_protocol_errors]);
-    stats_limits(s, &j, &sum);
-    json_object_begin(&j, "shm");
-    json_u64(&j, "rings", s->shm_rings);
-    json_u64(&j, "ring_bytes", s->shm_bytes);
-    json_u64(&j, "streams_total", sum.c[STAT_shm_streams_total]);
-    json_u64(&j, "fallbacks", sum.c[STAT_shm_fallbacks]);
-    json_u64(&j, "rings_kept", sum.c[STAT_shm_rings_kept]);
-    json_u64(&j, "releases", sum.c[STAT_shm_releases]);
-    json_u64(&j, "release_timeouts", sum.c[STAT_shm_release_timeouts]);
-    json_u64(&j, "release_timeout_s", s->d.cfg->release_timeout);
-    json_object_end(&j);
-    /* The memory tier: keys kept from the first release, then the rest. */
-    json_object_begin(&j, "cache");
-    json_u64(&j, "memory_budget", cs.budget);
-    json_u64(&j, "memory_bytes", cs.bytes);
-    json_u64(&j, "entries", cs.entries);
-    json_u64(&j, "hits", sum.c[STAT_cache_hits]);
-    json_u64(&j, "misses", sum.c[STAT_cache_misses]);
-    json_u64(&j, "rejected", cs.rejected);
-    json_u64(&j, "not_admitted", cs.not_admitted);
-    json_u64(&j, "evictions", cs.evictions);
-    json_u64(&j, "index_bytes", cs.index_bytes);
-    json_double(&j, "hit_rate", ratio(sum.c[STAT_cache_hits],
-                                      sum.c[STAT_cache_hits] + sum.c[STAT_cache_misses]));
-    json_object_end(&j);
-    stats_memory(s, &j, &cs, &ss);
-    stats_disk(s, &j, &ss);
-    stats_io(s, &j);
-    json_object_begin(&j, "errors");
-    json_u64(&j, "read", sum.c[STAT_err_read]);
-    json_u64(&j, "decode", sum.c[STAT_err_decode]);
-    json_u64(&j, "too_large", sum.c[STAT_err_too_large]);
-    json_object_end(&j);
-    json_object_begin(&j, "steps");
-    for (int k = 0; k < STEP_KIND_MAX; k++) {
-        json_object_begin(&j, step_name((enum step_kind)k));
-        json_u64(&j, "calls", sum.step_calls[k]);
-        json_double(&j, "seconds", (double)sum.step_ns[k] / 1e9);
-        json_object_end(&j);
+/* What the process's memory goes to, by owner. */
+static void server_memory_stats(struct server *s, struct stats_out *o)
+{
+    struct tiers_memory tm;
+    tiers_memory_use(s->d.tiers, &tm);
+    uint64_t streams = streams_buffer_bytes(s->streams);
+    uint64_t workers = workers_mem_bytes(s->d.workers);
+    uint64_t ahead = readahead_buffer_bytes(s->d.readahead);
+    uint64_t v[] = {tm.budget,    tm.bytes, tm.index_bytes,
+                    tm.store_index, streams, workers,
+                    ahead,        tm.bytes + tm.store_index + streams + workers + ahead,
+                    rss_bytes()};
+    stats_begin(o, "memory", NULL, NULL, NULL);
+    stats_emit_u64(o, memory_decl, v, NDECL(v));
+    stats_end(o);
+}
+
+/* The I/O section: the workers' rings and the read-ahead's, summed. */
+static void server_io_stats(struct server *s, struct stats_out *o)
+{
+    struct io_stats io;
+    workers_io_stats(s->d.workers, &io);
+    readahead_io_stats(s->d.readahead, &io);
+    stats_begin(o, "io", NULL, NULL, NULL);
+    workers_io_fields(s->d.workers, o);
+    io_stats_emit(o, &io);
+    readahead_stats(s->d.readahead, o);
+    stats_end(o);
+}
+
+/* The stats document: each module fills its own sections. */
+static void server_stats(struct server *s, struct stats_out *o)
+{
+    stats_begin(o, NULL, NULL, NULL, NULL);
+    server_top_stats(s, o);
+    workers_stats(s->d.workers, o);
+    streams_stats(s->streams, o);
+    server_access_stats(s, o);
+    server_limits_stats(s, o);
+    streams_shm_stats(s->streams, o);
+    tiers_stats(s->d.tiers, o);
+    server_memory_stats(s, o);
+    server_io_stats(s, o);
+    pipeline_stats(s->d.pipeline, o);
+    stats_list_begin(o, "datasets");
+    for (uint32_t i = 0; i < s->d.ndatasets; i++) {
+        struct dataset *ds = s->d.datasets[i];
+        stats_begin(o, NULL, "dataset", "dataset", dataset_name(ds));
+        dataset_stats(ds, o);
+        tiers_dataset_stats(s->d.tiers, ds, o);
+        stats_end(o);
     }
-    json_object_end(&j);
-    json_array_begin(&j, "datasets");
-    for (uint32_t i = 0; i < s->d.ndatasets; i++)
-        stats_dataset(s, &j, s->d.datasets[i]);
-    json_array_end(&j);
-    json_object_end(&j);
-    if (j.failed) {
-        json_free(&j);
+    stats_list_end(o);
+    metrics_stats(s->metrics, o);
+    stats_end(o);
+}
+
+char *server_stats_doc(struct server *s, enum stats_format format)
+{
+    struct stats_out *o = stats_out_new(format);
+    if (!o)
         return NULL;
-    }
-    return j.buf;
+    server_stats(s, o);
+    return stats_out_finish(o);
+}
+
+static char *server_metrics_doc(void *arg)
+{
+    return server_stats_doc(arg, STATS_PROMETHEUS);
 }
 
 static char *server_datasets_json(struct server *s)
@@ -1167,16 +1270,20 @@ static char *server_datasets_json(struct server *s)
     json_object_begin(&j, NULL);
     json_array_begin(&j, "datasets");
     for (uint32_t i = 0; i < s->d.ndatasets; i++) {
-        const struct dataset *ds = s->d.datasets[i];
-        const struct config_dataset *dc = ds->cfg;
+        struct dataset *ds = s->d.datasets[i];
+        const struct config_dataset *dc = dataset_config(ds);
+        const struct dataset_output *o = dataset_output(ds);
+        const struct strategy *st = dataset_strategy(ds);
+        uint32_t split = st->split;
+        strategy_put(st);
         json_object_begin(&j, NULL);
         json_str(&j, "name", dc->name);
         json_str(&j, "root", dc->root);
-        json_u64(&j, "samples", ds->nsamples);
-        json_u64(&j, "classes", ds->nclasses);
+        json_u64(&j, "samples", dataset_size(ds));
+        json_u64(&j, "classes", dataset_nclasses(ds));
         json_array_begin(&j, "class_names");
-        for (uint32_t k = 0; k < ds->nclasses; k++)
-            json_str(&j, NULL, ds->classes[k]);
+        for (uint32_t k = 0; k < dataset_nclasses(ds); k++)
+            json_str(&j, NULL, dataset_class(ds, k));
         json_array_end(&j);
         json_array_begin(&j, "steps");
         for (uint32_t k = 0; k < dc->nsteps; k++) {
@@ -1184,16 +1291,16 @@ static char *server_datasets_json(struct server *s)
             json_str(&j, NULL, desc);
         }
         json_array_end(&j);
-        json_u64(&j, "split", ds->split);
+        json_u64(&j, "split", split);
         profile_dataset_json(ds, &j);
         json_array_begin(&j, "shape");
-        json_u64(&j, NULL, ds->out_h);
-        json_u64(&j, NULL, ds->out_w);
-        json_u64(&j, NULL, ds->out_c);
+        json_u64(&j, NULL, o->h);
+        json_u64(&j, NULL, o->w);
+        json_u64(&j, NULL, o->c);
         json_array_end(&j);
         json_str(&j, "on_error", dc->on_error == CONFIG_ON_ERROR_FAIL ? "fail" : "skip");
         json_u64(&j, "follow_symlinks", dc->follow_symlinks != 0);
-        json_u64(&j, "refused", ds->refused);
+        json_u64(&j, "refused", dataset_refused(ds));
         json_object_end(&j);
     }
     json_array_end(&j);
@@ -1294,39 +1401,35 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
     s->d = *deps;
     s->uid = geteuid();
     clock_gettime(CLOCK_MONOTONIC, &s->started);
-    s->env.base = deps->base;
-    s->env.workers = deps->workers;
-    s->env.pipe.cache = deps->cache;
-    s->env.pipe.store = deps->store;
-    s->env.pipe.compactor = deps->compactor;
-    s->env.pipe.max_file_size = deps->cfg->max_file_size;
-    s->env.stats = loop_stats(s);
-    s->env.live_streams = &s->nstreams;
-    s->env.buffer_bytes = &s->buffer_bytes;
-    s->env.release_timeout = deps->cfg->release_timeout;
-    s->env.live_rings = &s->shm_rings;
-    s->env.ring_bytes = &s->shm_bytes;
-    s->env.readahead = deps->readahead;
-    s->wenv.base = deps->base;
-    s->wenv.workers = deps->workers;
-    s->wenv.pipe = &s->env.pipe;
-    struct profile_env penv = {deps->base, deps->workers, &s->d.cfg, &s->env.pipe};
-    if (profiler_create(&s->profiler, &penv) < 0) {
+    if (streams_create(&s->streams, deps->base, deps->workers, deps->pipeline,
+                       deps->readahead) < 0) {
+        free(s);
+        return -ENOMEM;
+    }
+    streams_set_release_timeout(s->streams, deps->cfg->release_timeout);
+    if (profiler_create(&s->profiler, deps->base, deps->workers, &s->d.cfg, deps->tiers) < 0) {
+        streams_destroy(s->streams);
         free(s);
         return -ENOMEM;
     }
 
+    if (deps->cfg->metrics_listen &&
+        metrics_create(&s->metrics, deps->base, deps->cfg->metrics_listen, server_metrics_doc,
+                       s, err, errlen) < 0) {
+        server_destroy(s);
+        return -EINVAL;
+    }
     int fd = listen_fd;
     if (fd < 0) {
         fd = bind_socket(deps->cfg->socket_path, deps->cfg->socket_mode,
                          deps->cfg->socket_group, err, errlen);
         if (fd < 0) {
-            free(s);
+            server_destroy(s);
             return fd;
         }
         if (!(s->path = strdup(deps->cfg->socket_path))) {
             close(fd);
-            free(s);
+            server_destroy(s);
             return -ENOMEM;
         }
     }
@@ -1335,8 +1438,7 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
     if (!s->listener) {
         snprintf(err, errlen, "cannot listen: %s", strerror(errno));
         close(fd);
-        free(s->path);
-        free(s);
+        server_destroy(s);
         return -ENOMEM;
     }
     *out = s;
@@ -1357,8 +1459,8 @@ void server_update(struct server *s, const struct config *cfg, struct dataset **
     s->d.cfg = cfg;
     s->d.datasets = datasets;
     s->d.ndatasets = n;
-    s->env.pipe.max_file_size = cfg->max_file_size;
-    s->env.release_timeout = cfg->release_timeout;
+    pipeline_set_max_file_size(s->d.pipeline, cfg->max_file_size);
+    streams_set_release_timeout(s->streams, cfg->release_timeout);
     /* A larger frame_size must fit in what each connection reads at once. */
     for (struct conn *c = s->conns; c; c = c->next)
         bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_SIZE + cfg->max_frame_size);
@@ -1368,6 +1470,8 @@ void server_stop(struct server *s)
 {
     profiler_destroy(s->profiler);
     s->profiler = NULL;
+    metrics_destroy(s->metrics);
+    s->metrics = NULL;
     if (s->listener) {
         evconnlistener_free(s->listener);
         s->listener = NULL;
@@ -1385,6 +1489,7 @@ void server_destroy(struct server *s)
         unlink(s->path);
         free(s->path);
     }
+    streams_destroy(s->streams);
     free(s->uids);
     free(s);
 }

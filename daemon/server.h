@@ -9,14 +9,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache.h"
 #include "config.h"
 #include "dataset.h"
 #include "pipeline.h"
 #include "readahead.h"
 #include "reload.h"
 #include "stats.h"
-#include "store.h"
+#include "tiers.h"
 #include "workers.h"
 
 struct event_base;
@@ -27,13 +26,9 @@ struct server_deps {
     const struct config *cfg;   /* replaced by server_update on a reload */
     struct dataset **datasets;  /* the datasets served (likewise) */
     uint32_t ndatasets;
-    struct cache *cache;
-    struct store *store;        /* NULL: no disk tier */
-    const char *store_off;      /* why there is no disk tier (store NULL) */
-    struct pipeline_compactor *compactor; /* NULL without a disk tier */
+    struct tiers *tiers;
+    struct pipeline *pipeline;  /* the daemon's, through those tiers */
     struct workers *workers;
-    struct stats_thread *stats; /* nstats blocks; the last is the event loop's */
-    unsigned nstats;
     struct reload *reload;      /* RELOAD requests go there (NULL: none) */
     struct readahead *readahead; /* batches read ahead (NULL: none) */
 };
@@ -54,7 +49,8 @@ void server_destroy(struct server *s);
  * paused): limits, the admin group and the datasets new requests find. */
 void server_update(struct server *s, const struct config *cfg, struct dataset **datasets,
                    uint32_t n);
-/* The stats document (JSON); the caller frees it. */
-char *server_stats_json(struct server *s);
+/* The stats document (JSON or Prometheus text); the caller frees it. NULL
+ * without memory. */
+char *server_stats_doc(struct server *s, enum stats_format format);
 
 #endif

@@ -17,8 +17,11 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include "bytes.h"
 #include "cachedir.h"
+#include "hash.h"
 #include "log.h"
+#include "stats.h"
 #include "proto.h"
 
 #define STORE_SCAN_BUF (4u << 20)  /* read-ahead window of a segment scan */
@@ -27,182 +30,6 @@
 #define STORE_NAME_MAX 32
 
 _Static_assert(sizeof(struct store_key) == 40, "store_key must have no padding");
-
-/* ---- checksums and hashes ---- */
-
-#define CRC32C_POLY 0x82F63B78u /* reflected Castagnoli */
-
-static uint32_t crc32c_table[8][256];
-static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
-
-static void crc32c_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? (c >> 1) ^ CRC32C_POLY : c >> 1;
-        crc32c_table[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
-            crc32c_table[t][i] = (crc32c_table[t - 1][i] >> 8) ^
-                                 crc32c_table[0][crc32c_table[t - 1][i] & 0xff];
-}
-
-/* Slicing-by-8 over the raw (not inverted) register. */
-static uint32_t crc32c_sw(uint32_t c, const uint8_t *p, size_t n)
-{
-    pthread_once(&crc32c_once, crc32c_init);
-    while (n && ((uintptr_t)p & 7)) {
-        c = (c >> 8) ^ crc32c_table[0][(c ^ *p++) & 0xff];
-        n--;
-    }
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        w = le64toh(w) ^ c;
-        c = crc32c_table[7][w & 0xff] ^ crc32c_table[6][(w >> 8) & 0xff] ^
-            crc32c_table[5][(w >> 16) & 0xff] ^ crc32c_table[4][(w >> 24) & 0xff] ^
-            crc32c_table[3][(w >> 32) & 0xff] ^ crc32c_table[2][(w >> 40) & 0xff] ^
-            crc32c_table[1][(w >> 48) & 0xff] ^ crc32c_table[0][w >> 56];
-        p += 8;
-        n -= 8;
-    }
-    while (n--)
-        c = (c >> 8) ^ crc32c_table[0][(c ^ *p++) & 0xff];
-    return c;
-}
-
-#if defined(__x86_64__)
-/* SSE4.2's crc32 instruction computes CRC32C: about 8 bytes per cycle. */
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t c, const uint8_t *p,
-                                                            size_t n)
-{
-    uint64_t c64 = c;
-    while (n && ((uintptr_t)p & 7)) {
-        c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
-        n--;
-    }
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c64 = __builtin_ia32_crc32di(c64, w);
-        p += 8;
-        n -= 8;
-    }
-    while (n--)
-        c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
-    return (uint32_t)c64;
-}
-#endif
-
-uint32_t store_crc32c(uint32_t crc, const void *data, size_t len)
-{
-    const uint8_t *p = data;
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("sse4.2"))
-        return ~crc32c_hw(~crc, p, len);
-#endif
-    return ~crc32c_sw(~crc, p, len);
-}
-
-#define XXP1 0x9E3779B185EBCA87ull
-#define XXP2 0xC2B2AE3D27D4EB4Full
-#define XXP3 0x165667B19E3779F9ull
-#define XXP4 0x85EBCA77C2B2AE63ull
-#define XXP5 0x27D4EB2F165667C5ull
-
-static inline uint64_t rotl64(uint64_t x, int r)
-{
-    return (x << r) | (x >> (64 - r));
-}
-
-static inline uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return le64toh(v);
-}
-
-static inline uint32_t rd32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return le32toh(v);
-}
-
-static inline uint16_t rd16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return le16toh(v);
-}
-
-static inline void wr64(uint8_t *p, uint64_t v)
-{
-    v = htole64(v);
-    memcpy(p, &v, 8);
-}
-
-static inline void wr32(uint8_t *p, uint32_t v)
-{
-    v = htole32(v);
-    memcpy(p, &v, 4);
-}
-
-static inline void wr16(uint8_t *p, uint16_t v)
-{
-    v = htole16(v);
-    memcpy(p, &v, 2);
-}
-
-static inline uint64_t xxh_round(uint64_t acc, uint64_t in)
-{
-    return rotl64(acc + in * XXP2, 31) * XXP1;
-}
-
-static inline uint64_t xxh_merge(uint64_t acc, uint64_t v)
-{
-    return (acc ^ xxh_round(0, v)) * XXP1 + XXP4;
-}
-
-uint64_t store_hash64(const void *data, size_t len)
-{
-    const uint8_t *p = data, *end = p + len;
-    uint64_t h;
-    if (len >= 32) {
-        uint64_t v1 = XXP1 + XXP2, v2 = XXP2, v3 = 0, v4 = -XXP1;
-        do {
-            v1 = xxh_round(v1, rd64(p));
-            v2 = xxh_round(v2, rd64(p + 8));
-            v3 = xxh_round(v3, rd64(p + 16));
-            v4 = xxh_round(v4, rd64(p + 24));
-            p += 32;
-        } while (end - p >= 32);
-        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-        h = xxh_merge(h, v1);
-        h = xxh_merge(h, v2);
-        h = xxh_merge(h, v3);
-        h = xxh_merge(h, v4);
-    } else {
-        h = XXP5;
-    }
-    h += len;
-    for (; end - p >= 8; p += 8)
-        h = rotl64(h ^ xxh_round(0, rd64(p)), 27) * XXP1 + XXP4;
-    if (end - p >= 4) {
-        h = rotl64(h ^ (uint64_t)rd32(p) * XXP1, 23) * XXP2 + XXP3;
-        p += 4;
-    }
-    for (; p < end; p++)
-        h = rotl64(h ^ *p * XXP5, 11) * XXP1;
-    h ^= h >> 33;
-    h *= XXP2;
-    h ^= h >> 29;
-    h *= XXP3;
-    h ^= h >> 32;
-    return h;
-}
 
 /* ---- records ---- */
 
@@ -243,7 +70,7 @@ static void hdr_encode(const struct store_hdr *h, uint8_t b[STORE_HEADER_SIZE])
     wr32(b + 68, h->w);
     wr32(b + 72, h->c);
     wr32(b + 76, h->dtype);
-    wr32(b + 8, store_crc32c(0, b, STORE_HEADER_SIZE));
+    wr32(b + 8, hash_crc32c(0, b, STORE_HEADER_SIZE));
 }
 
 /* Decodes and checks a header: 0, or -EBADMSG. */
@@ -255,7 +82,7 @@ static int hdr_decode(const uint8_t b[STORE_HEADER_SIZE], struct store_hdr *h)
         return -EBADMSG;
     memcpy(tmp, b, sizeof(tmp));
     memset(tmp + 8, 0, 4);
-    if (store_crc32c(0, tmp, sizeof(tmp)) != rd32(b + 8))
+    if (hash_crc32c(0, tmp, sizeof(tmp)) != rd32(b + 8))
         return -EBADMSG;
     h->encoding = b[6];
     h->data_crc = rd32(b + 12);
@@ -377,10 +204,13 @@ static int transient_err(int err)
 
 /* ---- the index (under lock) ---- */
 
+/* The in-memory index's hash of a key: its fields times XXH64's primes,
+ * then MurmurHash3's finalizer. */
 static uint64_t key_hash(const struct store_key *k)
 {
-    uint64_t h = k->path ^ k->dataset * XXP1 ^ k->fingerprint * XXP2 ^ k->src_size * XXP3 ^
-                 (uint64_t)k->src_mtime_ns * XXP4;
+    uint64_t h = k->path ^ k->dataset * 0x9E3779B185EBCA87ull ^
+                 k->fingerprint * 0xC2B2AE3D27D4EB4Full ^ k->src_size * 0x165667B19E3779F9ull ^
+                 (uint64_t)k->src_mtime_ns * 0x85EBCA77C2B2AE63ull;
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;
     h ^= h >> 33;
@@ -526,22 +356,22 @@ static void seg_name(char buf[STORE_NAME_MAX], uint32_t id)
     snprintf(buf, STORE_NAME_MAX, "seg-%06u.dat", id);
 }
 
-/* seg-<digits>.dat -> id (> 0); -1 for any other name. */
+/* seg-<digits>.dat -> id (> 0): 0, or -EINVAL for any other name. */
 static int seg_parse(const char *name, uint32_t *id)
 {
     if (strncmp(name, "seg-", 4) != 0)
-        return -1;
+        return -EINVAL;
     const char *p = name + 4;
     uint64_t v = 0;
     if (*p < '0' || *p > '9')
-        return -1;
+        return -EINVAL;
     for (; *p >= '0' && *p <= '9'; p++) {
         v = v * 10 + (uint64_t)(*p - '0');
         if (v >= UINT32_MAX)
-            return -1;
+            return -EINVAL;
     }
     if (strcmp(p, ".dat") != 0 || v == 0)
-        return -1;
+        return -EINVAL;
     *id = (uint32_t)v;
     return 0;
 }
@@ -842,7 +672,7 @@ int store_put(struct store *st, const struct store_key *key, const struct img *i
         zctx_put(st, z);
         return -EFBIG;
     }
-    h.data_crc = store_crc32c(0, payload, h.stored_len);
+    h.data_crc = hash_crc32c(0, payload, h.stored_len);
     uint8_t hdr[STORE_HEADER_SIZE];
     static const uint8_t pad[STORE_ALIGN];
     hdr_encode(&h, hdr);
@@ -927,7 +757,7 @@ static int decode_record(struct store *st, const struct store_key *key, const vo
     struct store_hdr h;
     if (len < STORE_HEADER_SIZE || hdr_decode(rec, &h) < 0 || !key_eq(&h.key, key) ||
         len < (size_t)STORE_HEADER_SIZE + h.stored_len ||
-        store_crc32c(0, rec + STORE_HEADER_SIZE, h.stored_len) != h.data_crc)
+        hash_crc32c(0, rec + STORE_HEADER_SIZE, h.stored_len) != h.data_crc)
         goto bad;
     if (view && h.encoding == STORE_ENC_RAW) {
         *view = (struct img){.fmt = IMG_PIXELS, .h = h.h, .w = h.w, .c = h.c,
@@ -1050,7 +880,7 @@ static int rd_next(struct seg_reader *rd, uint64_t off, struct store_hdr *h,
     if ((rc = rd_get(rd, off, *len, &p)) < 0)
         return rc;
     *rec = p;
-    if (store_crc32c(0, p + STORE_HEADER_SIZE, h->stored_len) != h->data_crc)
+    if (hash_crc32c(0, p + STORE_HEADER_SIZE, h->stored_len) != h->data_crc)
         return REC_BAD_DATA;
     return REC_OK;
 }
@@ -1588,4 +1418,41 @@ void store_get_stats(struct store *st, struct store_stats *o)
     o->compact_copied = LOAD(st, compact_copied);
     o->compact_freed = LOAD(st, compact_freed);
     o->degraded = store_degraded(st);
+}
+
+static const struct stats_decl store_decl[] = {STORE_STATS(STATS_DECL)};
+
+void store_stats_emit(struct store *st, struct stats_out *o)
+{
+    struct store_stats ss;
+    memset(&ss, 0, sizeof(ss));
+    if (st)
+        store_get_stats(st, &ss);
+    struct stats_val v[] = {
+        stats_u64(ss.degraded != 0),
+        stats_str(ss.degraded ? strerror(ss.degraded) : ""),
+        stats_u64(ss.direct_io != 0),
+        stats_u64(ss.budget),
+        stats_u64(ss.segment_size),
+        stats_u64(ss.segments),
+        stats_u64(ss.records),
+        stats_u64(ss.bytes_disk),
+        stats_u64(ss.bytes_live),
+        stats_u64(ss.bytes_dead),
+        stats_u64(ss.bytes_raw),
+        stats_u64(ss.bytes_stored),
+        stats_f64(stats_ratio(ss.bytes_raw, ss.bytes_stored)),
+        stats_u64(ss.decode_errors),
+        stats_u64(ss.puts),
+        stats_u64(ss.put_budget),
+        stats_u64(ss.put_too_large),
+        stats_u64(ss.put_io + ss.put_other),
+        stats_u64(ss.recovered),
+        stats_u64(ss.dropped),
+        stats_u64(ss.torn_bytes),
+        stats_u64(ss.compactions),
+        stats_u64(ss.compact_copied),
+        stats_u64(ss.compact_freed),
+    };
+    stats_emit(o, store_decl, v, sizeof(v) / sizeof(v[0]));
 }

@@ -51,7 +51,7 @@
  * a source file replaced (size or mtime changed) or offline steps changed
  * (fingerprint) simply never match again. Several records of one key may
  * exist; the newest (highest segment, then offset) wins and the others are
- * dead bytes. The dataset and path fields are store_hash64() of the
+ * dead bytes. The dataset and path fields are hash_xxh64() of the
  * dataset name and of the sample's path relative to the dataset root.
  *
  * Encoding. store_put() with a zstd level compresses; when the result is
@@ -119,7 +119,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "step.h"
+#include "img.h"
 
 #define STORE_MAGIC 0x31525350u /* "PSR1" */
 #define STORE_VERSION 1u
@@ -135,8 +135,8 @@
 enum store_encoding { STORE_ENC_RAW = 0, STORE_ENC_ZSTD = 1 };
 
 struct store_key {
-    uint64_t dataset;     /* store_hash64 of the dataset name */
-    uint64_t path;        /* store_hash64 of the sample's path relative to the root */
+    uint64_t dataset;     /* hash_xxh64 of the dataset name */
+    uint64_t path;        /* hash_xxh64 of the sample's path relative to the root */
     uint64_t fingerprint; /* of the offline steps and their parameters */
     uint64_t src_size;    /* of the source file, bytes */
     int64_t src_mtime_ns; /* of the source file */
@@ -188,6 +188,38 @@ struct store_stats {
 
 struct store;
 struct store_seg;
+struct stats_out;
+
+/* What the store says in the stats document's "disk" section (the tiers
+ * add theirs). "entries" is the family the memory tier's entries are in
+ * too (presto_tier_entries). */
+#define STORE_STATS(X)                                                                 \
+    X(degraded, GAUGE, "", "1 when a write failed: the disk tier takes no more puts")   \
+    X(degraded_reason, INFO, "", "the error that degraded the disk tier")              \
+    X(direct_io, GAUGE, "", "1 when records are read with O_DIRECT (cache.direct_io)")  \
+    X(budget, GAUGE, "bytes", "cache.disk, the disk tier's budget")                     \
+    X(segment_size, GAUGE, "bytes", "cache.segment_size")                               \
+    X(segments, GAUGE, "files", "segment files, the active one included")               \
+    X(entries, GAUGE, "entries", "entries the tier holds")                              \
+    X(bytes, GAUGE, "bytes", "bytes of the segment files")                              \
+    X(bytes_live, GAUGE, "bytes", "bytes of the indexed records")                       \
+    X(bytes_dead, GAUGE, "bytes", "bytes of superseded, dropped and forgotten records")  \
+    X(bytes_raw, GAUGE, "bytes", "decoded bytes of the indexed records")               \
+    X(bytes_stored, GAUGE, "bytes", "stored (payload) bytes of the indexed records")    \
+    X(compression_ratio, GAUGE, "", "bytes_raw over bytes_stored")                      \
+    X(decode_errors, COUNTER, "records", "records read back that failed their checks")  \
+    X(puts, COUNTER, "records", "records written")                                     \
+    X(put_refused_budget, COUNTER, "records", "puts refused: over the disk budget")     \
+    X(put_too_large, COUNTER, "records", "puts refused: a record larger than a segment") \
+    X(put_failed, COUNTER, "records", "puts failed: a write error, no memory or zstd")   \
+    X(recovered, COUNTER, "records", "records indexed at start-up")                    \
+    X(dropped, COUNTER, "records", "records dropped at start-up: corrupt or torn")      \
+    X(torn_bytes, COUNTER, "bytes", "bytes cut or ignored at segment ends at start-up") \
+    X(compactions, COUNTER, "segments", "segments rewritten by compaction")             \
+    X(compact_copied, COUNTER, "bytes", "bytes copied by compaction")                   \
+    X(compact_freed, COUNTER, "bytes", "bytes of files deleted by compaction")
+/* The fields of STORE_STATS (zero when st is NULL: no disk tier). */
+void store_stats_emit(struct store *st, struct stats_out *o);
 
 /* Opens (creating with mode 0750, parents included) the store in dir and
  * rebuilds its index. disk_budget: bytes the segment files may take (0: no
@@ -249,11 +281,5 @@ int store_compact(struct store *st, store_live_fn is_live, void *arg);
 /* 0, or the errno that put the store in degraded mode. */
 int store_degraded(const struct store *st);
 void store_get_stats(struct store *st, struct store_stats *out);
-
-/* 64-bit hash of len bytes (XXH64 with seed 0). Its values are stored on
- * disk in keys, so it must never change. */
-uint64_t store_hash64(const void *data, size_t len);
-/* CRC32C (Castagnoli), continued from crc (0 to start): the record checksum. */
-uint32_t store_crc32c(uint32_t crc, const void *data, size_t len);
 
 #endif

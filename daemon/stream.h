@@ -2,28 +2,33 @@
  * Epoch streams: one trainer's epoch (dataset, batch size, seed, epoch,
  * rank/world, shuffle, drop_last), planned up front and produced by the
  * worker pool as batch jobs, at most `prefetch` batches ahead of what the
- * client's socket has taken. Batches are sent in order as BATCH frames
- * straight from the buffers the workers filled (no copy), then END.
+ * client has taken. Batches go to the stream's reply (reply.h) in order,
+ * straight from the buffers the workers filled (no copy), then the end.
  *
  * Bad samples under on_error: skip leave the epoch, not holes: the stream
  * is the planned ids with the bad ones removed, cut into full batches (only
  * the last may be short, and drop_last drops it), whatever the worker count
- * or timing; BATCH indices stay consecutive and END counts the batches and
- * samples really sent and the samples skipped, so OPENED's counts are upper
- * bounds. A batch that straddles two jobs goes out by reference from both
- * (samples are copied only where two short jobs meet), and the jobs it waits
- * in do not count against prefetch. Under on_error: fail the first bad
- * sample in epoch order ends the stream with an ERROR (PROTO_E_SAMPLE)
- * naming the file.
+ * or timing; batch indices stay consecutive and the end counts the batches
+ * and samples really sent and the samples skipped, so the start's counts
+ * are upper bounds. A batch that straddles two jobs goes out by reference
+ * from both (samples are copied only where two short jobs meet), and the
+ * jobs it waits in do not count against prefetch. Under on_error: fail the
+ * first bad sample in epoch order fails the stream (-EBADMSG) naming the
+ * file.
  *
- * With the shared-memory transport (PROTO_OPEN_SHM, see proto.h) the
- * workers write batches into the slots of a memfd ring the client maps, and
- * only BATCH_SHM frames (slot, shape, labels) go through the socket; a slot
- * comes back with RELEASE. Each job owns one slot for the stream's life.
+ * With shared memory (params.shm) the workers write batches into the slots
+ * of a memfd ring the client maps, and only slot numbers go out; a slot
+ * comes back with stream_release. Each job owns one slot for the stream's
+ * life.
  *
- * A stream lives on the event loop thread. Its owner (a connection) calls
- * stream_close() when the stream finished or the client went away; the
- * stream frees itself once no worker and no socket buffer refers to it.
+ * A stream lives on the event loop thread. Its owner calls stream_close()
+ * once the stream's reply said done or failed, or when the client went
+ * away; the stream frees itself once no worker and no reply holds a piece
+ * of it.
+ *
+ * The streams of a daemon share a `struct streams`: what they run on (the
+ * event loop, the workers, the pipeline, the read-ahead) and their counters
+ * and gauges, which only the stream module writes.
  */
 #ifndef PRESTO_STREAM_H
 #define PRESTO_STREAM_H
@@ -33,58 +38,88 @@
 
 #include "dataset.h"
 #include "pipeline.h"
-#include "proto.h"
+#include "reply.h"
 #include "ring.h"
 #include "stats.h"
 #include "workers.h"
 
-struct bufferevent;
 struct event_base;
 struct readahead;
 struct stream;
+struct streams;
 
-struct stream_env {
-    struct event_base *base;
-    struct workers *workers;
-    struct pipeline_env pipe;
-    struct stats_thread *stats; /* the event loop thread's block */
-    uint64_t *live_streams;      /* gauge, event loop thread only */
-    uint64_t *buffer_bytes;      /* gauge of the streams' batch buffers, likewise */
-    uint32_t release_timeout;    /* s, see stream_release */
-    uint64_t *live_rings, *ring_bytes; /* gauges of the shared-memory rings */
-    struct readahead *readahead; /* NULL: workers read every batch themselves */
+/* What one stream asks for. */
+struct stream_params {
+    uint64_t seed, epoch;
+    uint32_t rank, world, batch_size;
+    uint32_t prefetch; /* batches ahead */
+    int shuffle, drop_last;
+    int shm;           /* shared memory wanted (else the socket) */
+    uint32_t id;       /* for logs and the ring's name */
+    size_t room;       /* bytes the reply wants free before each batch's samples */
 };
 
-/* Called (once) when the stream has sent END or an ERROR. */
-typedef void (*stream_finished_fn)(struct stream *s, void *owner);
+/* The streams' counters and gauges (event loop thread), at the top of the
+ * stats document, and its "shm" section. */
+#define STREAMS_STATS(X)                                                              \
+    X(streams, GAUGE, "streams", "epoch streams open", "streams_open")                 \
+    X(streams_total, COUNTER, "streams", "epoch streams opened")                       \
+    X(samples_served, COUNTER, "samples", "samples delivered in batches")              \
+    X(batches_served, COUNTER, "batches", "batches delivered")                         \
+    X(bytes_served, COUNTER, "bytes",                                                  \
+      "batch bytes delivered: whole frames through the socket, samples through shared memory") \
+    X(samples_skipped, COUNTER, "samples", "bad samples left out of epochs (on_error: skip)")
 
-/* Plans the epoch and sends OPENED. On a bad request returns a negative
- * PROTO_E_* code with a message in err, and sends nothing. spare (may be
- * NULL) is the ring the connection kept from its previous stream: a shared
- * memory stream of the same geometry takes it over (the client has it
- * mapped already), any other stream frees it. */
-int stream_open(struct stream **out, const struct stream_env *env, struct dataset *ds,
-                const struct proto_open *req, uint32_t prefetch, uint32_t id,
-                uint32_t req_id, struct bufferevent *bev, struct ring *spare,
-                stream_finished_fn finished, void *owner, char *err, size_t errlen);
-/* A shared-memory stream that sent END gives its ring to the connection
- * for the next stream (1; moved into *out, which must be empty), from the
- * finished callback before stream_close; 0 when it has none to give
- * (socket, failed, dropped). The client reuses it only once it is done with
- * every batch of this stream: it opens the next stream after closing this
- * one. */
+#define STREAMS_SHM_STATS(X)                                                          \
+    X(rings, GAUGE, "rings", "shared-memory rings: the streams' and those kept for the next")    \
+    X(ring_bytes, GAUGE, "bytes", "bytes of those rings")                              \
+    X(streams_total, COUNTER, "streams", "streams on the shared-memory transport")     \
+    X(fallbacks, COUNTER, "streams", "streams that asked for shared memory and got the socket") \
+    X(rings_kept, COUNTER, "streams", "streams on the ring their connection kept")     \
+    X(releases, COUNTER, "slots", "slots released by clients")                        \
+    X(release_timeouts, COUNTER, "clients",                                            \
+      "clients dropped for holding every slot for limits.release_timeout")             \
+    X(release_timeout_s, GAUGE, "seconds", "limits.release_timeout", "release_timeout_seconds")
+
+/* readahead may be NULL (workers read every batch themselves). */
+int streams_create(struct streams **out, struct event_base *base, struct workers *workers,
+                   struct pipeline *pipe, struct readahead *readahead);
+/* After every stream is freed. NULL is fine. */
+void streams_destroy(struct streams *ss);
+/* limits.release_timeout, seconds (see stream_release); for new streams. */
+void streams_set_release_timeout(struct streams *ss, uint32_t seconds);
+/* The top-level fields (STREAMS_STATS) and the "shm" section. */
+void streams_stats(const struct streams *ss, struct stats_out *o);
+void streams_shm_stats(const struct streams *ss, struct stats_out *o);
+/* Bytes of the streams' batch buffers and rings. */
+uint64_t streams_buffer_bytes(const struct streams *ss);
+/* Clients dropped for holding their slots (limits.release_timeout's hits). */
+uint64_t streams_release_timeouts(const struct streams *ss);
+
+/* Plans the epoch and starts it: the reply's first word is OPENED. On a bad
+ * request returns -EINVAL (or -ENOMEM) with a message in err, and says
+ * nothing. spare (may be NULL) is the ring the owner kept from its previous
+ * stream: a shared-memory stream of the same geometry takes it over (the
+ * client has it mapped already), any other stream frees it. */
+int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
+                const struct stream_params *p, const struct reply *reply, struct ring *spare,
+                char *err, size_t errlen);
+/* A shared-memory stream that ended well (its reply said done) gives its
+ * ring to the owner for the next stream (1; moved into *out, which must be
+ * empty), before stream_close; 0 when it has none to give (socket, failed,
+ * dropped). The client reuses it only once it is done with every batch of
+ * this stream: it opens the next stream after closing this one. */
 int stream_take_ring(struct stream *s, struct ring *out);
 /* Frees a ring taken with stream_take_ring (nothing when r->fd < 0). */
-void stream_ring_free(const struct stream_env *env, struct ring *r);
-uint32_t stream_id(const struct stream *s);
+void stream_ring_free(struct streams *ss, struct ring *r);
 /* Shared memory: the client is done with a slot it was sent. A slot it
- * does not hold is refused (-PROTO_E_INVAL, message in err). A stream whose
+ * does not hold is refused (-EINVAL, message in err). A stream whose
  * client holds slots and releases none for release_timeout seconds while
- * the ring is full fails with PROTO_E_LIMIT and says so in stream_dropped:
- * the owner then drops the connection. */
+ * the ring is full fails with -ETIMEDOUT and says so in stream_dropped:
+ * the owner then drops the client. */
 int stream_release(struct stream *s, uint32_t slot, char *err, size_t errlen);
 int stream_dropped(const struct stream *s);
-/* Stops producing, detaches from the connection; frees when idle. */
+/* Stops producing and says nothing more; frees when idle. */
 void stream_close(struct stream *s);
 
 #endif

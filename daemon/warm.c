@@ -7,9 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frame.h"
 #include "log.h"
-#include "proto.h"
+#include "stats.h"
 
 struct warm_job {
     struct work work; /* first: the work is the job */
@@ -20,13 +19,12 @@ struct warm_job {
 };
 
 struct warm {
-    const struct warm_env *env;
+    struct event_base *base;
+    struct workers *workers;
+    struct pipeline *pipe;
     struct dataset *ds;
-    struct bufferevent *bev;
-    uint32_t req_id;
-    warm_finished_fn finished;
-    void *owner;
-    struct event *ev; /* tells the owner, outside of any callback of ours */
+    struct reply reply;
+    struct event *ev; /* says done, outside of any call the owner made */
     struct warm_job *jobs;
     uint32_t njobs;
     uint32_t busy;    /* jobs with the pool */
@@ -46,16 +44,12 @@ static void warm_free(struct warm *w)
         dataset_release(ds); /* last: may free a dataset a reload retired */
 }
 
-static void warm_send(struct warm *w, uint16_t type)
+static void warm_say_progress(struct warm *w)
 {
-    struct proto_wbuf b;
-    proto_wbuf_init(&b);
-    proto_frame_begin(&b, type, w->req_id);
-    proto_put_progress(&b, &w->prog);
-    if (frame_send(w->bev, &b) < 0)
-        log_error("warm of '%s': cannot queue %s: out of memory", w->ds->cfg->name,
-                  proto_type_name(type));
-    proto_wbuf_free(&b);
+    struct reply_msg m = {.kind = REPLY_WARM, .warm = w->prog};
+    if (reply_progress(&w->reply, &m, -1) < 0)
+        log_error("warm of '%s': cannot queue a progress report: out of memory",
+                  dataset_name(w->ds));
     w->sent_ns = stats_now_ns();
 }
 
@@ -63,7 +57,7 @@ static void job_run(struct work *wk, struct worker_ctx *ctx)
 {
     struct warm_job *j = (struct warm_job *)wk;
     memset(&j->res, 0, sizeof(j->res));
-    pipeline_warm(j->w->env->pipe, j->w->ds, j->first, j->n, ctx, &j->res);
+    pipeline_warm(j->w->pipe, j->w->ds, j->first, j->n, ctx, &j->res);
 }
 
 static void warm_pump(struct warm *w);
@@ -92,7 +86,7 @@ static void job_done(struct work *wk, int cancelled)
 
 static void warm_pump(struct warm *w)
 {
-    uint32_t total = w->ds->nsamples;
+    uint32_t total = dataset_size(w->ds);
     for (uint32_t i = 0; i < w->njobs && w->next < total; i++) {
         struct warm_job *j = &w->jobs[i];
         if (j->busy)
@@ -102,19 +96,18 @@ static void warm_pump(struct warm *w)
         w->next += j->n;
         j->busy = 1;
         w->busy++;
-        workers_submit(w->env->workers, &j->work);
+        workers_submit(w->workers, &j->work);
     }
     if (w->next == total && w->busy == 0) {
-        warm_send(w, PROTO_DONE);
         w->done = 1;
         log_info("dataset '%s': warmed %llu samples (%llu computed, %llu bad, %.1f MiB) "
-                 "in %.2f s", w->ds->cfg->name, (unsigned long long)w->prog.done,
+                 "in %.2f s", dataset_name(w->ds), (unsigned long long)w->prog.done,
                  (unsigned long long)w->prog.computed, (unsigned long long)w->prog.failed,
                  (double)w->prog.bytes / (1 << 20),
                  (double)(stats_now_ns() - w->t0_ns) / 1e9);
         event_active(w->ev, EV_TIMEOUT, 0);
     } else if (stats_now_ns() - w->sent_ns >= WARM_PROGRESS_MS * 1000000ull) {
-        warm_send(w, PROTO_PROGRESS);
+        warm_say_progress(w);
     }
 }
 
@@ -124,58 +117,64 @@ static void warm_on_event(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     if (w->done && !w->notified) {
+        struct reply_msg m = {.kind = REPLY_WARM, .warm = w->prog};
         w->notified = 1;
-        w->finished(w, w->owner); /* the owner closes w: touch it no more */
+        /* The owner may close w from within: touch it no more (it says
+         * itself if DONE could not be queued). */
+        reply_done(&w->reply, &m);
     }
 }
 
-int warm_start(struct warm **out, const struct warm_env *env, struct dataset *ds,
-               uint32_t req_id, struct bufferevent *bev, warm_finished_fn finished,
-               void *owner, char *err, size_t errlen)
+int warm_start(struct warm **out, struct event_base *base, struct workers *workers,
+               struct pipeline *pipe, struct dataset *ds, const struct reply *reply,
+               char *err, size_t errlen)
 {
-    if (ds->split == 0) {
+    const struct strategy *st = dataset_strategy(ds);
+    uint32_t split = st->split;
+    strategy_put(st);
+    if (split == 0) {
         snprintf(err, errlen, "dataset '%s' has no offline steps: nothing to cache",
-                 ds->cfg->name);
-        return -PROTO_E_INVAL;
-    }
-    if (ds->warming) {
-        snprintf(err, errlen, "dataset '%s' is being warmed already", ds->cfg->name);
-        return -PROTO_E_LIMIT;
+                 dataset_name(ds));
+        return -EINVAL;
     }
     struct warm *w = calloc(1, sizeof(*w));
     if (!w) {
         snprintf(err, errlen, "no memory to warm a dataset");
-        return -PROTO_E_NOMEM;
+        return -ENOMEM;
     }
-    w->njobs = 2 * workers_count(env->workers);
+    w->njobs = 2 * workers_count(workers);
     if (w->njobs == 0)
         w->njobs = 1;
     w->jobs = calloc(w->njobs, sizeof(*w->jobs));
-    w->ev = event_new(env->base, -1, 0, warm_on_event, w);
+    w->ev = event_new(base, -1, 0, warm_on_event, w);
     if (!w->jobs || !w->ev) {
         if (w->ev)
             event_free(w->ev);
         warm_free(w);
         snprintf(err, errlen, "no memory to warm a dataset");
-        return -PROTO_E_NOMEM;
+        return -ENOMEM;
+    }
+    if (dataset_warm_begin(ds) < 0) {
+        event_free(w->ev);
+        warm_free(w);
+        snprintf(err, errlen, "dataset '%s' is being warmed already", dataset_name(ds));
+        return -EBUSY;
     }
     for (uint32_t i = 0; i < w->njobs; i++) {
         w->jobs[i].work.run = job_run;
         w->jobs[i].work.done = job_done;
         w->jobs[i].w = w;
     }
-    w->env = env;
+    w->base = base;
+    w->workers = workers;
+    w->pipe = pipe;
     w->ds = ds;
     dataset_hold(ds);
-    w->bev = bev;
-    w->req_id = req_id;
-    w->finished = finished;
-    w->owner = owner;
-    w->prog.total = ds->nsamples;
+    w->reply = *reply;
+    w->prog.total = dataset_size(ds);
     w->t0_ns = stats_now_ns();
-    ds->warming = 1;
-    log_info("dataset '%s': warming %u samples", ds->cfg->name, ds->nsamples);
-    warm_send(w, PROTO_PROGRESS);
+    log_info("dataset '%s': warming %u samples", dataset_name(ds), dataset_size(ds));
+    warm_say_progress(w);
     *out = w;
     warm_pump(w);
     return 0;
@@ -184,20 +183,20 @@ int warm_start(struct warm **out, const struct warm_env *env, struct dataset *ds
 void warm_close(struct warm *w)
 {
     w->closing = 1;
-    w->bev = NULL;
-    w->ds->warming = 0;
+    w->reply.ops = NULL;
+    dataset_warm_end(w->ds);
     event_free(w->ev);
     w->ev = NULL;
     if (!w->done)
         log_info("dataset '%s': warm stopped after %llu of %llu samples",
-                 w->ds->cfg->name, (unsigned long long)w->prog.done,
+                 dataset_name(w->ds), (unsigned long long)w->prog.done,
                  (unsigned long long)w->prog.total);
     /* Queued jobs never start (their done() runs now); running ones come
      * back through job_done. A guard keeps w alive through the loop. */
     w->busy++;
     for (uint32_t i = 0; i < w->njobs; i++)
         if (w->jobs[i].busy)
-            workers_cancel(w->env->workers, &w->jobs[i].work);
+            workers_cancel(w->workers, &w->jobs[i].work);
     if (--w->busy == 0)
         warm_free(w);
 }

@@ -132,7 +132,7 @@ static int workers_io_setup(struct workers *p, const struct workers_config *cfg)
 }
 
 int workers_create(struct workers **out, struct event_base *base,
-                   const struct workers_config *cfg, struct stats_thread *stats)
+                   const struct workers_config *cfg)
 {
     struct workers *p = calloc(1, sizeof(*p));
     unsigned n = cfg->threads;
@@ -160,7 +160,6 @@ int workers_create(struct workers **out, struct event_base *base,
         struct worker_thread *t = &p->threads[i];
         t->pool = p;
         t->ctx.index = i;
-        t->ctx.stats = &stats[i];
         step_ctx_init(&t->ctx.step);
         t->ctx.step.max_pixels = cfg->max_pixels;
         if ((rc = -pthread_create(&t->tid, NULL, worker_main, t)) < 0)
@@ -273,23 +272,18 @@ unsigned workers_count(const struct workers *p)
     return p->n;
 }
 
-unsigned workers_busy(struct workers *p)
+static const struct stats_decl workers_decl[] = {WORKERS_STATS(STATS_DECL)};
+static const struct stats_decl workers_io_decl[] = {WORKERS_IO_STATS(STATS_DECL)};
+
+void workers_stats(struct workers *p, struct stats_out *o)
 {
     pthread_mutex_lock(&p->lock);
-    unsigned b = p->busy;
+    uint64_t v[3] = {p->n, p->busy, p->queued};
     pthread_mutex_unlock(&p->lock);
-    return b;
+    stats_emit_u64(o, workers_decl, v, 3);
 }
 
-unsigned workers_queued(struct workers *p)
-{
-    pthread_mutex_lock(&p->lock);
-    unsigned q = p->queued;
-    pthread_mutex_unlock(&p->lock);
-    return q;
-}
-
-const char *workers_io_backend(const struct workers *p)
+static const char *io_backend(const struct workers *p)
 {
     const char *b = p->n ? io_ring_backend(p->threads[0].ctx.io) : "none";
     for (unsigned i = 1; i < p->n; i++)
@@ -298,9 +292,11 @@ const char *workers_io_backend(const struct workers *p)
     return b;
 }
 
-unsigned workers_io_depth(const struct workers *p)
+void workers_io_fields(const struct workers *p, struct stats_out *o)
 {
-    return p->n ? io_ring_depth(p->threads[0].ctx.io) : 0;
+    struct stats_val v[2] = {stats_str(io_backend(p)),
+                             stats_u64(p->n ? io_ring_depth(p->threads[0].ctx.io) : 0)};
+    stats_emit(o, workers_io_decl, v, 2);
 }
 
 void workers_io_stats(const struct workers *p, struct io_stats *sum)

@@ -24,12 +24,12 @@
 struct event_base;
 struct workers;
 
-/* What a worker thread owns: its stats block, step state, I/O ring, and
- * the buffers of whoever runs on it (`local`, freed with local_free when
- * the pool stops). */
+/* What a worker thread owns: its index (0 to threads - 1: where modules
+ * keep its per-thread counters, stats.h), step state, I/O ring, and the
+ * buffers of whoever runs on it (`local`, freed with local_free when the
+ * pool stops). */
 struct worker_ctx {
     unsigned index;
-    struct stats_thread *stats;
     struct step_ctx step;
     struct img scratch[3]; /* file bytes and two ping-pong images */
     struct io_ring *io;
@@ -56,9 +56,8 @@ struct work {
     int unpaused;
 };
 
-/* stats points at cfg->threads per-thread blocks, one per worker. */
 int workers_create(struct workers **out, struct event_base *base,
-                   const struct workers_config *cfg, struct stats_thread *stats);
+                   const struct workers_config *cfg);
 /* Stops the threads after their current job; queued jobs get done(w, 1). */
 void workers_destroy(struct workers *p);
 void workers_submit(struct workers *p, struct work *w);
@@ -74,12 +73,20 @@ int workers_cancel(struct workers *p, struct work *w);
 void workers_pause(struct workers *p);
 void workers_resume(struct workers *p);
 unsigned workers_count(const struct workers *p);
-unsigned workers_busy(struct workers *p);
-unsigned workers_queued(struct workers *p);
-/* The I/O backend of the threads ("io_uring", "pread", or "mixed" when
- * some fell back at run time) and the sum of their I/O counters. */
-const char *workers_io_backend(const struct workers *p);
-unsigned workers_io_depth(const struct workers *p);
+
+/* The pool's gauges (top of the stats document), and what the I/O section
+ * says of the threads' rings: the backend ("io_uring", "pread", or "mixed"
+ * when some fell back at run time) and the depth. */
+#define WORKERS_STATS(X)                                                  \
+    X(workers, GAUGE, "threads", "worker threads")                         \
+    X(workers_busy, GAUGE, "threads", "worker threads running a job")       \
+    X(jobs_queued, GAUGE, "jobs", "jobs waiting for a worker")
+#define WORKERS_IO_STATS(X)                                               \
+    X(backend, INFO, "", "the workers' I/O backend")                       \
+    X(depth, GAUGE, "reads", "reads in flight per worker thread at most (io.depth)")
+void workers_stats(struct workers *p, struct stats_out *o);
+void workers_io_fields(const struct workers *p, struct stats_out *o);
+/* The sum of the threads' I/O counters. */
 void workers_io_stats(const struct workers *p, struct io_stats *sum);
 /* Bytes of buffers the threads hold (their mem_bytes gauges). */
 uint64_t workers_mem_bytes(const struct workers *p);

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target: a sample file through the pipeline steps (daemon/step*.c:
+ * libFuzzer target: a sample file through the pipeline steps (the modules of daemon/steps:
  * TurboJPEG decode, resize, crops, flip, pad, float conversion), as a
  * worker runs them on whatever lies in a dataset directory.
  *
@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "fuzz.h"
+#include "hash.h"
 #include "proto.h"
 #include "step.h"
 
@@ -125,7 +126,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ready = 1;
     }
     ctx.max_pixels = MAX_PIXELS;
-    ctx.seed = step_mix64(data[1]);
+    ctx.seed = hash_mix64(data[1]);
     build(&p, data[0], data[1], crop);
 
     /* The bytes, in a buffer of their exact size (ASan sees any overread). */

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "fuzz.h"
+#include "hash.h"
 #include "log.h"
 #include "proto.h"
 #include "step.h"
@@ -88,10 +89,10 @@ static void fix_segment(uint8_t *seg, size_t len, uint8_t ctl, struct store_key 
         uint64_t rec = ((uint64_t)STORE_HEADER_SIZE + stored + STORE_ALIGN - 1) &
                        ~(uint64_t)(STORE_ALIGN - 1);
         if ((ctl & 0x02) && stored <= len - off - STORE_HEADER_SIZE)
-            wr32(h + 12, store_crc32c(0, h + STORE_HEADER_SIZE, stored));
+            wr32(h + 12, hash_crc32c(0, h + STORE_HEADER_SIZE, stored));
         if (ctl & 0x01) {
             wr32(h + 8, 0);
-            wr32(h + 8, store_crc32c(0, h, STORE_HEADER_SIZE));
+            wr32(h + 8, hash_crc32c(0, h, STORE_HEADER_SIZE));
         }
         if (*nkeys < MAX_KEYS)
             keys[(*nkeys)++] = hdr_key(h);

@@ -20,6 +20,7 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "hash.h"
 #include "log.h"
 #include "proto.h"
 #include "step.h"
@@ -200,7 +201,7 @@ static int segment(const char *name, int zstd_level, int nrec)
                      .data = pix, .len = sizeof(pix), .cap = sizeof(pix), .borrowed = 1};
     int ok = 1;
     for (int i = 0; i < nrec; i++) {
-        struct store_key key = {store_hash64("demo", 4), (uint64_t)i * 2, 77, 1234,
+        struct store_key key = {hash_xxh64("demo", 4), (uint64_t)i * 2, 77, 1234,
                                 1700000000000000000ll};
         ok &= store_put(st, &key, &im, zstd_level) == 0;
     }

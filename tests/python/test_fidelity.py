@@ -16,7 +16,7 @@ torchvision 0.14's transforms on PIL images:
 - random steps: torch's generator cannot be reproduced, so presto cannot
   draw torch's crops and flips. Instead (1) a replica of presto's draws
   (splitmix64 from the per-sample seed, see daemon/pipeline.c and
-  daemon/step_rrc.c) predicts every crop box and flip, and torchvision's
+  daemon/steps/rrc.c) predicts every crop box and flip, and torchvision's
   F.resized_crop + F.hflip with those draws must give presto's bytes
   exactly; (2) the replica's boxes must follow the distribution of
   RandomResizedCrop.get_params (two-sample Kolmogorov-Smirnov on the area
@@ -162,7 +162,7 @@ def eval_ref(i, mode="RGB", files=None):
 def dct_eighths(w, h):
     """The DCT scale (in eighths) decode with dct_scale picks for a w x h
     JPEG before Resize(256): the smallest of 1/8 to 4/8 that covers 5/4 of
-    the resize's output, else 8/8 (daemon/step_decode.c)."""
+    the resize's output, else 8/8 (daemon/steps/decode.c)."""
     short, long_ = min(w, h), max(w, h)
     need_long = int(256 * long_ / short)
     need_w, need_h = (256, need_long) if w <= h else (need_long, 256)
@@ -283,7 +283,7 @@ class NormalizeTest(unittest.TestCase):
             self.assertLessEqual(err, 1e-5)
 
 
-# ---- a replica of presto's random draws (daemon/pipeline.c, daemon/step*.c) ----
+# ---- a replica of presto's random draws (daemon/hash.c, daemon/steps/*.c) ----
 
 M64 = (1 << 64) - 1
 
@@ -295,7 +295,7 @@ def mix64(x):
 
 
 class Rng:
-    """step_rand01: splitmix64 doubles in [0, 1)."""
+    """hash_rand01: splitmix64 doubles in [0, 1)."""
 
     def __init__(self, state):
         self.state = state

@@ -1,6 +1,6 @@
-/* Unit tests for the pipeline steps (daemon/step.h): declarations, decode
+/* Unit tests for the pipeline steps (daemon/steps/step.h): declarations, decode
  * (bit-exact with PIL), resize (Pillow's antialiased bilinear, every kernel
- * of daemon/step_impl.h this machine can run), center_crop
+ * of daemon/steps/step_impl.h this machine can run), center_crop
  * (torchvision's offsets and padding), random_flip (seeded), and a
  * throughput figure for the default offline pipeline.
  *
@@ -21,6 +21,7 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "hash.h"
 #include "proto.h"
 #include "step.h"
 #include "step_impl.h"
@@ -211,7 +212,7 @@ static void make_pixels(struct img *im, uint32_t h, uint32_t w, uint32_t c)
 static void fill_pattern(struct img *im, uint64_t seed)
 {
     for (size_t i = 0; i < im->len; i++) {
-        uint64_t r = step_mix64(seed + i);
+        uint64_t r = hash_mix64(seed + i);
         im->data[i] = (uint8_t)((i / im->c) % 251 + (r & 3) * 7);
     }
 }
@@ -504,12 +505,12 @@ START_TEST(test_splitmix)
     /* The reference splitmix64 generator seeded with 0 first returns
      * 0xe220a8397b1dcdaf. */
     uint64_t state = 0;
-    double r = step_rand01(&state);
+    double r = hash_rand01(&state);
     ck_assert_uint_eq(state, 0x9e3779b97f4a7c15ULL);
     ck_assert(r == (double)(0xe220a8397b1dcdafULL >> 11) / 9007199254740992.0);
-    ck_assert_uint_eq(step_mix64(0x9e3779b97f4a7c15ULL), 0xe220a8397b1dcdafULL);
+    ck_assert_uint_eq(hash_mix64(0x9e3779b97f4a7c15ULL), 0xe220a8397b1dcdafULL);
     for (int i = 0; i < 1000; i++) {
-        r = step_rand01(&state);
+        r = hash_rand01(&state);
         ck_assert(r >= 0.0 && r < 1.0);
     }
 }
@@ -721,7 +722,7 @@ START_TEST(test_decode_errors)
     /* Garbage and empty input. */
     uint8_t garbage[4096];
     for (size_t i = 0; i < sizeof(garbage); i++)
-        garbage[i] = (uint8_t)step_mix64(i);
+        garbage[i] = (uint8_t)hash_mix64(i);
     struct img g = {.fmt = IMG_ENCODED, .data = garbage, .len = sizeof(garbage)};
     decode_fails(&ctx, &g, -EBADMSG, "garbage");
     ck_assert_msg(strstr(ctx.err, "JPEG") != NULL, "message: %s", ctx.err);
@@ -906,7 +907,7 @@ START_TEST(test_resize_kernels_agree)
             usable &= ~(1u << k);
     step_ctx_init(&ctx);
     for (uint64_t n = 0; n < 400 && usable; n++) {
-        uint64_t r = step_mix64(n + 1000);
+        uint64_t r = hash_mix64(n + 1000);
         uint32_t h = 1 + r % 90, w = 1 + (r >> 8) % 90, c = 1 + (r >> 16) % 4;
         uint32_t size = 1 + (r >> 24) % 120;
         if (n % 10 == 0) { /* the benchmark's kind: larger photos to 256 */
@@ -917,7 +918,7 @@ START_TEST(test_resize_kernels_agree)
         }
         make_pixels(&in, h, w, c);
         for (size_t i = 0; i < in.len; i++) {
-            uint64_t v = step_mix64(n * 1000003 + i);
+            uint64_t v = hash_mix64(n * 1000003 + i);
             in.data[i] = n % 4 == 3 ? (v & 1 ? 255 : 0) : (uint8_t)v;
         }
         ck_assert_int_eq(step_resize_apply_isa(size, STEP_RESIZE_ISA_SCALAR, &ctx, &in,
@@ -1804,7 +1805,7 @@ START_TEST(test_resample_box_matches_pil)
     unsigned usable = resize_isas_usable();
     step_ctx_init(&ctx);
     for (uint64_t n = 0; n < 12; n++) {
-        uint64_t r = step_mix64(n + 77);
+        uint64_t r = hash_mix64(n + 77);
         uint32_t h = 8 + r % 90, w = 8 + (r >> 8) % 90, c = n % 3 == 2 ? 1 : 3;
         uint32_t oh = 1 + (r >> 16) % 60, ow = 1 + (r >> 24) % 60;
         /* Box corners on 1/8 steps: exact in Pillow's float box. */
@@ -1871,7 +1872,7 @@ START_TEST(test_rrc_params)
     int n = 20000, fallbacks = 0;
     double area_sum = 0, lratio_sum = 0;
     for (int i = 0; i < n; i++) {
-        uint64_t seed = step_mix64((uint64_t)i);
+        uint64_t seed = hash_mix64((uint64_t)i);
         int at = step_rrc_params(&s, seed, h, w, &b);
         ck_assert(at >= 1 && at <= 11);
         step_rrc_params(&s, seed, h, w, &b2);
@@ -1957,7 +1958,7 @@ START_TEST(test_rrc_matches_pil)
             struct step s = make_stepv("random_resized_crop", specs[i]);
             for (uint64_t seed = 1; seed <= 3; seed++) {
                 struct step_box b;
-                ctx.seed = step_mix64(seed * 1000 + i);
+                ctx.seed = hash_mix64(seed * 1000 + i);
                 step_rrc_params(&s, ctx.seed, in.h, in.w, &b);
                 apply_ok(&s, &ctx, &in, &out);
                 ck_assert(out.h == s.h && out.w == s.w && out.c == in.c);
@@ -2148,7 +2149,7 @@ static void time_pipeline(const char *label, const struct step *st, size_t n,
     for (int it = 0; it < iters; it++) {
         for (size_t i = 0; i < ninputs; i++) {
             const struct img *cur = &inputs[i];
-            ctx->seed = step_mix64((uint64_t)it * ninputs + i);
+            ctx->seed = hash_mix64((uint64_t)it * ninputs + i);
             for (size_t k = 0; k < n; k++) {
                 struct img *o = k + 1 == n ? out : &mid[k % 2];
                 double t1 = now_s();

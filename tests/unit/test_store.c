@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include "hash.h"
 #include "io.h"
 #include "log.h"
 #include "proto.h"
@@ -226,8 +227,8 @@ static struct store_key key_of(unsigned i)
     char path[64];
     int n = snprintf(path, sizeof(path), "class%u/img%05u.jpg", i % 7, i);
     return (struct store_key){
-        .dataset = store_hash64("imagenet", 8),
-        .path = store_hash64(path, (size_t)n),
+        .dataset = hash_xxh64("imagenet", 8),
+        .path = hash_xxh64(path, (size_t)n),
         .fingerprint = 0xF00DF00Dull,
         .src_size = 10000 + i,
         .src_mtime_ns = 1700000000000000000ll + i,
@@ -359,19 +360,19 @@ static void check_missing(struct store *st, unsigned i)
 
 START_TEST(test_checksums)
 {
-    ck_assert_uint_eq(store_crc32c(0, "123456789", 9), 0xE3069283u);
-    ck_assert_uint_eq(store_crc32c(0, "", 0), 0);
+    ck_assert_uint_eq(hash_crc32c(0, "123456789", 9), 0xE3069283u);
+    ck_assert_uint_eq(hash_crc32c(0, "", 0), 0);
     /* Continuation at every split point, unaligned starts included. */
     uint8_t buf[301];
     for (size_t i = 0; i < sizeof(buf); i++)
         buf[i] = (uint8_t)mix(i);
-    uint32_t whole = store_crc32c(0, buf + 1, 300);
+    uint32_t whole = hash_crc32c(0, buf + 1, 300);
     for (size_t cut = 0; cut <= 300; cut += 7)
-        ck_assert_uint_eq(store_crc32c(store_crc32c(0, buf + 1, cut), buf + 1 + cut, 300 - cut),
+        ck_assert_uint_eq(hash_crc32c(hash_crc32c(0, buf + 1, cut), buf + 1 + cut, 300 - cut),
                           whole);
 
-    ck_assert_uint_eq(store_hash64("", 0), 0xEF46DB3751D8E999ull);
-    ck_assert_uint_eq(store_hash64("abc", 3), 0x44BC2CF5AD770999ull);
+    ck_assert_uint_eq(hash_xxh64("", 0), 0xEF46DB3751D8E999ull);
+    ck_assert_uint_eq(hash_xxh64("abc", 3), 0x44BC2CF5AD770999ull);
     /* zstd's frame checksum is the low 32 bits of XXH64 (seed 0) of the
      * content: cross-check every tail length and the 32-byte stripes. */
     ZSTD_CCtx *cc = ZSTD_createCCtx();
@@ -386,7 +387,7 @@ START_TEST(test_checksums)
         ck_assert(!ZSTD_isError(n) && n >= 4);
         uint32_t sum = (uint32_t)frame[n - 4] | (uint32_t)frame[n - 3] << 8 |
                        (uint32_t)frame[n - 2] << 16 | (uint32_t)frame[n - 1] << 24;
-        ck_assert_msg(sum == (uint32_t)store_hash64(data, lens[i]), "xxh64 of %zu bytes",
+        ck_assert_msg(sum == (uint32_t)hash_xxh64(data, lens[i]), "xxh64 of %zu bytes",
                       lens[i]);
     }
     ZSTD_freeCCtx(cc);

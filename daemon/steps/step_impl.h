@@ -1,8 +1,8 @@
 /*
  * Private interface between step.c (parsing, dispatch) and the per-step
- * modules: step_decode.c, step_resize.c (resize and the resampler
- * random_resized_crop uses), step_crop.c (center_crop, pad), step_rrc.c,
- * step_flip.c, step_normalize.c (normalize, to_float). Not for use outside
+ * modules of daemon/steps/: decode.c, resize.c (resize and the resampler
+ * random_resized_crop uses), crop.c (center_crop, pad), rrc.c, flip.c,
+ * normalize.c (normalize, to_float). Not for use outside
  * the step modules and their tests; the public contract is step.h.
  */
 #ifndef PRESTO_STEP_IMPL_H
@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "proto.h"
 #include "step.h"
 
 /* Writes a message into ctx->err; returns rc so callers can
@@ -22,11 +23,17 @@ int step_fail(struct step_ctx *ctx, int rc, const char *fmt, ...)
 int step_check_pixels(struct step_ctx *ctx, const struct img *in,
                       const char *step);
 
-/* Makes out an h x w x c uint8 image with room for its pixels (and clears
- * the dct_scale fields). -ENOMEM, or -ENOSPC when out is borrowed and too
- * small. */
-int step_out_pixels(struct step_ctx *ctx, struct img *out, uint32_t h,
-                    uint32_t w, uint32_t c);
+/* Makes out an h x w x c image of dtype (uint8 or float32) with room for
+ * its pixels (and clears the dct_scale fields). -ENOMEM, or -ENOSPC when out
+ * is borrowed and too small. */
+int step_out_pixels_as(struct step_ctx *ctx, struct img *out, uint32_t h,
+                       uint32_t w, uint32_t c, uint32_t dtype);
+
+static inline int step_out_pixels(struct step_ctx *ctx, struct img *out, uint32_t h,
+                                  uint32_t w, uint32_t c)
+{
+    return step_out_pixels_as(ctx, out, h, w, c, PROTO_DTYPE_U8);
+}
 
 /* ---- decode ---- */
 

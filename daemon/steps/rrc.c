@@ -24,6 +24,7 @@
  */
 #include <math.h>
 
+#include "hash.h"
 #include "step.h"
 #include "step_impl.h"
 
@@ -42,7 +43,7 @@
 /* A uniform integer in [0, n]. */
 static uint32_t rrc_randint(uint64_t *state, uint32_t n)
 {
-    uint32_t v = (uint32_t)(step_rand01(state) * ((double)n + 1.0));
+    uint32_t v = (uint32_t)(hash_rand01(state) * ((double)n + 1.0));
     return v > n ? n : v;
 }
 
@@ -56,8 +57,8 @@ int step_rrc_params(const struct step *s, uint64_t seed, uint32_t h, uint32_t w,
 
     for (int attempt = 1; attempt <= RRC_ATTEMPTS; attempt++) {
         double target = area * (s->scale[0] + (s->scale[1] - s->scale[0]) *
-                                                  step_rand01(&state));
-        double aspect = exp(lr0 + (lr1 - lr0) * step_rand01(&state));
+                                                  hash_rand01(&state));
+        double aspect = exp(lr0 + (lr1 - lr0) * hash_rand01(&state));
         double cw = nearbyint(sqrt(target * aspect));
         double ch = nearbyint(sqrt(target / aspect));
         if (cw > 0 && cw <= w && ch > 0 && ch <= h) {

@@ -1,8 +1,7 @@
 /*
  * Pipeline steps: parsing and validation of step declarations (a table of
  * parameters per step), pipeline checks, canonical descriptions and
- * fingerprints, shapes, dispatch to the per-step modules, image buffers,
- * and the splitmix64 helpers random steps draw their decisions from.
+ * fingerprints, shapes, and dispatch to the per-step modules.
  */
 #include <errno.h>
 #include <math.h>
@@ -11,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
 #include "proto.h"
 #include "step.h"
 #include "step_impl.h"
@@ -27,31 +27,6 @@ static const char *const step_names[STEP_KIND_MAX] = {
 };
 
 static const char *const layout_names[] = {"nhwc", "nchw"};
-
-/* ---- image buffers ---- */
-
-int img_reserve(struct img *im, size_t len)
-{
-    if (len <= im->cap)
-        return 0;
-    if (im->borrowed)
-        return -ENOSPC;
-    /* cap == 0: no buffer, or one borrowed from elsewhere that must not be
-     * reallocated; either way start a fresh owned buffer. */
-    uint8_t *p = im->cap ? realloc(im->data, len) : malloc(len);
-    if (p == NULL)
-        return -ENOMEM;
-    im->data = p;
-    im->cap = len;
-    return 0;
-}
-
-void img_free(struct img *im)
-{
-    if (im->cap && !im->borrowed)
-        free(im->data);
-    memset(im, 0, sizeof(*im));
-}
 
 /* ---- per-thread context ---- */
 
@@ -95,18 +70,19 @@ int step_check_pixels(struct step_ctx *ctx, const struct img *in,
     return 0;
 }
 
-int step_out_pixels(struct step_ctx *ctx, struct img *out, uint32_t h,
-                    uint32_t w, uint32_t c)
+int step_out_pixels_as(struct step_ctx *ctx, struct img *out, uint32_t h,
+                       uint32_t w, uint32_t c, uint32_t dtype)
 {
-    size_t len = (size_t)h * w * c;
+    size_t len = (size_t)h * w * c * proto_dtype_size(dtype);
     int rc = img_reserve(out, len);
     if (rc < 0) /* -ENOSPC: a borrowed buffer (a batch slot) too small */
-        return step_fail(ctx, rc, "no room for a %ux%ux%u image", h, w, c);
+        return step_fail(ctx, rc, "no room for a %ux%ux%u%s image", h, w, c,
+                         dtype == PROTO_DTYPE_U8 ? "" : " float32");
     out->fmt = IMG_PIXELS;
     out->h = h;
     out->w = w;
     out->c = c;
-    out->dtype = PROTO_DTYPE_U8;
+    out->dtype = dtype;
     out->len = len;
     out->src_h = out->src_w = out->scale_num = out->scale_den = 0;
     return 0;
@@ -735,10 +711,10 @@ uint64_t step_fingerprint(const struct step *s, uint64_t h)
      * back exactly, so two steps share it only when they compute alike. */
     char text[512];
     describe(s, text, sizeof(text), 1);
-    h = step_mix64(h + 0x9e3779b97f4a7c15ULL * ((uint64_t)s->kind + 1));
+    h = hash_mix64(h + 0x9e3779b97f4a7c15ULL * ((uint64_t)s->kind + 1));
     for (const char *p = text; *p; p++)
         h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
-    return step_mix64(h);
+    return hash_mix64(h);
 }
 
 /* ---- shapes ---- */
@@ -824,19 +800,4 @@ int step_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
     default:
         return step_fail(ctx, -EINVAL, "unknown step kind %d", (int)s->kind);
     }
-}
-
-/* ---- splitmix64 ---- */
-
-uint64_t step_mix64(uint64_t x)
-{
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-double step_rand01(uint64_t *state)
-{
-    *state += 0x9e3779b97f4a7c15ULL;
-    return (double)(step_mix64(*state) >> 11) * 0x1.0p-53;
 }

@@ -1,11 +1,12 @@
 /*
  * random_flip: mirrors the image left-right with probability p. The one
- * decision is the first step_rand01 draw from the per-sample seed, so a
+ * decision is the first hash_rand01 draw from the per-sample seed, so a
  * (seed, epoch, sample) triple always flips the same way. The result is
  * always written to out (a plain copy when not flipped).
  */
 #include <string.h>
 
+#include "hash.h"
 #include "step.h"
 #include "step_impl.h"
 
@@ -144,7 +145,7 @@ int step_flip_apply(double p, struct step_ctx *ctx, const struct img *in,
         return rc;
 
     uint64_t state = ctx->seed;
-    if (step_rand01(&state) < p)
+    if (hash_rand01(&state) < p)
         flip_rows(in->data, out->data, in->h, in->w, in->c);
     else
         memcpy(out->data, in->data, out->len);

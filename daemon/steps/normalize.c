@@ -116,10 +116,10 @@ int step_normalize_apply(const struct step *s, struct step_ctx *ctx, const struc
     uint32_t h = in->h, w = in->w, c = in->c;
     if (c > STEP_CHANNELS_MAX || (s->nmean != 1 && s->nmean != c))
         return step_fail(ctx, -EINVAL, "%s: %u values for %u channels", who, s->nmean, c);
-    size_t n = (size_t)h * w, len = n * c * sizeof(float);
-    rc = img_reserve(out, len);
+    size_t n = (size_t)h * w;
+    rc = step_out_pixels_as(ctx, out, h, w, c, PROTO_DTYPE_F32);
     if (rc < 0)
-        return step_fail(ctx, rc, "%s: no room for a %ux%ux%u float32 image", who, h, w, c);
+        return rc;
 
     nz_tab tab;
     for (uint32_t ch = 0; ch < c; ch++) {
@@ -155,12 +155,5 @@ int step_normalize_apply(const struct step *s, struct step_ctx *ctx, const struc
         for (size_t i = 0; i < n * c; i++)
             nz_store(dst + i * 4, tab[i % c][src[i]]);
     }
-    out->fmt = IMG_PIXELS;
-    out->h = h;
-    out->w = w;
-    out->c = c;
-    out->dtype = PROTO_DTYPE_F32;
-    out->len = len;
-    out->src_h = out->src_w = out->scale_num = out->scale_den = 0;
     return 0;
 }

@@ -14,7 +14,7 @@
  * The steps, their parameters (default) and what they match:
  *   decode               mode: rgb | grey (rgb), dct_scale: false | true
  *                        PIL Image.open(f).convert('RGB' | 'L'), bit-exact
- *                        (dct_scale: TurboJPEG's scaled IDCT, see step_decode.c)
+ *                        (dct_scale: TurboJPEG's scaled IDCT, see steps/decode.c)
  *   resize               size: N (shorter side) | [H, W]
  *                        torchvision Resize on PIL (bilinear, antialias), bit-exact
  *   center_crop          size: N | [H, W]          torchvision CenterCrop (pads)
@@ -30,7 +30,8 @@
  * Images are HWC, row-major, uint8 (dtype PROTO_DTYPE_U8) unless a step says
  * otherwise: normalize and to_float make float32 in the layout they are
  * given, and are the last step (no step reads float32). An encoded image
- * (the source file's bytes) has fmt IMG_ENCODED and its byte count in len.
+ * (the source file's bytes) has fmt IMG_ENCODED and its byte count in len
+ * (img.h). Random steps draw from ctx->seed with hash_rand01 (hash.h).
  */
 #ifndef PRESTO_STEP_H
 #define PRESTO_STEP_H
@@ -38,26 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum img_fmt { IMG_ENCODED = 0, IMG_PIXELS = 1 };
-
-struct img {
-    enum img_fmt fmt;
-    uint32_t h, w, c;  /* IMG_PIXELS only; logical sizes whatever the layout */
-    uint32_t dtype;    /* PROTO_DTYPE_*; IMG_PIXELS only */
-    uint8_t *data;
-    size_t len;        /* bytes of data in use */
-    size_t cap;        /* bytes allocated (owned buffers only) */
-    int borrowed;      /* data is someone else's, cap bytes long: never grown */
-    /* Set by decode with dct_scale only: the pixels are the src_h x src_w
-     * original scaled by scale_num / scale_den (src_h 0: not scaled). The
-     * resize after it reads this; every step's output clears it. */
-    uint32_t src_h, src_w, scale_num, scale_den;
-};
-
-/* Makes sure img->data can hold len bytes (reallocating an owned buffer);
- * returns 0, -ENOMEM, or -ENOSPC when a borrowed buffer is too small. */
-int img_reserve(struct img *im, size_t len);
-void img_free(struct img *im);
+#include "img.h"
 
 enum step_kind {
     STEP_DECODE,
@@ -180,10 +162,5 @@ uint32_t step_out_layout(const struct step *s, uint32_t in_layout);
  * max_pixels, -EINVAL for a wrong input format). */
 int step_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                struct img *out);
-
-/* Mixing and random numbers for seeds: splitmix64. */
-uint64_t step_mix64(uint64_t x);
-/* A uniform double in [0, 1) from *state, advancing it. */
-double step_rand01(uint64_t *state);
 
 #endif

@@ -1,0 +1,167 @@
+/* Hashing, checksums and the per-sample random numbers: see hash.h. */
+#include "hash.h"
+
+#include <endian.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "bytes.h"
+
+/* ---- CRC32C ---- */
+
+#define CRC32C_POLY 0x82F63B78u /* reflected Castagnoli */
+
+static uint32_t crc32c_table[8][256];
+static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
+
+static void crc32c_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ CRC32C_POLY : c >> 1;
+        crc32c_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc32c_table[t][i] = (crc32c_table[t - 1][i] >> 8) ^
+                                 crc32c_table[0][crc32c_table[t - 1][i] & 0xff];
+}
+
+/* Slicing-by-8 over the raw (not inverted) register. */
+static uint32_t crc32c_sw(uint32_t c, const uint8_t *p, size_t n)
+{
+    pthread_once(&crc32c_once, crc32c_init);
+    while (n && ((uintptr_t)p & 7)) {
+        c = (c >> 8) ^ crc32c_table[0][(c ^ *p++) & 0xff];
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        w = le64toh(w) ^ c;
+        c = crc32c_table[7][w & 0xff] ^ crc32c_table[6][(w >> 8) & 0xff] ^
+            crc32c_table[5][(w >> 16) & 0xff] ^ crc32c_table[4][(w >> 24) & 0xff] ^
+            crc32c_table[3][(w >> 32) & 0xff] ^ crc32c_table[2][(w >> 40) & 0xff] ^
+            crc32c_table[1][(w >> 48) & 0xff] ^ crc32c_table[0][w >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = (c >> 8) ^ crc32c_table[0][(c ^ *p++) & 0xff];
+    return c;
+}
+
+#if defined(__x86_64__)
+/* SSE4.2's crc32 instruction computes CRC32C: about 8 bytes per cycle. */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t c, const uint8_t *p,
+                                                            size_t n)
+{
+    uint64_t c64 = c;
+    while (n && ((uintptr_t)p & 7)) {
+        c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c64 = __builtin_ia32_crc32di(c64, w);
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
+    return (uint32_t)c64;
+}
+#endif
+
+uint32_t hash_crc32c(uint32_t crc, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("sse4.2"))
+        return ~crc32c_hw(~crc, p, len);
+#endif
+    return ~crc32c_sw(~crc, p, len);
+}
+
+/* ---- XXH64 ---- */
+
+#define XXP1 0x9E3779B185EBCA87ull
+#define XXP2 0xC2B2AE3D27D4EB4Full
+#define XXP3 0x165667B19E3779F9ull
+#define XXP4 0x85EBCA77C2B2AE63ull
+#define XXP5 0x27D4EB2F165667C5ull
+
+static inline uint64_t rotl64(uint64_t x, int r)
+{
+    return (x << r) | (x >> (64 - r));
+}
+
+static inline uint64_t xxh_round(uint64_t acc, uint64_t in)
+{
+    return rotl64(acc + in * XXP2, 31) * XXP1;
+}
+
+static inline uint64_t xxh_merge(uint64_t acc, uint64_t v)
+{
+    return (acc ^ xxh_round(0, v)) * XXP1 + XXP4;
+}
+
+uint64_t hash_xxh64(const void *data, size_t len)
+{
+    const uint8_t *p = data, *end = p + len;
+    uint64_t h;
+    if (len >= 32) {
+        uint64_t v1 = XXP1 + XXP2, v2 = XXP2, v3 = 0, v4 = -XXP1;
+        do {
+            v1 = xxh_round(v1, rd64(p));
+            v2 = xxh_round(v2, rd64(p + 8));
+            v3 = xxh_round(v3, rd64(p + 16));
+            v4 = xxh_round(v4, rd64(p + 24));
+            p += 32;
+        } while (end - p >= 32);
+        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+        h = xxh_merge(h, v1);
+        h = xxh_merge(h, v2);
+        h = xxh_merge(h, v3);
+        h = xxh_merge(h, v4);
+    } else {
+        h = XXP5;
+    }
+    h += len;
+    for (; end - p >= 8; p += 8)
+        h = rotl64(h ^ xxh_round(0, rd64(p)), 27) * XXP1 + XXP4;
+    if (end - p >= 4) {
+        h = rotl64(h ^ (uint64_t)rd32(p) * XXP1, 23) * XXP2 + XXP3;
+        p += 4;
+    }
+    for (; p < end; p++)
+        h = rotl64(h ^ *p * XXP5, 11) * XXP1;
+    h ^= h >> 33;
+    h *= XXP2;
+    h ^= h >> 29;
+    h *= XXP3;
+    h ^= h >> 32;
+    return h;
+}
+
+/* ---- random numbers ---- */
+
+uint64_t hash_mix64(uint64_t x)
+{
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+double hash_rand01(uint64_t *state)
+{
+    *state += 0x9e3779b97f4a7c15ULL;
+    return (double)(hash_mix64(*state) >> 11) * 0x1.0p-53;
+}
+
+uint64_t hash_sample_seed(uint64_t seed, uint64_t epoch, uint32_t sample)
+{
+    return hash_mix64(hash_mix64(hash_mix64(seed) ^ epoch) ^ sample);
+}

@@ -1,0 +1,32 @@
+/*
+ * Hashing, checksums and the per-sample random numbers: the pure functions
+ * the tiers, the planner and the steps share, so that none of them has to
+ * include another for them.
+ *
+ *   hash_xxh64     XXH64 (seed 0) of a byte string: the disk tier's keys
+ *                  (dataset name, sample path) and the memory tier's
+ *                  admission subsets. Its values are stored on disk, so it
+ *                  must never change.
+ *   hash_crc32c    CRC32C (Castagnoli): the disk tier's record checksums
+ *                  (SSE4.2's crc32 instruction where the CPU has it).
+ *   hash_mix64     splitmix64's finalizer: mixes a 64-bit value.
+ *   hash_rand01    a uniform double in [0, 1) from a splitmix64 stream.
+ *   hash_sample_seed  the seed of one sample's random steps, a function of
+ *                  (stream seed, epoch, sample id) only, so every epoch is
+ *                  reproducible whatever the worker count, rank or cache.
+ */
+#ifndef PRESTO_HASH_H
+#define PRESTO_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+uint64_t hash_xxh64(const void *data, size_t len);
+/* Continued from crc (0 to start). */
+uint32_t hash_crc32c(uint32_t crc, const void *data, size_t len);
+uint64_t hash_mix64(uint64_t x);
+/* Advances *state. */
+double hash_rand01(uint64_t *state);
+uint64_t hash_sample_seed(uint64_t seed, uint64_t epoch, uint32_t sample);
+
+#endif
