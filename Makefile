@@ -10,7 +10,7 @@ SANITIZE ?=
 DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
             libturbojpeg0-dev libyaml-dev check python3-numpy python3-torch \
             python3-torchvision python3-pil python3-prometheus-client valgrind fuse3 \
-            libfuse3-dev
+            libfuse3-dev python3-pip python3-setuptools python3-wheel
 # Audio (issue 18): decoders, FFT, the reference and the tools that make the test clips.
 DEB_PKGS += libsndfile1-dev libmpg123-dev libfftw3-dev python3-torchaudio espeak-ng \
             flac lame vorbis-tools
@@ -174,6 +174,9 @@ install: all
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' client/presto.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/presto.pc
 	install -m 0644 client/python/presto/*.py $(DESTDIR)$(PYDIR)/presto/
+	printf '# written by make install: where libprestoclient is\nLIBDIR = "%s"\n' \
+	    '$(PREFIX)/lib' > $(DESTDIR)$(PYDIR)/presto/_install.py
+	chmod 0644 $(DESTDIR)$(PYDIR)/presto/_install.py
 	install -m 0644 conf/prestod.yaml $(DESTDIR)$(SYSCONFDIR)/presto/prestod.yaml
 	sed -e 's|/usr/local/sbin/prestod|$(PREFIX)/sbin/prestod|' systemd/prestod.service \
 	    > $(DESTDIR)$(PREFIX)/lib/systemd/system/prestod.service
@@ -182,6 +185,8 @@ install: all
 	install -m 0644 client/prestoctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 conf/presto.yaml.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 0644 daemon/prestod.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ] && command -v ldconfig >/dev/null; then \
+	    ldconfig; fi
 
 # libFuzzer targets (tests/fuzz/fuzz_*.c), built with clang into $(BUILD)/fuzz/.
 # `make fuzz` runs each for FUZZ_SECONDS on a scratch copy of its seeds

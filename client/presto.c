@@ -14,6 +14,15 @@
  * out so that the sample bytes start at a 64-byte boundary and the labels at
  * an 8-byte one; the buffer is reused (and grown when needed) from one batch
  * to the next, or, under manual_release, one buffer per batch.
+ *
+ * Under manual_release a stream counts the batches its caller holds, under
+ * its own lock, since presto_release may come from any thread (a Python
+ * finalizer): the lock covers that count, the stream's state as release
+ * reads it, and every frame sent on the stream's connection; presto_next
+ * waits and reads without it. A stream closed while batches are held stays
+ * allocated (and its ring mapped) until the last of them is released.
+ *
+ * Lock order: a stream's lock, then kept_lock.
  */
 #include "presto.h"
 #include "proto.h"
@@ -26,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -57,7 +67,7 @@ _Static_assert(SAME(PRESTO_DTYPE_U8, PROTO_DTYPE_U8) && SAME(PRESTO_DTYPE_F32, P
 /* Sample bytes start at this alignment inside the stream's buffer. */
 #define DATA_ALIGN 64
 /* Largest OPENED/END body; ERROR bodies are bounded by PROTO_MAX_STR. */
-#define SMALL_BODY_MAX 64
+#define SMALL_BODY_MAX 96
 #define ERROR_BODY_MAX (8 + PROTO_MAX_STR)
 
 /* One socket to the daemon and the message that explains its last failure. */
@@ -100,8 +110,15 @@ struct presto_stream {
     uint8_t *ring;      /* shared memory: the mapped ring */
     size_t ring_bytes;
     uint64_t slot_bytes;
+    pid_t ring_pid;     /* the process that mapped it */
     uint32_t last_slot; /* slot + 1 of the batch presto_next returned last */
     struct kept_owner *owner; /* its presto_t's */
+    int copy_when_full, interruptible;
+    int daemon_info;    /* its OPENED had the dataset info: it takes RELEASE flags */
+    pthread_mutex_t lock; /* see the top of this file */
+    uint32_t held;      /* manual_release: batches returned, not yet released */
+    uint32_t held_slots; /* ... of them on a ring slot */
+    int closed;         /* presto_stream_close ran: the last release frees it */
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 };
 
@@ -213,7 +230,10 @@ static void conn_close(struct conn *c)
 
 static int conn_lost(struct conn *c, int err)
 {
-    if (err)
+    /* On a Unix socket both mean the daemon closed its end: EPIPE on a send,
+     * ECONNRESET on a receive when it closed with requests unread (a
+     * RELEASE sent meanwhile). */
+    if (err && err != EPIPE && err != ECONNRESET)
         return conn_fail(c, PRESTO_E_IO, "connection to prestod at %s failed: %s", c->path,
                          strerror(err));
     return conn_fail(c, PRESTO_E_IO, "prestod at %s closed the connection", c->path);
@@ -244,22 +264,29 @@ static void conn_drop_stale(struct conn *c)
         conn_close(c);
 }
 
-static int conn_send(struct conn *c, const void *buf, size_t len)
+/* 0, or -errno. */
+static int send_all(int fd, const void *buf, size_t len)
 {
     const uint8_t *p = buf;
     while (len) {
-        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            if (errno == EPIPE || errno == ECONNRESET)
-                return conn_closed_why(c, errno);
-            return conn_lost(c, errno);
+            return -errno;
         }
         p += n;
         len -= (size_t)n;
     }
     return 0;
+}
+
+static int conn_send(struct conn *c, const void *buf, size_t len)
+{
+    int rc = send_all(c->fd, buf, len);
+    if (rc == -EPIPE || rc == -ECONNRESET)
+        return conn_closed_why(c, -rc);
+    return rc < 0 ? conn_lost(c, -rc) : 0;
 }
 
 /* conn_recv that also takes a file descriptor passed with the bytes
@@ -429,6 +456,8 @@ PRESTO_API const char *presto_default_socket(void)
 
 PRESTO_API const char *presto_strerror(int code)
 {
+    if (code == PRESTO_E_INTR || code == -PRESTO_E_INTR) /* the client's own */
+        return "interrupted by a signal";
     return proto_strerror(code);
 }
 
@@ -489,12 +518,55 @@ struct kept {
     size_t ring_bytes;
     uint64_t slot_bytes;
     uint32_t slots;
+    pid_t ring_pid;
     struct kept_owner *owner;
 };
 
 static struct kept kept_conns[KEPT_MAX];
 static unsigned nkept;
 static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* presto_set_ring_hooks's, under kept_lock. */
+static struct {
+    presto_ring_fn mapped, unmapping;
+    void *arg;
+} ring_hooks;
+
+PRESTO_API void presto_set_ring_hooks(presto_ring_fn mapped, presto_ring_fn unmapping, void *arg)
+{
+    pthread_mutex_lock(&kept_lock);
+    ring_hooks.mapped = mapped;
+    ring_hooks.unmapping = unmapping;
+    ring_hooks.arg = arg;
+    pthread_mutex_unlock(&kept_lock);
+}
+
+/* Calls a ring hook (never under kept_lock: a hook may take its own locks). */
+static void ring_hook(int unmapping, void *base, size_t len)
+{
+    pthread_mutex_lock(&kept_lock);
+    presto_ring_fn fn = unmapping ? ring_hooks.unmapping : ring_hooks.mapped;
+    void *arg = ring_hooks.arg;
+    pthread_mutex_unlock(&kept_lock);
+    if (fn)
+        fn(base, len, arg);
+}
+
+/* Unmaps a ring, telling the hook first when this process mapped it (a
+ * forked child only drops its copy of the parent's mapping). */
+static void ring_unmap(void *base, size_t len, pid_t mapped_by)
+{
+    if (mapped_by == getpid())
+        ring_hook(1, base, len);
+    munmap(base, len);
+}
+
+/* Closes what an entry taken out of the table holds. */
+static void kept_dispose(struct kept *k)
+{
+    close(k->fd);
+    ring_unmap(k->ring, k->ring_bytes, k->ring_pid);
+}
 
 /* Under kept_lock. */
 static void owner_unref_locked(struct kept_owner *o)
@@ -518,32 +590,32 @@ static void owner_unref(struct kept_owner *o)
     pthread_mutex_unlock(&kept_lock);
 }
 
-/* Under kept_lock: removes entry i, closing it unless out takes it. */
+/* Under kept_lock: moves entry i out of the table into *out. */
 static void kept_remove_locked(unsigned i, struct kept *out)
 {
-    if (out) {
-        *out = kept_conns[i];
-    } else {
-        close(kept_conns[i].fd);
-        munmap(kept_conns[i].ring, kept_conns[i].ring_bytes);
-    }
+    *out = kept_conns[i];
     owner_unref_locked(kept_conns[i].owner);
     memmove(kept_conns + i, kept_conns + i + 1, (nkept - i - 1) * sizeof(kept_conns[0]));
     nkept--;
 }
 
-/* Moves the newest entry for path made by this process into *out: 1, else 0. */
+/* Moves the newest entry for path made by this process into *out: 1, else 0
+ * (older entries for path that another process made are dropped). */
 static int kept_take(const char *path, struct kept *out)
 {
+    struct kept gone[KEPT_MAX];
+    unsigned ngone = 0;
     int found = 0;
     pthread_mutex_lock(&kept_lock);
     for (unsigned i = nkept; i-- > 0 && !found;) {
         if (strcmp(kept_conns[i].path, path) != 0)
             continue;
         found = kept_conns[i].pid == getpid();
-        kept_remove_locked(i, found ? out : NULL);
+        kept_remove_locked(i, found ? out : &gone[ngone++]);
     }
     pthread_mutex_unlock(&kept_lock);
+    while (ngone)
+        kept_dispose(&gone[--ngone]);
     return found;
 }
 
@@ -551,29 +623,38 @@ static int kept_take(const char *path, struct kept *out)
  * 1, else 0 and nothing is taken. */
 static int kept_put(const struct kept *k)
 {
-    int kept = 0;
+    struct kept gone;
+    int kept = 0, evicted = 0;
     pthread_mutex_lock(&kept_lock);
     if (k->owner->open) {
-        if (nkept == KEPT_MAX)
-            kept_remove_locked(0, NULL);
+        if (nkept == KEPT_MAX) {
+            kept_remove_locked(0, &gone);
+            evicted = 1;
+        }
         k->owner->refs++;
         kept_conns[nkept++] = *k;
         kept = 1;
     }
     pthread_mutex_unlock(&kept_lock);
+    if (evicted)
+        kept_dispose(&gone);
     return kept;
 }
 
 /* presto_close: the owner closes, and what its streams kept goes. */
 static void kept_close_owner(struct kept_owner *o)
 {
+    struct kept gone[KEPT_MAX];
+    unsigned ngone = 0;
     pthread_mutex_lock(&kept_lock);
     o->open = 0;
     for (unsigned i = nkept; i-- > 0;)
         if (kept_conns[i].owner == o)
-            kept_remove_locked(i, NULL);
+            kept_remove_locked(i, &gone[ngone++]);
     owner_unref_locked(o);
     pthread_mutex_unlock(&kept_lock);
+    while (ngone)
+        kept_dispose(&gone[--ngone]);
 }
 
 PRESTO_API void presto_close(presto_t *p)
@@ -602,7 +683,7 @@ static int presto_call_json(presto_t *p, uint16_t type, uint16_t reply, char **j
     int rc;
 
     *json = NULL;
-    conn_drop_stale(c);
+    conn_drop_stale(c); /* closed by the daemon meanwhile (idle, a restart) */
     if (c->fd < 0 && (rc = conn_open(c, p->path)) < 0)
         return rc;
     uint32_t req = presto_req_id(p);
@@ -950,8 +1031,13 @@ static int stream_check_opts(struct conn *c, const presto_stream_opts_t *o,
     m->epoch = o->epoch;
     m->rank = o->rank;
     m->world = o->world;
-    m->flags = (o->shuffle ? PROTO_OPEN_SHUFFLE : 0) | (o->drop_last ? PROTO_OPEN_DROP_LAST : 0);
+    m->flags = (o->shuffle ? PROTO_OPEN_SHUFFLE : 0) | (o->drop_last ? PROTO_OPEN_DROP_LAST : 0) |
+               PROTO_OPEN_INFO;
     m->prefetch = o->prefetch;
+    if (o->start_batch) { /* sent only when needed: older daemons refuse the field */
+        m->flags |= PROTO_OPEN_START;
+        m->start_batch = o->start_batch;
+    }
     uint32_t t = o->transport;
     if (t > PRESTO_TRANSPORT_SOCKET)
         return conn_fail(c, PRESTO_E_INVAL, "unknown transport %u", t);
@@ -993,6 +1079,8 @@ static int stream_map_ring(presto_stream_t *s, const struct proto_opened *op, in
     s->ring = p;
     s->ring_bytes = len;
     s->slot_bytes = op->slot_bytes;
+    s->ring_pid = getpid();
+    ring_hook(0, p, len);
     return 0;
 }
 
@@ -1015,6 +1103,12 @@ static int stream_start(presto_stream_t *s, const struct proto_open *m, uint32_t
         goto fail;
     if (h.type == PROTO_ERROR) {
         rc = conn_recv_error(c, &h);
+        if (rc == -PRESTO_E_PROTO && (m->flags & PROTO_OPEN_START)) {
+            char said[sizeof(c->err)];
+            memcpy(said, c->err, sizeof(said));
+            conn_fail(c, PRESTO_E_PROTO, "%.400s (a prestod too old to resume an epoch: "
+                      "start_batch needs a newer one)", said);
+        }
         goto fail;
     }
     if (h.type != PROTO_OPENED) {
@@ -1039,7 +1133,7 @@ static int stream_start(presto_stream_t *s, const struct proto_open *m, uint32_t
             goto fail;
         }
     } else if (s->ring) { /* a kept ring the daemon did not reuse */
-        munmap(s->ring, s->ring_bytes);
+        ring_unmap(s->ring, s->ring_bytes, s->ring_pid);
         s->ring = NULL;
     }
     if (op.transport == PROTO_TRANSPORT_SHM) {
@@ -1064,6 +1158,9 @@ static int stream_start(presto_stream_t *s, const struct proto_open *m, uint32_t
     s->info.w = op.w;
     s->info.c = op.c;
     s->info.dtype = op.dtype;
+    s->info.dataset_samples = op.dataset_samples;
+    s->info.fingerprint = op.fingerprint;
+    s->daemon_info = op.has_info;
     if (fd >= 0)
         close(fd);
     return 0;
@@ -1077,7 +1174,7 @@ static void stream_free(presto_stream_t *s)
 {
     if (s->state == STREAM_DONE && s->ring && s->c.fd >= 0 && s->owner) {
         struct kept k = {getpid(), s->c.fd, "", s->ring, s->ring_bytes, s->slot_bytes,
-                         s->info.slots, s->owner};
+                         s->info.slots, s->ring_pid, s->owner};
         memcpy(k.path, s->path, sizeof(k.path));
         if (kept_put(&k)) {
             s->c.fd = -1;
@@ -1088,7 +1185,8 @@ static void stream_free(presto_stream_t *s)
         owner_unref(s->owner);
     conn_close(&s->c);
     if (s->ring)
-        munmap(s->ring, s->ring_bytes);
+        ring_unmap(s->ring, s->ring_bytes, s->ring_pid);
+    pthread_mutex_destroy(&s->lock);
     free(s->buf);
     free(s);
 }
@@ -1106,10 +1204,13 @@ PRESTO_API int presto_stream_open(presto_t *p, const presto_stream_opts_t *o,
     if (!s)
         return conn_fail(&p->ctl, PRESTO_E_NOMEM, "cannot allocate a stream");
     s->c.fd = -1;
+    pthread_mutex_init(&s->lock, NULL);
     memcpy(s->path, p->path, sizeof(s->path));
     s->req_id = presto_req_id(p);
     s->batch_size = m.batch_size;
     s->manual_release = !!o->manual_release;
+    s->copy_when_full = !!o->copy_when_full;
+    s->interruptible = !!o->interruptible;
     s->owner = p->owner ? owner_ref(p->owner) : NULL;
     struct kept k;
     int reuse = (m.flags & PROTO_OPEN_SHM) && kept_take(s->path, &k);
@@ -1120,12 +1221,13 @@ PRESTO_API int presto_stream_open(presto_t *p, const presto_stream_opts_t *o,
         s->ring_bytes = k.ring_bytes;
         s->slot_bytes = k.slot_bytes;
         s->info.slots = k.slots;
+        s->ring_pid = k.ring_pid;
         conn_drop_stale(&s->c); /* closed by the daemon meanwhile (idle) */
         rc = s->c.fd < 0 ? -PRESTO_E_IO : stream_start(s, &m, (uint32_t)transport);
         if (rc == -PRESTO_E_IO) { /* the daemon closed it meanwhile: a fresh one */
             conn_close(&s->c);
             if (s->ring)
-                munmap(s->ring, s->ring_bytes);
+                ring_unmap(s->ring, s->ring_bytes, s->ring_pid);
             s->ring = NULL;
             reuse = 0;
         }
@@ -1293,17 +1395,48 @@ static int stream_recv_batch_shm(presto_stream_t *s, const struct proto_header *
     return 1;
 }
 
-/* Hands a slot back to the daemon. */
-static int stream_send_release(presto_stream_t *s, uint32_t slot)
+/* Hands a slot back to the daemon, under s->lock. A failure is not
+ * reported here: the daemon went away or dropped the stream, and the next
+ * presto_next reads why (its ERROR, or the end of the connection), which a
+ * failed send must not replace. */
+static void stream_send_release(presto_stream_t *s, uint32_t slot, uint32_t flags)
 {
     struct proto_wbuf w;
-    struct proto_release m = {s->stream_id, slot};
+    struct proto_release m = {s->stream_id, slot, s->daemon_info ? flags : 0};
     if (s->c.fd < 0) /* the stream is over: the daemon let go of its ring */
-        return 0;
+        return;
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_RELEASE, s->req_id);
     proto_put_release(&w, &m);
-    return conn_send_frame(&s->c, &w, PROTO_RELEASE);
+    proto_frame_finish(&w);
+    if (!w.failed)
+        (void)send_all(s->c.fd, w.data, w.len);
+    proto_wbuf_free(&w);
+}
+
+/* copy_when_full, under s->lock: the batch just received takes the last
+ * slot the caller does not hold, so it moves into memory of its own (data,
+ * then its labels, in one block) and its slot goes back at once. Without
+ * the memory it keeps the slot, as without copy_when_full. */
+static void stream_copy_out(presto_stream_t *s, presto_batch_t *b)
+{
+    size_t data_len = (b->size + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
+    size_t labels_len = (size_t)b->n * sizeof(*b->labels);
+    uint8_t *p = aligned_alloc(DATA_ALIGN, (data_len + labels_len + DATA_ALIGN - 1) /
+                                               DATA_ALIGN * DATA_ALIGN);
+    if (!p) {
+        s->held_slots++;
+        return;
+    }
+    memcpy(p, b->data, b->size);
+    memcpy(p + data_len, b->labels, labels_len);
+    free(b->own_); /* the labels' own copy */
+    b->own_ = p;
+    b->data = p;
+    b->labels = (const int64_t *)(void *)(p + data_len);
+    stream_send_release(s, b->slot_ - 1, PROTO_RELEASE_COPIED);
+    b->slot_ = 0;
+    s->info.copies++;
 }
 
 static int stream_recv_end(presto_stream_t *s, const struct proto_header *h)
@@ -1326,6 +1459,36 @@ static int stream_recv_end(presto_stream_t *s, const struct proto_header *h)
     return 0;
 }
 
+/* An interruptible stream waits for the next frame here, in poll, which a
+ * signal handler interrupts (recv on a blocking socket may be restarted). */
+static int stream_wait(presto_stream_t *s)
+{
+    struct pollfd pfd = {s->c.fd, POLLIN, 0};
+    for (;;) {
+        int n = poll(&pfd, 1, -1);
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno == EINTR)
+            return -PRESTO_E_INTR;
+        if (n < 0)
+            return conn_lost(&s->c, errno);
+    }
+}
+
+/* A batch presto_next hands out under manual_release: counted as held. */
+static void stream_hold(presto_stream_t *s, presto_batch_t *b)
+{
+    pthread_mutex_lock(&s->lock);
+    s->held++;
+    if (b->slot_) {
+        if (s->copy_when_full && s->held_slots + 1 >= s->info.slots)
+            stream_copy_out(s, b);
+        else
+            s->held_slots++;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
 PRESTO_API int presto_next(presto_stream_t *s, presto_batch_t *b)
 {
     struct proto_header h;
@@ -1336,11 +1499,15 @@ PRESTO_API int presto_next(presto_stream_t *s, presto_batch_t *b)
         return 0;
     if (s->state == STREAM_FAILED)
         return s->error;
-    rc = 0;
     if (s->last_slot && !s->manual_release) { /* the batch returned last */
-        rc = stream_send_release(s, s->last_slot - 1);
+        pthread_mutex_lock(&s->lock);
+        stream_send_release(s, s->last_slot - 1, 0);
+        pthread_mutex_unlock(&s->lock);
         s->last_slot = 0;
     }
+    rc = s->interruptible ? stream_wait(s) : 0;
+    if (rc == -PRESTO_E_INTR) /* nothing was read: the stream goes on */
+        return rc;
     if (rc == 0)
         rc = conn_recv_header(&s->c, s->req_id, &h);
     if (rc == 0) {
@@ -1350,15 +1517,17 @@ PRESTO_API int presto_next(presto_stream_t *s, presto_batch_t *b)
             break;
         case PROTO_BATCH_SHM:
             rc = stream_recv_batch_shm(s, &h, b);
-            if (rc > 0)
+            if (rc > 0 && !s->manual_release)
                 s->last_slot = b->slot_;
             break;
         case PROTO_END:
             rc = stream_recv_end(s, &h);
             if (rc == 0) {
+                pthread_mutex_lock(&s->lock);
                 s->state = STREAM_DONE;
                 if (!s->ring) /* a shm stream's connection may be kept (stream_free) */
                     conn_close(&s->c);
+                pthread_mutex_unlock(&s->lock);
             }
             break;
         case PROTO_ERROR:
@@ -1368,27 +1537,44 @@ PRESTO_API int presto_next(presto_stream_t *s, presto_batch_t *b)
             rc = conn_unexpected(&s->c, &h);
         }
     }
+    if (rc > 0 && s->manual_release)
+        stream_hold(s, b);
     if (rc < 0) {
         free(b->own_);
         memset(b, 0, sizeof(*b));
+        pthread_mutex_lock(&s->lock);
         s->state = STREAM_FAILED;
         s->error = rc;
         conn_close(&s->c);
+        pthread_mutex_unlock(&s->lock);
     }
     return rc;
 }
 
 PRESTO_API void presto_release(presto_stream_t *s, presto_batch_t *b)
 {
-    if (b->slot_ && s->state == STREAM_RUNNING) {
-        /* A failure here shows in the next presto_next. */
-        if (stream_send_release(s, b->slot_ - 1) < 0)
-            conn_close(&s->c);
-        if (s->last_slot == b->slot_)
-            s->last_slot = 0;
+    int last = 0;
+    if (!b->data) { /* cleared, or never a batch */
+        memset(b, 0, sizeof(*b));
+        return;
     }
+    pthread_mutex_lock(&s->lock);
+    if (b->slot_ && s->state == STREAM_RUNNING)
+        stream_send_release(s, b->slot_ - 1, 0);
+    if (s->manual_release) {
+        if (s->held)
+            s->held--;
+        if (b->slot_ && s->held_slots)
+            s->held_slots--;
+        last = s->closed && s->held == 0;
+    } else if (s->last_slot == b->slot_) {
+        s->last_slot = 0;
+    }
+    pthread_mutex_unlock(&s->lock);
     free(b->own_); /* else the buffer is reused by the next presto_next */
     memset(b, 0, sizeof(*b));
+    if (last)
+        stream_free(s);
 }
 
 PRESTO_API uint64_t presto_stream_skipped(const presto_stream_t *s)
@@ -1402,9 +1588,19 @@ PRESTO_API const char *presto_stream_errmsg(const presto_stream_t *s)
 }
 
 /* Closing the socket of a running stream is what stops it: the daemon
- * treats the disconnect as a CLOSE. */
+ * treats the disconnect as a CLOSE. A finished one with batches still held
+ * keeps its connection (and the daemon its ring) until the last release,
+ * when it may be kept for the next stream. */
 PRESTO_API void presto_stream_close(presto_stream_t *s)
 {
-    if (s)
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->lock);
+    s->closed = 1;
+    int last = s->held == 0;
+    if (!last && s->state != STREAM_DONE)
+        conn_close(&s->c); /* the held batches stay mapped */
+    pthread_mutex_unlock(&s->lock);
+    if (last)
         stream_free(s);
 }

@@ -53,6 +53,9 @@ enum {
     PRESTO_E_NOMEM = 10,
     PRESTO_E_INTERNAL = 11,
     PRESTO_E_DENIED = 12,   /* an admin operation and the caller is no admin */
+    PRESTO_E_INTR = 13,     /* a signal arrived while presto_next waited (only for
+                               streams opened with interruptible = 1); nothing is
+                               lost: call presto_next again */
 };
 
 enum { PRESTO_DTYPE_U8 = 1, PRESTO_DTYPE_F32 = 2 };
@@ -85,7 +88,23 @@ typedef struct presto_stream_opts {
                              presto_release (several may be held; holding all
                              of a ring's slots stalls the stream, and the
                              daemon drops a client that releases none for its
-                             release_timeout) */
+                             release_timeout, unless copy_when_full) */
+    uint64_t start_batch; /* default 0: resume the epoch at this batch; the
+                             daemon computes nothing before it and sends the
+                             uninterrupted stream's batches from it on, with
+                             their indices (exact unless samples before it were
+                             skipped as bad); at or past the end: no batches.
+                             Compare info.fingerprint with the one saved. */
+    int copy_when_full;   /* with manual_release and shared memory: a batch that
+                             arrives while the client holds every other slot of
+                             the ring is copied into memory of its own and its
+                             slot given back at once (counted in info.copies and
+                             by the daemon), so a client that keeps batches never
+                             stalls its stream; the batches of a loop that
+                             releases them stay views of the ring */
+    int interruptible;    /* 1: presto_next returns -PRESTO_E_INTR when a signal
+                             handler ran while it waited for the next batch (as
+                             Python needs to see Ctrl-C); 0 (default): it waits on */
 } presto_stream_opts_t;
 
 typedef struct presto_batch {
@@ -111,6 +130,10 @@ typedef struct presto_stream_info {
     uint32_t layout;    /* PRESTO_LAYOUT_* */
     uint32_t transport; /* PRESTO_TRANSPORT_SHM or _SOCKET: what the stream uses */
     uint32_t slots;     /* shared memory: the ring's slots */
+    uint64_t dataset_samples; /* the whole dataset's samples (0: the daemon did not say) */
+    uint64_t fingerprint; /* the dataset's files, labels and steps (0: the daemon did
+                             not say): a saved position resumes only on the same */
+    uint64_t copies;    /* batches copied so far under copy_when_full */
 } presto_stream_info_t;
 
 /* The socket prestod listens on by default: $PRESTO_SOCKET, else
@@ -257,10 +280,13 @@ int presto_stream_open(presto_t *p, const presto_stream_opts_t *o,
 int presto_stream_info(const presto_stream_t *s, presto_stream_info_t *info);
 /* 1: *b holds the next batch; 0: the epoch is complete; <0: error. The batch
  * stays valid until presto_release() or (without manual_release) the next
- * presto_next(). */
+ * presto_next(). When the daemon goes away, the error says what it said, or
+ * that it closed the connection, on either transport. */
 int presto_next(presto_stream_t *s, presto_batch_t *b);
 /* Gives the batch back (with shared memory its slot returns to the daemon)
- * and clears *b. Releasing a cleared batch does nothing. */
+ * and clears *b. Releasing a cleared batch does nothing. With manual_release
+ * it may be called from any thread, also while another is in presto_next
+ * on the same stream, and after presto_stream_close (see there). */
 void presto_release(presto_stream_t *s, presto_batch_t *b);
 /* Samples skipped by the daemon as bad (known once presto_next returned 0). */
 uint64_t presto_stream_skipped(const presto_stream_t *s);
@@ -269,8 +295,20 @@ const char *presto_stream_errmsg(const presto_stream_t *s);
  * presto_t is open, a shared-memory stream that completed keeps its
  * connection and ring for the next stream this process opens to the same
  * daemon (the daemon reuses the ring, which saves mapping and faulting in a
- * fresh one every epoch); presto_close lets go of what its streams kept. */
+ * fresh one every epoch); presto_close lets go of what its streams kept.
+ * With manual_release, batches still held stay valid: the stream stops at
+ * once, and s lives on for their presto_release, the last of which frees
+ * it (and only then may its ring be kept). */
 void presto_stream_close(presto_stream_t *s);
+
+/* Process-wide hooks on shared-memory rings: mapped(base, len, arg) right
+ * after libprestoclient maps one, unmapping(base, len, arg) right before it
+ * unmaps one, from whichever thread does it. For registering a ring with a
+ * GPU driver once (cudaHostRegister), so that copies out of batches are
+ * truly asynchronous. Set before streams open; NULLs remove them. Rings
+ * mapped before the call are not reported. */
+typedef void (*presto_ring_fn)(void *base, size_t len, void *arg);
+void presto_set_ring_hooks(presto_ring_fn mapped, presto_ring_fn unmapping, void *arg);
 
 #ifdef __cplusplus
 }

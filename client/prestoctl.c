@@ -60,6 +60,8 @@ static const char usage_text[] =
     "      --no-shuffle      keep the dataset's order\n"
     "      --drop-last       drop the last, short batch\n"
     "      --prefetch N      batches the daemon prepares ahead (default: daemon's)\n"
+    "      --start-batch K   resume the epoch at batch K: the daemon computes nothing\n"
+    "                        before it and sends the uninterrupted epoch's batches\n"
     "      --checksum        FNV-1a 64 over every batch's labels, then data\n"
     "      --json            print one JSON line instead of text\n"
     "\n"
@@ -263,6 +265,7 @@ enum {
     OPT_SVG,
     OPT_QUIET,
     OPT_TRANSPORT,
+    OPT_START_BATCH,
 };
 
 /* Pulls one epoch on p and reports it; exits on an error. */
@@ -270,7 +273,7 @@ static void epoch_pull(presto_t *p, const presto_stream_opts_t *o, int checksum,
 {
     presto_stream_t *s;
     presto_batch_t b;
-    struct timespec t0, t1;
+    struct timespec t0, t1, first = {0, 0};
     uint64_t samples = 0, batches = 0, sum = FNV64_OFFSET;
     int rc;
 
@@ -278,6 +281,8 @@ static void epoch_pull(presto_t *p, const presto_stream_opts_t *o, int checksum,
     if (presto_stream_open(p, o, &s) < 0)
         die(presto_errmsg(p));
     while ((rc = presto_next(s, &b)) > 0) {
+        if (batches == 0)
+            clock_gettime(CLOCK_MONOTONIC, &first);
         samples += b.n;
         batches++;
         if (checksum) {
@@ -291,6 +296,11 @@ static void epoch_pull(presto_t *p, const presto_stream_opts_t *o, int checksum,
         die(presto_stream_errmsg(s));
 
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    if (batches == 0)
+        first = t1;
+    /* From OPEN to the first batch (to the end when there is none). */
+    double first_s = (double)(first.tv_sec - t0.tv_sec) +
+                     (double)(first.tv_nsec - t0.tv_nsec) / 1e9;
     double rate = secs > 0 ? (double)samples / secs : 0.0;
     uint64_t skipped = presto_stream_skipped(s);
     presto_stream_info_t info;
@@ -301,8 +311,9 @@ static void epoch_pull(presto_t *p, const presto_stream_opts_t *o, int checksum,
         put_json_str(o->dataset);
         printf(",\"epoch\":%" PRIu64 ",\"samples\":%" PRIu64 ",\"batches\":%" PRIu64
                ",\"seconds\":%.6f,\"samples_per_s\":%.1f,\"skipped\":%" PRIu64
-               ",\"transport\":\"%s\"",
-               o->epoch, samples, batches, secs, rate, skipped, transport);
+               ",\"transport\":\"%s\",\"start_batch\":%" PRIu64 ",\"first_batch_s\":%.6f",
+               o->epoch, samples, batches, secs, rate, skipped, transport, o->start_batch,
+               first_s);
         if (checksum)
             printf(",\"checksum\":\"%016" PRIx64 "\"", sum);
         puts("}");
@@ -330,6 +341,7 @@ static int cmd_epoch(const char *sock, int argc, char *argv[])
         {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE},
         {"drop-last", no_argument, NULL, OPT_DROP_LAST},
         {"prefetch", required_argument, NULL, OPT_PREFETCH},
+        {"start-batch", required_argument, NULL, OPT_START_BATCH},
         {"checksum", no_argument, NULL, OPT_CHECKSUM},
         {"json", no_argument, NULL, OPT_JSON},
         {"help", no_argument, NULL, 'h'},
@@ -363,6 +375,9 @@ static int cmd_epoch(const char *sock, int argc, char *argv[])
         case OPT_PREFETCH:
             o.prefetch = (uint32_t)parse_u64("--prefetch", optarg, 0, UINT32_MAX);
             break;
+        case OPT_START_BATCH:
+            o.start_batch = parse_u64("--start-batch", optarg, 0, UINT64_MAX);
+            break;
         case OPT_CHECKSUM: checksum = 1; break;
         case OPT_JSON: json = 1; break;
         case 'h': help();
@@ -374,8 +389,10 @@ static int cmd_epoch(const char *sock, int argc, char *argv[])
         die_usage("--rank %" PRIu32 " must be below --world %" PRIu32, o.rank, o.world);
 
     presto_t *p = connect_or_die(sock);
-    for (uint64_t i = 0; i < nepochs; i++, o.epoch++)
+    for (uint64_t i = 0; i < nepochs; i++, o.epoch++) {
         epoch_pull(p, &o, checksum, json);
+        o.start_batch = 0; /* the epochs after a resumed one start at 0 */
+    }
     presto_close(p);
     return EXIT_SUCCESS;
 }

@@ -289,6 +289,8 @@ void proto_put_open(struct proto_wbuf *w, const struct proto_open *m)
     proto_put_u32(w, m->world);
     proto_put_u32(w, m->flags);
     proto_put_u32(w, m->prefetch);
+    if (m->flags & PROTO_OPEN_START)
+        proto_put_u64(w, m->start_batch);
 }
 
 /* A dataset name: 1 to cap - 1 bytes, no NUL; copied NUL-terminated. */
@@ -315,6 +317,8 @@ int proto_get_open(struct proto_rbuf *r, struct proto_open *m)
     proto_get_u32(r, &m->world);
     proto_get_u32(r, &m->flags);
     proto_get_u32(r, &m->prefetch);
+    if (m->flags & PROTO_OPEN_START)
+        proto_get_u64(r, &m->start_batch);
     return r->failed || proto_remaining(r) ? -PROTO_E_PROTO : 0;
 }
 
@@ -331,6 +335,10 @@ void proto_put_opened(struct proto_wbuf *w, const struct proto_opened *m)
     proto_put_u32(w, m->transport);
     proto_put_u32(w, m->slots);
     proto_put_u64(w, m->slot_bytes);
+    if (m->has_info) {
+        proto_put_u64(w, m->dataset_samples);
+        proto_put_u64(w, m->fingerprint);
+    }
 }
 
 int proto_get_opened(struct proto_rbuf *r, struct proto_opened *m)
@@ -346,6 +354,12 @@ int proto_get_opened(struct proto_rbuf *r, struct proto_opened *m)
     proto_get_u32(r, &m->transport);
     proto_get_u32(r, &m->slots);
     proto_get_u64(r, &m->slot_bytes);
+    m->has_info = proto_remaining(r) > 0;
+    m->dataset_samples = m->fingerprint = 0;
+    if (m->has_info) {
+        proto_get_u64(r, &m->dataset_samples);
+        proto_get_u64(r, &m->fingerprint);
+    }
     if (r->failed || proto_remaining(r) || m->layout > PROTO_LAYOUT_NCHW ||
         m->transport > PROTO_TRANSPORT_SHM_KEPT)
         return -PROTO_E_PROTO;
@@ -383,12 +397,17 @@ void proto_put_release(struct proto_wbuf *w, const struct proto_release *m)
 {
     proto_put_u32(w, m->stream_id);
     proto_put_u32(w, m->slot);
+    if (m->flags)
+        proto_put_u32(w, m->flags);
 }
 
 int proto_get_release(struct proto_rbuf *r, struct proto_release *m)
 {
     proto_get_u32(r, &m->stream_id);
     proto_get_u32(r, &m->slot);
+    m->flags = 0;
+    if (proto_remaining(r) > 0 && (proto_get_u32(r, &m->flags) < 0 || m->flags == 0))
+        return -PROTO_E_PROTO; /* flags go on the wire only when not 0 */
     return r->failed || proto_remaining(r) ? -PROTO_E_PROTO : 0;
 }
 

@@ -31,7 +31,10 @@
  *   DATASETS_REPLY (d->c)  str json
  *   OPEN           (c->d)  str dataset, u32 batch_size, u64 seed, u64 epoch,
  *                          u32 rank, u32 world, u32 flags (PROTO_OPEN_*),
- *                          u32 prefetch (0 = daemon default)
+ *                          u32 prefetch (0 = daemon default), then, only
+ *                          with PROTO_OPEN_START in flags, u64 start_batch:
+ *                          the stream begins at that batch of the epoch
+ *                          (see "Resuming" below)
  *   OPENED         (d->c)  u32 stream_id, u64 samples (this rank),
  *                          u64 batches, u32 h, u32 w, u32 c, u32 dtype:
  *                          what the epoch's plan holds; upper bounds, since
@@ -39,7 +42,13 @@
  *                          the stream (END says what was sent); then
  *                          u32 layout (enum proto_layout), u32 transport
  *                          (enum proto_transport), u32 slots, u64 slot_bytes
- *                          (0, 0 for the socket transport)
+ *                          (0, 0 for the socket transport); then, only when
+ *                          the OPEN had PROTO_OPEN_INFO in flags, u64
+ *                          dataset_samples (the whole dataset's) and u64
+ *                          fingerprint (see "Resuming"). A client that asked
+ *                          for them accepts an OPENED without them (a daemon
+ *                          from before they existed ignores the flag): then
+ *                          it knows neither.
  *   BATCH_SHM      (d->c)  u32 stream_id, u64 index, u32 n, u32 h, u32 w,
  *                          u32 c, u32 dtype, u32 slot, u64 offset, then
  *                          n x i64 labels: the batch's samples are at
@@ -47,7 +56,10 @@
  *                          shared ring (inside slot `slot`), until RELEASE
  *   RELEASE        (c->d)  u32 stream_id, u32 slot: the client is done with
  *                          a BATCH_SHM's slot; no reply (an ERROR when the
- *                          slot is not one the client holds)
+ *                          slot is not one the client holds); then, only
+ *                          when not 0, u32 flags (PROTO_RELEASE_*), sent only
+ *                          to a daemon whose OPENED carried dataset_samples
+ *                          (older ones refuse the longer body)
  *   BATCH          (d->c)  u32 stream_id, u64 index, u32 n, u32 h, u32 w,
  *                          u32 c, u32 dtype, n x i64 labels, then the
  *                          sample bytes (n*h*w*c*dtype_size, NHWC) to the
@@ -99,6 +111,20 @@
  * client a mapping and the daemon faulting in fresh pages every epoch; a
  * client must therefore be done with a stream's batches before it opens the
  * next one on that connection. Any other OPEN frees the kept ring.
+ *
+ * Resuming (PROTO_OPEN_START): an epoch's order is a pure function of the
+ * dataset and (seed, epoch, shuffle, rank, world, batch_size, drop_last),
+ * so a stream opened with start_batch k plans the whole epoch, computes
+ * nothing before planned batch k, and sends batches k, k+1, ... with those
+ * indices: the bytes the uninterrupted stream sent from batch k on, as long
+ * as no sample before batch k was skipped as bad (on_error: skip moves the
+ * later batches' boundaries; the daemon does not know about skips it has
+ * not computed). start_batch at or past the epoch's batches gives an empty
+ * stream (END at once). OPENED's counts stay the whole epoch's. The
+ * fingerprint identifies everything the epoch's bytes depend on beyond the
+ * stream's arguments (the dataset's files by path, size and mtime, their
+ * labels, and every step with all its parameters), so a client resuming
+ * from a saved position compares it with the one it saved; it is never 0.
  *
  * After WARM the daemon sends PROGRESS frames (the first at once, then at
  * most ten a second), then DONE, all with the WARM's req_id; or an ERROR
@@ -248,6 +274,13 @@ enum proto_dtype { PROTO_DTYPE_U8 = 1, PROTO_DTYPE_F32 = 2 };
 #define PROTO_OPEN_SHUFFLE 0x1u
 #define PROTO_OPEN_DROP_LAST 0x2u
 #define PROTO_OPEN_SHM 0x4u /* ask for the shared-memory transport */
+#define PROTO_OPEN_START 0x8u /* a u64 start_batch follows prefetch */
+#define PROTO_OPEN_INFO 0x10u /* OPENED carries dataset_samples and fingerprint */
+
+/* RELEASE flags. COPIED: the client copied the batch out of its slot
+ * because it held every other slot of the ring (it keeps batches: a list
+ * of them, a prefetch queue); the daemon counts it (shm.copies). */
+#define PROTO_RELEASE_COPIED 0x1u
 
 /* Element order of float output (u8 output is always NHWC). */
 enum proto_layout { PROTO_LAYOUT_NHWC = 0, PROTO_LAYOUT_NCHW = 1 };
@@ -332,6 +365,7 @@ struct proto_open {
     uint32_t batch_size;
     uint64_t seed, epoch;
     uint32_t rank, world, flags, prefetch;
+    uint64_t start_batch; /* on the wire only with PROTO_OPEN_START */
 };
 struct proto_opened {
     uint32_t stream_id;
@@ -339,6 +373,9 @@ struct proto_opened {
     uint32_t h, w, c, dtype;
     uint32_t layout, transport, slots;
     uint64_t slot_bytes;
+    /* On the wire only when has_info (the OPEN asked, PROTO_OPEN_INFO). */
+    int has_info;
+    uint64_t dataset_samples, fingerprint;
 };
 struct proto_batch_hdr {
     uint32_t stream_id;
@@ -354,6 +391,7 @@ struct proto_batch_shm {
 };
 struct proto_release {
     uint32_t stream_id, slot;
+    uint32_t flags; /* PROTO_RELEASE_*; on the wire only when not 0 */
 };
 struct proto_end {
     uint32_t stream_id;

@@ -24,6 +24,7 @@ struct dataset {
     uint32_t *ids;          /* a subset: its sample i is ids[i] of the parent */
     uint32_t n;             /* samples */
     uint64_t name_hash;     /* hash_xxh64 of the name: the disk tier's key */
+    uint64_t content_fp;    /* dataset_fingerprint */
     struct dataset_output out;
     uint32_t id;            /* the tiers' */
     /* The strategy in force; strategy_lock guards the pointer (and the
@@ -128,6 +129,14 @@ static int dataset_init(struct dataset *ds, const struct config_dataset *cfg, ui
     return ds->strategy && ds->bad_logged ? 0 : -ENOMEM;
 }
 
+/* Once the samples are known (a subset's ids filled). */
+static void dataset_set_fingerprint(struct dataset *ds)
+{
+    ds->content_fp = dataset_content_hash(ds, DATASET_CONTENT_SEED);
+    if (ds->content_fp == 0)
+        ds->content_fp = 1;
+}
+
 int dataset_open(struct dataset **out, const struct config_dataset *cfg, char *err,
                  size_t errlen)
 {
@@ -152,6 +161,7 @@ int dataset_open(struct dataset **out, const struct config_dataset *cfg, char *e
         dataset_free(ds);
         return -ENOMEM;
     }
+    dataset_set_fingerprint(ds);
     *out = ds;
     return 0;
 }
@@ -174,6 +184,7 @@ int dataset_subset(struct dataset **out, const struct dataset *ds, const uint32_
     for (uint32_t i = 0; i < n; i++)
         sub->ids[i] = ds->ids ? ds->ids[ids[i]] : ids[i];
     memset(sub->bad_logged, 1, n); /* "logged already": trials stay quiet */
+    dataset_set_fingerprint(sub);
     *out = sub;
     return 0;
 }
@@ -264,6 +275,28 @@ const struct dataset_output *dataset_output(const struct dataset *ds)
 uint64_t dataset_refused(const struct dataset *ds)
 {
     return ds->src->refused;
+}
+
+uint64_t dataset_fingerprint(const struct dataset *ds)
+{
+    return ds->content_fp;
+}
+
+uint64_t dataset_content_hash(const struct dataset *ds, uint64_t h)
+{
+    const struct config_dataset *dc = ds->cfg;
+    h = hash_combine(h, ds->n);
+    for (uint32_t i = 0; i < ds->n; i++) {
+        const struct index_sample *s = sample_of(ds, i);
+        h = hash_combine(h, s->path_hash);
+        h = hash_combine(h, s->size);
+        h = hash_combine(h, (uint64_t)s->mtime_ns);
+        h = hash_combine(h, s->label);
+    }
+    h = hash_combine(h, dc->nsteps);
+    for (uint32_t i = 0; i < dc->nsteps; i++)
+        h = hash_combine(h, step_fingerprint(&dc->steps[i], 0xcbf29ce484222325ull));
+    return h;
 }
 
 uint32_t dataset_id(const struct dataset *ds)

@@ -117,6 +117,16 @@ uint64_t dataset_name_hash(const struct dataset *ds);
 const struct dataset_output *dataset_output(const struct dataset *ds);
 /* Entries refused at indexing: links leaving the root. */
 uint64_t dataset_refused(const struct dataset *ds);
+/* What clients call the dataset's fingerprint (OPENED, DATASETS): its
+ * content hash from DATASET_CONTENT_SEED, computed once when it is opened,
+ * never 0. A saved position in an epoch is resumed only on the same. */
+uint64_t dataset_fingerprint(const struct dataset *ds);
+/* Continues the hash h over everything a served sample's bytes depend on
+ * besides the stream's arguments: the samples (count, paths, sizes, mtimes,
+ * labels) and every step with all its parameters (not the split or the
+ * encoding, which change where bytes are kept, not what they are). */
+uint64_t dataset_content_hash(const struct dataset *ds, uint64_t h);
+#define DATASET_CONTENT_SEED 0x636f6e74656e7431ull /* "content1" */
 /* The tiers' id of the dataset (tiers.h), UINT32_MAX until it has one. */
 uint32_t dataset_id(const struct dataset *ds);
 void dataset_set_id(struct dataset *ds, uint32_t id);

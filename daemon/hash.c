@@ -155,6 +155,11 @@ uint64_t hash_mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+uint64_t hash_combine(uint64_t h, uint64_t v)
+{
+    return hash_mix64(h ^ v) + 0x9e3779b97f4a7c15ULL;
+}
+
 double hash_rand01(uint64_t *state)
 {
     *state += 0x9e3779b97f4a7c15ULL;

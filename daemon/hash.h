@@ -10,6 +10,9 @@
  *   hash_crc32c    CRC32C (Castagnoli): the disk tier's record checksums
  *                  (SSE4.2's crc32 instruction where the CPU has it).
  *   hash_mix64     splitmix64's finalizer: mixes a 64-bit value.
+ *   hash_combine   continues a hash h with a 64-bit value v: the content
+ *                  fingerprints (dataset.c) and the profiler's record keys,
+ *                  which are stored, so it must never change either.
  *   hash_rand01    a uniform double in [0, 1) from a splitmix64 stream.
  *   hash_sample_seed  the seed of one sample's random steps, a function of
  *                  (stream seed, epoch, sample id) only, so every epoch is
@@ -25,6 +28,7 @@ uint64_t hash_xxh64(const void *data, size_t len);
 /* Continued from crc (0 to start). */
 uint32_t hash_crc32c(uint32_t crc, const void *data, size_t len);
 uint64_t hash_mix64(uint64_t x);
+uint64_t hash_combine(uint64_t h, uint64_t v);
 /* Advances *state. */
 double hash_rand01(uint64_t *state);
 uint64_t hash_sample_seed(uint64_t seed, uint64_t epoch, uint32_t sample);

@@ -198,30 +198,12 @@ uint32_t profile_rank(struct proto_profile_strategy *st, uint32_t n,
     return winner;
 }
 
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    return hash_mix64(h ^ v) + 0x9e3779b97f4a7c15ull;
-}
-
 uint64_t profile_key(const struct dataset *ds, const struct config *cfg)
 {
-    const struct config_dataset *dc = dataset_config(ds);
-    uint32_t n = dataset_size(ds);
-    uint64_t h = mix(0, 0x70726f66696c6531ull); /* "profile1" */
-    h = mix(h, n);
-    for (uint32_t i = 0; i < n; i++) {
-        struct dataset_ident in;
-        dataset_ident(ds, i, &in);
-        h = mix(h, in.path_hash);
-        h = mix(h, in.size);
-        h = mix(h, (uint64_t)in.mtime_ns);
-        h = mix(h, dataset_label(ds, i));
-    }
-    h = mix(h, dc->nsteps);
-    for (uint32_t i = 0; i < dc->nsteps; i++)
-        h = mix(h, step_fingerprint(&dc->steps[i], 0xcbf29ce484222325ull));
-    h = mix(h, cfg->cache_memory);
-    h = mix(h, cfg->cache_disk);
+    /* "profile1": the same value as before the content hash had a module */
+    uint64_t h = dataset_content_hash(ds, hash_combine(0, 0x70726f66696c6531ull));
+    h = hash_combine(h, cfg->cache_memory);
+    h = hash_combine(h, cfg->cache_disk);
     return h;
 }
 

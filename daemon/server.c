@@ -614,6 +614,8 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         .shuffle = !!(req.flags & PROTO_OPEN_SHUFFLE),
         .drop_last = !!(req.flags & PROTO_OPEN_DROP_LAST), .shm = !!(req.flags & PROTO_OPEN_SHM),
         .id = ++s->next_stream_id, .room = proto_batch_prefix_size(req.batch_size),
+        .start_batch = req.flags & PROTO_OPEN_START ? req.start_batch : 0,
+        .info = !!(req.flags & PROTO_OPEN_INFO),
     };
     *cj = (struct conn_job){c, req_id, p.id, NULL};
     struct reply reply = {&stream_reply, cj};
@@ -663,7 +665,8 @@ static void handle_release(struct conn *c, uint32_t req_id, struct proto_rbuf *r
     }
     for (uint32_t i = 0; i < c->stream_cap; i++) {
         if (c->streams[i].st && c->streams[i].stream_id == m.stream_id) {
-            int rc = stream_release(c->streams[i].st, m.slot, err, sizeof(err));
+            int rc = stream_release(c->streams[i].st, m.slot,
+                                    !!(m.flags & PROTO_RELEASE_COPIED), err, sizeof(err));
             if (rc < 0) {
                 c->srv->n[SRV_protocol_errors]++;
                 conn_error(c, req_id, rc, err);
@@ -1281,6 +1284,9 @@ static char *server_datasets_json(struct server *s)
         json_str(&j, "root", dc->root);
         json_u64(&j, "samples", dataset_size(ds));
         json_u64(&j, "classes", dataset_nclasses(ds));
+        char fp[17];
+        snprintf(fp, sizeof(fp), "%016llx", (unsigned long long)dataset_fingerprint(ds));
+        json_str(&j, "fingerprint", fp);
         json_array_begin(&j, "class_names");
         for (uint32_t k = 0; k < dataset_nclasses(ds); k++)
             json_str(&j, NULL, dataset_class(ds, k));

@@ -75,6 +75,7 @@ struct stream {
     uint32_t nparts, part_n;
     int64_t *labels;         /* a two-segment batch's labels, gathered */
     uint64_t batches_sent, samples_sent, skipped;
+    uint64_t first_batch;    /* where the stream started (params.start_batch) */
     size_t data_off;         /* where sample data starts in a job buffer */
     int done;                /* ended: the last word is due (or said) */
     int said;                /* the reply was told done or failed */
@@ -91,6 +92,7 @@ struct stream {
     int dropped;
     int shm_on;   /* the stream uses shm (which stream_take_ring may empty) */
     int ended;    /* the end was said: the epoch completed */
+    int copies_logged; /* the client's first copied batch was logged */
 };
 
 /* ---- the streams' context ---- */
@@ -417,7 +419,7 @@ static void batch_init(const struct stream *s, struct reply_batch *b, uint32_t n
 {
     const struct dataset_output *o = dataset_output(s->ds);
     memset(b, 0, sizeof(*b));
-    b->index = s->batches_sent;
+    b->index = s->first_batch + s->batches_sent;
     b->n = n;
     b->h = o->h;
     b->w = o->w;
@@ -621,9 +623,12 @@ static void stream_pump(struct stream *s)
     }
     if (!s->done && s->next_send == s->plan.batches)
         stream_end(s);
-    /* A ring full of slots the client holds: it has this long to release one. */
+    /* A ring full of slots the client holds, nothing in flight or waiting to
+     * be sent: only a release lets the stream go on, and the client has this
+     * long to send one. A ring full of batches the daemon is still computing
+     * is not the client's doing (a slow pipeline never drops a client). */
     if (!s->done && stream_shm(s) && s->nheld > 0 && s->live_jobs >= stream_job_limit(s) &&
-        !evtimer_pending(s->release_ev, NULL)) {
+        s->next_send == s->next_submit && !evtimer_pending(s->release_ev, NULL)) {
         struct timeval tv = {s->release_timeout, 0};
         evtimer_add(s->release_ev, &tv);
     }
@@ -645,7 +650,7 @@ static void stream_on_release_timeout(evutil_socket_t fd, short what, void *arg)
     stream_finish(s, -ETIMEDOUT, msg);
 }
 
-int stream_release(struct stream *s, uint32_t slot, char *err, size_t errlen)
+int stream_release(struct stream *s, uint32_t slot, int copied, char *err, size_t errlen)
 {
     if (!stream_shm(s) || slot >= s->shm.slots || !s->held[slot]) {
         snprintf(err, errlen, "stream %u: RELEASE of slot %u, which the client does not hold",
@@ -656,6 +661,14 @@ int stream_release(struct stream *s, uint32_t slot, char *err, size_t errlen)
     s->held[slot] = NULL;
     s->nheld--;
     s->ss->shm[SHM_releases]++;
+    if (copied) {
+        s->ss->shm[SHM_copies]++;
+        if (!s->copies_logged) {
+            s->copies_logged = 1;
+            log_info("stream %u: the client keeps every slot of its ring but one and copies "
+                     "batches out of that one (counted in shm.copies)", s->p.id);
+        }
+    }
     evtimer_del(s->release_ev);
     job_unref(j);
     if (!s->done)
@@ -715,7 +728,8 @@ static int stream_say_opened(struct stream *s, struct ring *spare)
     int rc = 1;
 
     *op = (struct proto_opened){0, s->plan.count, s->plan.batches, o->h, o->w, o->c, o->dtype,
-                                o->layout, PROTO_TRANSPORT_SOCKET, 0, 0};
+                                o->layout, PROTO_TRANSPORT_SOCKET, 0, 0, s->p.info,
+                                dataset_size(s->ds), dataset_fingerprint(s->ds)};
     if (s->p.shm) {
         uint32_t slots = s->p.prefetch < 2 ? 2 : s->p.prefetch;
         size_t bytes = (size_t)s->p.batch_size * o->bytes;
@@ -797,6 +811,10 @@ int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
     s->release_timeout = ss->release_timeout;
     s->data_off = (p->room + 63) & ~(size_t)63;
     s->cap = p->prefetch + 2;
+    /* Resuming: the plan is the whole epoch's; batches before the start are
+     * neither computed nor sent. */
+    s->first_batch = p->start_batch < s->plan.batches ? p->start_batch : s->plan.batches;
+    s->next_submit = s->next_send = s->first_batch;
     s->inflight = calloc(s->cap, sizeof(*s->inflight));
     s->labels = malloc(p->batch_size * sizeof(*s->labels));
     s->pump_ev = event_new(ss->base, -1, 0, stream_on_pump, s);
@@ -822,9 +840,10 @@ int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
         stream_finish(s, -ENOMEM, "cannot queue a reply");
         return 0;
     }
-    log_debug("stream %u: dataset '%s' epoch %llu rank %u/%u: %llu samples, %llu batches, %s",
-              p->id, dataset_name(ds), (unsigned long long)p->epoch, p->rank, p->world,
-              (unsigned long long)s->plan.count, (unsigned long long)s->plan.batches,
+    log_debug("stream %u: dataset '%s' epoch %llu rank %u/%u: %llu samples, %llu batches "
+              "from batch %llu, %s", p->id, dataset_name(ds), (unsigned long long)p->epoch,
+              p->rank, p->world, (unsigned long long)s->plan.count,
+              (unsigned long long)s->plan.batches, (unsigned long long)s->first_batch,
               stream_shm(s) ? "shared memory" : "socket");
     stream_pump(s);
     return 0;

@@ -1,6 +1,7 @@
 /*
  * Epoch streams: one trainer's epoch (dataset, batch size, seed, epoch,
- * rank/world, shuffle, drop_last), planned up front and produced by the
+ * rank/world, shuffle, drop_last), planned up front (whole, also when it
+ * resumes the epoch at a later batch: start_batch) and produced by the
  * worker pool as batch jobs, at most `prefetch` batches ahead of what the
  * client has taken. Batches go to the stream's reply (reply.h) in order,
  * straight from the buffers the workers filled (no copy), then the end.
@@ -57,6 +58,11 @@ struct stream_params {
     int shm;           /* shared memory wanted (else the socket) */
     uint32_t id;       /* for logs and the ring's name */
     size_t room;       /* bytes the reply wants free before each batch's samples */
+    /* Resuming (see proto.h): the stream starts at this batch of the
+     * epoch's plan, computes nothing before it and keeps the plan's batch
+     * indices; at or past the epoch's batches it is empty. */
+    uint64_t start_batch;
+    int info;          /* OPENED carries the dataset's size and fingerprint */
 };
 
 /* The streams' counters and gauges (event loop thread), at the top of the
@@ -79,6 +85,8 @@ struct stream_params {
     X(releases, COUNTER, "slots", "slots released by clients")                        \
     X(release_timeouts, COUNTER, "clients",                                            \
       "clients dropped for holding every slot for limits.release_timeout")             \
+    X(copies, COUNTER, "batches",                                                      \
+      "batches clients copied out of their slot: they held every other slot")         \
     X(release_timeout_s, GAUGE, "seconds", "limits.release_timeout", "release_timeout_seconds")
 
 /* readahead may be NULL (workers read every batch themselves). */
@@ -112,12 +120,14 @@ int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
 int stream_take_ring(struct stream *s, struct ring *out);
 /* Frees a ring taken with stream_take_ring (nothing when r->fd < 0). */
 void stream_ring_free(struct streams *ss, struct ring *r);
-/* Shared memory: the client is done with a slot it was sent. A slot it
+/* Shared memory: the client is done with a slot it was sent; copied says
+ * it copied the batch out because it held every other slot (it keeps
+ * batches): counted (shm.copies), and logged once per stream. A slot it
  * does not hold is refused (-EINVAL, message in err). A stream whose
  * client holds slots and releases none for release_timeout seconds while
  * the ring is full fails with -ETIMEDOUT and says so in stream_dropped:
  * the owner then drops the client. */
-int stream_release(struct stream *s, uint32_t slot, char *err, size_t errlen);
+int stream_release(struct stream *s, uint32_t slot, int copied, char *err, size_t errlen);
 int stream_dropped(const struct stream *s);
 /* Stops producing and says nothing more; frees when idle. */
 void stream_close(struct stream *s);

@@ -21,6 +21,11 @@
 #   warm-split-crop       ... cached after center_crop (flip online)
 #   cold-train, warm-train  resize 256 cached; random_resized_crop 224, flip and normalize
 #                         (float32 NCHW) online
+#   resume                time to the first batch of an epoch resumed at its middle
+#                         (prestoctl epoch --start-batch, a fresh prestod: cold cache)
+#                         against the same at batch 0, in the same run (ratio = time at 0
+#                         over time at the middle; a resume that computed the skipped
+#                         half first would take about half an epoch longer)
 # Each pipeline runs in its own prestod (default workers, default cache budget), so a
 # cold epoch finds the cache empty and warm epochs see only their own data set.
 #
@@ -194,6 +199,42 @@ bench_split_cases() {
     done
 }
 
+# Time to the first batch of epoch 0 resumed at its middle against at batch 0, each on a
+# fresh prestod (an empty cache, as after a preemption), alternating, BENCH_RESUME_RUNS
+# each. A run's samples_per_s is the first batch's samples over that time, so the ratio
+# is the time at batch 0 over the time at the middle.
+BENCH_RESUME_RUNS=3
+bench_resume_case() {
+    local k run i first tail_samples at_zero=() at_half=() runs=()
+    k=$((BENCH_SAMPLES / 64 / 2))
+    echo "== resume: time to the first batch at batch $k of $((BENCH_SAMPLES / 64)) against" \
+        "batch 0 (a fresh prestod each, cold cache)"
+    BENCH_DATASET=bench
+    for ((i = 0; i < BENCH_RESUME_RUNS; i++)); do
+        for start in 0 "$k"; do
+            presto_start -d "bench=$BENCH_DATA"
+            run=$(presto_ctl epoch bench -e 0 --start-batch "$start" --json)
+            presto_stop
+            first=$("$PYTHON" -c 'import json, sys; print(json.loads(sys.argv[1])["first_batch_s"])' \
+                "$run")
+            [[ $start == 0 ]] || tail_samples=$("$PYTHON" -c \
+                'import json, sys; print(json.loads(sys.argv[1])["samples"])' "$run")
+            echo "  start_batch $start: first batch after $("$PYTHON" -c \
+                'import sys; print("%.1f ms" % (float(sys.argv[1]) * 1e3))' "$first")"
+            if [[ $start == 0 ]]; then at_zero+=("$first"); else at_half+=("$first"); fi
+        done
+    done
+    for ((i = 0; i < BENCH_RESUME_RUNS; i++)); do
+        runs+=("$("$PYTHON" -c 'import json, statistics, sys
+half, samples = float(sys.argv[1]), int(sys.argv[2]); zero = [float(x) for x in sys.argv[3:]]
+print(json.dumps({"samples": samples, "seconds": half, "samples_per_s": 64 / half,
+                  "first_batch_s": half, "reference": "resume at batch 0",
+                  "reference_samples_per_s": 64 / statistics.median(zero)}))' \
+            "${at_half[$i]}" "$tail_samples" "${at_zero[@]}")")
+    done
+    bench_case resume 0.5 "${runs[@]}"
+}
+
 # torchvision's ImageNet training transforms: cold-train, warm-train.
 bench_train_cases() {
     local config
@@ -234,6 +275,7 @@ bench_main() {
     bench_baseline train --transforms train
 
     bench_default_cases
+    bench_resume_case
     bench_split_cases
     bench_train_cases
 

@@ -152,6 +152,34 @@ static int frames(void)
     stream_frame(&s);
     rc |= stream_end(&s, "replies");
 
+    /* A resumed stream: OPEN with start_batch, OPENED with the dataset's
+     * size and fingerprint, a RELEASE of a batch the client copied out. */
+    stream_begin(&s, 0);
+    {
+        struct proto_open ro = open;
+        ro.flags |= PROTO_OPEN_SHM | PROTO_OPEN_START | PROTO_OPEN_INFO;
+        ro.start_batch = 3;
+        proto_frame_begin(&s.w, PROTO_OPEN, 7);
+        proto_put_open(&s.w, &ro);
+        stream_frame(&s);
+        struct proto_release rel = {1, 1, PROTO_RELEASE_COPIED};
+        proto_frame_begin(&s.w, PROTO_RELEASE, 7);
+        proto_put_release(&s.w, &rel);
+        stream_frame(&s);
+    }
+    rc |= stream_end(&s, "resume");
+    stream_begin(&s, 3);
+    {
+        struct proto_opened ro = opened;
+        ro.has_info = 1;
+        ro.dataset_samples = 1200;
+        ro.fingerprint = 0x0123456789abcdefull;
+        proto_frame_begin(&s.w, PROTO_OPENED, 7);
+        proto_put_opened(&s.w, &ro);
+        stream_frame(&s);
+    }
+    rc |= stream_end(&s, "opened-info");
+
     /* A frame of a future version (answered, the connection stays). */
     stream_begin(&s, 0);
     proto_frame_begin(&s.w, PROTO_STATS, 9);

@@ -7,8 +7,9 @@
  *   - a small C client built with `pkg-config --cflags --libs presto`
  *     against the staged header and library (and once statically) pulls an
  *     epoch from the staged prestod, as does the staged prestoctl;
- *   - the staged Python package imports, loads the staged library and
- *     pulls an epoch;
+ *   - the staged Python package imports, loads the staged library, pulls
+ *     an epoch, knows the library's directory, and `python3 -m presto stats`
+ *     answers;
  *   - the staged config example passes prestod --check-config;
  *   - the public header compiles as strict C11 and as C++ (when g++ is
  *     there), and the man pages render without warnings (when groff is).
@@ -359,6 +360,12 @@ START_TEST(test_python_package)
         "        for batch in stream:\n"
         "            n += len(batch.labels)\n"
         "assert n == want, (n, want)\n"
+        "from presto import _install\n" /* make install says where the library is */
+        "assert _install.LIBDIR == '" PREFIX "/lib', _install.LIBDIR\n"
+        "import subprocess, json\n" /* and python3 -m presto talks to the daemon */
+        "out = subprocess.run([sys.executable, '-m', 'presto', '-s', sock, 'stats'],\n"
+        "                     check=True, capture_output=True, text=True).stdout\n"
+        "assert json.loads(out)['version'] == presto.version(), out\n"
         "print('python ok', presto.version(), n)\n";
     char nstr[16];
 

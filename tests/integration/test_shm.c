@@ -11,7 +11,17 @@
  *  - a client that holds every slot and releases none is dropped after
  *    limits.release_timeout, with a reason, and its ring is freed;
  *  - a RELEASE of a slot the client does not hold is refused, the stream
- *    goes on; the ring's file is sealed against shrinking.
+ *    goes on; the ring's file is sealed against shrinking;
+ *  - a stream opened at start_batch k (a resumed epoch) gives the
+ *    uninterrupted epoch's batches from k on, byte for byte and with their
+ *    indices, for ranks of a world too, computing nothing before k; past
+ *    the end it gives none;
+ *  - copy_when_full: a client that keeps every batch completes the epoch,
+ *    the batches that found every other slot held are copies (counted by
+ *    the client and the daemon), and the bytes are the epoch's;
+ *  - an interruptible stream returns PRESTO_E_INTR from a wait a signal
+ *    handler interrupts, and goes on after it; a stream closed with batches
+ *    held stops at once, the batches staying valid until released.
  *
  * Every test gets a daemon of its own (checked fixture), so stats start at 0.
  */
@@ -381,19 +391,28 @@ START_TEST(test_eight_concurrent_streams)
 }
 END_TEST
 
+/* Opens a stream on a ring of 2 slots (manual_release; interruptible as
+ * asked) and takes both slots' batches: the daemon has nothing to send. */
+static void hold_both_slots(presto_t **p, presto_stream_t **s, presto_batch_t b[2],
+                            int interruptible)
+{
+    presto_stream_opts_t o = opts(2, PRESTO_TRANSPORT_SHM);
+    o.prefetch = 2;
+    o.manual_release = 1;
+    o.interruptible = interruptible;
+    ck_assert_int_eq(harness_connect(&H, p), 0);
+    ck_assert_int_eq(presto_stream_open(*p, &o, s), 0);
+    ck_assert_int_eq(presto_next(*s, &b[0]), 1);
+    ck_assert_int_eq(presto_next(*s, &b[1]), 1);
+}
+
 START_TEST(test_holding_every_slot_gets_dropped)
 {
     presto_t *p;
     presto_stream_t *s;
     presto_batch_t b[2], c;
-    presto_stream_opts_t o = opts(2, PRESTO_TRANSPORT_SHM);
-    o.prefetch = 2;
-    o.manual_release = 1;
 
-    ck_assert_int_eq(harness_connect(&H, &p), 0);
-    ck_assert_int_eq(presto_stream_open(p, &o, &s), 0);
-    ck_assert_int_eq(presto_next(s, &b[0]), 1);
-    ck_assert_int_eq(presto_next(s, &b[1]), 1);
+    hold_both_slots(&p, &s, b, 0);
     /* Both slots held: the stream stalls, and after release_timeout (2 s)
      * the daemon drops this client. */
     int rc = presto_next(s, &c);
@@ -408,6 +427,174 @@ START_TEST(test_holding_every_slot_gets_dropped)
     expect_stat("shm", "release_timeouts", 1);
     expect_stat("shm", "rings", 0);
     expect_stat(NULL, "connections", 1); /* the stats request's own */
+}
+END_TEST
+
+/* ---- resuming, copies, interruptions ---- */
+
+/* An epoch's batches as FNV-1a digests (labels, then data), in order. */
+struct tail {
+    uint64_t first, n; /* index of the first batch, batches */
+    uint64_t fnv[NSAMPLES];
+    uint64_t fingerprint, dataset_samples;
+};
+
+static void pull_tail(const presto_stream_opts_t *o, struct tail *t)
+{
+    presto_t *p;
+    presto_stream_t *s;
+    presto_stream_info_t info;
+    presto_batch_t b;
+    int rc;
+
+    memset(t, 0, sizeof(*t));
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    ck_assert_msg(presto_stream_open(p, o, &s) == 0, "open: %s", presto_errmsg(p));
+    presto_stream_info(s, &info);
+    t->fingerprint = info.fingerprint;
+    t->dataset_samples = info.dataset_samples;
+    t->first = o->start_batch;
+    while ((rc = presto_next(s, &b)) > 0) {
+        ck_assert_uint_eq(b.index, t->first + t->n); /* the uninterrupted indices */
+        uint64_t h = harness_fnv(HARNESS_FNV_INIT, b.labels, b.n * sizeof(b.labels[0]));
+        t->fnv[t->n++] = harness_fnv(h, b.data, b.size);
+        presto_release(s, &b);
+    }
+    ck_assert_msg(rc == 0, "next: %s", presto_stream_errmsg(s));
+    presto_stream_close(s);
+    presto_close(p);
+}
+
+START_TEST(test_resume_at_batch)
+{
+    struct tail whole, part;
+    presto_stream_opts_t o = opts(6, PRESTO_TRANSPORT_AUTO);
+    const uint64_t nb = NSAMPLES / BATCH;
+
+    /* First, on a cold cache: resuming at the middle computes the tail only. */
+    o.start_batch = nb / 2;
+    pull_tail(&o, &part);
+    ck_assert_uint_eq(part.n, nb - nb / 2);
+    expect_stat("cache", "misses", (double)(nb - nb / 2) * BATCH);
+    ck_assert_uint_eq(part.dataset_samples, NSAMPLES);
+    ck_assert_msg(part.fingerprint != 0, "OPENED carried no fingerprint");
+
+    o.start_batch = 0;
+    pull_tail(&o, &whole);
+    ck_assert_uint_eq(whole.n, nb);
+    ck_assert_uint_eq(whole.fingerprint, part.fingerprint);
+    ck_assert(memcmp(part.fnv, whole.fnv + nb / 2, part.n * sizeof(part.fnv[0])) == 0);
+
+    /* The first, second and last batch, and past the end. */
+    const uint64_t ks[] = {1, nb - 1, nb, nb + 5};
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
+        o.start_batch = ks[i];
+        pull_tail(&o, &part);
+        uint64_t want = ks[i] < nb ? nb - ks[i] : 0;
+        ck_assert_msg(part.n == want, "start_batch %llu: %llu batches, want %llu",
+                      (unsigned long long)ks[i], (unsigned long long)part.n,
+                      (unsigned long long)want);
+        ck_assert(memcmp(part.fnv, whole.fnv + ks[i], want * sizeof(part.fnv[0])) == 0);
+    }
+
+    /* Rank 1 of 2, through the socket too: its own epoch's tail. */
+    o.rank = 1;
+    o.world = 2;
+    o.start_batch = 0;
+    pull_tail(&o, &whole);
+    ck_assert_uint_eq(whole.n, nb / 2);
+    o.transport = PRESTO_TRANSPORT_SOCKET;
+    o.start_batch = 2;
+    pull_tail(&o, &part);
+    ck_assert_uint_eq(part.n, nb / 2 - 2);
+    ck_assert(memcmp(part.fnv, whole.fnv + 2, part.n * sizeof(part.fnv[0])) == 0);
+}
+END_TEST
+
+START_TEST(test_copy_when_full)
+{
+    struct tail ref;
+    presto_t *p;
+    presto_stream_t *s;
+    presto_stream_info_t info;
+    static presto_batch_t kept[NSAMPLES / BATCH + 1];
+    presto_stream_opts_t o = opts(4, PRESTO_TRANSPORT_SHM);
+    const unsigned nb = NSAMPLES / BATCH;
+
+    pull_tail(&o, &ref);
+    o.prefetch = 2; /* a ring of 2 slots */
+    o.manual_release = 1;
+    o.copy_when_full = 1;
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    ck_assert_int_eq(presto_stream_open(p, &o, &s), 0);
+    unsigned n = 0;
+    int rc;
+    while (n <= nb && (rc = presto_next(s, &kept[n])) > 0) /* keeps every one */
+        n++;
+    ck_assert_msg(rc == 0, "next while keeping batches: %s", presto_stream_errmsg(s));
+    ck_assert_uint_eq(n, nb);
+    presto_stream_info(s, &info);
+    ck_assert_uint_eq(info.slots, 2);
+    ck_assert_uint_eq(info.copies, nb - 1); /* all but the one in the first slot */
+    for (unsigned i = 0; i < nb; i++) {
+        uint64_t h = harness_fnv(HARNESS_FNV_INIT, kept[i].labels,
+                                 kept[i].n * sizeof(kept[i].labels[0]));
+        ck_assert_msg(harness_fnv(h, kept[i].data, kept[i].size) == ref.fnv[i],
+                      "kept batch %u changed", i);
+    }
+    /* The daemon counted those whose RELEASE came while the stream ran (the
+     * last one's may come after its END). */
+    double copies = -1;
+    ck_assert_int_eq(harness_stat(&H, "shm", "copies", &copies), 0);
+    ck_assert_msg(copies >= nb - 2 && copies <= nb - 1, "shm.copies %g", copies);
+    ck_assert_int_eq(harness_stat(&H, "shm", "release_timeouts", &copies), 0);
+    ck_assert_msg(copies == 0, "a client was dropped");
+    for (unsigned i = 0; i < nb; i++)
+        presto_release(s, &kept[i]);
+    presto_stream_close(s);
+    presto_close(p);
+    expect_stat("shm", "rings", 0);
+}
+END_TEST
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
+
+/* Holds both slots of a ring so the daemon has nothing to send: the wait
+ * in presto_next returns PRESTO_E_INTR when SIGALRM's handler runs, and the
+ * stream goes on once a slot comes back. Then closes the stream while
+ * holding a batch: the daemon lets go of it at once, the batch stays. */
+START_TEST(test_interrupted_wait)
+{
+    presto_t *p;
+    presto_stream_t *s;
+    presto_batch_t b[2], c;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_alarm; /* no SA_RESTART */
+    ck_assert_int_eq(sigaction(SIGALRM, &sa, &old), 0);
+
+    hold_both_slots(&p, &s, b, 1);
+    alarm(1); /* well before release_timeout (2 s) */
+    int rc = presto_next(s, &c);
+    ck_assert_msg(rc == -PRESTO_E_INTR, "next while stalled, then SIGALRM: %d %s", rc,
+                  presto_stream_errmsg(s));
+    ck_assert_str_eq(presto_strerror(rc), "interrupted by a signal");
+    presto_release(s, &b[0]);
+    ck_assert_int_eq(presto_next(s, &c), 1); /* nothing was lost */
+    ck_assert_uint_eq(c.index, 2);
+    presto_release(s, &c);
+
+    uint8_t first = *(const uint8_t *)b[1].data;
+    presto_stream_close(s); /* b[1] still held */
+    expect_stat(NULL, "streams", 0);
+    expect_stat("shm", "rings", 0);
+    ck_assert_uint_eq(*(const uint8_t *)b[1].data, first);
+    presto_release(s, &b[1]); /* the last: frees the stream */
+    presto_close(p);
+    sigaction(SIGALRM, &old, NULL);
 }
 END_TEST
 
@@ -529,6 +716,9 @@ static Suite *shm_suite(void)
     tcase_add_test(tc, test_eight_concurrent_streams);
     tcase_add_test(tc, test_holding_every_slot_gets_dropped);
     tcase_add_test(tc, test_release_of_unheld_slot_refused);
+    tcase_add_test(tc, test_resume_at_batch);
+    tcase_add_test(tc, test_copy_when_full);
+    tcase_add_test(tc, test_interrupted_wait);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -9,6 +9,7 @@ Importing this module makes `import presto` load the binding of this tree.
 """
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -127,6 +128,47 @@ class Daemon:
 
 def remove(dir):
     shutil.rmtree(dir, ignore_errors=True)
+
+
+# The suites' dataset "tiny": small images through decode, resize 40, center_crop
+# {side} (offline), random_flip (online).
+TINY_CONFIG = """\
+datasets:
+  - name: tiny
+    root: {root}
+    steps: [decode, {{resize: 40}}, {{center_crop: {side}}}, {{random_flip: 0.5}}]
+    split: center_crop
+"""
+
+
+def serve(config, count, classes, seed, **fields):
+    """A suite's fixture: a temporary directory with a data set of count
+    images in classes classes (make_dataset) and a prestod serving it with
+    config, a format string given root (JSON-quoted) and fields. Returns
+    (dir, root, config path, Daemon); finish() undoes it."""
+    dir = tempdir()
+    root = make_dataset(os.path.join(dir, "data"), count, classes, seed=seed)
+    path = os.path.join(dir, "prestod.yaml")
+    with open(path, "w") as f:
+        f.write(config.format(root=json.dumps(root), **fields))
+    return dir, root, path, Daemon(dir, ["-c", path])
+
+
+def finish(dir, *daemons):
+    """The end of serve(): stops every daemon, then fails with the log of the
+    first whose exit status was not 0 (a memory error under valgrind: 99),
+    and removes dir. Each is stopped whatever the others did, so none is
+    left running."""
+    failed = []
+    try:
+        for d in daemons:
+            status = d.stop() if d else 0
+            if status != 0:
+                failed.append("prestod exited with %r:\n%s" % (status, d.log_text()))
+    finally:
+        remove(dir)
+    if failed:
+        raise AssertionError("\n".join(failed))
 
 
 def prestoctl(sock, *args):

@@ -29,13 +29,7 @@ except ImportError:  # the torch tests skip
 
 COUNT, CLASSES = 48, 3   # dataset size divisible by the 2 ranks of the tests
 SIDE = 32                # the tiny pipeline's output: 32 x 32 x 3
-CONFIG = """\
-datasets:
-  - name: tiny
-    root: {root}
-    steps: [decode, {{resize: 40}}, {{center_crop: {side}}}, {{random_flip: 0.5}}]
-    split: center_crop
-"""
+CONFIG = pt.TINY_CONFIG
 
 needs_torch = unittest.skipUnless(torch is not None, "torch is not importable")
 
@@ -44,21 +38,11 @@ _dir = _daemon = None
 
 def setUpModule():
     global _dir, _daemon
-    _dir = pt.tempdir()
-    root = pt.make_dataset(os.path.join(_dir, "data"), COUNT, CLASSES, seed=7)
-    config = os.path.join(_dir, "prestod.yaml")
-    with open(config, "w") as f:
-        f.write(CONFIG.format(root=json.dumps(root), side=SIDE))
-    _daemon = pt.Daemon(_dir, ["-c", config])
+    _dir, _, _, _daemon = pt.serve(CONFIG, COUNT, CLASSES, 7, side=SIDE)
 
 
 def tearDownModule():
-    try:
-        status = _daemon.stop() if _daemon else 0
-        if status != 0:
-            raise AssertionError("prestod exited with %r:\n%s" % (status, _daemon.log_text()))
-    finally:
-        pt.remove(_dir)
+    pt.finish(_dir, _daemon)
 
 
 def pull(stream):
@@ -173,8 +157,11 @@ class ClientTest(unittest.TestCase):
             with self.assertRaises(presto.PrestoError):
                 first.images
             second = next(s)
-            next(s)  # requesting the next batch releases the current one
-            self.assertTrue(second.released)
+            labels = second.labels.copy()
+            next(s)  # the next batch leaves this one alone: it is released with its views
+            self.assertFalse(second.released)
+            np.testing.assert_array_equal(second.labels, labels)
+            second.release()
             with self.assertRaises(presto.InvalidArgumentError):
                 second.labels
 
@@ -209,12 +196,14 @@ class ClientTest(unittest.TestCase):
         s.close()
         del s, b
         gc.collect()
-        np.testing.assert_array_equal(images, ref)
-        # the view holds the stream (control + stream connection) ...
-        self.assertEqual(self.wait_connections(2), 2)
-        del images
-        # ... and the last view gone, the stream closes its connection
+        # the stream stopped at once: its connection (and ring) are gone ...
         self.assertEqual(self.wait_connections(1), 1)
+        self.assertEqual(self.client.stats()["streams"], 0)
+        # ... and the view still holds its batch's bytes
+        np.testing.assert_array_equal(images, ref)
+        del images
+        gc.collect()
+        self.assertEqual(self.client.stats()["shm"]["rings"], 0)
 
     def test_unknown_dataset(self):
         with self.assertRaises(presto.PrestoError) as cm:
@@ -501,12 +490,14 @@ class LoaderTest(unittest.TestCase):
             self.assertEqual(self.loader(world_size=2).world_size, 2)
 
     def test_errors(self):
-        loader = self.loader(batch_size=4)
-        loader.dataset = "nope"
+        loader = Loader("nope", socket=_daemon.sock, batch_size=4)
+        self.addCleanup(loader.close)
         with self.assertRaisesRegex(presto.NoDatasetError, "no dataset named 'nope'"):
             iter(loader)
         with self.assertRaises(presto.NoDatasetError):
             len(loader)
+        with self.assertRaises(presto.NoDatasetError):
+            loader.dataset
 
 
 if __name__ == "__main__":

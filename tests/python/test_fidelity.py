@@ -118,14 +118,8 @@ def setUpModule():
 
 
 def tearDownModule():
-    try:
-        for d in (_daemon, _daemon1):
-            status = d.stop() if d else 0
-            if status != 0:
-                raise AssertionError("prestod exited with %r:\n%s" % (status, d.log_text()))
-    finally:
-        if _dir:
-            pt.remove(_dir)
+    if _dir:
+        pt.finish(_dir, _daemon, _daemon1)
 
 
 def pull(sock, name, **kw):

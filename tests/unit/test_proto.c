@@ -480,6 +480,91 @@ START_TEST(test_opened_round_trip)
 }
 END_TEST
 
+/* Decodes w's whole body with dec from an exact heap copy. */
+static int decode_all(const struct proto_wbuf *w, int (*dec)(struct proto_rbuf *r, void *m),
+                      void *m)
+{
+    struct proto_rbuf r;
+    uint8_t *p = dup_exact(w->data, w->len);
+    proto_rbuf_init(&r, p, w->len);
+    int rc = dec(&r, m);
+    free(p);
+    return rc;
+}
+static int get_open(struct proto_rbuf *r, void *m) { return proto_get_open(r, m); }
+static int get_opened(struct proto_rbuf *r, void *m) { return proto_get_opened(r, m); }
+static int get_release(struct proto_rbuf *r, void *m) { return proto_get_release(r, m); }
+
+/* The optional trailing fields: OPEN's start_batch (with PROTO_OPEN_START
+ * only), OPENED's dataset_samples and fingerprint (has_info), RELEASE's
+ * flags (only when not 0); each message without them is what an older peer
+ * sends and is still accepted. */
+START_TEST(test_optional_fields)
+{
+    struct proto_wbuf w;
+    struct proto_open o = sample_open, od;
+    size_t base;
+
+    proto_wbuf_init(&w);
+    o.start_batch = 77; /* no PROTO_OPEN_START: not sent */
+    proto_put_open(&w, &o);
+    base = w.len;
+    ck_assert_int_eq(decode_all(&w, get_open, &od), 0);
+    ck_assert_uint_eq(od.start_batch, 0);
+    proto_wbuf_free(&w);
+    proto_wbuf_init(&w);
+    o.flags |= PROTO_OPEN_START;
+    proto_put_open(&w, &o);
+    ck_assert_uint_eq(w.len, base + 8);
+    ck_assert_int_eq(decode_all(&w, get_open, &od), 0);
+    ck_assert_uint_eq(od.start_batch, 77);
+    ck_assert_uint_eq(od.flags, o.flags);
+    w.len -= 8; /* the flag without its field */
+    ck_assert_int_eq(decode_all(&w, get_open, &od), -PROTO_E_PROTO);
+    proto_wbuf_free(&w);
+
+    struct proto_opened op = sample_opened, opd;
+    proto_wbuf_init(&w);
+    proto_put_opened(&w, &op);
+    base = w.len;
+    ck_assert_int_eq(decode_all(&w, get_opened, &opd), 0);
+    ck_assert(!opd.has_info);
+    ck_assert_uint_eq(opd.fingerprint, 0);
+    proto_wbuf_free(&w);
+    proto_wbuf_init(&w);
+    op.has_info = 1;
+    op.dataset_samples = 1281167;
+    op.fingerprint = 0xfedcba9876543210ull;
+    proto_put_opened(&w, &op);
+    ck_assert_uint_eq(w.len, base + 16);
+    ck_assert_int_eq(decode_all(&w, get_opened, &opd), 0);
+    ck_assert(opd.has_info);
+    ck_assert_uint_eq(opd.dataset_samples, 1281167);
+    ck_assert_uint_eq(opd.fingerprint, 0xfedcba9876543210ull);
+    for (w.len = base + 1; w.len < base + 16; w.len++) /* part of it */
+        ck_assert_int_eq(decode_all(&w, get_opened, &opd), -PROTO_E_PROTO);
+    proto_wbuf_free(&w);
+
+    struct proto_release rel = {7, 3, 0}, reld;
+    proto_wbuf_init(&w);
+    proto_put_release(&w, &rel);
+    ck_assert_uint_eq(w.len, 8);
+    ck_assert_int_eq(decode_all(&w, get_release, &reld), 0);
+    ck_assert_uint_eq(reld.flags, 0);
+    proto_put_u32(&w, 0); /* flags of 0 are never sent */
+    ck_assert_int_eq(decode_all(&w, get_release, &reld), -PROTO_E_PROTO);
+    proto_wbuf_free(&w);
+    proto_wbuf_init(&w);
+    rel.flags = PROTO_RELEASE_COPIED;
+    proto_put_release(&w, &rel);
+    ck_assert_uint_eq(w.len, 12);
+    ck_assert_int_eq(decode_all(&w, get_release, &reld), 0);
+    ck_assert_uint_eq(reld.slot, 3);
+    ck_assert_uint_eq(reld.flags, PROTO_RELEASE_COPIED);
+    proto_wbuf_free(&w);
+}
+END_TEST
+
 START_TEST(test_batch_round_trip)
 {
     struct proto_wbuf w;
@@ -754,6 +839,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_open_round_trip);
     tcase_add_test(tc, test_open_dataset_names);
     tcase_add_test(tc, test_opened_round_trip);
+    tcase_add_test(tc, test_optional_fields);
     tcase_add_test(tc, test_batch_round_trip);
     tcase_add_test(tc, test_batch_size_checked);
     tcase_add_test(tc, test_end_round_trip);

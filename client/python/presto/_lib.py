@@ -4,7 +4,9 @@ The library is looked up in this order:
   1. $PRESTO_LIB, a path to the shared object;
   2. build/libprestoclient.so.0 of the source tree this package lives in
      (client/python/presto -> ../../../build);
-  3. the system's libprestoclient (ctypes.util.find_library, then the soname).
+  3. LIBDIR/libprestoclient.so.0 where `make install` put it (it writes
+     presto/_install.py with LIBDIR);
+  4. the system's libprestoclient (ctypes.util.find_library, then the soname).
 """
 
 import ctypes
@@ -26,6 +28,7 @@ E_IO = 9
 E_NOMEM = 10
 E_INTERNAL = 11
 E_DENIED = 12
+E_INTR = 13  # the client's own: a signal arrived while presto_next waited
 
 DTYPE_U8 = 1
 DTYPE_F32 = 2
@@ -52,6 +55,9 @@ class StreamOpts(ctypes.Structure):
         ("prefetch", ctypes.c_uint32),
         ("transport", ctypes.c_uint32),
         ("manual_release", ctypes.c_int),
+        ("start_batch", ctypes.c_uint64),
+        ("copy_when_full", ctypes.c_int),
+        ("interruptible", ctypes.c_int),
     ]
 
 
@@ -85,10 +91,15 @@ class StreamInfo(ctypes.Structure):
         ("layout", ctypes.c_uint32),
         ("transport", ctypes.c_uint32),
         ("slots", ctypes.c_uint32),
+        ("dataset_samples", ctypes.c_uint64),
+        ("fingerprint", ctypes.c_uint64),
+        ("copies", ctypes.c_uint64),
     ]
 
 
 _handle = ctypes.c_void_p  # presto_t * and presto_stream_t * are opaque
+# presto_ring_fn: void (*)(void *base, size_t len, void *arg)
+RING_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
 _c_int = ctypes.c_int
 _str = ctypes.c_char_p
 
@@ -111,6 +122,7 @@ _PROTOTYPES = {
     "presto_stream_skipped": (ctypes.c_uint64, [_handle]),
     "presto_stream_errmsg": (_str, [_handle]),
     "presto_stream_close": (None, [_handle]),
+    "presto_set_ring_hooks": (None, [RING_FN, RING_FN, ctypes.c_void_p]),
 }
 
 
@@ -120,6 +132,11 @@ def _candidates():
         return [env]  # an explicit choice: no silent fallback to another build
     here = os.path.dirname(os.path.abspath(__file__))
     paths = [os.path.normpath(os.path.join(here, "..", "..", "..", "build", SONAME))]
+    try:
+        from . import _install  # written by `make install`
+        paths.append(os.path.join(_install.LIBDIR, SONAME))
+    except ImportError:
+        pass
     found = ctypes.util.find_library("prestoclient")
     if found:
         paths.append(found)
