@@ -58,6 +58,7 @@ static struct strategy *strategy_new(const struct config_dataset *cfg, uint32_t 
     struct strategy *st = calloc(1, sizeof(*st));
     uint32_t h = 0, w = 0, c = 0, dtype = PROTO_DTYPE_U8, layout = STEP_LAYOUT_NHWC;
     uint64_t fp = 0xcbf29ce484222325ull;
+    struct step_type type = step_type_source;
     if (!st)
         return NULL;
     st->split = split;
@@ -68,6 +69,7 @@ static struct strategy *strategy_new(const struct config_dataset *cfg, uint32_t 
         step_out_shape(&cfg->steps[i], h, w, c, &h, &w, &c);
         dtype = step_out_dtype(&cfg->steps[i], dtype);
         layout = step_out_layout(&cfg->steps[i], layout);
+        step_gives(&cfg->steps[i], &type, &type);
         if (i < split)
             fp = step_fingerprint(&cfg->steps[i], fp);
         if (i + 1 == split) {
@@ -81,7 +83,7 @@ static struct strategy *strategy_new(const struct config_dataset *cfg, uint32_t 
     st->fingerprint = fp;
     if (out)
         *out = (struct dataset_output){h, w, c, dtype, layout,
-                                       (size_t)h * w * c * proto_dtype_size(dtype)};
+                                       (size_t)h * w * c * proto_dtype_size(dtype), type};
     return st;
 }
 
