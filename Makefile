@@ -16,6 +16,11 @@ DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
 
 PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1 libmemcached \
               spng libwebp libwebpdemux libtiff-4 libcurl
+# Audio (issue 18): decoders, FFT, the reference and the tools that make the test clips.
+DEB_PKGS += libsndfile1-dev libmpg123-dev libfftw3-dev python3-torchaudio espeak-ng \
+            flac lame vorbis-tools
+PKG_AUDIO  := sndfile libmpg123 fftw3
+PKG_DAEMON += $(PKG_AUDIO)
 PKG_CHECK  := check
 
 CFLAGS  ?= -O2 -g
@@ -35,6 +40,7 @@ pkg_libs   = $(shell pkg-config --libs $(1) 2>/dev/null)
 
 COMMON_SRC := $(wildcard common/*.c)
 DAEMON_SRC := $(wildcard daemon/*.c daemon/steps/*.c)
+AUDIO_SRC  := $(wildcard daemon/steps/audio*.c)
 CLIENT_SRC := client/presto.c
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 ITEST_SRC  := $(wildcard tests/integration/test_*.c)
@@ -48,6 +54,8 @@ UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ITEST_BIN  := $(ITEST_SRC:tests/integration/%.c=$(BUILD)/tests/%)
 # Script suites, run by tests/run-tests.sh through a small wrapper each.
 SCRIPT_BIN := $(BUILD)/tests/test_python
+# The audio functions as a shared object the Python fidelity suite drives.
+AUDIO_HOOK := $(BUILD)/libaudiohook.so
 # The FUSE fixture (see its rule), where libfuse3 is installed.
 SLOWFS := $(if $(shell pkg-config --exists fuse3 2>/dev/null && echo y),$(BUILD)/slowfs)
 
@@ -61,7 +69,7 @@ PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
 
 .PHONY: all deps s3rver check check-valgrind run bench bench-cluster bench-sources clean tests install fuzz fuzz-build
 all: $(PROGS)
-tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS)
+tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS) $(AUDIO_HOOK)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -100,6 +108,13 @@ $(BUILD)/tests/test_python: tests/python/run.sh
 	@mkdir -p $(dir $@)
 	printf '#!/bin/sh\nexec "$${PRESTO_SRC:?}/tests/python/run.sh" "$$@"\n' > $@
 	chmod +x $@
+
+$(BUILD)/hook/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC $(call pkg_cflags,$(PKG_AUDIO)) -c $< -o $@
+
+$(AUDIO_HOOK): tests/tools/audiohook.c $(AUDIO_SRC:%.c=$(BUILD)/hook/%.o)
+	$(CC) $(CFLAGS) -fPIC -shared -o $@ $^ $(LDFLAGS) $(call pkg_libs,$(PKG_AUDIO)) -lm
 
 # slowfs, the FUSE file system that makes storage slow for the tests and `make bench`
 # (tests/tools/slowfs.c): built where libfuse3's development files are (SLOWFS), never
@@ -270,4 +285,4 @@ fuzz: fuzz-build
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD)/obj $(BUILD)/pic $(BUILD)/tests -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/pic $(BUILD)/hook $(BUILD)/tests -name '*.d' 2>/dev/null)

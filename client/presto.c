@@ -62,7 +62,8 @@ _Static_assert(SAME(PRESTO_E_PROTO, PROTO_E_PROTO) && SAME(PRESTO_E_VERSION, PRO
                    SAME(PRESTO_E_DENIED, PROTO_E_DENIED) &&
                    SAME(PRESTO_E_DENIED + 1, PROTO_E_MAX),
                "PRESTO_E_* and PROTO_E_* must be the same codes");
-_Static_assert(SAME(PRESTO_DTYPE_U8, PROTO_DTYPE_U8) && SAME(PRESTO_DTYPE_F32, PROTO_DTYPE_F32),
+_Static_assert(SAME(PRESTO_DTYPE_U8, PROTO_DTYPE_U8) && SAME(PRESTO_DTYPE_F32, PROTO_DTYPE_F32) &&
+                   SAME(PRESTO_DTYPE_I16, PROTO_DTYPE_I16),
                "PRESTO_DTYPE_* and PROTO_DTYPE_* must be the same codes");
 #undef SAME
 

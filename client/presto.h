@@ -58,7 +58,7 @@ enum {
                                lost: call presto_next again */
 };
 
-enum { PRESTO_DTYPE_U8 = 1, PRESTO_DTYPE_F32 = 2 };
+enum { PRESTO_DTYPE_U8 = 1, PRESTO_DTYPE_F32 = 2, PRESTO_DTYPE_I16 = 3 };
 /* Element order of a sample: u8 output is NHWC; float output follows the
  * last step's layout (normalize/to_float `layout:`). */
 enum { PRESTO_LAYOUT_NHWC = 0, PRESTO_LAYOUT_NCHW = 1 };

@@ -115,6 +115,7 @@ size_t proto_dtype_size(uint32_t dtype)
     switch (dtype) {
     case PROTO_DTYPE_U8: return 1;
     case PROTO_DTYPE_F32: return 4;
+    case PROTO_DTYPE_I16: return 2;
     default: return 0;
     }
 }

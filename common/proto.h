@@ -280,7 +280,9 @@ enum proto_err {
     PROTO_E_MAX
 };
 
-enum proto_dtype { PROTO_DTYPE_U8 = 1, PROTO_DTYPE_F32 = 2 };
+/* A tensor's element type: a batch's samples (OPENED, BATCH) and its label
+ * tensor. I16: PCM audio as read (no step makes it yet). */
+enum proto_dtype { PROTO_DTYPE_U8 = 1, PROTO_DTYPE_F32 = 2, PROTO_DTYPE_I16 = 3 };
 
 #define PROTO_OPEN_SHUFFLE 0x1u
 #define PROTO_OPEN_DROP_LAST 0x2u

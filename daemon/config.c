@@ -1108,7 +1108,7 @@ int config_dataset_chain(struct config_dataset *d, uint32_t *bad, char *err, siz
     if (rc < 0)
         return rc;
     struct config_stage st = {0, 0, 0, PROTO_DTYPE_U8, STEP_LAYOUT_NHWC,
-                              0xcbf29ce484222325ull, 0};
+                              0xcbf29ce484222325ull, 0, step_type_source};
     for (uint32_t i = 0; i < d->nsteps; i++) {
         const struct step *s = &d->steps[i];
         st.step_fp = step_fingerprint(s, 0xcbf29ce484222325ull);
@@ -1116,6 +1116,7 @@ int config_dataset_chain(struct config_dataset *d, uint32_t *bad, char *err, siz
         step_out_shape(s, st.h, st.w, st.c, &st.h, &st.w, &st.c);
         st.dtype = step_out_dtype(s, st.dtype);
         st.layout = step_out_layout(s, st.layout);
+        step_gives(s, &st.type, &st.type);
         st.fingerprint = step_fingerprint(s, st.fingerprint);
     }
     st.step_fp = 0;

@@ -90,6 +90,7 @@ struct config_stage {
     uint64_t fingerprint; /* of steps[0..k) and their parameters: the disk
                              tier's key of a strategy with split k */
     uint64_t step_fp;    /* steps[k]'s own fingerprint (0 for k == nsteps) */
+    struct step_type type; /* the sample steps[k] takes (step.h's sample model) */
 };
 
 struct config_dataset {

@@ -73,7 +73,8 @@ static struct strategy *strategy_new(const struct config_dataset *cfg, uint32_t 
     if (out) {
         const struct config_stage *o = &cfg->chain[cfg->nsteps];
         *out = (struct dataset_output){o->h, o->w, o->c, o->dtype, o->layout,
-                                       (size_t)o->h * o->w * o->c * proto_dtype_size(o->dtype)};
+                                       (size_t)o->h * o->w * o->c * proto_dtype_size(o->dtype),
+                                       o->type};
     }
     return st;
 }

@@ -56,6 +56,7 @@ struct dataset_output {
     uint32_t h, w, c, dtype;
     uint32_t layout; /* enum step_layout (PROTO_LAYOUT_*) of float output */
     size_t bytes;    /* of one sample */
+    struct step_type type; /* what the last step gives (step.h's sample model) */
 };
 
 /* What the disk tier keys a sample's source by: a change of any of these

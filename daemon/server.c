@@ -1425,6 +1425,8 @@ static char *server_datasets_json(struct server *s)
         json_u64(&j, NULL, o->w);
         json_u64(&j, NULL, o->c);
         json_array_end(&j);
+        step_type_describe(&o->type, desc, sizeof(desc));
+        json_str(&j, "sample", desc);
         json_str(&j, "on_error", dc->on_error == CONFIG_ON_ERROR_FAIL ? "fail" : "skip");
         json_u64(&j, "follow_symlinks", dc->follow_symlinks != 0);
         json_u64(&j, "refused", dataset_refused(ds));

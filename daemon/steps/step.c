@@ -480,17 +480,126 @@ const char *step_main_param(const char *name)
     return NULL;
 }
 
+/* ---- the sample model: what each step takes and gives ---- */
+
+const struct step_type step_type_source = {STEP_DOMAIN_ENCODED, PROTO_DTYPE_U8, 0,
+                                           STEP_LAYOUT_NHWC};
+
+/* Per step: the domain, dtype and rank it takes; the domain and rank it
+ * gives, and its dtype (0: the input's). A float32 output's layout is the
+ * step's layout parameter. */
+static const struct step_sig {
+    struct step_type take;
+    uint32_t give_domain, give_dtype, give_rank;
+    int give_layout; /* the output's layout is s->layout */
+} step_sigs[STEP_KIND_MAX] = {
+#define IMAGE_U8 {STEP_DOMAIN_IMAGE, PROTO_DTYPE_U8, 3, STEP_LAYOUT_NHWC}
+    [STEP_DECODE] = {{STEP_DOMAIN_ENCODED, PROTO_DTYPE_U8, 0, STEP_LAYOUT_NHWC},
+                     STEP_DOMAIN_IMAGE, PROTO_DTYPE_U8, 3, 0},
+    [STEP_RESIZE] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
+    [STEP_CENTER_CROP] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
+    [STEP_RANDOM_FLIP] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
+    [STEP_RANDOM_RESIZED_CROP] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
+    [STEP_PAD] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
+    [STEP_NORMALIZE] = {IMAGE_U8, STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, 1},
+    [STEP_TO_FLOAT] = {IMAGE_U8, STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, 1},
+#undef IMAGE_U8
+};
+
+int step_takes(const struct step *s, const struct step_type *in)
+{
+    if ((unsigned)s->kind >= STEP_KIND_MAX)
+        return 0;
+    const struct step_type *t = &step_sigs[s->kind].take;
+    /* Image steps read HWC: a float32 image in nchw is not theirs either. */
+    return in->domain == t->domain && in->dtype == t->dtype && in->rank == t->rank &&
+           (in->rank != 3 || in->layout == t->layout);
+}
+
+void step_gives(const struct step *s, const struct step_type *in, struct step_type *out)
+{
+    const struct step_sig *g = &step_sigs[(unsigned)s->kind < STEP_KIND_MAX ? s->kind : 0];
+    struct step_type t = *in;
+    t.domain = g->give_domain;
+    t.rank = g->give_rank;
+    if (g->give_dtype)
+        t.dtype = g->give_dtype;
+    t.layout = g->give_layout ? s->layout : in->domain == g->give_domain ? in->layout
+                                                                           : STEP_LAYOUT_NHWC;
+    *out = t;
+}
+
+static const char *dtype_text(uint32_t dtype)
+{
+    switch (dtype) {
+    case PROTO_DTYPE_U8: return "uint8";
+    case PROTO_DTYPE_I16: return "int16";
+    case PROTO_DTYPE_F32: return "float32";
+    default: return "?";
+    }
+}
+
+void step_type_describe(const struct step_type *t, char *buf, size_t len)
+{
+    if (t->domain == STEP_DOMAIN_ENCODED)
+        snprintf(buf, len, "encoded bytes (a source file)");
+    else if (t->domain == STEP_DOMAIN_IMAGE)
+        snprintf(buf, len, "%s image %s", dtype_text(t->dtype),
+                 t->layout == STEP_LAYOUT_NCHW ? "[C, H, W]" : "[H, W, C]");
+    else
+        snprintf(buf, len, "%s tensor of rank %u", dtype_text(t->dtype), t->rank);
+}
+
+const char *step_takes_text(enum step_kind kind)
+{
+    if ((unsigned)kind >= STEP_KIND_MAX)
+        return "nothing";
+    switch (step_sigs[kind].take.domain) {
+    case STEP_DOMAIN_ENCODED: return "encoded bytes (a source file)";
+    case STEP_DOMAIN_IMAGE: return "a uint8 image [H, W, C]";
+    default: return "?";
+    }
+}
+
 /* ---- pipelines ---- */
 
-static int step_makes_float(const struct step *s)
+void step_chain_type(const struct step *steps, uint32_t n, struct step_type *out)
 {
-    return s->kind == STEP_NORMALIZE || s->kind == STEP_TO_FLOAT;
+    struct step_type t = step_type_source;
+    for (uint32_t i = 0; i < n; i++)
+        step_gives(&steps[i], &t, &t);
+    *out = t;
+}
+
+/* The message for steps[i] not taking t (what steps[i - 1] gives, or the
+ * source's bytes for i == 0). */
+static void chain_mismatch(const struct step *steps, uint32_t i, const struct step_type *t,
+                           char *err, size_t errlen)
+{
+    char gives[64];
+    step_type_describe(t, gives, sizeof(gives));
+    const char *name = step_name(steps[i].kind);
+    if (i == 0) {
+        set_err(err, errlen, "%s takes %s, but the pipeline starts from %s: the first "
+                "step must be decode", name, step_takes_text(steps[i].kind), gives);
+    } else if (steps[i].kind == STEP_DECODE) {
+        set_err(err, errlen, "decode takes %s, but %s before it gives %s: decode can "
+                "only be the first step", step_takes_text(steps[i].kind),
+                step_name(steps[i - 1].kind), gives);
+    } else {
+        set_err(err, errlen, "%s cannot follow %s: %s takes %s, but %s gives %s%s", name,
+                step_name(steps[i - 1].kind), name, step_takes_text(steps[i].kind),
+                step_name(steps[i - 1].kind), gives,
+                t->dtype == PROTO_DTYPE_F32 && t->domain == STEP_DOMAIN_IMAGE
+                    ? ", so it must be the last step" : "");
+    }
 }
 
 int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
                     size_t errlen)
 {
     uint32_t c = 0;
+    struct step_type t = step_type_source;
     *bad = 0;
     if (n == 0) {
         set_err(err, errlen, "the pipeline is empty");
@@ -499,20 +608,11 @@ int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
     for (uint32_t i = 0; i < n; i++) {
         struct step *s = &steps[i];
         *bad = i;
-        if (i == 0 && s->kind != STEP_DECODE) {
-            set_err(err, errlen, "the first step must be decode, not %s", step_name(s->kind));
+        if (!step_takes(s, &t)) {
+            chain_mismatch(steps, i, &t, err, errlen);
             return -EINVAL;
         }
-        if (i > 0 && s->kind == STEP_DECODE) {
-            set_err(err, errlen, "decode can only be the first step");
-            return -EINVAL;
-        }
-        if (i > 0 && step_makes_float(&steps[i - 1])) {
-            set_err(err, errlen, "%s cannot follow %s: steps read uint8 images, so %s "
-                    "must be the last step", step_name(s->kind),
-                    step_name(steps[i - 1].kind), step_name(steps[i - 1].kind));
-            return -EINVAL;
-        }
+        step_gives(s, &t, &t);
         if (s->kind == STEP_DECODE) {
             c = s->channels;
             s->dct_h = s->dct_w = 0;
@@ -721,14 +821,16 @@ uint64_t step_fingerprint(const struct step *s, uint64_t h)
 
 uint32_t step_out_dtype(const struct step *s, uint32_t in_dtype)
 {
-    if (step_makes_float(s))
-        return PROTO_DTYPE_F32;
-    return s->kind == STEP_DECODE ? PROTO_DTYPE_U8 : in_dtype;
+    if ((unsigned)s->kind >= STEP_KIND_MAX)
+        return in_dtype;
+    return step_sigs[s->kind].give_dtype ? step_sigs[s->kind].give_dtype : in_dtype;
 }
 
 uint32_t step_out_layout(const struct step *s, uint32_t in_layout)
 {
-    if (step_makes_float(s))
+    if ((unsigned)s->kind >= STEP_KIND_MAX)
+        return in_layout;
+    if (step_sigs[s->kind].give_layout)
         return s->layout;
     return s->kind == STEP_DECODE ? STEP_LAYOUT_NHWC : in_layout;
 }

@@ -27,11 +27,17 @@
  *                        ToTensor + Normalize, float32, bit-exact
  *   to_float             layout: nhwc | nchw       ToTensor (x / 255), float32
  *
- * Images are HWC, row-major, uint8 (dtype PROTO_DTYPE_U8) unless a step says
- * otherwise: normalize and to_float make float32 in the layout they are
- * given, and are the last step (no step reads float32). An encoded image
- * (the source file's bytes) has fmt IMG_ENCODED and its byte count in len
- * (img.h). Random steps draw from ctx->seed with hash_rand01 (hash.h).
+ * The sample model: a sample is a tensor, typed by struct step_type (what
+ * it holds, its dtype, the rank of its shape). A pipeline starts from the
+ * source's encoded bytes (STEP_DOMAIN_ENCODED, rank 0: fmt IMG_ENCODED, the
+ * byte count in len, img.h); every step declares the type it takes and the
+ * type it gives (step_takes, step_gives: one table in step.c), and
+ * step_chain_init refuses a pipeline where a step does not take what the
+ * step before it gives (config.c reports it at the step's FILE:LINE).
+ * Images are uint8 [H, W, C], row-major (STEP_DOMAIN_IMAGE, rank 3):
+ * decode makes them; normalize and to_float make float32 [H, W, C] or
+ * [C, H, W] (their layout), which no image step takes, so they come last.
+ * Random steps draw from ctx->seed with hash_rand01 (hash.h).
  */
 #ifndef PRESTO_STEP_H
 #define PRESTO_STEP_H
@@ -85,6 +91,19 @@ struct step {
     uint32_t layout;         /* normalize, to_float: enum step_layout */
 };
 
+/* What a sample is between two steps. */
+enum step_domain {
+    STEP_DOMAIN_ENCODED = 0, /* a source file's bytes (rank 0: a byte count) */
+    STEP_DOMAIN_IMAGE = 1,   /* pixels: [H, W, C] (or [C, H, W], layout nchw) */
+    STEP_DOMAIN_MAX
+};
+struct step_type {
+    uint32_t domain; /* enum step_domain */
+    uint32_t dtype;  /* PROTO_DTYPE_* (u8 for encoded bytes) */
+    uint32_t rank;   /* dimensions of the shape: 0 encoded, 3 an image */
+    uint32_t layout; /* images: enum step_layout */
+};
+
 /* A step's parameters as written in the config (strings, parsed by
  * step_init). key NULL: the step's main parameter (`- resize: 256`). */
 #define STEP_ARGS_MAX 8
@@ -126,12 +145,27 @@ int step_init_simple(struct step *s, const char *name, const char *arg, char *er
  * when it has none (normalize) or there is no such step. */
 const char *step_main_param(const char *name);
 
-/* Checks a whole pipeline: decode first and only there, nothing after a
- * float32 step, per-channel values matching the channels, dct_scale
- * followed by a resize (whose size it then records). Returns 0, or -EINVAL
- * with err and *bad the index of the step at fault. */
+/* The type every pipeline starts from: the source's encoded bytes. */
+extern const struct step_type step_type_source;
+/* Whether step s takes a sample of type in. */
+int step_takes(const struct step *s, const struct step_type *in);
+/* The type s gives for an input it takes. */
+void step_gives(const struct step *s, const struct step_type *in, struct step_type *out);
+/* "uint8 image [H, W, C]", "encoded bytes", ...: a type for messages. */
+void step_type_describe(const struct step_type *t, char *buf, size_t len);
+/* What step kind takes, in words ("a uint8 image [H, W, C]"), for messages
+ * and docs. */
+const char *step_takes_text(enum step_kind kind);
+
+/* Checks a whole pipeline: each step takes what the one before it gives
+ * (the first one the source's bytes: decode first and only there, nothing
+ * after a float32 step), per-channel values matching the channels,
+ * dct_scale followed by a resize (whose size it then records). Returns 0,
+ * or -EINVAL with err and *bad the index of the step at fault. */
 int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
                     size_t errlen);
+/* The type steps[0..n) give, for a chain step_chain_init accepted. */
+void step_chain_type(const struct step *steps, uint32_t n, struct step_type *out);
 /* Checks a split point (steps[0..split) offline): no random step offline,
  * and a dct_scale decode on the same side as its resize. Returns 0, or
  * -EINVAL with err. */

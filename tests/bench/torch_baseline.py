@@ -68,17 +68,23 @@ def run_epoch(loader):
     return time.perf_counter() - start, samples
 
 
+def timed_epochs(loader, count):
+    """count epochs of loader, each timed by run_epoch: a list of dicts."""
+    epochs = []
+    for _ in range(count):
+        seconds, samples = run_epoch(loader)
+        epochs.append({"seconds": round(seconds, 4), "samples": samples,
+                       "samples_per_s": round(samples / seconds, 2)})
+    return epochs
+
+
 def main(argv):
     a = parse_args(argv)
     torch.set_num_threads(1)
     ds = datasets.ImageFolder(a.data, transform=TRANSFORMS[a.transforms]())
     loader = DataLoader(ds, batch_size=a.batch_size, shuffle=True,
                         num_workers=a.workers, persistent_workers=False)
-    epochs = []
-    for _ in range(a.epochs):
-        seconds, samples = run_epoch(loader)
-        epochs.append({"seconds": round(seconds, 4), "samples": samples,
-                       "samples_per_s": round(samples / seconds, 2)})
+    epochs = timed_epochs(loader, a.epochs)
     print(json.dumps({
         "transforms": a.transforms,
         "epochs": epochs,

@@ -60,6 +60,15 @@ def make_dataset(out, count, classes, seed=1, min_side=48, max_side=96, grey_eve
     return out
 
 
+def make_audio(out, count, seed=1, formats="wav,flac,mp3,ogg", jobs=2):
+    """A spoken-words audio data set made by tests/tools/mkaudio.py (CLASS/ tree)."""
+    subprocess.run([PYTHON, os.path.join(SRC, "tests", "tools", "mkaudio.py"),
+                    "--out", out, "--count", str(count), "--seed", str(seed),
+                    "--formats", formats, "--jobs", str(jobs)],
+                   check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
 class Daemon:
     """A prestod on a socket in dir, started with extra args; stderr to a log."""
 

@@ -58,6 +58,14 @@ for f in "$PRESTO_LIB" "$PRESTO_BUILD/prestod" "$PRESTO_BUILD/prestoctl"; do
 done
 
 preload=$(ldd "$PRESTO_LIB" 2>/dev/null | awk '/lib(a|t)san\.so/ { print $3; exit }')
+# torch throws (and catches) C++ exceptions; ASan's __cxa_throw interceptor
+# finds the real one only when libstdc++ is loaded at start-up, so it is
+# preloaded right after the sanitizer's runtime (else: "CHECK failed:
+# asan_interceptors.cpp ... real___cxa_throw").
+if [ -n "$preload" ]; then
+    cxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 / { print $NF; exit }')
+    [ -n "$cxx" ] && [ -e "$cxx" ] && preload="$preload $cxx"
+fi
 cd "$tests" || exit 1
 if [ -n "$preload" ]; then
     export PRESTO_CHILD_LD_PRELOAD=${LD_PRELOAD-} PRESTO_CHILD_ASAN_OPTIONS=${ASAN_OPTIONS-}

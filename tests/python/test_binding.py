@@ -71,6 +71,8 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(ds[0]["samples"], COUNT)
         self.assertEqual(ds[0]["classes"], CLASSES)
         self.assertEqual(ds[0]["shape"], [SIDE, SIDE, 3])
+        # the sample model: what the pipeline's last step gives
+        self.assertEqual(ds[0]["sample"], "uint8 image [H, W, C]")
 
     def test_numpy_batches(self):
         with self.client.stream("tiny", batch_size=10, seed=3) as s:

@@ -117,18 +117,34 @@ def make_image(job):
     return index
 
 
-def clear_previous(out):
-    """Removes what an earlier (different or unfinished) run wrote, nothing else."""
-    (out / MARKER).unlink(missing_ok=True)
-    for d in out.glob("class_*"):
+def clear_previous(out, dirs, pattern, extra=()):
+    """Removes what an earlier (different or unfinished) run wrote, nothing else:
+    the marker, the files named in extra, and in each of dirs the files matching
+    pattern (then the directory, when that leaves it empty)."""
+    for name in (MARKER,) + tuple(extra):
+        (out / name).unlink(missing_ok=True)
+    for d in dirs:
         if not d.is_dir():
             continue
-        for f in d.glob("img_*.jpg"):
+        for f in d.glob(pattern):
             f.unlink()
         try:
             d.rmdir()
         except OSError:
             pass  # holds files we did not write: leave it
+
+
+def is_complete(out, marker_text):
+    """Whether an earlier run with the same settings (marker_text) finished."""
+    marker = out / MARKER
+    return marker.is_file() and marker.read_text() == marker_text
+
+
+def mark_complete(out, marker_text):
+    """Writes the marker last, atomically: the data set is complete."""
+    tmp = out / (MARKER + ".tmp")
+    tmp.write_text(marker_text)
+    tmp.replace(out / MARKER)
 
 
 def main(argv):
@@ -144,13 +160,12 @@ def main(argv):
         "version": 1,
     }
     marker_text = json.dumps(settings, sort_keys=True) + "\n"
-    marker = a.out / MARKER
-    if marker.is_file() and marker.read_text() == marker_text:
+    if is_complete(a.out, marker_text):
         print("mkdataset: %s is complete (%d images), reusing it" % (a.out, a.count))
         return 0
 
     a.out.mkdir(parents=True, exist_ok=True)
-    clear_previous(a.out)
+    clear_previous(a.out, a.out.glob("class_*"), "img_*.jpg")
     for label in range(a.classes):
         (a.out / class_dir_name(label, a.classes)).mkdir(exist_ok=True)
 
@@ -165,9 +180,7 @@ def main(argv):
             for _ in pool.imap_unordered(make_image, jobs, chunksize=32):
                 pass
 
-    tmp = a.out / (MARKER + ".tmp")
-    tmp.write_text(marker_text)
-    tmp.replace(marker)
+    mark_complete(a.out, marker_text)
     print("mkdataset: wrote %d images in %d classes to %s" % (a.count, a.classes, a.out))
     return 0
 

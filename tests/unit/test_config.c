@@ -337,6 +337,14 @@ static const struct bad_case bad_cases[] = {
      7, {"steps", "must be the last step"}},
     {"decode not first", DS "    steps:\n      - resize: 8\n      - decode\n", 5,
      {"steps", "first step must be decode"}},
+    {"image step after a float32 one", DS "    steps:\n      - decode\n"
+                                          "      - to_float: {layout: nchw}\n"
+                                          "      - random_flip\n",
+     7, {"steps", "random_flip takes a uint8 image [H, W, C], but to_float gives "
+                  "float32 image [C, H, W]"}},
+    {"decode twice", DS "    steps:\n      - decode\n      - resize: 8\n"
+                        "      - decode: grey\n",
+     7, {"steps", "decode takes encoded bytes"}},
     {"dct_scale without a resize", DS "    steps:\n      - decode: {dct_scale: true}\n"
                                       "      - center_crop: 8\n",
      5, {"steps", "dct_scale"}},

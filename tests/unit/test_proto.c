@@ -641,10 +641,15 @@ START_TEST(test_batch_size_checked)
     ck_assert_int_eq(decode_batch_shape(&h, SAMPLE_N, 4 * sb, 0), 0);
     ck_assert_int_eq(decode_batch_shape(&h, SAMPLE_N, sb, 0), -PROTO_E_PROTO);
 
+    /* int16 samples are two. */
+    h.dtype = PROTO_DTYPE_I16;
+    ck_assert_int_eq(decode_batch_shape(&h, SAMPLE_N, 2 * sb, 0), 0);
+    ck_assert_int_eq(decode_batch_shape(&h, SAMPLE_N, sb, 0), -PROTO_E_PROTO);
+
     /* Unknown dtypes and empty shapes are malformed. */
     h.dtype = 0;
     ck_assert_int_eq(decode_batch_shape(&h, SAMPLE_N, sb, 0), -PROTO_E_PROTO);
-    h.dtype = 3;
+    h.dtype = 4;
     ck_assert_int_eq(decode_batch_shape(&h, SAMPLE_N, sb, 0), -PROTO_E_PROTO);
     h = sample_batch;
     h.h = 0;
@@ -820,8 +825,9 @@ START_TEST(test_names)
 
     ck_assert_uint_eq(proto_dtype_size(PROTO_DTYPE_U8), 1);
     ck_assert_uint_eq(proto_dtype_size(PROTO_DTYPE_F32), 4);
+    ck_assert_uint_eq(proto_dtype_size(PROTO_DTYPE_I16), 2);
     ck_assert_uint_eq(proto_dtype_size(0), 0);
-    ck_assert_uint_eq(proto_dtype_size(3), 0);
+    ck_assert_uint_eq(proto_dtype_size(4), 0);
 }
 END_TEST
 

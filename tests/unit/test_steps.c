@@ -1451,6 +1451,64 @@ static void chain_fails(const char *const *names, const char *const *specs, uint
     ck_assert_msg(strstr(err, want) != NULL, "message '%s' lacks '%s'", err, want);
 }
 
+/* The sample model: every step's declared input and output, the types a
+ * chain walks through, and the messages that name both sides. */
+START_TEST(test_sample_types)
+{
+    char text[96];
+    struct step_type t = step_type_source, u;
+    ck_assert_uint_eq(t.domain, STEP_DOMAIN_ENCODED);
+    ck_assert_uint_eq(t.rank, 0);
+    step_type_describe(&t, text, sizeof(text));
+    ck_assert_str_eq(text, "encoded bytes (a source file)");
+
+    struct step dec = make_stepv("decode", "grey"), rs = make_stepv("resize", "8");
+    struct step nchw = make_stepv("to_float", "layout=nchw");
+    struct step nz = make_stepv("normalize", "mean=0;std=1");
+    ck_assert(step_takes(&dec, &t));
+    ck_assert(!step_takes(&rs, &t));
+    step_gives(&dec, &t, &u);
+    ck_assert_uint_eq(u.domain, STEP_DOMAIN_IMAGE);
+    ck_assert_uint_eq(u.dtype, PROTO_DTYPE_U8);
+    ck_assert_uint_eq(u.rank, 3);
+    ck_assert_uint_eq(u.layout, STEP_LAYOUT_NHWC);
+    ck_assert(!step_takes(&dec, &u));
+    ck_assert(step_takes(&rs, &u) && step_takes(&nchw, &u) && step_takes(&nz, &u));
+    step_type_describe(&u, text, sizeof(text));
+    ck_assert_str_eq(text, "uint8 image [H, W, C]");
+    /* An image step keeps its input's type. */
+    step_gives(&rs, &u, &t);
+    ck_assert(memcmp(&t, &u, sizeof(t)) == 0);
+    /* float32 outputs take their layout from the step; nothing image-like
+     * takes them. */
+    step_gives(&nchw, &u, &t);
+    ck_assert_uint_eq(t.dtype, PROTO_DTYPE_F32);
+    ck_assert_uint_eq(t.layout, STEP_LAYOUT_NCHW);
+    step_type_describe(&t, text, sizeof(text));
+    ck_assert_str_eq(text, "float32 image [C, H, W]");
+    ck_assert(!step_takes(&rs, &t) && !step_takes(&nz, &t));
+    step_gives(&nz, &u, &t);
+    ck_assert_uint_eq(t.layout, STEP_LAYOUT_NHWC);
+    ck_assert(!step_takes(&rs, &t));
+
+    /* step_out_dtype / step_out_layout agree with the table. */
+    ck_assert_uint_eq(step_out_dtype(&dec, PROTO_DTYPE_F32), PROTO_DTYPE_U8);
+    ck_assert_uint_eq(step_out_dtype(&rs, PROTO_DTYPE_U8), PROTO_DTYPE_U8);
+    ck_assert_uint_eq(step_out_dtype(&nz, PROTO_DTYPE_U8), PROTO_DTYPE_F32);
+    ck_assert_uint_eq(step_out_layout(&nchw, STEP_LAYOUT_NHWC), STEP_LAYOUT_NCHW);
+    ck_assert_uint_eq(step_out_layout(&dec, STEP_LAYOUT_NCHW), STEP_LAYOUT_NHWC);
+
+    /* A chain's type is its last step's. */
+    struct step chain[3] = {dec, rs, nchw};
+    step_chain_type(chain, 3, &t);
+    ck_assert_uint_eq(t.dtype, PROTO_DTYPE_F32);
+    ck_assert_uint_eq(t.layout, STEP_LAYOUT_NCHW);
+    step_chain_type(chain, 0, &t);
+    ck_assert_uint_eq(t.domain, STEP_DOMAIN_ENCODED);
+    ck_assert_str_eq(step_takes_text(STEP_RESIZE), "a uint8 image [H, W, C]");
+}
+END_TEST
+
 START_TEST(test_chain)
 {
     struct step steps[4];
@@ -1481,6 +1539,17 @@ START_TEST(test_chain)
                 "random_flip cannot follow to_float");
     chain_fails((const char *[]){"decode", "normalize", "to_float"},
                 (const char *[]){"", "mean=0;std=1", ""}, 3, 2, "must be the last step");
+    /* The messages name what the step takes and what it was given. */
+    chain_fails((const char *[]){"decode", "to_float", "resize"},
+                (const char *[]){"", "layout=nchw", "8"}, 3, 2,
+                "resize takes a uint8 image [H, W, C], but to_float gives float32 image "
+                "[C, H, W]");
+    chain_fails((const char *[]){"center_crop"}, (const char *[]){"8"}, 1, 0,
+                "center_crop takes a uint8 image [H, W, C], but the pipeline starts from "
+                "encoded bytes");
+    chain_fails((const char *[]){"decode", "resize", "decode"}, (const char *[]){"", "8", ""},
+                3, 2, "decode takes encoded bytes (a source file), but resize before it "
+                "gives uint8 image");
     chain_fails((const char *[]){"decode", "center_crop"},
                 (const char *[]){"dct_scale=true", "8"}, 2, 0, "needs a resize right after");
     chain_fails((const char *[]){"decode"}, (const char *[]){"dct_scale=true"}, 1, 0,
@@ -2256,6 +2325,7 @@ static Suite *steps_suite(int with_photos, int *photo_cases_skipped)
     tcase_add_test(tc, test_params_valid);
     tcase_add_test(tc, test_params_errors);
     tcase_add_test(tc, test_fingerprint_params);
+    tcase_add_test(tc, test_sample_types);
     tcase_add_test(tc, test_chain);
     tcase_add_test(tc, test_out_shape_params);
     suite_add_tcase(s, tc);

@@ -53,7 +53,7 @@ import weakref
 import numpy as np
 
 from . import _lib
-from ._lib import (DTYPE_F32, DTYPE_U8, E_DENIED, E_INTERNAL, E_INTR, E_INVAL, E_IO,
+from ._lib import (DTYPE_F32, DTYPE_I16, DTYPE_U8, E_DENIED, E_INTERNAL, E_INTR, E_INVAL, E_IO,
                    E_LIMIT, E_NODATASET, E_NOMEM, E_PROTO, E_SAMPLE, E_SHUTDOWN,
                    E_TOOBIG, E_VERSION, LAYOUT_NCHW, LAYOUT_NHWC, TRANSPORT_AUTO,
                    TRANSPORT_SHM, TRANSPORT_SOCKET)
@@ -63,11 +63,12 @@ __all__ = [
     "InvalidArgumentError", "default_socket", "version", "strerror", "set_ring_hooks",
     "E_PROTO", "E_VERSION", "E_TOOBIG", "E_NODATASET", "E_INVAL", "E_LIMIT",
     "E_SAMPLE", "E_SHUTDOWN", "E_IO", "E_NOMEM", "E_INTERNAL", "E_DENIED", "E_INTR",
-    "DTYPE_U8", "DTYPE_F32", "LAYOUT_NHWC", "LAYOUT_NCHW",
+    "DTYPE_U8", "DTYPE_F32", "DTYPE_I16", "LAYOUT_NHWC", "LAYOUT_NCHW",
 ]
 
 _c = _lib.lib  # the loaded libprestoclient
-_NP_DTYPES = {DTYPE_U8: np.dtype(np.uint8), DTYPE_F32: np.dtype(np.float32)}
+_NP_DTYPES = {DTYPE_U8: np.dtype(np.uint8), DTYPE_F32: np.dtype(np.float32),
+              DTYPE_I16: np.dtype(np.int16)}
 _TRANSPORTS = {"auto": TRANSPORT_AUTO, "shm": TRANSPORT_SHM, "socket": TRANSPORT_SOCKET}
 _TRANSPORT_NAMES = {TRANSPORT_SHM: "shm", TRANSPORT_SOCKET: "socket"}
 _LAYOUT_NAMES = {LAYOUT_NHWC: "nhwc", LAYOUT_NCHW: "nchw"}

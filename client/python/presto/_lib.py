@@ -32,6 +32,7 @@ E_INTR = 13  # the client's own: a signal arrived while presto_next waited
 
 DTYPE_U8 = 1
 DTYPE_F32 = 2
+DTYPE_I16 = 3
 
 LAYOUT_NHWC = 0
 LAYOUT_NCHW = 1
