@@ -30,7 +30,7 @@ pkg_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
 pkg_libs   = $(shell pkg-config --libs $(1) 2>/dev/null)
 
 COMMON_SRC := $(wildcard common/*.c)
-DAEMON_SRC := $(wildcard daemon/*.c)
+DAEMON_SRC := $(wildcard daemon/*.c) $(wildcard daemon/steps/*.c)
 CLIENT_SRC := client/presto.c
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 ITEST_SRC  := $(wildcard tests/integration/test_*.c)
