@@ -9,9 +9,10 @@ SANITIZE ?=
 # Debian packages the build, the tests and the benchmarks need.
 DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
             libturbojpeg0-dev libyaml-dev check python3-numpy python3-torch \
-            python3-torchvision python3-pil valgrind fuse3 libfuse3-dev
+            python3-torchvision python3-pil valgrind fuse3 libfuse3-dev \
+            libjpeg62-turbo-dev
 
-PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1
+PKG_DAEMON := libevent liburing libzstd libturbojpeg libjpeg yaml-0.1
 PKG_CHECK  := check
 
 CFLAGS  ?= -O2 -g
