@@ -7,12 +7,14 @@
  *
  * The pixels equal a full decode's (TurboJPEG, flags 0: the accurate
  * integer IDCT and fancy upsampling, what PIL decodes with) cut to the box:
- * fancy upsampling and the crop's edges read chroma next to the box, so the
- * decoded region keeps a margin of one iMCU (8 or 16 pixels at full scale)
- * on every side the image continues, and the rows above the box in its
- * first iMCU row are decoded and discarded. The tests check bit-identity
- * over many random boxes, sizes, subsamplings, grey and colour, baseline
- * and progressive.
+ * fancy upsampling reads the chroma next to each pixel, and libjpeg treats
+ * the edges of a cropped region as the image's, so the decoded region keeps
+ * a margin of one iMCU (8 or 16 pixels at full scale) on every side where
+ * the image continues: whole iMCU rows are skipped up to the one above the
+ * box's, whose rows are decoded and dropped. Without the margin about one
+ * box in ten differs (tests/unit/test_augment.c checks bit-identity over
+ * random boxes, sizes, subsamplings, grey and colour, baseline and
+ * progressive, and scales).
  *
  * Output: 3 channels RGB, or 1 channel (PIL's convert('L'): a grey JPEG's
  * samples, a colour one's RGB weighted as Pillow does). CMYK and YCCK JPEGs
