@@ -46,6 +46,10 @@ ITEST_BIN  := $(ITEST_SRC:tests/integration/%.c=$(BUILD)/tests/%)
 SCRIPT_BIN := $(BUILD)/tests/test_python
 # The FUSE fixture (see its rule), where libfuse3 is installed.
 SLOWFS := $(if $(shell pkg-config --exists fuse3 2>/dev/null && echo y),$(BUILD)/slowfs)
+# The image steps as a shared object the Python fidelity suite drives with
+# ctypes (tests/tools/steps_hook.c: an operation with given decisions);
+# outside $(BUILD)/tests, which holds only test programs.
+STEPS_HOOK := $(BUILD)/testlib/libsteps_hook.so
 
 VERSION := 0.1.0
 SONAME  := libprestoclient.so.0
@@ -57,7 +61,7 @@ PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
 
 .PHONY: all deps check check-valgrind run bench clean tests install fuzz fuzz-build
 all: $(PROGS)
-tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS)
+tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS) $(STEPS_HOOK)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -104,6 +108,14 @@ $(BUILD)/slowfs: tests/tools/slowfs.c
 	@mkdir -p $(dir $@)
 	$(CC) $(filter-out -fsanitize=%,$(CFLAGS)) $(call pkg_cflags,fuse3) -o $@ $< \
 	    $(filter-out -fsanitize=%,$(LDFLAGS)) $(call pkg_libs,fuse3)
+
+# The image steps as a shared object for the Python fidelity suite (see STEPS_HOOK).
+STEPS_HOOK_SRC := tests/tools/steps_hook.c $(wildcard daemon/steps/*.c) \
+                  $(wildcard daemon/step*.c)
+$(STEPS_HOOK): $(STEPS_HOOK_SRC) $(wildcard daemon/steps/*.h daemon/step*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -fPIC -shared $(call pkg_cflags,$(PKG_DAEMON)) -o $@ \
+	    $(STEPS_HOOK_SRC) $(LDFLAGS) $(call pkg_libs,libturbojpeg libjpeg) -lm
 
 # The raw random-read reader the disk cases of `make bench` compare with.
 $(BUILD)/ioread: tests/bench/ioread.c $(BUILD)/obj/daemon/io.o $(BUILD)/obj/daemon/access.o \
