@@ -117,6 +117,10 @@ $(STEPS_HOOK): $(STEPS_HOOK_SRC) $(wildcard daemon/steps/*.h daemon/step*.h)
 	$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -fPIC -shared $(call pkg_cflags,$(PKG_DAEMON)) -o $@ \
 	    $(STEPS_HOOK_SRC) $(LDFLAGS) $(call pkg_libs,libturbojpeg libjpeg) -lm
 
+# Region-of-interest decoding against full decode on random crops (`make bench`).
+$(BUILD)/roibench: tests/bench/roibench.c $(DAEMON_LIB_OBJ) $(COMMON_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(call pkg_libs,$(PKG_DAEMON)) -lm
+
 # The raw random-read reader the disk cases of `make bench` compare with.
 $(BUILD)/ioread: tests/bench/ioread.c $(BUILD)/obj/daemon/io.o $(BUILD)/obj/daemon/access.o \
                  $(BUILD)/obj/daemon/stats.o $(BUILD)/obj/common/log.o
