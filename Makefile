@@ -39,7 +39,8 @@ ITEST_SRC  := $(wildcard tests/integration/test_*.c)
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/obj/%.o)
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/obj/%.o)
 DAEMON_LIB_OBJ := $(filter-out $(BUILD)/obj/daemon/main.o,$(DAEMON_OBJ))
-CLIENT_PIC := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(BUILD)/pic/common/proto.o
+CLIENT_PIC := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(BUILD)/pic/common/proto.o \
+              $(BUILD)/pic/common/trust.o
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ITEST_BIN  := $(ITEST_SRC:tests/integration/%.c=$(BUILD)/tests/%)
 # Script suites, run by tests/run-tests.sh through a small wrapper each.

@@ -17,8 +17,11 @@
  */
 #include "presto.h"
 #include "proto.h"
+#include "trust.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +127,49 @@ static int daemon_code(uint32_t code)
 
 /* ---- socket I/O ---- */
 
+/* Who answers at path must be the daemon meant there: root, this process's
+ * user, or the user who alone controls the socket's directory and every
+ * one on the way (trust.h: it owns the directory, nobody else may write to
+ * one on the way, and what is taken from a sticky /tmp is root's: anyone
+ * can make a directory there named like another user's). Else the
+ * connection is refused, unless PRESTO_TRUST_ANY_PEER=1, so that an
+ * impostor who took the socket's place first cannot answer. */
+static int conn_check_peer(struct conn *c, int fd, const char *path)
+{
+    struct { pid_t pid; uid_t uid; gid_t gid; } cr; /* struct ucred, without _GNU_SOURCE */
+    socklen_t len = sizeof(cr);
+    const char *any = getenv("PRESTO_TRUST_ANY_PEER");
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+        return conn_fail(c, PRESTO_E_IO, "cannot tell who listens at %s (SO_PEERCRED): %s",
+                         path, strerror(errno));
+    if (cr.uid == 0 || cr.uid == geteuid() || (any && strcmp(any, "1") == 0))
+        return 0;
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], why[384];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *name = slash ? path + (slash - dir) + 1 : path;
+    if (slash)
+        slash[slash == dir] = '\0'; /* "/x.sock": the directory is "/" */
+    else
+        snprintf(dir, sizeof(dir), ".");
+    struct trust_opts o = {cr.uid, TRUST_OWNER_EXACT | TRUST_STICKY_ROOT, 0};
+    int dfd = trust_open_dir(dir, &o, why, sizeof(why));
+    if (dfd >= 0) {
+        struct stat sb;
+        if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(sb.st_mode))
+            why[0] = '\0';
+        else
+            snprintf(why, sizeof(why), "%s is not a socket itself (a symbolic link?)", path);
+        close(dfd);
+        if (!why[0])
+            return 0;
+    }
+    return conn_fail(c, PRESTO_E_DENIED, "refusing prestod at %s: it runs as uid %u, neither "
+                     "root nor this user (uid %u), and the socket's path is not that user's "
+                     "alone: %s (PRESTO_TRUST_ANY_PEER=1 connects anyway)", path,
+                     (unsigned)cr.uid, (unsigned)geteuid(), why);
+}
+
 static int conn_open(struct conn *c, const char *path)
 {
     struct sockaddr_un sa;
@@ -150,6 +196,10 @@ static int conn_open(struct conn *c, const char *path)
         return conn_fail(c, PRESTO_E_IO, "cannot connect to prestod at %s: %s", path,
                          strerror(e));
     }
+    if ((rc = conn_check_peer(c, fd, path)) < 0) {
+        close(fd);
+        return rc;
+    }
     c->fd = fd;
     return 0;
 }
@@ -169,6 +219,31 @@ static int conn_lost(struct conn *c, int err)
     return conn_fail(c, PRESTO_E_IO, "prestod at %s closed the connection", c->path);
 }
 
+static int conn_recv_error(struct conn *c, const struct proto_header *h);
+
+/* The daemon closed the connection: the ERROR it may have sent before
+ * (too many connections, idle too long) says why, else conn_lost does. */
+static int conn_closed_why(struct conn *c, int err)
+{
+    uint8_t raw[PROTO_HEADER_SIZE];
+    struct proto_header h;
+    if (recv(c->fd, raw, sizeof(raw), MSG_DONTWAIT | MSG_PEEK) == (ssize_t)sizeof(raw) &&
+        proto_header_decode(raw, PROTO_MAX_REPLY, &h) == 0 && h.type == PROTO_ERROR &&
+        recv(c->fd, raw, sizeof(raw), MSG_DONTWAIT) == (ssize_t)sizeof(raw))
+        return conn_recv_error(c, &h);
+    return conn_lost(c, err);
+}
+
+/* A connection the daemon closed while this side did not use it (idle for
+ * limits.idle_timeout, a restart) has its ERROR or its end to read: it is
+ * closed, so that the caller makes a fresh one. */
+static void conn_drop_stale(struct conn *c)
+{
+    struct pollfd pfd = {c->fd, POLLIN, 0};
+    if (c->fd >= 0 && poll(&pfd, 1, 0) > 0)
+        conn_close(c);
+}
+
 static int conn_send(struct conn *c, const void *buf, size_t len)
 {
     const uint8_t *p = buf;
@@ -177,6 +252,8 @@ static int conn_send(struct conn *c, const void *buf, size_t len)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
+            if (errno == EPIPE || errno == ECONNRESET)
+                return conn_closed_why(c, errno);
             return conn_lost(c, errno);
         }
         p += n;
@@ -525,6 +602,7 @@ static int presto_call_json(presto_t *p, uint16_t type, uint16_t reply, char **j
     int rc;
 
     *json = NULL;
+    conn_drop_stale(c);
     if (c->fd < 0 && (rc = conn_open(c, p->path)) < 0)
         return rc;
     uint32_t req = presto_req_id(p);
@@ -1037,7 +1115,8 @@ PRESTO_API int presto_stream_open(presto_t *p, const presto_stream_opts_t *o,
         s->ring_bytes = k.ring_bytes;
         s->slot_bytes = k.slot_bytes;
         s->info.slots = k.slots;
-        rc = stream_start(s, &m, (uint32_t)transport);
+        conn_drop_stale(&s->c); /* closed by the daemon meanwhile (idle) */
+        rc = s->c.fd < 0 ? -PRESTO_E_IO : stream_start(s, &m, (uint32_t)transport);
         if (rc == -PRESTO_E_IO) { /* the daemon closed it meanwhile: a fresh one */
             conn_close(&s->c);
             if (s->ring)

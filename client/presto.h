@@ -123,7 +123,12 @@ const char *presto_version(void);
 
 /* path NULL means presto_default_socket(). On failure *out is still set
  * (unless NULL could not be allocated) so presto_errmsg() can explain; close
- * it with presto_close(). */
+ * it with presto_close(). Every connection checks who answers (SO_PEERCRED):
+ * root, this process's user, or the user who alone owns the socket's
+ * directory (nobody else may write to it or to a directory on the way, and
+ * what is taken from a sticky one like /tmp is root's); anyone else is
+ * refused with -PRESTO_E_DENIED, unless the environment has
+ * PRESTO_TRUST_ANY_PEER=1. */
 int presto_connect(const char *path, presto_t **out);
 void presto_close(presto_t *p);
 const char *presto_errmsg(const presto_t *p);

@@ -146,26 +146,34 @@ int access_is_admin(const struct access_peer *p, uid_t daemon_uid, uint32_t admi
     return admin_gid != ACCESS_NO_GROUP && access_in_group(p, (gid_t)admin_gid);
 }
 
-void access_log_denied(struct access_log *l, const struct access_peer *p, const char *op,
-                       uid_t daemon_uid, uint32_t admin_gid)
+int access_log_take(struct access_log *l, char *more, size_t morelen)
 {
     uint64_t now = stats_now_ns();
     if (l->last_ns && now - l->last_ns < ACCESS_LOG_INTERVAL_NS) {
         l->suppressed++;
-        return;
+        return 0;
     }
+    more[0] = '\0';
+    if (l->suppressed)
+        snprintf(more, morelen, "; %llu more not logged since the last such line",
+                 (unsigned long long)l->suppressed);
+    l->last_ns = now;
+    l->suppressed = 0;
+    return 1;
+}
+
+void access_log_denied(struct access_log *l, const struct access_peer *p, const char *op,
+                       uid_t daemon_uid, uint32_t admin_gid)
+{
+    char more[64];
+    if (!access_log_take(l, more, sizeof(more)))
+        return;
     char group[48] = "no admin_group is configured";
     if (admin_gid != ACCESS_NO_GROUP)
         snprintf(group, sizeof(group), "not in admin_group %u", admin_gid);
-    char more[64] = "";
-    if (l->suppressed)
-        snprintf(more, sizeof(more), "; %llu more not logged since the last such line",
-                 (unsigned long long)l->suppressed);
     log_warn("access: %s denied to pid %d uid %u gid %u: not root, not uid %u, %s%s%s", op,
              (int)p->pid, (unsigned)p->uid, (unsigned)p->gid, (unsigned)daemon_uid, group,
              p->source == ACCESS_GROUPS_NONE ? " (supplementary groups unknown)" : "", more);
-    l->last_ns = now;
-    l->suppressed = 0;
 }
 
 int access_path_within(const char *real_root, const char *path)

@@ -69,13 +69,17 @@ int access_is_admin(const struct access_peer *p, uid_t daemon_uid, uint32_t admi
 /* 1 when gid is p's primary or one of its supplementary groups. */
 int access_in_group(const struct access_peer *p, gid_t gid);
 
-/* Denials are logged at most once a second (the rest are counted and
- * reported with the next line), so a client that loops on a denied request
- * cannot flood the log. One per server, event loop thread only. */
+/* Denials, and refused or dropped connections, are logged at most once a
+ * second per kind (the rest are counted and reported with the next line),
+ * so a client that loops on a refused request or connect cannot flood the
+ * log. One per kind and server, event loop thread only. */
 struct access_log {
     uint64_t last_ns;
     uint64_t suppressed;
 };
+/* 1 when a line of this kind may be logged now, with "; N more not logged
+ * since the last such line" (or "") in more; else 0, the line counted. */
+int access_log_take(struct access_log *l, char *more, size_t morelen);
 void access_log_denied(struct access_log *l, const struct access_peer *p, const char *op,
                        uid_t daemon_uid, uint32_t admin_gid);
 

@@ -11,7 +11,8 @@
  *   io: { depth: 64, backend: auto | pread }
  *   profile: { samples: 0 (2% of a dataset, 64 to 300), worker_share: 50 (%),
  *              memory: 256MiB }
- *   limits: { connections: 256, streams_per_connection: 16,
+ *   limits: { connections: 256, connections_per_user: 128, idle_timeout: 300,
+ *             streams_per_connection: 16,
  *             streams_per_user: 256, batch_size: 4096, prefetch: 64,
  *             frame_size: 64KiB, output_buffer: 64MiB, output_timeout: 30,
  *             file_size: 64MiB, pixels: 100000000 }
@@ -61,6 +62,7 @@ struct config_dataset {
     int split_auto; /* split: auto: the profiler chooses (profile.h); split
                        holds the default until then */
     int line;       /* where it was declared (0: command line) */
+    int root_line;  /* where its root was set (0: command line) */
 };
 
 struct config {
@@ -81,6 +83,8 @@ struct config {
     uint32_t io_backend;   /* enum config_io_backend */
     uint64_t io_readahead; /* bytes of batches read ahead of their jobs; 0: none */
     uint32_t max_connections;
+    uint32_t max_connections_per_user; /* connections of one peer uid */
+    uint32_t idle_timeout;  /* s a connection with nothing open may send nothing */
     uint32_t max_streams_per_conn;
     uint32_t max_streams_per_user;  /* streams open by one peer uid */
     uint32_t max_prefetch;          /* largest prefetch an OPEN may ask */
@@ -114,6 +118,10 @@ int config_load_string(struct config *c, const char *yaml, size_t len,
  * center_crop 224 offline; random_flip 0.5 online). */
 int config_add_dataset_arg(struct config *c, const char *arg, char *err,
                            size_t errlen);
+/* Every dataset root exists and is a directory (what start-up and
+ * --check-config check before indexing): 0, or -EINVAL with
+ * "FILE:LINE: key 'datasets.root': ..." (or "--dataset NAME=DIR: ...") in err. */
+int config_check_roots(const struct config *c, char *err, size_t errlen);
 const struct config_dataset *config_find_dataset(const struct config *c,
                                                  const char *name);
 /* A copy of src that owns its strings (config_dataset_free it): a dataset

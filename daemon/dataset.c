@@ -356,6 +356,15 @@ const char *dataset_path(const struct dataset *ds, uint32_t sample)
     return ds->paths + ds->samples[sample].path_off;
 }
 
+void dataset_open_error(const struct dataset *ds, int rc, char *err, size_t errlen)
+{
+    if (rc == -EXDEV && ds->real_root)
+        snprintf(err, errlen, "open: refused: the path leaves the dataset root %s "
+                 "(a symbolic link?)", ds->real_root);
+    else
+        snprintf(err, errlen, "open: %s", strerror(-rc));
+}
+
 int dataset_open_file(const struct dataset *ds, uint32_t sample, uint64_t max_size,
                       struct dataset_file *f, char *err, size_t errlen)
 {
@@ -373,11 +382,7 @@ int dataset_open_file(const struct dataset *ds, uint32_t sample, uint64_t max_si
     }
     if (f->fd < 0) {
         f->fd = -1;
-        if (rc == -EXDEV)
-            snprintf(err, errlen, "open: refused: the path leaves the root %s "
-                     "(a symbolic link?)", ds->real_root);
-        else
-            snprintf(err, errlen, "open: %s", strerror(-rc));
+        dataset_open_error(ds, rc, err, errlen);
         return rc;
     }
     if (fstat(f->fd, &sb) < 0) {

@@ -119,6 +119,9 @@ void dataset_close(struct dataset *ds);
 void dataset_hold(struct dataset *ds);
 void dataset_release(struct dataset *ds);
 const char *dataset_path(const struct dataset *ds, uint32_t sample);
+/* The message of a failed open of a sample's file (rc a negative errno,
+ * -EXDEV: refused, the path leaves the dataset root), for err. */
+void dataset_open_error(const struct dataset *ds, int rc, char *err, size_t errlen);
 /* Opens a sample's file and fstats it. Returns 0, or a negative errno
  * (-EFBIG: over max_size; the file is closed then) with a message in err. */
 int dataset_open_file(const struct dataset *ds, uint32_t sample, uint64_t max_size,

@@ -55,3 +55,17 @@ int frame_send_error(struct bufferevent *bev, uint32_t req_id, int code, const c
     proto_wbuf_free(&w);
     return rc;
 }
+
+int frame_send_error_now(int sock, int code, const char *msg)
+{
+    struct proto_wbuf w;
+    proto_wbuf_init(&w);
+    proto_frame_begin(&w, PROTO_ERROR, 0);
+    proto_put_error(&w, (uint32_t)(code < 0 ? -code : code), msg);
+    proto_frame_finish(&w);
+    int rc = w.failed ? -ENOMEM : 0;
+    if (rc == 0 && send(sock, w.data, w.len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+        rc = -errno;
+    proto_wbuf_free(&w);
+    return rc;
+}

@@ -18,5 +18,9 @@ int frame_send(struct bufferevent *bev, struct proto_wbuf *w);
  * not take at once is queued behind. Returns 0, -EAGAIN or -ENOMEM/-errno. */
 int frame_send_fd(struct bufferevent *bev, struct proto_wbuf *w, int fd);
 int frame_send_error(struct bufferevent *bev, uint32_t req_id, int code, const char *msg);
+/* A connection-wide ERROR (request id 0) straight to the socket, without
+ * waiting, for a connection about to be closed: the peer reads it after the
+ * close. Returns 0, or a negative errno (a full socket: -EAGAIN). */
+int frame_send_error_now(int sock, int code, const char *msg);
 
 #endif

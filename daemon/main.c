@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "cachedir.h"
 #include "config.h"
 #include "dataset.h"
 #include "log.h"
@@ -44,7 +45,9 @@ static void usage(FILE *f)
             "  -m, --cache-memory SIZE  memory cache budget, e.g. 4GiB or 25%%\n"
             "      --cache-dir DIR      cache directory\n"
             "  -l, --log-level LEVEL    error, warn, info or debug\n"
-            "      --check-config       check the configuration and exit\n"
+            "      --check-config       check the configuration as start-up does (the\n"
+            "                           file, dataset roots, socket, cache directory)\n"
+            "                           and exit\n"
             "  -h, --help               this help\n"
             "  -V, --version            print the version\n");
 }
@@ -158,6 +161,25 @@ static int load_config(struct config *c, void *arg, char *err, size_t errlen)
         rc = apply_args(c, o, err, errlen);
     if (rc < 0 && !err[0])
         snprintf(err, errlen, "%s", strerror(-rc));
+    return rc;
+}
+
+/* What start-up checks before it indexes or binds anything, and all that
+ * --check-config checks past reading the file: the dataset roots, the
+ * socket (unless systemd passed one, listen_fd >= 0) and the cache
+ * directory where it is used (a disk tier, or a split: auto dataset's
+ * recorded choice and profiles): a directory another user could change
+ * refuses start-up (cachedir.h). 0, or a negative errno with err. */
+static int check_start(const struct config *c, int listen_fd, char *err, size_t errlen)
+{
+    int rc = config_check_roots(c, err, errlen);
+    int cache_used = c->cache_disk > 0;
+    for (uint32_t i = 0; i < c->ndatasets; i++)
+        cache_used |= c->datasets[i].split_auto;
+    if (rc == 0 && listen_fd < 0)
+        rc = server_check_socket(c->socket_path, err, errlen);
+    if (rc == 0 && cache_used)
+        rc = cachedir_check(c->cache_dir, err, errlen);
     return rc;
 }
 
@@ -286,7 +308,7 @@ int main(int argc, char **argv)
     struct server *srv = NULL;
     struct event *sigs[4] = {NULL};
     char err[1024] = "";
-    int rc, status = 1;
+    int rc, status = 1, listen_fd = -1;
 
     if ((rc = parse_args(argc, argv, &o)) != 0) {
         free(o.datasets);
@@ -299,6 +321,11 @@ int main(int argc, char **argv)
         goto out;
     }
     log_set_level((enum log_level)cfg.log_level);
+    listen_fd = notify_listen_fd();
+    if (check_start(&cfg, listen_fd, err, sizeof(err)) < 0) {
+        fprintf(stderr, "prestod: %s\n", err);
+        goto out;
+    }
     if (o.check_only) {
         printf("%s: ok, %u datasets\n", o.config ? o.config : "(defaults)", cfg.ndatasets);
         status = 0;
@@ -360,7 +387,7 @@ int main(int argc, char **argv)
         .workers = workers, .stats = stats, .nstats = nworkers + 1, .reload = live,
         .readahead = ra,
     };
-    if (server_create(&srv, &deps, notify_listen_fd(), err, sizeof(err)) < 0) {
+    if (server_create(&srv, &deps, listen_fd, err, sizeof(err)) < 0) {
         log_error("%s", err);
         goto out;
     }

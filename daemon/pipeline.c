@@ -538,10 +538,11 @@ static enum pipeline_fault item_materialize(const struct pipeline_env *env,
         if (count && tiered)
             ADD(&ds->n.disk_misses, 1);
         if (q->res < 0) {
-            snprintf(err, errlen, "%s: %s",
-                     q->failed == IO_STEP_OPEN ? "open" : q->failed == IO_STEP_STAT ? "stat"
-                                                                                 : "read",
-                     strerror((int)-q->res));
+            if (q->failed == IO_STEP_OPEN) /* -EXDEV: RESOLVE_BENEATH refused a link */
+                dataset_open_error(ds, (int)q->res, err, errlen);
+            else
+                snprintf(err, errlen, "%s: %s", q->failed == IO_STEP_STAT ? "stat" : "read",
+                         strerror((int)-q->res));
             return PIPE_READ;
         }
         if (q->size > env->max_file_size) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "cachedir.h"
 #include "frame.h"
 #include "json.h"
 #include "log.h"
@@ -236,9 +237,39 @@ struct record {
     struct dataset_auto a;
 };
 
-static int record_read(const char *path, struct record *r)
+/* The record's file name in cache.dir. */
+static void record_name(const char *dataset, int tmp, char *buf, size_t len)
 {
-    FILE *f = fopen(path, "r");
+    snprintf(buf, len, "profile-%s.txt%s", dataset, tmp ? ".tmp" : "");
+}
+
+/* Opens the record of dataset in cache.dir by name, as cachedir.h opens
+ * files there (a link is refused): a stream, or NULL with errno set. */
+static FILE *record_open(const char *cache_dir, const char *dataset, int flags, const char *how)
+{
+    char err[600], name[CONFIG_NAME_MAX + 16];
+    int dfd = cachedir_open(cache_dir, flags & O_CREAT, err, sizeof(err));
+    if (dfd < 0) {
+        errno = -dfd;
+        return NULL;
+    }
+    record_name(dataset, (flags & O_CREAT) != 0, name, sizeof(name));
+    if (flags & O_CREAT)
+        unlinkat(dfd, name, 0); /* a stale one, or whatever was planted under the name */
+    /* 0640 like the segments: the umask may narrow it, never widen it. */
+    int fd = cachedir_open_file(dfd, name, flags, 0640);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, how);
+    int e = fd < 0 ? -fd : errno;
+    if (!f && fd >= 0)
+        close(fd);
+    close(dfd);
+    errno = e;
+    return f;
+}
+
+static int record_read(const char *cache_dir, const char *dataset, struct record *r)
+{
+    FILE *f = record_open(cache_dir, dataset, O_RDONLY, "r");
     char line[256], k[32], v[200];
     unsigned got = 0, version = 0;
     if (!f)
@@ -270,12 +301,12 @@ static int record_read(const char *path, struct record *r)
     return got == 0x1f && version == RECORD_VERSION ? 0 : -EBADMSG;
 }
 
-static int record_write(const char *path, const char *dataset, const struct record *r)
+/* Writes the record as profile-NAME.txt.tmp, then renames it over
+ * profile-NAME.txt (a link there is replaced, not followed). */
+static int record_write(const char *cache_dir, const char *dataset, const struct record *r)
 {
-    char tmp[4300];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-        return -ENAMETOOLONG;
-    FILE *f = fopen(tmp, "w");
+    char err[600], tmp[CONFIG_NAME_MAX + 16], name[CONFIG_NAME_MAX + 16];
+    FILE *f = record_open(cache_dir, dataset, O_WRONLY | O_CREAT | O_EXCL, "w");
     if (!f)
         return -errno;
     fprintf(f,
@@ -289,10 +320,16 @@ static int record_write(const char *path, const char *dataset, const struct reco
     int rc = fflush(f) == 0 && fsync(fileno(f)) == 0 ? 0 : -errno;
     if (fclose(f) != 0 && rc == 0)
         rc = -errno;
-    if (rc == 0 && rename(tmp, path) < 0)
+    int dfd = cachedir_open(cache_dir, 0, err, sizeof(err));
+    if (dfd < 0)
+        return dfd;
+    record_name(dataset, 1, tmp, sizeof(tmp));
+    record_name(dataset, 0, name, sizeof(name));
+    if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0)
         rc = -errno;
     if (rc < 0)
-        unlink(tmp);
+        unlinkat(dfd, tmp, 0);
+    close(dfd);
     return rc;
 }
 
@@ -307,7 +344,7 @@ void profile_restore(struct dataset *ds, const struct config *cfg)
     ds->autos.state = DATASET_AUTO_PENDING;
     int rc = record_path(cfg, dc->name, path, sizeof(path));
     if (rc == 0)
-        rc = record_read(path, &r);
+        rc = record_read(cfg->cache_dir, dc->name, &r);
     if (rc == 0 && r.key != ds->autos.key)
         rc = -ESTALE;
     if (rc == 0 && (r.split > dc->nsteps || r.zstd_level < 0 || r.zstd_level > 22 ||
@@ -333,31 +370,39 @@ void profile_restore(struct dataset *ds, const struct config *cfg)
              r.a.storage_bytes / (1 << 20), r.a.offline_s, path);
 }
 
-static int rm_dir(const char *dir)
+/* This daemon's trial directory, by name in cache.dir. */
+static void trial_name(char *buf, size_t len)
 {
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char p[4400];
-    if (!d)
-        return -errno;
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-        if (unlink(p) < 0)
-            log_warn("profile: cannot remove %s: %s", p, strerror(errno));
-    }
-    closedir(d);
-    return rmdir(dir) < 0 ? -errno : 0;
+    snprintf(buf, len, "%s%ld", TRIAL_PREFIX, (long)getpid());
+}
+
+/* Removes the trial directory name of cache_dir, by name (cachedir.h): a
+ * link planted under the name goes, what it points to stays. 0 when it is
+ * gone (or was not there), else a negative errno. */
+static int trial_remove(const char *cache_dir, const char *name)
+{
+    char err[600];
+    int dfd = cachedir_open(cache_dir, 0, err, sizeof(err));
+    if (dfd < 0)
+        return dfd == -ENOENT ? 0 : dfd;
+    int rc = cachedir_remove_dir(dfd, name);
+    close(dfd);
+    return rc == -ENOENT ? 0 : rc;
 }
 
 void profile_clean_trials(const char *cache_dir)
 {
-    DIR *d = opendir(cache_dir);
+    char err[600];
+    int fd = cachedir_open(cache_dir, 0, err, sizeof(err));
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
     struct dirent *e;
-    char p[4400];
-    if (!d)
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        else if (fd != -ENOENT)
+            log_debug("profile: no trial directories looked for: %s", err);
         return;
+    }
     while ((e = readdir(d))) {
         size_t plen = strlen(TRIAL_PREFIX);
         if (strncmp(e->d_name, TRIAL_PREFIX, plen) != 0)
@@ -365,9 +410,15 @@ void profile_clean_trials(const char *cache_dir)
         long pid = strtol(e->d_name + plen, NULL, 10);
         if (pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
             continue; /* another daemon's, running */
-        snprintf(p, sizeof(p), "%s/%s", cache_dir, e->d_name);
-        if (rm_dir(p) == 0)
-            log_info("profile: removed %s, left by a daemon that stopped mid-profile", p);
+        int rc = cachedir_remove_dir(dirfd(d), e->d_name);
+        if (rc == 1)
+            log_warn("profile: removed %s/%s, which was not a directory (a symbolic link?); "
+                     "what it pointed to is untouched", cache_dir, e->d_name);
+        else if (rc == 0)
+            log_info("profile: removed %s/%s, left by a daemon that stopped mid-profile",
+                     cache_dir, e->d_name);
+        else
+            log_warn("profile: cannot remove %s/%s: %s", cache_dir, e->d_name, strerror(-rc));
     }
     closedir(d);
 }
@@ -594,8 +645,11 @@ static void trial_close(struct profile *p)
     if (p->tds_open)
         dataset_close(&p->tds);
     p->tds_open = 0;
-    if (p->dir[0])
-        rm_dir(p->dir);
+    if (p->dir[0]) {
+        char name[64];
+        trial_name(name, sizeof(name));
+        trial_remove((*p->pr->env.cfg)->cache_dir, name);
+    }
 }
 
 static int trial_open(struct profile *p, const struct proto_profile_strategy *s)
@@ -614,6 +668,9 @@ static int trial_open(struct profile *p, const struct proto_profile_strategy *s)
         return -1;
     }
     if (s->split > 0) {
+        char name[64];
+        trial_name(name, sizeof(name));
+        trial_remove(cfg->cache_dir, name); /* a leftover, or a link planted in its place */
         int rc = store_open(&p->tstore, p->dir, 0, cfg->segment_size, err, sizeof(err));
         if (rc < 0) {
             profile_fail(p, PROTO_E_IO, "cannot make a trial disk store (cache.dir): %s", err);
@@ -642,14 +699,18 @@ static void drop_page_cache(struct profile *p)
         }
         return;
     }
-    DIR *d = opendir(p->dir);
+    int dfd = cachedir_open(p->dir, 0, err, sizeof(err));
+    DIR *d = dfd < 0 ? NULL : fdopendir(dfd);
     struct dirent *e;
-    if (!d)
+    if (!d) {
+        if (dfd >= 0)
+            close(dfd);
         return;
+    }
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, "seg-", 4) != 0)
             continue;
-        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
+        int fd = cachedir_open_file(dirfd(d), e->d_name, O_RDONLY, 0);
         if (fd < 0)
             continue;
         fdatasync(fd);
@@ -869,7 +930,7 @@ static uint32_t profile_apply(struct profile *p, const struct proto_profile_stra
     r.a.sample_size = p->k;
     int rc = record_path(*pr->env.cfg, ds->cfg->name, path, sizeof(path));
     if (rc == 0)
-        rc = record_write(path, ds->cfg->name, &r);
+        rc = record_write((*pr->env.cfg)->cache_dir, ds->cfg->name, &r);
     if (rc < 0)
         log_warn("dataset '%s': split: auto: cannot record the choice in %s: %s; the next "
                  "start profiles again", ds->cfg->name, path, strerror(-rc));
@@ -1023,7 +1084,9 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
     p->njobs = p->workers * cfg->profile_worker_share / 100;
     if (p->njobs == 0)
         p->njobs = 1;
-    snprintf(p->dir, sizeof(p->dir), "%s/%s%ld", cfg->cache_dir, TRIAL_PREFIX, (long)getpid());
+    char trial[64];
+    trial_name(trial, sizeof(trial));
+    snprintf(p->dir, sizeof(p->dir), "%s/%s", cfg->cache_dir, trial);
     p->ids = malloc((p->k ? p->k : 1) * sizeof(*p->ids));
     p->list = malloc((p->k ? p->k : 1) * sizeof(*p->list));
     /* Aligned for the jobs' stats blocks. */
@@ -1164,9 +1227,14 @@ int profiler_request(struct profiler *pr, struct dataset *ds, const struct proto
     return 0;
 }
 
+int profiler_runs_for(const struct profiler *pr, const void *owner)
+{
+    return pr && pr->run && !pr->run->background && pr->run->owner == owner;
+}
+
 void profiler_detach(struct profiler *pr, const void *owner)
 {
-    if (pr && pr->run && !pr->run->background && pr->run->owner == owner) {
+    if (profiler_runs_for(pr, owner)) {
         profile_stop(pr->run);
         profiler_next(pr);
     }

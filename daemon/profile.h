@@ -178,6 +178,8 @@ void profiler_destroy(struct profiler *pr);
 int profiler_request(struct profiler *pr, struct dataset *ds, const struct proto_profile *req,
                      uint32_t req_id, struct bufferevent *bev, void *owner, char *err,
                      size_t errlen);
+/* 1 while a profile the connection `owner` asked for runs. */
+int profiler_runs_for(const struct profiler *pr, const void *owner);
 /* The connection `owner` is going away: its profile stops. */
 void profiler_detach(struct profiler *pr, const void *owner);
 /* An OPEN or WARM of ds: a PENDING split: auto dataset gets profiled (in

@@ -23,6 +23,7 @@
 #include "profile.h"
 #include "proto.h"
 #include "stream.h"
+#include "trust.h"
 #include "warm.h"
 
 struct conn {
@@ -45,6 +46,15 @@ struct conn {
     struct event *stall_ev;
     struct evbuffer_cb_entry *drain_cb;
     struct ring kept; /* a finished shm stream's ring, for the next OPEN */
+    struct event *idle_ev; /* limits.idle_timeout (conn_on_idle) */
+    uint64_t active_ns;    /* last request read or output flushed */
+};
+
+/* Connections per peer uid, for limits.connections_per_user: an entry per
+ * user with connections, searched linearly (few users are connected). */
+struct uid_conns {
+    uid_t uid;
+    uint32_t n;
 };
 
 struct server {
@@ -63,12 +73,43 @@ struct server {
     struct timespec started;
     uid_t uid;                 /* ours: a peer with it is an admin */
     struct access_log denials; /* rate limit of the denial log lines */
+    struct access_log refusals; /* ... of connections refused at accept */
+    struct access_log idle_drops; /* ... of connections closed for idling */
     uint64_t peer_errors;      /* peers whose credentials could not be read */
+    struct uid_conns *uids;    /* nuids entries, room for capuids */
+    uint32_t nuids, capuids;
 };
 
 static struct stats_thread *loop_stats(struct server *s)
 {
     return &s->d.stats[s->d.nstats - 1];
+}
+
+/* uid's entry; made (n 0) when add and missing. NULL: none, or no memory. */
+static struct uid_conns *uid_conns(struct server *s, uid_t uid, int add)
+{
+    for (uint32_t i = 0; i < s->nuids; i++)
+        if (s->uids[i].uid == uid)
+            return &s->uids[i];
+    if (!add)
+        return NULL;
+    if (s->nuids == s->capuids) {
+        uint32_t cap = s->capuids ? 2 * s->capuids : 8;
+        struct uid_conns *u = realloc(s->uids, cap * sizeof(*u));
+        if (!u)
+            return NULL;
+        s->uids = u;
+        s->capuids = cap;
+    }
+    s->uids[s->nuids] = (struct uid_conns){uid, 0};
+    return &s->uids[s->nuids++];
+}
+
+static void uid_conns_drop(struct server *s, uid_t uid)
+{
+    struct uid_conns *u = uid_conns(s, uid, 0);
+    if (u && --u->n == 0)
+        *u = s->uids[--s->nuids];
 }
 
 /* ---- connections ---- */
@@ -86,6 +127,9 @@ static void conn_free(struct conn *c)
         reload_cancel(s->d.reload, c);
     if (c->stall_ev)
         event_free(c->stall_ev);
+    if (c->idle_ev)
+        event_free(c->idle_ev);
+    uid_conns_drop(s, c->peer.uid);
     if (c->drain_cb)
         evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->drain_cb);
     bufferevent_free(c->bev);
@@ -108,6 +152,7 @@ static void conn_on_write(struct bufferevent *bev, void *arg)
 {
     struct conn *c = arg;
     size_t out = evbuffer_get_length(bufferevent_get_output(bev));
+    c->active_ns = stats_now_ns(); /* the peer took its output (the end of a job's, too) */
     if (c->closing && out == 0) {
         conn_free(c);
         return;
@@ -573,6 +618,7 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
     const struct config *cfg = c->srv->d.cfg;
     char msg[160];
 
+    c->active_ns = stats_now_ns();
     while (!c->closing && !c->waiting) {
         uint8_t hdr[PROTO_HEADER_SIZE];
         struct proto_header h;
@@ -623,52 +669,132 @@ static void conn_on_event(struct bufferevent *bev, short what, void *arg)
         conn_free(arg);
 }
 
+/* ---- idle connections ---- */
+
+/* Something is open on the connection: it is not idle, however quiet. */
+static int conn_busy(const struct conn *c)
+{
+    return c->nstreams || c->warm || c->reload_pending || c->waiting || c->closing ||
+           profiler_runs_for(c->srv->profiler, c);
+}
+
+static void conn_idle_arm(struct conn *c, uint64_t ns)
+{
+    struct timeval tv = {(time_t)(ns / 1000000000u), (suseconds_t)(ns % 1000000000u / 1000)};
+    event_add(c->idle_ev, &tv);
+}
+
+/* limits.idle_timeout: a connection with nothing open on it (no stream,
+ * WARM, PROFILE or RELOAD) that sent nothing and took no output for that
+ * long is closed with an ERROR saying so (counted, logged at most once a
+ * second). The timer checks when it fires, so requests never touch it. */
+static void conn_on_idle(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    struct server *s = c->srv;
+    uint64_t timeout = (uint64_t)s->d.cfg->idle_timeout * 1000000000u, now = stats_now_ns();
+    char msg[96], more[64];
+    (void)fd;
+    (void)what;
+    if (conn_busy(c))
+        c->active_ns = now;
+    if (now - c->active_ns < timeout) {
+        conn_idle_arm(c, c->active_ns + timeout - now);
+        return;
+    }
+    stats_add(loop_stats(s), STAT_limit_idle_timeout, 1);
+    snprintf(msg, sizeof(msg), "idle for %u s: limits.idle_timeout", s->d.cfg->idle_timeout);
+    if (access_log_take(&s->idle_drops, more, sizeof(more)))
+        log_info("connection of pid %d uid %u closed: %s%s", (int)c->peer.pid,
+                 (unsigned)c->peer.uid, msg, more);
+    /* Closed now: output it left unread is not waited for. */
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        frame_send_error_now(bufferevent_getfd(c->bev), PROTO_E_LIMIT, msg);
+    conn_free(c);
+}
+
+/* ---- accepting ---- */
+
+/* A connection refused at accept (limits.connections, or
+ * connections_per_user): counted, told why in an ERROR it can read after
+ * the close, logged at most once a second with a count of the rest. */
+static void server_refuse(struct server *s, int fd, const struct access_peer *p,
+                          enum stats_counter counter, const char *msg)
+{
+    char more[64];
+    stats_add(loop_stats(s), counter, 1);
+    if (access_log_take(&s->refusals, more, sizeof(more)))
+        log_warn("connection of pid %d uid %u refused: %s%s", (int)p->pid, (unsigned)p->uid,
+                 msg, more);
+    int rc = frame_send_error_now(fd, PROTO_E_LIMIT, msg);
+    if (rc < 0)
+        log_debug("refused connection: %s", strerror(-rc));
+    close(fd);
+}
+
 static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
                              struct sockaddr *addr, int len, void *arg)
 {
     struct server *s = arg;
+    const struct config *cfg = s->d.cfg;
+    struct access_peer peer;
+    struct uid_conns *u;
     struct conn *c;
+    char msg[128];
     (void)l;
     (void)addr;
     (void)len;
-    if (s->nconns >= s->d.cfg->max_connections) {
-        struct proto_wbuf w;
-        stats_add(loop_stats(s), STAT_connections_rejected, 1);
-        log_warn("connection refused: limit of %u connections reached",
-                 s->d.cfg->max_connections);
-        proto_wbuf_init(&w);
-        proto_frame_begin(&w, PROTO_ERROR, 0);
-        proto_put_error(&w, PROTO_E_LIMIT, "too many connections");
-        proto_frame_finish(&w);
-        if (!w.failed && send(fd, w.data, w.len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
-            log_debug("refused connection: %s", strerror(errno));
-        proto_wbuf_free(&w);
-        close(fd);
+    if (access_peer_read(fd, &peer) < 0 && s->peer_errors++ == 0)
+        log_warn("cannot read a peer's credentials (SO_PEERCRED): %s; such peers may "
+                 "stream but are no admins", strerror(errno));
+    else if (peer.source == ACCESS_GROUPS_PROC && s->peer_errors++ == 0)
+        log_warn("no SO_PEERGROUPS (kernel before 4.13): a peer's groups are read from "
+                 "/proc/PID/status at accept");
+    u = uid_conns(s, peer.uid, 0);
+    if (s->nconns >= cfg->max_connections || (u && u->n >= cfg->max_connections_per_user)) {
+        int total = s->nconns >= cfg->max_connections;
+        if (total)
+            snprintf(msg, sizeof(msg), "too many connections: limits.connections (%u) reached",
+                     cfg->max_connections);
+        else
+            snprintf(msg, sizeof(msg), "too many connections of uid %u: "
+                     "limits.connections_per_user (%u) reached", (unsigned)peer.uid,
+                     cfg->max_connections_per_user);
+        server_refuse(s, fd, &peer,
+                      total ? STAT_connections_rejected : STAT_limit_connections_per_user, msg);
+        access_peer_free(&peer);
         return;
     }
     c = calloc(1, sizeof(*c));
     if (c) {
-        c->stream_cap = s->d.cfg->max_streams_per_conn;
+        c->stream_cap = cfg->max_streams_per_conn;
         c->streams = calloc(c->stream_cap, sizeof(*c->streams));
+        c->idle_ev = evtimer_new(s->d.base, conn_on_idle, c);
     }
-    if (c && c->streams)
+    if (c && c->streams && c->idle_ev)
         c->bev = bufferevent_socket_new(s->d.base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (!c || !c->streams || !c->bev) {
+    u = c && c->bev ? uid_conns(s, peer.uid, 1) : NULL;
+    if (!u) {
         log_error("out of memory accepting a connection");
-        if (c)
+        if (c) {
+            if (c->bev)
+                bufferevent_free(c->bev);
+            else
+                close(fd);
+            if (c->idle_ev)
+                event_free(c->idle_ev);
             free(c->streams);
+        } else {
+            close(fd);
+        }
         free(c);
-        close(fd);
+        access_peer_free(&peer);
         return;
     }
+    u->n++;
     c->srv = s;
     c->kept.fd = -1;
-    if (access_peer_read(fd, &c->peer) < 0 && s->peer_errors++ == 0)
-        log_warn("cannot read a peer's credentials (SO_PEERCRED): %s; such peers may "
-                 "stream but are no admins", strerror(errno));
-    else if (c->peer.source == ACCESS_GROUPS_PROC && s->peer_errors++ == 0)
-        log_warn("no SO_PEERGROUPS (kernel before 4.13): a peer's groups are read from "
-                 "/proc/PID/status at accept");
+    c->peer = peer;
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
@@ -676,8 +802,10 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
     s->nconns++;
     stats_add(loop_stats(s), STAT_connections_total, 1);
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
-    bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_SIZE + s->d.cfg->max_frame_size);
+    bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_SIZE + cfg->max_frame_size);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    c->active_ns = stats_now_ns();
+    conn_idle_arm(c, (uint64_t)cfg->idle_timeout * 1000000000u);
 }
 
 /* ---- documents ---- */
@@ -924,6 +1052,9 @@ static void stats_limits(struct server *s, struct json *j, const struct stats_th
     json_object_end(j);
     json_object_begin(j, "limits");
     stats_limit(j, "connections", cfg->max_connections, sum->c[STAT_connections_rejected]);
+    stats_limit(j, "connections_per_user", cfg->max_connections_per_user,
+                sum->c[STAT_limit_connections_per_user]);
+    stats_limit(j, "idle_timeout", cfg->idle_timeout, sum->c[STAT_limit_idle_timeout]);
     stats_limit(j, "streams_per_connection", cfg->max_streams_per_conn,
                 sum->c[STAT_limit_streams_per_connection]);
     stats_limit(j, "streams_per_user", cfg->max_streams_per_user,
@@ -1076,17 +1207,37 @@ static char *server_datasets_json(struct server *s)
 
 /* ---- listening socket ---- */
 
-/* Creates the socket's directory (one level) when missing. */
-static int ensure_parent(const char *path, char *err, size_t errlen)
+/* The socket's directory, trusted as the cache directory is (trust.h):
+ * it belongs to the daemon's user, and nobody else may write to it or to a
+ * directory on the way (a sticky /tmp is fine), or another user could
+ * replace the socket. With create (its mode) it is made when missing;
+ * without, a missing one under trusted directories is -ENOENT. An O_PATH
+ * descriptor, or a negative errno with the reason. */
+static int socket_dir_open(const char *path, mode_t create, char *err, size_t errlen)
 {
-    char buf[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    snprintf(buf, sizeof(buf), "%s", path);
-    char *dir = dirname(buf);
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-        snprintf(err, errlen, "socket directory %s: %s", dir, strerror(errno));
-        return -errno;
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], why[512];
+    if (strlen(path) >= sizeof(dir)) {
+        snprintf(err, errlen, "socket path %s is longer than %zu bytes", path, sizeof(dir) - 1);
+        return -ENAMETOOLONG;
     }
-    return 0;
+    snprintf(dir, sizeof(dir), "%s", path);
+    struct trust_opts o = {geteuid(), TRUST_STICKY_OK | TRUST_OWNER_EXACT, create};
+    if (create)
+        o.flags |= TRUST_CREATE;
+    int fd = trust_open_dir(dirname(dir), &o, why, sizeof(why));
+    if (fd < 0)
+        snprintf(err, errlen, "socket directory of %s: %s%s", path, why,
+                 fd == -EPERM ? ": only the daemon's user and root may change it, or "
+                                "another user could replace the socket" : "");
+    return fd;
+}
+
+int server_check_socket(const char *path, char *err, size_t errlen)
+{
+    int fd = socket_dir_open(path, 0, err, errlen);
+    if (fd >= 0)
+        close(fd);
+    return fd < 0 && fd != -ENOENT ? fd : 0; /* a missing directory is made at start-up */
 }
 
 /* The socket's mode and group decide who may connect at all (connect(2)
@@ -1097,13 +1248,11 @@ static int bind_socket(const char *path, uint32_t mode, uint32_t group, char *er
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     int fd, rc;
 
-    if (strlen(path) >= sizeof(sa.sun_path)) {
-        snprintf(err, errlen, "socket path %s is longer than %zu bytes", path,
-                 sizeof(sa.sun_path) - 1);
-        return -ENAMETOOLONG;
-    }
-    if ((rc = ensure_parent(path, err, errlen)) < 0)
+    /* Made 0700, with search (x, never read or write) for everyone when
+     * socket_mode lets the group or others connect: the socket decides. */
+    if ((rc = socket_dir_open(path, (mode & 077) ? 0711 : 0700, err, errlen)) < 0)
         return rc;
+    close(rc);
     memcpy(sa.sun_path, path, strlen(path) + 1);
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -1236,5 +1385,6 @@ void server_destroy(struct server *s)
         unlink(s->path);
         free(s->path);
     }
+    free(s->uids);
     free(s);
 }

@@ -42,6 +42,11 @@ struct server_deps {
  * from socket activation). Returns 0 or a negative errno with a message. */
 int server_create(struct server **out, const struct server_deps *deps, int listen_fd,
                   char *err, size_t errlen);
+/* The checks server_create makes of cfg->socket_path before it binds
+ * (start-up and --check-config run them first): its length, and its
+ * directory, which must be the daemon's user's alone (missing: made at
+ * start-up). 0, or a negative errno with the reason in err. */
+int server_check_socket(const char *path, char *err, size_t errlen);
 /* Stops accepting and closes every connection (their streams stop). */
 void server_stop(struct server *s);
 void server_destroy(struct server *s);

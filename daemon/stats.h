@@ -24,6 +24,8 @@
     X(err_too_large, "source files or images over a limit")         \
     X(connections_total, "connections accepted")                    \
     X(connections_rejected, "connections refused at the limit")     \
+    X(limit_connections_per_user, "connections refused: the peer uid's connections") \
+    X(limit_idle_timeout, "connections closed: idle for limits.idle_timeout") \
     X(streams_total, "epoch streams opened")                        \
     X(shm_streams_total, "streams on the shared-memory transport")  \
     X(shm_fallbacks, "shared memory asked for, socket used")        \

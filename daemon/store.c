@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include "cachedir.h"
 #include "log.h"
 #include "proto.h"
 
@@ -561,8 +562,8 @@ static int seg_open_direct(struct store *st, struct store_seg *s)
 {
     char name[STORE_NAME_MAX];
     seg_name(name, s->id);
-    s->dfd = openat(st->dirfd, name, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    return s->dfd < 0 ? -errno : 0;
+    s->dfd = cachedir_open_file(st->dirfd, name, O_RDONLY | O_DIRECT, 0);
+    return s->dfd < 0 ? s->dfd : 0;
 }
 
 static int segs_append(struct store *st, struct store_seg *s)
@@ -609,8 +610,8 @@ static int seg_create(struct store *st, struct store_seg **out)
     int fd = -1, err = EEXIST;
     for (int tries = 0; tries < 16 && err == EEXIST; tries++) {
         seg_name(name, st->next_id++);
-        fd = openat(st->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
-        err = fd < 0 ? errno : 0;
+        fd = cachedir_open_file(st->dirfd, name, O_RDWR | O_CREAT | O_EXCL, 0640);
+        err = fd < 0 ? -fd : 0;
     }
     if (fd < 0)
         return -err;
@@ -1061,17 +1062,26 @@ static int seg_load(struct store *st, uint32_t id, int newest, struct seg_reader
 {
     char name[STORE_NAME_MAX];
     seg_name(name, id);
-    int fd = openat(st->dirfd, name, (newest ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-    if (fd < 0 && newest && (errno == EROFS || errno == EACCES || errno == EPERM)) {
-        store_degrade(st, errno, "cannot open the newest segment for writing");
-        fd = openat(st->dirfd, name, O_RDONLY | O_CLOEXEC);
+    /* A planted link or a file not the daemon's own is skipped, never
+     * read, written or truncated (cachedir.h). */
+    int fd = cachedir_open_file(st->dirfd, name, newest ? O_RDWR : O_RDONLY, 0);
+    if (fd < 0 && newest && (fd == -EROFS || fd == -EACCES)) {
+        store_degrade(st, -fd, "cannot open the newest segment for writing");
+        fd = cachedir_open_file(st->dirfd, name, O_RDONLY, 0);
         newest = 0;
     }
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) < 0) {
-        log_error("store: %s/%s: %s; segment skipped", st->dir, name, strerror(errno));
-        if (fd >= 0)
-            close(fd);
+    if (fd >= 0 && fstat(fd, &sb) < 0) {
+        int e = -errno;
+        close(fd);
+        fd = e;
+    }
+    if (fd < 0) {
+        log_error("store: %s/%s: %s; segment skipped", st->dir, name,
+                  fd == -ELOOP ? "a symbolic link"
+                  : fd == -EINVAL ? "not a regular file"
+                  : fd == -EPERM ? "not the daemon's own file, or hard-linked"
+                                 : strerror(-fd));
         return 0;
     }
     struct store_seg *s = seg_new(id, fd);
@@ -1140,27 +1150,6 @@ static int seg_load(struct store *st, uint32_t id, int newest, struct seg_reader
                      (unsigned long long)dropped);
     }
     posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-    return 0;
-}
-
-static int mkdir_p(const char *dir, mode_t mode)
-{
-    char path[4096];
-    size_t len = strlen(dir);
-    if (len == 0 || len >= sizeof(path))
-        return -ENAMETOOLONG;
-    memcpy(path, dir, len + 1);
-    for (char *p = path + 1; ; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        char c = *p;
-        *p = '\0';
-        if (mkdir(path, mode) < 0 && errno != EEXIST)
-            return -errno;
-        *p = c;
-        if (c == '\0')
-            break;
-    }
     return 0;
 }
 
@@ -1246,17 +1235,11 @@ int store_open(struct store **out, const char *dir, uint64_t disk_budget,
     uint32_t *ids = NULL, nids = 0;
     struct seg_reader rd = {0};
 
-    int rc = mkdir_p(dir, 0750);
-    if (rc < 0) {
-        snprintf(err, errlen, "store: cannot create %s: %s", dir, strerror(-rc));
+    /* Made (0750) when missing; refused unless only its user and root can
+     * change it (cachedir.h). */
+    int rc = st->dirfd = cachedir_open(dir, 1, err, errlen);
+    if (rc < 0)
         goto fail;
-    }
-    st->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (st->dirfd < 0) {
-        rc = -errno;
-        snprintf(err, errlen, "store: cannot open %s: %s", dir, strerror(-rc));
-        goto fail;
-    }
     if (flock(st->dirfd, LOCK_EX | LOCK_NB) < 0) {
         rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
         snprintf(err, errlen, "store: %s: %s", dir,
@@ -1303,8 +1286,9 @@ int store_direct_io(struct store *st)
     /* A probe file first: the file system may refuse O_DIRECT (tmpfs
      * before 6.6, some FUSE mounts) with EINVAL at open. */
     static const char probe[] = "direct-io-probe.tmp";
-    int fd = openat(st->dirfd, probe, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
-    int rc = fd < 0 ? -errno : 0;
+    unlinkat(st->dirfd, probe, 0); /* whatever was left under the name, a link included */
+    int fd = cachedir_open_file(st->dirfd, probe, O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0600);
+    int rc = fd < 0 ? fd : 0;
     if (fd >= 0)
         close(fd);
     unlinkat(st->dirfd, probe, 0);

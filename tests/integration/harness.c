@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -86,13 +88,20 @@ static void kill_and_reap(pid_t pid)
         ;
 }
 
+TCase *harness_tcase(const char *name, SFun setup, SFun teardown, double timeout_s)
+{
+    TCase *tc = tcase_create(name);
+    if (setup || teardown)
+        tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, timeout_s);
+    return tc;
+}
+
 void harness_add_cases(Suite *s, const struct harness_case *cases, size_t n, SFun setup,
                        SFun teardown, double timeout_s)
 {
     for (size_t i = 0; i < n; i++) {
-        TCase *tc = tcase_create(cases[i].name);
-        tcase_add_unchecked_fixture(tc, setup, teardown);
-        tcase_set_timeout(tc, timeout_s);
+        TCase *tc = harness_tcase(cases[i].name, setup, teardown, timeout_s);
         tcase_add_test(tc, cases[i].test);
         suite_add_tcase(s, tc);
     }
@@ -803,4 +812,60 @@ uint64_t harness_fnv(uint64_t h, const void *p, size_t len)
         h *= 0x100000001b3ull;
     }
     return h;
+}
+
+int harness_init_for_others(struct harness *h)
+{
+    if (geteuid() != 0) {
+        printf("skip: needs root to run as other users\n");
+        return HARNESS_SKIP;
+    }
+    if (harness_photos_missing())
+        return HARNESS_SKIP;
+    int rc = harness_init(h);
+    if (rc == 0 && chmod(h->dir, 0711) < 0) {
+        rc = -errno;
+        fprintf(stderr, "harness: chmod %s: %s\n", h->dir, strerror(-rc));
+        harness_cleanup(h);
+    }
+    return rc;
+}
+
+int harness_become(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups)
+{
+    if (setgroups(ngroups, groups) < 0 || setgid(gid) < 0 || setuid(uid) < 0) {
+        int e = errno;
+        fprintf(stderr, "harness: becoming uid %u: %s\n", (unsigned)uid, strerror(e));
+        return -e;
+    }
+    if (getuid() != uid || geteuid() != uid) {
+        fprintf(stderr, "harness: still uid %u\n", (unsigned)geteuid());
+        return -EPERM;
+    }
+    return 0;
+}
+
+pid_t harness_spawn_as(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups,
+                       harness_child_fn fn, void *arg)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0)
+        _exit(harness_become(uid, gid, groups, ngroups) < 0 ? 100 : fn(arg));
+    return pid;
+}
+
+int harness_run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups,
+                   harness_child_fn fn, void *arg)
+{
+    pid_t pid = harness_spawn_as(uid, gid, groups, ngroups, fn, arg);
+    if (pid < 0)
+        return (int)pid;
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -errno;
+    return wait_status(status);
 }

@@ -50,6 +50,9 @@ struct harness_case {
     const char *name;
     const TTest *test;
 };
+/* A TCase with setup/teardown (either may be NULL) as its unchecked fixture
+ * (run once, in the test program, around its tests) and timeout_s. */
+TCase *harness_tcase(const char *name, SFun setup, SFun teardown, double timeout_s);
 /* Adds a TCase per case, each with setup/teardown as its unchecked fixture
  * (a daemon of its own, so its stats start from zero) and timeout_s. */
 void harness_add_cases(Suite *s, const struct harness_case *cases, size_t n, SFun setup,
@@ -163,6 +166,27 @@ uint32_t harness_error_code(const uint8_t *body);
 long harness_proc_status_kb(pid_t pid, const char *key);
 /* Open file descriptors of pid (/proc/PID/fd), or a negative errno. */
 int harness_proc_fds(pid_t pid);
+
+/* ---- other users (the program runs as root) ---- */
+
+/* harness_init for a program whose tests run clients as other users: it
+ * needs root (else a skip line and HARNESS_SKIP; the same without photos),
+ * and the directory is 0711, so that others reach what is made in it for
+ * them. 0, HARNESS_SKIP, or a negative errno (nothing left behind). */
+int harness_init_for_others(struct harness *h);
+/* Drops to uid with primary group gid and the supplementary groups given
+ * (setgroups, setgid, setuid): 0, or a negative errno after saying why. */
+int harness_become(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups);
+/* What a child does as that user; its return is the child's exit status. */
+typedef int (*harness_child_fn)(void *arg);
+/* Runs fn(arg) in a forked child that became uid (harness_become; it exits
+ * 100 if it could not): its pid, or a negative errno. The caller reaps it. */
+pid_t harness_spawn_as(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups,
+                       harness_child_fn fn, void *arg);
+/* The same, waited for: the exit status (128 + a signal), or a negative
+ * errno. */
+int harness_run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups,
+                   harness_child_fn fn, void *arg);
 
 /* FNV-1a 64 over len bytes, continuing from h (start with HARNESS_FNV_INIT). */
 #define HARNESS_FNV_INIT 0xcbf29ce484222325ull

@@ -8,15 +8,12 @@
  * Needs root (to become other users and to chown the socket): skips
  * otherwise.
  */
-#define _GNU_SOURCE /* setgroups */
 #include <check.h>
 #include <errno.h>
-#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -37,31 +34,14 @@ static char data_root[HARNESS_PATH_MAX], outside_root[HARNESS_PATH_MAX];
 
 /* What a child does once it is uid NOBODY: returns 0 when every step gave
  * what it should, else the number of the step that did not (its exit
- * status), after saying why on stderr. */
-typedef int (*child_fn)(void *arg);
-
-/* Runs fn in a child with uid NOBODY, primary group gid and the given
- * supplementary groups; returns its exit status. */
-static int run_as(gid_t gid, const gid_t *groups, size_t ngroups, child_fn fn, void *arg)
+ * status), after saying why on stderr. Runs in a child with uid NOBODY,
+ * primary group gid and the given supplementary groups. */
+static int run_as(gid_t gid, const gid_t *groups, size_t ngroups, harness_child_fn fn,
+                  void *arg)
 {
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        if (setgroups(ngroups, groups) < 0 || setgid(gid) < 0 || setuid(NOBODY) < 0) {
-            perror("child: dropping privileges");
-            _exit(100);
-        }
-        if (getuid() != NOBODY || geteuid() != NOBODY) {
-            fprintf(stderr, "child: still uid %u\n", (unsigned)geteuid());
-            _exit(101);
-        }
-        _exit(fn(arg));
-    }
-    int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status), "the child ended with status 0x%x", status);
-    return WEXITSTATUS(status);
+    int rc = harness_run_as(NOBODY, gid, groups, ngroups, fn, arg);
+    ck_assert_msg(rc >= 0 && rc < 128, "the child ended with status %d", rc);
+    return rc;
 }
 
 static presto_stream_opts_t opts(const char *dataset)
@@ -284,10 +264,17 @@ static void plant_links(void)
     ck_assert_int_eq(symlink(target, link), 0);
 }
 
+static char swap_root[HARNESS_PATH_MAX];
+
 static void paths_setup(void)
 {
-    char yaml[2048];
+    char yaml[4096], cmd[HARNESS_PATH_MAX * 4];
     plant_links();
+    /* A plain copy, one of whose files becomes a link after indexing. */
+    ck_assert_int_eq(harness_path(&H, "swap", swap_root, sizeof(swap_root)), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -al '%s' '%s'", swap_root, data_root,
+             swap_root);
+    ck_assert_int_eq(system(cmd), 0);
     snprintf(yaml, sizeof(yaml),
              "workers: 2\n"
              "datasets:\n"
@@ -297,8 +284,12 @@ static void paths_setup(void)
              "  - name: trusting\n"
              "    root: %s\n"
              "    steps: [decode, {resize: 32}, {center_crop: 32}]\n"
-             "    follow_symlinks: true\n",
-             links_root, links_root);
+             "    follow_symlinks: true\n"
+             "  - name: swap\n"
+             "    root: %s\n"
+             "    steps: [decode, {resize: 32}, {center_crop: 32}]\n"
+             "    on_error: fail\n",
+             links_root, links_root, swap_root);
     ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
 }
 
@@ -338,12 +329,39 @@ START_TEST(test_link_leaving_root_refused)
 }
 END_TEST
 
+/* A file swapped for a link out of the root after indexing: the read
+ * (io_uring's OPENAT2 with RESOLVE_BENEATH, else the worker's open) is
+ * refused, and the stream's error says the path leaves the dataset root,
+ * not the errno's "Invalid cross-device link". */
+START_TEST(test_link_swapped_after_indexing)
+{
+    char file[HARNESS_PATH_MAX * 2], target[HARNESS_PATH_MAX * 2];
+    snprintf(file, sizeof(file), "%s/class_00/img_00000.jpg", swap_root);
+    snprintf(target, sizeof(target), "%s/class_00/img_00000.jpg", outside_root);
+    ck_assert_int_eq(unlink(file), 0);
+    ck_assert_int_eq(symlink(target, file), 0);
+    presto_t *p;
+    presto_stream_t *st;
+    presto_batch_t b;
+    presto_stream_opts_t o = opts("swap");
+    o.shuffle = 0;
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    ck_assert_int_eq(presto_stream_open(p, &o, &st), 0);
+    int rc;
+    while ((rc = presto_next(st, &b)) > 0)
+        presto_release(st, &b);
+    ck_assert_int_eq(rc, -PRESTO_E_SAMPLE);
+    const char *msg = presto_stream_errmsg(st);
+    ck_assert_msg(strstr(msg, "img_00000.jpg") && strstr(msg, "leaves the dataset root") &&
+                  !strstr(msg, "cross-device"), "the stream failed with '%s'", msg);
+    presto_stream_close(st);
+    presto_close(p);
+}
+END_TEST
+
 static TCase *daemon_case(const char *name, void (*setup)(void))
 {
-    TCase *tc = tcase_create(name);
-    tcase_add_unchecked_fixture(tc, setup, daemon_teardown);
-    tcase_set_timeout(tc, CASE_TIMEOUT_S);
-    return tc;
+    return harness_tcase(name, setup, daemon_teardown, CASE_TIMEOUT_S);
 }
 
 static Suite *access_suite(void)
@@ -359,25 +377,19 @@ static Suite *access_suite(void)
     suite_add_tcase(s, tc);
     tc = daemon_case("paths", paths_setup);
     tcase_add_test(tc, test_link_leaving_root_refused);
+    tcase_add_test(tc, test_link_swapped_after_indexing);
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
-    if (geteuid() != 0) {
-        printf("skip: needs root to run clients as other users\n");
-        return HARNESS_SKIP;
-    }
-    if (harness_photos_missing())
-        return HARNESS_SKIP;
-    if (harness_init(&H) < 0)
-        return EXIT_FAILURE;
     /* Others must reach the socket in it; the data stay the daemon's. */
-    int rc = chmod(H.dir, 0711) < 0 ? -errno : 0;
-    if (rc == 0)
-        rc = harness_make_dataset(&H, "acc", NSAMPLES, NCLASSES, 3, 48, 80, data_root,
-                                  sizeof(data_root));
+    int rc = harness_init_for_others(&H);
+    if (rc != 0)
+        return rc == HARNESS_SKIP ? rc : EXIT_FAILURE;
+    rc = harness_make_dataset(&H, "acc", NSAMPLES, NCLASSES, 3, 48, 80, data_root,
+                              sizeof(data_root));
     if (rc == 0)
         rc = harness_make_dataset(&H, "outside", 2, 1, 4, 48, 80, outside_root,
                                   sizeof(outside_root));

@@ -643,8 +643,10 @@ START_TEST(test_disk_full)
     test_dir("full", cache, sizeof(cache));
     ck_assert_int_eq(mkdir(cache, 0755), 0);
 
-    /* A 2 MiB tmpfs where we may mount, else a 2 MiB file-size limit. */
-    mounted = mount("tmpfs", cache, "tmpfs", 0, "size=2m") == 0;
+    /* A 2 MiB tmpfs where we may mount, else a 2 MiB file-size limit. Mode
+     * 0755: tmpfs's default (1777) is a cache.dir anyone could write to,
+     * which prestod refuses. */
+    mounted = mount("tmpfs", cache, "tmpfs", 0, "size=2m,mode=0755") == 0;
     if (!mounted) {
         struct rlimit rl = {2u << 20, 2u << 20};
         printf("test_disk_full: no tmpfs (%s): a file-size limit instead\n", strerror(errno));

@@ -216,10 +216,15 @@ static void build_client(const char *exe, int static_link)
     argv[n++] = exe;
     argv[n++] = src;
     if (static_link) {
-        char *libs = strstr(flags, "-L");
-        if (libs)
-            *libs = '\0'; /* keep the -I part */
+        /* pkg-config's words but its libraries (-L, -l): the archive instead.
+         * By word: "-L" may well occur inside a path (/tmp/presto-test-Lx...). */
+        size_t first = n;
         split_words(flags, argv, &n);
+        size_t kept = first;
+        for (size_t i = first; i < n; i++)
+            if (strncmp(argv[i], "-L", 2) != 0 && strncmp(argv[i], "-l", 2) != 0)
+                argv[kept++] = argv[i];
+        n = kept;
         join(lib, sizeof(lib), usr, "lib/libprestoclient.a");
         argv[n++] = lib;
         argv[n++] = "-pthread";
@@ -437,7 +442,9 @@ static int staged_install(void)
         fprintf(stderr, "PRESTO_BUILD or PRESTO_SRC: %s\n", strerror(errno));
         return -1;
     }
-    if (harness_path(&H, "stage", stage, sizeof(stage)) < 0 ||
+    /* "-L" in the name, as in a temporary directory's random suffix: the
+     * flags are parsed by word, never cut at the first "-L" (build_client). */
+    if (harness_path(&H, "stage-Lx", stage, sizeof(stage)) < 0 ||
         harness_path(&H, "install.log", log, sizeof(log)) < 0)
         return -1;
     snprintf(usr, sizeof(usr), "%s%s", stage, PREFIX);

@@ -325,6 +325,9 @@ static const struct bad_case bad_cases[] = {
     {"random_flip offline by count", DS "    split: 4\n", 4, {"split", "random_flip"}},
     {"duplicate dataset", DS "  - name: b\n    root: /e\n  - name: a\n    root: /f\n", 6,
      {"name"}},
+    {"duplicates: the first second declaration in the file is named",
+     DS "  - name: b\n    root: /e\n  - name: b\n    root: /f\n  - name: a\n    root: /g\n"
+        "  - name: b\n    root: /h\n", 6, {"datasets.name", "'b' is declared twice (line 4)"}},
     {"dataset without root", "datasets:\n  - name: a\n  - name: b\n    root: /e\n", 2,
      {"root"}},
     {"dataset without name", "datasets:\n  - root: /d\n", 2, {"name"}},
