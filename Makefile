@@ -12,9 +12,10 @@ DEB_PKGS := gcc make pkg-config libevent-dev liburing-dev libzstd-dev \
             python3-torchvision python3-pil python3-prometheus-client valgrind fuse3 \
             libfuse3-dev python3-pip python3-setuptools python3-wheel libmemcached-dev \
             memcached libspng-dev libwebp-dev libtiff-dev libcurl4-openssl-dev \
-            nginx-light python3-botocore python3-boto3
+            nginx-light python3-botocore python3-boto3 \
+            libjpeg62-turbo-dev
 
-PKG_DAEMON := libevent liburing libzstd libturbojpeg yaml-0.1 libmemcached \
+PKG_DAEMON := libevent liburing libzstd libturbojpeg libjpeg yaml-0.1 libmemcached \
               spng libwebp libwebpdemux libtiff-4 libcurl
 # Audio (issue 18): decoders, FFT, the reference and the tools that make the test clips.
 DEB_PKGS += libsndfile1-dev libmpg123-dev libfftw3-dev python3-torchaudio espeak-ng \
@@ -58,6 +59,10 @@ SCRIPT_BIN := $(BUILD)/tests/test_python
 AUDIO_HOOK := $(BUILD)/libaudiohook.so
 # The FUSE fixture (see its rule), where libfuse3 is installed.
 SLOWFS := $(if $(shell pkg-config --exists fuse3 2>/dev/null && echo y),$(BUILD)/slowfs)
+# The image steps as a shared object the Python fidelity suite drives with
+# ctypes (tests/tools/steps_hook.c: an operation with given decisions);
+# outside $(BUILD)/tests, which holds only test programs.
+STEPS_HOOK := $(BUILD)/testlib/libsteps_hook.so
 
 VERSION := 0.1.0
 SONAME  := libprestoclient.so.0
@@ -69,7 +74,7 @@ PROGS   := $(BUILD)/prestod $(BUILD)/prestoctl $(BUILD)/libprestoclient.so \
 
 .PHONY: all deps s3rver check check-valgrind run bench bench-cluster bench-sources clean tests install fuzz fuzz-build
 all: $(PROGS)
-tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS) $(AUDIO_HOOK)
+tests: $(UNIT_BIN) $(ITEST_BIN) $(SCRIPT_BIN) $(SLOWFS) $(AUDIO_HOOK) $(STEPS_HOOK)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -123,6 +128,18 @@ $(BUILD)/slowfs: tests/tools/slowfs.c
 	@mkdir -p $(dir $@)
 	$(CC) $(filter-out -fsanitize=%,$(CFLAGS)) $(call pkg_cflags,fuse3) -o $@ $< \
 	    $(filter-out -fsanitize=%,$(LDFLAGS)) $(call pkg_libs,fuse3)
+
+# The image steps as a shared object for the Python fidelity suite (see STEPS_HOOK).
+STEPS_HOOK_SRC := tests/tools/steps_hook.c $(wildcard daemon/steps/*.c) \
+                  $(wildcard daemon/step*.c)
+$(STEPS_HOOK): $(STEPS_HOOK_SRC) $(wildcard daemon/steps/*.h daemon/step*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -fPIC -shared $(call pkg_cflags,$(PKG_DAEMON)) -o $@ \
+	    $(STEPS_HOOK_SRC) $(LDFLAGS) $(call pkg_libs,$(PKG_DAEMON)) -lm
+
+# Region-of-interest decoding against full decode on random crops (`make bench`).
+$(BUILD)/roibench: tests/bench/roibench.c $(DAEMON_LIB_OBJ) $(COMMON_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(call pkg_libs,$(PKG_DAEMON)) -lm
 
 # The raw random-read reader the disk cases of `make bench` compare with.
 $(BUILD)/ioread: tests/bench/ioread.c $(BUILD)/obj/daemon/io.o $(BUILD)/obj/daemon/access.o \

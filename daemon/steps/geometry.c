@@ -1,0 +1,322 @@
+/*
+ * Geometric operations: Pillow's affine engines and Image.rotate, and
+ * torchvision's inverse affine matrix (see geometry.h). Each function says
+ * which Pillow or torchvision code it repeats; the arithmetic is kept in the
+ * same order and precision, since a different rounding moves pixels.
+ */
+#include "exact.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "draw.h"
+#include "geometry.h"
+
+/* CPython's math.radians: x * (pi / 180). */
+static const double deg2rad = M_PI / 180.0;
+
+/* Geometry.c's COORD and FLOOR, bounded so that a wild matrix (a shear near
+ * 90 degrees) maps far outside any image instead of overflowing an int. */
+#define GEOM_FAR 1.0e9
+
+static inline int coord(double v)
+{
+    return v < 0.0 ? -1 : v >= GEOM_FAR ? (int)GEOM_FAR : (int)v;
+}
+
+static inline int floor_int(double v)
+{
+    if (v <= -GEOM_FAR)
+        return -(int)GEOM_FAR;
+    if (v >= GEOM_FAR)
+        return (int)GEOM_FAR;
+    return v < 0.0 ? (int)floor(v) : (int)v;
+}
+
+static void fill_image(uint8_t *dst, size_t pixels, uint32_t c, const uint8_t *fill)
+{
+    if (c == 1) {
+        memset(dst, fill[0], pixels);
+        return;
+    }
+    for (size_t i = 0; i < pixels; i++, dst += c)
+        memcpy(dst, fill, c);
+}
+
+/* ---- nearest neighbour ---- */
+
+/* ImagingScaleAffine: no rotation or shear. Source columns are stepped once
+ * for the row (xo += a[0]); the columns between the first and the last that
+ * land inside are copied, rows stepped the same way. */
+static void affine_scale(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w,
+                         uint32_t c, const double *a)
+{
+    size_t row = (size_t)w * c;
+    uint32_t xmin = w, xmax = 0;
+    double xo = a[2] + a[0] * 0.5;
+    for (uint32_t x = 0; x < w; x++) {
+        int xin = coord(xo);
+        if (xin >= 0 && xin < (int)w) {
+            xmax = x + 1;
+            if (x < xmin)
+                xmin = x;
+        }
+        xo += a[0];
+    }
+    double yo = a[5] + a[4] * 0.5;
+    for (uint32_t y = 0; y < h; y++) {
+        int yi = coord(yo);
+        if (yi >= 0 && yi < (int)h) {
+            const uint8_t *in = src + (size_t)yi * row;
+            uint8_t *out = dst + (size_t)y * row;
+            xo = a[2] + a[0] * 0.5;
+            for (uint32_t x = 0; x < xmax; x++) {
+                int xin = coord(xo);
+                xo += a[0];
+                if (x < xmin)
+                    continue;
+                /* Pillow's table holds 0 for a column outside (calloc). */
+                if (xin < 0 || xin >= (int)w)
+                    xin = 0;
+                memcpy(out + (size_t)x * c, in + (size_t)xin * c, c);
+            }
+        }
+        yo += a[4];
+    }
+}
+
+/* check_fixed: a corner maps inside what 16.16 fixed point holds. */
+static int fixed_ok(const double *a, double x, double y)
+{
+    return fabs(x * a[0] + y * a[1] + a[2]) < 32768.0 &&
+           fabs(x * a[3] + y * a[4] + a[5]) < 32768.0;
+}
+
+/* affine_fixed: 16.16 fixed point, FIX(v) = FLOOR(v * 65536 + 0.5). */
+static void affine_fixed(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w,
+                         uint32_t c, const double *a)
+{
+#define FIX(v) ((int64_t)floor_int((v) * 65536.0 + 0.5))
+    int64_t a0 = FIX(a[0]), a1 = FIX(a[1]), a3 = FIX(a[3]), a4 = FIX(a[4]);
+    int64_t a2 = FIX(a[2] + a[0] * 0.5 + a[1] * 0.5);
+    int64_t a5 = FIX(a[5] + a[3] * 0.5 + a[4] * 0.5);
+#undef FIX
+    size_t row = (size_t)w * c;
+    for (uint32_t y = 0; y < h; y++) {
+        int64_t xx = a2, yy = a5;
+        uint8_t *out = dst + (size_t)y * row;
+        for (uint32_t x = 0; x < w; x++, out += c) {
+            int64_t xin = xx >> 16, yin = yy >> 16;
+            if (xin >= 0 && xin < w && yin >= 0 && yin < h)
+                memcpy(out, src + ((size_t)yin * w + (size_t)xin) * c, c);
+            xx += a0;
+            yy += a3;
+        }
+        a2 += a1;
+        a5 += a4;
+    }
+}
+
+/* The double precision nearest path ImagingTransformAffine falls back on
+ * when a corner maps beyond the fixed point range. */
+static void affine_double(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w,
+                          uint32_t c, const double *a)
+{
+    double xo = a[2] + a[1] * 0.5 + a[0] * 0.5;
+    double yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
+    size_t row = (size_t)w * c;
+    for (uint32_t y = 0; y < h; y++) {
+        double xx = xo, yy = yo;
+        uint8_t *out = dst + (size_t)y * row;
+        for (uint32_t x = 0; x < w; x++, out += c) {
+            int xin = coord(xx), yin = coord(yy);
+            if (xin >= 0 && xin < (int)w && yin >= 0 && yin < (int)h)
+                memcpy(out, src + ((size_t)yin * w + (size_t)xin) * c, c);
+            xx += a[0];
+            yy += a[3];
+        }
+        xo += a[1];
+        yo += a[4];
+    }
+}
+
+/* ---- bilinear (ImagingGenericTransform with bilinear_filter) ---- */
+
+static void affine_bilinear(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w,
+                            uint32_t c, const double *a)
+{
+    size_t row = (size_t)w * c;
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *out = dst + (size_t)y * row;
+        for (uint32_t x = 0; x < w; x++, out += c) {
+            /* affine_transform: the pixel's centre */
+            double xc = x + 0.5, yc = y + 0.5;
+            double xin = a[0] * xc + a[1] * yc + a[2];
+            double yin = a[3] * xc + a[4] * yc + a[5];
+            if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h)
+                continue; /* keeps the fill */
+            xin -= 0.5;
+            yin -= 0.5;
+            int xi = floor_int(xin), yi = floor_int(yin);
+            double dx = xin - xi, dy = yin - yi;
+            int yc0 = yi < 0 ? 0 : yi < (int)h ? yi : (int)h - 1;
+            int x0 = xi < 0 ? 0 : xi < (int)w ? xi : (int)w - 1;
+            int x1 = xi + 1 < 0 ? 0 : xi + 1 < (int)w ? xi + 1 : (int)w - 1;
+            int next = yi + 1 >= 0 && yi + 1 < (int)h;
+            const uint8_t *r0 = src + (size_t)yc0 * row, *r1 = src + (size_t)(yi + 1) * row;
+            for (uint32_t b = 0; b < c; b++) {
+                int p0 = r0[(size_t)x0 * c + b], p1 = r0[(size_t)x1 * c + b];
+                double v1 = p0 + (p1 - p0) * dx, v2 = v1;
+                if (next) {
+                    int q0 = r1[(size_t)x0 * c + b], q1 = r1[(size_t)x1 * c + b];
+                    v2 = q0 + (q1 - q0) * dx;
+                }
+                v1 = v1 + (v2 - v1) * dy;
+                out[b] = (uint8_t)v1;
+            }
+        }
+    }
+}
+
+void geom_transform(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w, uint32_t c,
+                    const double m[6], enum geom_interp interp, const uint8_t *fill)
+{
+    fill_image(dst, (size_t)h * w, c, fill);
+    if (h == 0 || w == 0)
+        return;
+    if (interp == GEOM_BILINEAR)
+        affine_bilinear(src, dst, h, w, c, m);
+    else if (m[1] == 0 && m[3] == 0)
+        affine_scale(src, dst, h, w, c, m);
+    else if (fixed_ok(m, 0, 0) && fixed_ok(m, w, h) && fixed_ok(m, 0, h) &&
+             fixed_ok(m, w, 0))
+        affine_fixed(src, dst, h, w, c, m);
+    else
+        affine_double(src, dst, h, w, c, m);
+}
+
+/* ---- torchvision's matrix, F.affine ---- */
+
+void geom_inverse_matrix(double cx, double cy, double angle, double tx, double ty,
+                         double scale, double shear_x, double shear_y, double m[6])
+{
+    double rot = angle * deg2rad, sx = shear_x * deg2rad, sy = shear_y * deg2rad;
+    double a = cos(rot - sy) / cos(sy);
+    double b = -cos(rot - sy) * tan(sx) / cos(sy) - sin(rot);
+    double c = sin(rot - sy) / cos(sy);
+    double d = -sin(rot - sy) * tan(sx) / cos(sy) + cos(rot);
+    m[0] = d / scale;
+    m[1] = -b / scale;
+    m[2] = 0.0 / scale;
+    m[3] = -c / scale;
+    m[4] = a / scale;
+    m[5] = 0.0 / scale;
+    m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty);
+    m[5] += m[3] * (-cx - tx) + m[4] * (-cy - ty);
+    m[2] += cx;
+    m[5] += cy;
+}
+
+void geom_affine(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w, uint32_t c,
+                 double angle, int32_t tx, int32_t ty, double scale, double shear_x,
+                 double shear_y, const double *center, enum geom_interp interp,
+                 const uint8_t *fill)
+{
+    double m[6];
+    double cx = center ? center[0] : w * 0.5, cy = center ? center[1] : h * 0.5;
+    geom_inverse_matrix(cx, cy, angle, tx, ty, scale, shear_x, shear_y, m);
+    geom_transform(src, dst, h, w, c, m, interp, fill);
+}
+
+/* ---- Image.rotate ---- */
+
+/* Python's round(x, 15): the correctly rounded decimal, read back. */
+static double round15(double x)
+{
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%.15f", x);
+    return strtod(buf, NULL);
+}
+
+/* Python's x % m for floats: the sign of m. */
+static double py_mod(double x, double m)
+{
+    double r = fmod(x, m);
+    if (r != 0.0) {
+        if ((m < 0) != (r < 0))
+            r += m;
+    } else {
+        r = copysign(0.0, m);
+    }
+    return r;
+}
+
+/* Transpose.ROTATE_90 (counter-clockwise), ROTATE_180, ROTATE_270 of an h x w
+ * image (90 and 270 only square, as Image.rotate uses them). */
+static void turn(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w, uint32_t c,
+                 int quarter)
+{
+    for (uint32_t y = 0; y < h; y++) {
+        for (uint32_t x = 0; x < w; x++) {
+            uint32_t oy, ox;
+            if (quarter == 1) { /* out(w - 1 - x, y) = in(y, x) */
+                oy = w - 1 - x;
+                ox = y;
+            } else if (quarter == 2) {
+                oy = h - 1 - y;
+                ox = w - 1 - x;
+            } else { /* out(x, h - 1 - y) = in(y, x) */
+                oy = x;
+                ox = h - 1 - y;
+            }
+            memcpy(dst + ((size_t)oy * w + ox) * c, src + ((size_t)y * w + x) * c, c);
+        }
+    }
+}
+
+void geom_rotate(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w, uint32_t c,
+                 double angle, enum geom_interp interp, const uint8_t *fill)
+{
+    angle = py_mod(angle, 360.0);
+    if (angle == 0) {
+        memcpy(dst, src, (size_t)h * w * c);
+        return;
+    }
+    if (angle == 180) {
+        turn(src, dst, h, w, c, 2);
+        return;
+    }
+    if ((angle == 90 || angle == 270) && w == h) {
+        turn(src, dst, h, w, c, angle == 90 ? 1 : 3);
+        return;
+    }
+    double rad = -(angle * deg2rad);
+    double m[6] = {round15(cos(rad)), round15(sin(rad)), 0.0,
+                   round15(-sin(rad)), round15(cos(rad)), 0.0};
+    double cx = w / 2.0, cy = h / 2.0;
+    double x = -cx - 0, y = -cy - 0;
+    double m2 = m[0] * x + m[1] * y + m[2];
+    double m5 = m[3] * x + m[4] * y + m[5];
+    m[2] = m2 + cx;
+    m[5] = m5 + cy;
+    geom_transform(src, dst, h, w, c, m, interp, fill);
+}
+
+/* ---- RandomAffine's draws ---- */
+
+void geom_affine_draw(const struct geom_affine_params *p, uint64_t *st, uint32_t h,
+                      uint32_t w, struct geom_affine_decision *d)
+{
+    d->angle = draw_uniform(st, p->degrees[0], p->degrees[1]);
+    d->tx = d->ty = 0;
+    if (p->translate_on) {
+        double dx = p->translate[0] * w, dy = p->translate[1] * h;
+        d->tx = (int32_t)nearbyint(draw_uniform(st, -dx, dx));
+        d->ty = (int32_t)nearbyint(draw_uniform(st, -dy, dy));
+    }
+    d->scale = p->scale_on ? draw_uniform(st, p->scale[0], p->scale[1]) : 1.0;
+    d->shear_x = p->shear_on[0] ? draw_uniform(st, p->shear[0][0], p->shear[0][1]) : 0.0;
+    d->shear_y = p->shear_on[1] ? draw_uniform(st, p->shear[1][0], p->shear[1][1]) : 0.0;
+}
