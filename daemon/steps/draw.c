@@ -4,29 +4,30 @@
 #include <math.h>
 
 #include "draw.h"
+#include "hash.h"
 #include "step.h"
 
 double draw_uniform(uint64_t *st, double lo, double hi)
 {
-    return lo + (hi - lo) * step_rand01(st);
+    return lo + (hi - lo) * hash_rand01(st);
 }
 
 uint32_t draw_below(uint64_t *st, uint32_t n)
 {
-    uint32_t v = (uint32_t)(step_rand01(st) * (double)n);
+    uint32_t v = (uint32_t)(hash_rand01(st) * (double)n);
     return v >= n ? n - 1 : v;
 }
 
 int draw_chance(uint64_t *st, double p)
 {
-    return step_rand01(st) < p;
+    return hash_rand01(st) < p;
 }
 
 void draw_normal2(uint64_t *st, double *a, double *b)
 {
     /* 1 - u is in (0, 1]: the logarithm is finite. */
-    double r = sqrt(-2.0 * log(1.0 - step_rand01(st)));
-    double t = 2.0 * M_PI * step_rand01(st);
+    double r = sqrt(-2.0 * log(1.0 - hash_rand01(st)));
+    double t = 2.0 * M_PI * hash_rand01(st);
     *a = r * cos(t);
     *b = r * sin(t);
 }
@@ -43,7 +44,7 @@ double draw_gamma(uint64_t *st, double shape)
     if (shape < 1.0) {
         /* Gamma(a) = Gamma(a + 1) * U^(1/a) (Marsaglia and Tsang, 2000). */
         double g = draw_gamma(st, shape + 1.0);
-        double u = 1.0 - step_rand01(st);
+        double u = 1.0 - hash_rand01(st);
         return g * pow(u, 1.0 / shape);
     }
     double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
@@ -52,7 +53,7 @@ double draw_gamma(uint64_t *st, double shape)
         if (v <= 0.0)
             continue;
         v = v * v * v;
-        double u = 1.0 - step_rand01(st);
+        double u = 1.0 - hash_rand01(st);
         if (log(u) < 0.5 * x * x + d - d * v + d * log(v))
             return d * v;
     }

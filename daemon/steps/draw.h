@@ -1,6 +1,6 @@
 /*
  * Decisions of the random steps: the distributions torchvision draws its
- * parameters from, drawn from a splitmix64 state (step_rand01) that the
+ * parameters from, drawn from a splitmix64 state (hash_rand01) that the
  * pipeline seeds from (stream seed, epoch, sample id), or from the batch
  * index for batch steps. Every draw is a function of the state alone, so a
  * decision never depends on the worker, the rank or the cache.

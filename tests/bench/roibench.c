@@ -24,6 +24,7 @@
 #include <time.h>
 #include <turbojpeg.h>
 
+#include "hash.h"
 #include "step.h"
 #include "step_impl.h"
 #include "steps/jpeg_roi.h"
@@ -147,7 +148,7 @@ int main(int argc, char **argv)
                 continue;
             }
             struct step_box b;
-            step_rrc_params(&rrc, step_mix64((uint64_t)r * 1000003u + i), hdr.h, hdr.w, &b);
+            step_rrc_params(&rrc, hash_mix64((uint64_t)r * 1000003u + i), hdr.h, hdr.w, &b);
             size_t need = (size_t)hdr.h * hdr.w * 3;
             if (need > cap) {
                 cap = need;

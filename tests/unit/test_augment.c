@@ -23,6 +23,7 @@
 #include <string.h>
 #include <turbojpeg.h>
 
+#include "hash.h"
 #include "step.h"
 #include "steps/augment.h"
 #include "steps/blur.h"
@@ -85,7 +86,7 @@ static uint8_t *pattern(uint32_t h, uint32_t w, uint32_t c, uint64_t seed)
         for (uint32_t x = 0; x < w; x++)
             for (uint32_t ch = 0; ch < c; ch++) {
                 uint32_t v = (x * 7 + y * 3 + ch * 50) % 200 + 20;
-                v += (uint32_t)(step_mix64(seed + ((uint64_t)y * w + x) * 3 + ch) % 31);
+                v += (uint32_t)(hash_mix64(seed + ((uint64_t)y * w + x) * 3 + ch) % 31);
                 p[((size_t)y * w + x) * c + ch] = (uint8_t)v;
             }
     return p;
@@ -405,7 +406,7 @@ START_TEST(test_augment_draws)
     for (int k = 0; k < 3; k++) {
         int counts[AUG_OP_MAX] = {0};
         for (uint64_t seed = 0; seed < 3000; seed++) {
-            uint64_t st = step_mix64(seed), again = st;
+            uint64_t st = hash_mix64(seed), again = st;
             struct aug_choice a[AUG_OPS_MAX], b[AUG_OPS_MAX];
             uint32_t n = aug_draw(&ps[k], &st, 224, 224, a);
             uint32_t m = aug_draw(&ps[k], &again, 224, 224, b);
