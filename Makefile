@@ -130,7 +130,7 @@ $(BUILD)/slowfs: tests/tools/slowfs.c
 	    $(filter-out -fsanitize=%,$(LDFLAGS)) $(call pkg_libs,fuse3)
 
 # The image steps as a shared object for the Python fidelity suite (see STEPS_HOOK).
-STEPS_HOOK_SRC := tests/tools/steps_hook.c $(wildcard daemon/steps/*.c) daemon/hash.c \
+STEPS_HOOK_SRC := tests/tools/steps_hook.c $(wildcard daemon/steps/*.c) daemon/hash.c daemon/img.c common/proto.c \
                   $(wildcard daemon/step*.c)
 $(STEPS_HOOK): $(STEPS_HOOK_SRC) $(wildcard daemon/steps/*.h daemon/step*.h)
 	@mkdir -p $(dir $@)
