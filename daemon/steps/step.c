@@ -24,6 +24,8 @@ static const char *const step_names[STEP_KIND_MAX] = {
     [STEP_PAD] = "pad",
     [STEP_NORMALIZE] = "normalize",
     [STEP_TO_FLOAT] = "to_float",
+    [STEP_MIXUP] = "mixup",
+    [STEP_CUTMIX] = "cutmix",
 };
 
 static const char *const layout_names[] = {"nhwc", "nchw"};
@@ -134,6 +136,9 @@ enum param_type {
     P_FILL,    /* V | [V, ...] (up to STEP_CHANNELS_MAX), each in 0..255: fill */
     P_MEAN,    /* X | [X, ...] (up to STEP_CHANNELS_MAX), finite: mean */
     P_STD,     /* X | [X, ...] (up to STEP_CHANNELS_MAX), finite, not 0: std */
+    P_ALPHA,   /* a number > 0: alpha */
+    P_CLASSES, /* an integer in 1..PROTO_LABEL_CLASSES_MAX: num_classes */
+    P_SWITCH,  /* a number in [0, 1]: switch_p */
 };
 
 struct param {
@@ -142,7 +147,7 @@ struct param {
     int required;
 };
 
-#define PARAMS_MAX 3
+#define PARAMS_MAX 4
 /* Per step: its parameters, the first one being `- NAME: VALUE`'s unless
  * no_main. */
 static const struct step_params {
@@ -159,6 +164,10 @@ static const struct step_params {
     [STEP_NORMALIZE] = {{{"mean", P_MEAN, 1}, {"std", P_STD, 1},
                          {"layout", P_LAYOUT, 0}}, 1},
     [STEP_TO_FLOAT] = {{{"layout", P_LAYOUT, 0}}, 0},
+    [STEP_MIXUP] = {{{"alpha", P_ALPHA, 1}, {"num_classes", P_CLASSES, 1}, {"p", P_PROB, 0},
+                     {"switch_p", P_SWITCH, 0}}, 0},
+    [STEP_CUTMIX] = {{{"alpha", P_ALPHA, 1}, {"num_classes", P_CLASSES, 1}, {"p", P_PROB, 0},
+                      {"switch_p", P_SWITCH, 0}}, 0},
 };
 
 #define RRC_SCALE_LO 0.08
@@ -166,6 +175,8 @@ static const struct step_params {
 #define RRC_RATIO_LO (3.0 / 4.0)
 #define RRC_RATIO_HI (4.0 / 3.0)
 #define FLIP_DEFAULT_P 0.5
+#define MIX_DEFAULT_P 1.0        /* the reference scripts' mixers: p=1.0 */
+#define MIX_DEFAULT_SWITCH_P 0.5 /* RandomChoice of the two */
 
 /* A decimal integer in lo..hi, digits only. */
 static int parse_uint(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -271,6 +282,9 @@ static const char *param_expects(enum param_type t)
     case P_FILL: return "a value in 0..255, or a list of up to 4 (one per channel)";
     case P_MEAN: return "a number, or a list of up to 4 (one per channel)";
     case P_STD: return "a non-zero number, or a list of up to 4 (one per channel)";
+    case P_ALPHA: return "a number above 0";
+    case P_CLASSES: return "an integer in 1..1048576";
+    case P_SWITCH: return "a number in [0, 1]";
     }
     return "?";
 }
@@ -341,6 +355,23 @@ static int parse_param(const struct param *p, const struct step_arg *a, struct s
     case P_MEAN:
     case P_STD:
         return parse_values(a, p->type, s);
+    case P_ALPHA:
+        if (a->n != 1 || a->list || parse_number(a->v[0], &d[0]) < 0 || !(d[0] > 0.0) ||
+            d[0] > 1e6)
+            return -EINVAL;
+        s->alpha = d[0];
+        return 0;
+    case P_CLASSES:
+        if (a->n != 1 || a->list || parse_uint(a->v[0], 1, PROTO_LABEL_CLASSES_MAX, &u[0]) < 0)
+            return -EINVAL;
+        s->num_classes = u[0];
+        return 0;
+    case P_SWITCH:
+        if (a->n != 1 || a->list || parse_number(a->v[0], &d[0]) < 0 ||
+            !(d[0] >= 0.0 && d[0] <= 1.0))
+            return -EINVAL;
+        s->switch_p = d[0];
+        return 0;
     }
     return -EINVAL;
 }
@@ -359,6 +390,10 @@ static void step_defaults(struct step *s, enum step_kind kind)
     s->nmean = 1;
     s->std[0] = 1.0f; /* to_float: (x / 255 - 0) / 1 */
     s->layout = STEP_LAYOUT_NHWC;
+    if (kind == STEP_MIXUP || kind == STEP_CUTMIX) {
+        s->p = MIX_DEFAULT_P;
+        s->switch_p = MIX_DEFAULT_SWITCH_P;
+    }
 }
 
 static void list_params(const struct step_params *sp, char *buf, size_t len)
@@ -492,6 +527,7 @@ static const struct step_sig {
     struct step_type take;
     uint32_t give_domain, give_dtype, give_rank;
     int give_layout; /* the output's layout is s->layout */
+    int any_layout;  /* takes either layout (else the one in take) */
 } step_sigs[STEP_KIND_MAX] = {
 #define IMAGE_U8 {STEP_DOMAIN_IMAGE, PROTO_DTYPE_U8, 3, STEP_LAYOUT_NHWC}
     [STEP_DECODE] = {{STEP_DOMAIN_ENCODED, PROTO_DTYPE_U8, 0, STEP_LAYOUT_NHWC},
@@ -503,6 +539,10 @@ static const struct step_sig {
     [STEP_PAD] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
     [STEP_NORMALIZE] = {IMAGE_U8, STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, 1},
     [STEP_TO_FLOAT] = {IMAGE_U8, STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, 1},
+#define IMAGE_F32 {STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, STEP_LAYOUT_NHWC}
+    [STEP_MIXUP] = {IMAGE_F32, STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
+    [STEP_CUTMIX] = {IMAGE_F32, STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
+#undef IMAGE_F32
 #undef IMAGE_U8
 };
 
@@ -513,7 +553,7 @@ int step_takes(const struct step *s, const struct step_type *in)
     const struct step_type *t = &step_sigs[s->kind].take;
     /* Image steps read HWC: a float32 image in nchw is not theirs either. */
     return in->domain == t->domain && in->dtype == t->dtype && in->rank == t->rank &&
-           (in->rank != 3 || in->layout == t->layout);
+           (in->rank != 3 || in->layout == t->layout || step_sigs[s->kind].any_layout);
 }
 
 void step_gives(const struct step *s, const struct step_type *in, struct step_type *out)
@@ -556,7 +596,10 @@ const char *step_takes_text(enum step_kind kind)
         return "nothing";
     switch (step_sigs[kind].take.domain) {
     case STEP_DOMAIN_ENCODED: return "encoded bytes (a source file)";
-    case STEP_DOMAIN_IMAGE: return "a uint8 image [H, W, C]";
+    case STEP_DOMAIN_IMAGE:
+        if (step_sigs[kind].take.dtype == PROTO_DTYPE_F32)
+            return "a float32 image (after to_float or normalize)";
+        return "a uint8 image [H, W, C]";
     default: return "?";
     }
 }
@@ -595,6 +638,35 @@ static void chain_mismatch(const struct step *steps, uint32_t i, const struct st
     }
 }
 
+/* steps[i] follows a batch-level step: only the other one may, once, and
+ * then with the same num_classes, p and switch_p. */
+static int batch_chain_check(const struct step *steps, uint32_t i, char *err, size_t errlen)
+{
+    const struct step *s = &steps[i], *prev = &steps[i - 1];
+    const char *name = step_name(s->kind), *pname = step_name(prev->kind);
+    if (!step_is_batch(s)) {
+        set_err(err, errlen, "%s cannot follow %s: mixup and cutmix act on a whole batch, "
+                "after every step of its samples, so they come last", name, pname);
+        return -EINVAL;
+    }
+    if (s->kind == prev->kind || (i > 1 && step_is_batch(&steps[i - 2]))) {
+        set_err(err, errlen, "%s is given twice: a batch takes one mixup and one cutmix at "
+                "most", name);
+        return -EINVAL;
+    }
+    if (s->num_classes != prev->num_classes) {
+        set_err(err, errlen, "%s: num_classes %u differs from %s's %u (one label tensor)",
+                name, s->num_classes, pname, prev->num_classes);
+        return -EINVAL;
+    }
+    if (s->p != prev->p || s->switch_p != prev->switch_p) {
+        set_err(err, errlen, "%s: p and switch_p must be %s's (%g and %g): a batch draws "
+                "whether to mix, and which, once", name, pname, prev->p, prev->switch_p);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
                     size_t errlen)
 {
@@ -608,6 +680,8 @@ int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
     for (uint32_t i = 0; i < n; i++) {
         struct step *s = &steps[i];
         *bad = i;
+        if (i > 0 && step_is_batch(&steps[i - 1]) && batch_chain_check(steps, i, err, errlen) < 0)
+            return -EINVAL;
         if (!step_takes(s, &t)) {
             chain_mismatch(steps, i, &t, err, errlen);
             return -EINVAL;
@@ -670,7 +744,13 @@ const char *step_name(enum step_kind kind)
 
 int step_is_random(const struct step *s)
 {
-    return s->kind == STEP_RANDOM_FLIP || s->kind == STEP_RANDOM_RESIZED_CROP;
+    return s->kind == STEP_RANDOM_FLIP || s->kind == STEP_RANDOM_RESIZED_CROP ||
+           step_is_batch(s);
+}
+
+int step_is_batch(const struct step *s)
+{
+    return s->kind == STEP_MIXUP || s->kind == STEP_CUTMIX;
 }
 
 /* The shortest text that reads back as v: doubles, and floats when single. */
@@ -795,6 +875,21 @@ static void describe(const struct step *s, char *buf, size_t len, int full)
         if (full || s->layout != STEP_LAYOUT_NHWC)
             sb_printf(&b, "(layout=%s)", layout_names[s->layout & 1]);
         break;
+    case STEP_MIXUP:
+    case STEP_CUTMIX:
+        sb_printf(&b, "(");
+        sb_number(&b, s->alpha, 0);
+        sb_printf(&b, ",num_classes=%u", s->num_classes);
+        if (full || s->p != MIX_DEFAULT_P) {
+            sb_printf(&b, ",p=");
+            sb_number(&b, s->p, 0);
+        }
+        if (full || s->switch_p != MIX_DEFAULT_SWITCH_P) {
+            sb_printf(&b, ",switch_p=");
+            sb_number(&b, s->switch_p, 0);
+        }
+        sb_printf(&b, ")");
+        break;
     case STEP_KIND_MAX:
         break;
     }
@@ -803,6 +898,11 @@ static void describe(const struct step *s, char *buf, size_t len, int full)
 void step_describe(const struct step *s, char *buf, size_t len)
 {
     describe(s, buf, len, 0);
+}
+
+uint32_t step_soft_classes(const struct step *s)
+{
+    return s->num_classes; /* 0 but for the batch-level steps */
 }
 
 uint64_t step_fingerprint(const struct step *s, uint64_t h)
@@ -899,6 +999,9 @@ int step_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
     case STEP_NORMALIZE:
     case STEP_TO_FLOAT:
         return step_normalize_apply(s, ctx, in, out);
+    case STEP_MIXUP:
+    case STEP_CUTMIX:
+        return step_fail(ctx, -EINVAL, "%s acts on a batch, not on a sample", step_name(s->kind));
     default:
         return step_fail(ctx, -EINVAL, "unknown step kind %d", (int)s->kind);
     }

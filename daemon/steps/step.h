@@ -26,6 +26,19 @@
  *   normalize            mean: [..], std: [..], layout: nhwc | nchw (nhwc)
  *                        ToTensor + Normalize, float32, bit-exact
  *   to_float             layout: nhwc | nchw       ToTensor (x / 255), float32
+ * Batch-level steps, last in the list, after to_float or normalize (they
+ * take the float32 image, either layout, and make the labels float32 soft
+ * targets [n, num_classes]); torchvision's reference training scripts'
+ * RandomMixup / RandomCutmix (steps/mix.h):
+ *   mixup                alpha (main, > 0), num_classes (required), p: 1.0,
+ *                        switch_p: 0.5
+ *   cutmix               the same
+ *   With both, each batch takes cutmix with probability switch_p, else
+ *   mixup (the scripts' RandomChoice: 0.5), then mixes with probability p;
+ *   both must then agree on num_classes, p and switch_p. They never run on
+ *   a sample: config.c keeps them apart (config_dataset's batch_steps) and
+ *   the pipeline applies them to a batch (pipeline_batch_steps), their
+ *   randomness drawn from (stream seed, epoch, batch).
  *
  * The sample model: a sample is a tensor, typed by struct step_type (what
  * it holds, its dtype, the rank of its shape). A pipeline starts from the
@@ -56,6 +69,9 @@ enum step_kind {
     STEP_PAD,
     STEP_NORMALIZE,
     STEP_TO_FLOAT,
+    /* batch-level steps: a complete batch, not a sample (step_is_batch) */
+    STEP_MIXUP,
+    STEP_CUTMIX,
     STEP_KIND_MAX
 };
 
@@ -89,6 +105,10 @@ struct step {
     uint32_t nmean;          /* normalize: 1 value for every channel, or one each */
     float mean[STEP_CHANNELS_MAX], std[STEP_CHANNELS_MAX];
     uint32_t layout;         /* normalize, to_float: enum step_layout */
+    /* batch-level steps (mixup, cutmix; p is the batch's mixing chance) */
+    double alpha;            /* Beta(alpha, alpha) of lambda */
+    double switch_p;         /* with both: cutmix's share (RandomChoice: 0.5) */
+    uint32_t num_classes;    /* the soft targets' K */
 };
 
 /* What a sample is between two steps. */
@@ -177,6 +197,11 @@ int step_is_random(const struct step *s);
 /* Writes a canonical "name(args)" text of the step for logs and the
  * datasets JSON: parameters at their defaults are left out. */
 void step_describe(const struct step *s, char *buf, size_t len);
+/* K when the step makes the labels float32 soft targets [n, K] (mixup,
+ * cutmix), else 0. */
+uint32_t step_soft_classes(const struct step *s);
+/* 1 for a batch-level step (mixup, cutmix): it acts on a whole batch. */
+int step_is_batch(const struct step *s);
 /* Mixes the step's kind and every parameter into a 64-bit fingerprint. */
 uint64_t step_fingerprint(const struct step *s, uint64_t h);
 
