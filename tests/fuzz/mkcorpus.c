@@ -179,6 +179,18 @@ static int frames(void)
         stream_frame(&s);
     }
     rc |= stream_end(&s, "opened-info");
+    stream_begin(&s, 3);
+    {
+        struct proto_opened ro = opened;
+        ro.has_info = ro.has_labels = 1;
+        ro.dataset_samples = 1200;
+        ro.fingerprint = 0x0123456789abcdefull;
+        ro.labels = (struct proto_labels){PROTO_DTYPE_F32, 1000, 1};
+        proto_frame_begin(&s.w, PROTO_OPENED, 7);
+        proto_put_opened(&s.w, &ro);
+        stream_frame(&s);
+    }
+    rc |= stream_end(&s, "opened-labels");
 
     /* A frame of a future version (answered, the connection stays). */
     stream_begin(&s, 0);

@@ -145,34 +145,34 @@ class _DeviceCopy:
         self.device = device
         self.stream = torch.cuda.Stream(device=device)
 
-    def start(self, images, labels):
-        """Enqueues the copy of one batch; returns what finish() needs."""
+    def start(self, images, *rest):
+        """Enqueues the copy of one batch (images, labels and lengths when
+        the dataset has them); returns what finish() needs."""
         with torch.cuda.stream(self.stream):
-            if not labels.is_pinned():
-                labels = labels.pin_memory()  # pageable memory would synchronize
-            gi = images.to(self.device, non_blocking=True)
-            gl = labels.to(self.device, non_blocking=True)
+            # the labels (and lengths) are small: pageable memory would synchronize
+            rest = tuple(t if t.is_pinned() else t.pin_memory() for t in rest)
+            gpu = tuple(t.to(self.device, non_blocking=True) for t in (images,) + rest)
         done = torch.cuda.Event()
         done.record(self.stream)
-        return gi, gl, done, (images, labels)
+        return gpu, None, done, (images,) + rest
 
     def finish(self, pending):
         """The device tensors of a started copy, ordered after it on the
         current stream."""
-        gi, gl, done, _ = pending
+        gpu, _, done, _ = pending
         current = torch.cuda.current_stream(self.device)
         current.wait_event(done)
-        gi.record_stream(current)  # the allocator keeps them for the current stream's use
-        gl.record_stream(current)
-        return gi, gl
+        for t in gpu:
+            t.record_stream(current)  # the allocator keeps them for the current stream's use
+        return gpu
 
     def run(self, batches):
-        """(images, labels) on the device, from host batches, one ahead."""
+        """(images, labels[, lengths]) on the device, from host batches, one ahead."""
         pending = previous = None
         try:
-            for images, labels in batches:
-                started = self.start(images, labels)
-                del images, labels
+            for batch in batches:
+                started = self.start(*batch)
+                del batch
                 if pending is not None:
                     out = self.finish(pending)
                     if previous is not None:
