@@ -22,8 +22,10 @@ start-up refusal of num_classes below the dataset's classes.
 """
 
 import ctypes
+import json
 import os
 import random
+import shutil
 import socket
 import struct
 import subprocess
@@ -66,6 +68,13 @@ datasets:
     steps: [decode, {{resize: 40}}, {{center_crop: {side}}},
             {{normalize: {{mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}}}},
             {{cutmix: {{alpha: 1.0, num_classes: {k2}, p: 0.5}}}}]
+  - name: plain_bad
+    root: {root_bad}
+    steps: [decode, {{resize: 40}}, {{center_crop: {side}}}, {{to_float: nchw}}]
+  - name: mixed_bad
+    root: {root_bad}
+    steps: [decode, {{resize: 40}}, {{center_crop: {side}}}, {{to_float: nchw}},
+            {{mixup: {{alpha: 0.2, num_classes: {k}}}}}, {{cutmix: {{alpha: 1.0, num_classes: {k}}}}}]
 """
 M64 = (1 << 64) - 1
 BATCH_SALT = 0x6261746368736565
@@ -113,7 +122,18 @@ def setUpModule():
         raise unittest.SkipTest("no %s (run make tests)" % ta.HOOK)
     ta._lib = ctypes.CDLL(ta.HOOK)
     ta._declare(ta._lib)
-    _dir, _root, _, _daemon = pt.serve(CONFIG, 45, 6, 3, side=SIDE, k=CLASSES, k2=6)
+    _dir = pt.tempdir()
+    _root = pt.make_dataset(os.path.join(_dir, "data"), 45, 6, seed=3)
+    # The same photos and a corrupt first file (sorted first: planned position 0).
+    root_bad = os.path.join(_dir, "data_bad")
+    shutil.copytree(_root, root_bad)
+    with open(os.path.join(root_bad, "class_00", "aaa_bad.jpg"), "wb") as f:
+        f.write(b"\xff\xd8 not a JPEG")
+    path = os.path.join(_dir, "prestod.yaml")
+    with open(path, "w") as f:
+        f.write(CONFIG.format(root=json.dumps(_root), root_bad=json.dumps(root_bad), side=SIDE,
+                              k=CLASSES, k2=6))
+    _daemon = pt.Daemon(_dir, ["-c", path])
 
 
 def tearDownModule():
@@ -121,13 +141,13 @@ def tearDownModule():
         pt.finish(_dir, _daemon)
 
 
-def epoch(name, transport, batch_size=8, rank=0, world=1, ep=1):
+def epoch(name, transport, batch_size=8, rank=0, world=1, ep=1, shuffle=True):
     """Every batch of an epoch as (index, images, labels) tensors (copies),
     and the stream's info."""
     out = []
     with presto.Client(_daemon.sock) as c:
         with c.stream(name, batch_size=batch_size, seed=SEED, epoch=ep, rank=rank, world=world,
-                      transport=transport) as s:
+                      transport=transport, shuffle=shuffle) as s:
             info = s.info
             for b in s:
                 images, labels = b.tensors()
@@ -218,6 +238,31 @@ class MixServedTest(unittest.TestCase):
             d, p = ta.ks_two_sample([x[col] for x in ours if x[0] == kind],
                                     [x[col] for x in theirs if x[0] == kind])
             self.assertGreater(p, ta.P_MIN, "%s: KS D %.4f, p %.4f" % (what, d, p))
+
+    def test_bad_sample_skipped(self):
+        """on_error: skip drops the corrupt first file: the planned batches
+        are mixed among their good samples (planned batch 0 has 7), and the
+        delivered batches, full but the last, straddle them: their samples in
+        order are the planned batches' mixed ones, soft targets included."""
+        bs = 8
+        for transport in ("socket", "shm"):
+            with self.subTest(transport=transport):
+                _, got = epoch("mixed_bad", transport, batch_size=bs, shuffle=False)
+                _, plain = epoch("plain_bad", transport, batch_size=bs, shuffle=False)
+                self.assertEqual([t.shape[0] for _, _, t in got], [8, 8, 8, 8, 8, 5])
+                x = torch.cat([b[1] for b in plain])
+                labels = torch.cat([b[2] for b in plain])
+                self.assertEqual(x.shape[0], 45)
+                want_x, want_t = [], []
+                for b, lo in enumerate(range(-1, 45, bs)):  # planned batch b: positions
+                    lo = max(lo, 0)                          # 8b..8b+7, position 0 bad
+                    hi = min(8 * (b + 1) - 1, 45)
+                    kind, lam, box = decision((0.2, 1.0, 1.0, 0.5), SEED, 1, b)
+                    wx, wt = reference(kind, lam, box, x[lo:hi], labels[lo:hi], CLASSES)
+                    want_x.append(wx)
+                    want_t.append(wt)
+                self.assertTrue(torch.equal(torch.cat([b[1] for b in got]), torch.cat(want_x)))
+                self.assertTrue(torch.equal(torch.cat([b[2] for b in got]), torch.cat(want_t)))
 
     def test_fingerprint_and_datasets(self):
         with presto.Client(_daemon.sock) as c:
