@@ -279,7 +279,7 @@ class LabelTensorTest(unittest.TestCase):
         than the batch size."""
         n, k, slot_bytes = self.N, self.K, 4096
 
-        def make(rows_extra):
+        def make(label_bytes):
             def script(conn, req_id):
                 fd = os.memfd_create("fake-ring")
                 os.ftruncate(fd, 2 * slot_bytes)
@@ -288,26 +288,13 @@ class LabelTensorTest(unittest.TestCase):
                                                     slot_bytes=slot_bytes,
                                                     labels=(F32, k, 0)))], [fd])
                 os.close(fd)
-                m = n + rows_extra
                 fixed = struct.pack("<IQIIIIIIQ", 1, 0, n, H, W, C, U8, 0, 0)
-                conn.sendall(frame(BATCH_SHM, req_id, fixed + bytes(4 * k * m)))
+                conn.sendall(frame(BATCH_SHM, req_id, fixed + bytes(label_bytes)))
             return script
 
-        self.expect_malformed(make(1), transport="shm", what="BATCH_SHM")   # n + 1 rows
-        self.expect_malformed(make(-1), transport="shm", what="BATCH_SHM")  # n - 1 rows
-
-        def ragged(conn, req_id):  # not a whole number of rows
-            fd = os.memfd_create("fake-ring")
-            os.ftruncate(fd, 2 * slot_bytes)
-            socket.send_fds(conn, [frame(OPENED, req_id,
-                                         opened(n, 1, transport=1, slots=2,
-                                                slot_bytes=slot_bytes,
-                                                labels=(F32, k, 0)))], [fd])
-            os.close(fd)
-            fixed = struct.pack("<IQIIIIIIQ", 1, 0, n, H, W, C, U8, 0, 0)
-            conn.sendall(frame(BATCH_SHM, req_id, fixed + bytes(4 * k * n - 4)))
-
-        self.expect_malformed(ragged, transport="shm", what="BATCH_SHM")
+        for rows, extra in ((n + 1, 0), (n - 1, 0), (n, -4)):  # and not a whole row
+            self.expect_malformed(make(4 * k * rows + extra), transport="shm",
+                                  what="BATCH_SHM")
 
 
 if __name__ == "__main__":
