@@ -527,7 +527,7 @@ static const struct step_sig {
     struct step_type take;
     uint32_t give_domain, give_dtype, give_rank;
     int give_layout; /* the output's layout is s->layout */
-    int any_layout;  /* takes either layout (else the one in take) */
+    int any_layout;  /* takes rank 3 in either layout (and gives it back) */
 } step_sigs[STEP_KIND_MAX] = {
 #define IMAGE_U8 {STEP_DOMAIN_IMAGE, PROTO_DTYPE_U8, 3, STEP_LAYOUT_NHWC}
     [STEP_DECODE] = {{STEP_DOMAIN_ENCODED, PROTO_DTYPE_U8, 0, STEP_LAYOUT_NHWC},
@@ -539,10 +539,10 @@ static const struct step_sig {
     [STEP_PAD] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
     [STEP_NORMALIZE] = {IMAGE_U8, STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, 1},
     [STEP_TO_FLOAT] = {IMAGE_U8, STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, 1},
-#define IMAGE_F32 {STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, STEP_LAYOUT_NHWC}
-    [STEP_MIXUP] = {IMAGE_F32, STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
-    [STEP_CUTMIX] = {IMAGE_F32, STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
-#undef IMAGE_F32
+    [STEP_MIXUP] = {{STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, STEP_LAYOUT_NHWC},
+                    STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
+    [STEP_CUTMIX] = {{STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, STEP_LAYOUT_NHWC},
+                     STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
 #undef IMAGE_U8
 };
 
