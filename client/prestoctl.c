@@ -62,7 +62,8 @@ static const char usage_text[] =
     "      --prefetch N      batches the daemon prepares ahead (default: daemon's)\n"
     "      --start-batch K   resume the epoch at batch K: the daemon computes nothing\n"
     "                        before it and sends the uninterrupted epoch's batches\n"
-    "      --checksum        FNV-1a 64 over every batch's labels, then data\n"
+    "      --checksum        FNV-1a 64 over every batch's labels (the label tensor,\n"
+    "                        lengths), then data\n"
     "      --json            print one JSON line instead of text\n"
     "\n"
     "warm options:\n"
@@ -286,7 +287,12 @@ static void epoch_pull(presto_t *p, const presto_stream_opts_t *o, int checksum,
         samples += b.n;
         batches++;
         if (checksum) {
-            sum = fnv1a64(sum, b.labels, (size_t)b.n * sizeof(*b.labels));
+            /* the label tensor (int64 [n] or float32 [n, K]), its lengths */
+            uint64_t shape[2];
+            size_t row = presto_batch_label_shape(&b, shape) == 2 ? 4 * (size_t)shape[1] : 8;
+            sum = fnv1a64(sum, presto_batch_label_data(&b), (size_t)b.n * row);
+            if (presto_batch_lengths(&b))
+                sum = fnv1a64(sum, presto_batch_lengths(&b), (size_t)b.n * sizeof(int64_t));
             sum = fnv1a64(sum, b.data, b.size);
         }
         presto_release(s, &b);

@@ -1420,6 +1420,14 @@ static char *server_datasets_json(struct server *s)
             json_str(&j, NULL, desc);
         }
         json_array_end(&j);
+        json_array_begin(&j, "batch_steps"); /* mixup, cutmix: on the whole batch */
+        for (uint32_t k = 0; k < dc->nbatch_steps; k++) {
+            step_describe(&dc->batch_steps[k], desc, sizeof(desc));
+            json_str(&j, NULL, desc);
+        }
+        json_array_end(&j);
+        stream_labels_describe(&o->labels, desc, sizeof(desc));
+        json_str(&j, "labels", desc);
         json_u64(&j, "split", split);
         profile_dataset_json(ds, &j);
         json_array_begin(&j, "shape");

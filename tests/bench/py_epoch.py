@@ -38,7 +38,8 @@ def cmd_epoch(a):
         touched = 0.0
         start = time.perf_counter()
         for images, labels in loader:
-            touched += float(images[-1, 0, 0, 0]) + int(labels[-1])
+            # labels[-1]: a class index, or a row of soft targets (mixup/cutmix)
+            touched += float(images[-1, 0, 0, 0]) + float(labels[-1].reshape(-1)[0])
             samples += images.shape[0]
             nbytes += images.numel() * images.element_size()
         seconds = time.perf_counter() - start

@@ -268,6 +268,24 @@ class MixServedTest(unittest.TestCase):
         with presto.Client(_daemon.sock) as c:
             plain, mixed = c.dataset("plain"), c.dataset("mixed")
         self.assertNotEqual(plain["fingerprint"], mixed["fingerprint"])
+        self.assertEqual(plain["batch_steps"], [])
+        self.assertEqual(plain["labels"], "int64 [n] labels")
+        self.assertEqual(mixed["batch_steps"], ["mixup(0.2,num_classes=7)",
+                                                "cutmix(1,num_classes=7)"])
+        self.assertEqual(mixed["labels"], "float32 [n, 7] soft labels (mixup/cutmix)")
+        self.assertEqual(mixed["steps"], plain["steps"])
+
+    def test_prestoctl_checksum(self):
+        """prestoctl epoch --checksum hashes the soft targets (n x K float32)
+        then the pixels of every batch."""
+        _, got = epoch("mixed", "shm", ep=3)
+        want = pt.FNV_INIT
+        for _, x, t in got:
+            want = pt.fnv1a64(pt.fnv1a64(want, t.numpy().tobytes()), x.numpy().tobytes())
+        rc, out, err = pt.prestoctl(_daemon.sock, "epoch", "mixed", "-b", "8", "-e", "3",
+                                    "--seed", str(SEED), "--checksum", "--json")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(json.loads(out)["checksum"], "%016x" % want)
 
     def raw_open(self, name):
         """An OPEN from a client that never heard of label tensors (no
