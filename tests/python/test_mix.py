@@ -208,6 +208,23 @@ class MixServedTest(unittest.TestCase):
         for (i, x, t), (j, y, u) in zip(a, b):
             self.assertTrue(i == j and torch.equal(x, y) and torch.equal(t, u))
 
+    def test_kept_batches(self):
+        """Batches kept alive (every slot held: the client copies the newest
+        out of its slot, labels block included) equal those of a loop that
+        drops each one."""
+        want = epoch("mixed", "shm", ep=5)[1]
+        with presto.Client(_daemon.sock) as c:
+            with c.stream("mixed", batch_size=8, seed=SEED, epoch=5, transport="shm",
+                          prefetch=2) as s:
+                kept = list(s)
+                copies = s.copies
+        self.assertGreater(copies, 0)
+        self.assertEqual(len(kept), len(want))
+        for b, (i, x, t) in zip(kept, want):
+            self.assertEqual(b.index, i)
+            self.assertTrue(torch.equal(torch.from_numpy(b.images), x))
+            self.assertTrue(torch.equal(torch.from_numpy(b.labels), t))
+
     def test_decisions_match_torchvision_sampling(self):
         """The decisions of the daemon's batches 0..N-1 (mix_draw from
         hash_batch_seed) against the reference collate function's."""
