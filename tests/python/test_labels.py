@@ -84,6 +84,7 @@ class FakeDaemon:
         self.sock.listen(8)
         self.script = script
         self.conns = []
+        self.threads = []
         self.errors = []
         self.thread = threading.Thread(target=self._accept, daemon=True)
         self.thread.start()
@@ -95,7 +96,9 @@ class FakeDaemon:
             except OSError:
                 return
             self.conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self.threads.append(t)
+            t.start()
 
     def _serve(self, conn):
         try:
@@ -116,12 +119,19 @@ class FakeDaemon:
             self.errors.append(repr(e))
 
     def close(self):
-        self.sock.close()
-        for c in self.conns:
+        # Wake the threads blocked in accept and recv (shutdown), let them
+        # end, and only then close: closing a descriptor another thread is
+        # blocked on is a race (ThreadSanitizer reports it).
+        for s in [self.sock] + self.conns:
             try:
-                c.close()
+                s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        self.thread.join(10)
+        for t in list(self.threads):
+            t.join(10)
+        for s in [self.sock] + self.conns:
+            s.close()
         os.unlink(self.path)
         os.rmdir(self.dir)
 
