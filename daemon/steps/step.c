@@ -12,6 +12,7 @@
 
 #include "blur.h"
 #include "hash.h"
+#include "jpeg_roi.h"
 #include "proto.h"
 #include "step.h"
 #include "step_impl.h"
@@ -49,6 +50,8 @@ void step_ctx_free(struct step_ctx *ctx)
 {
     step_decode_ctx_free(ctx);
     img_free(&ctx->aux);
+    roi_decoder_free(ctx->roi);
+    ctx->roi = NULL;
     ctx->err[0] = '\0';
 }
 
@@ -914,11 +917,17 @@ int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
             s->dct_h = s->dct_w = 0;
             s->dct_shorter = 0;
             if (s->dct_scale) {
-                if (n < 2 || steps[1].kind != STEP_RESIZE) {
+                if (n < 2 || (steps[1].kind != STEP_RESIZE &&
+                              steps[1].kind != STEP_RANDOM_RESIZED_CROP)) {
                     set_err(err, errlen, "decode with dct_scale needs a resize right after "
-                            "it (it decodes to the size that resize needs)");
+                            "it (it decodes to the size that resize needs), or a "
+                            "random_resized_crop (the size its crop needs)");
                     return -EINVAL;
                 }
+                /* random_resized_crop: the scale is the crop's, chosen per
+                 * sample online (step_decode_rrc_apply); dct_h stays 0. */
+                if (steps[1].kind == STEP_RANDOM_RESIZED_CROP)
+                    continue;
                 s->dct_h = steps[1].h;
                 s->dct_w = steps[1].w;
                 s->dct_shorter = steps[1].shorter;
@@ -961,8 +970,11 @@ int step_split_check(const struct step *steps, uint32_t n, uint32_t split, char 
         }
     }
     if (n > 1 && split == 1 && steps[0].kind == STEP_DECODE && steps[0].dct_scale) {
-        set_err(err, errlen, "separates decode (dct_scale) from the resize it decodes for; "
-                "split after the resize, or before decode");
+        set_err(err, errlen, "separates decode (dct_scale) from the %s it decodes for; "
+                "split %s",
+                step_name(steps[1].kind),
+                steps[1].kind == STEP_RESIZE ? "after the resize, or before decode"
+                                             : "before decode (0): the crop is random");
         return -EINVAL;
     }
     return 0;

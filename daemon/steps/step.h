@@ -71,6 +71,8 @@
 #include "geometry.h"
 #include "img.h"
 
+struct roi_decoder;
+
 enum step_kind {
     STEP_DECODE,
     STEP_RESIZE,
@@ -176,6 +178,7 @@ struct step_ctx {
     int format;             /* decode: the enum decode_format of its last input */
     char err[256];          /* message when a step fails */
     struct img aux;         /* the augmentations' scratch image (imgaug.c) */
+    struct roi_decoder *roi; /* region decoder (jpeg_roi.h), created lazily */
 };
 
 void step_ctx_init(struct step_ctx *ctx);
@@ -247,5 +250,17 @@ uint32_t step_out_layout(const struct step *s, uint32_t in_layout);
  * max_pixels, -EINVAL for a wrong input format). */
 int step_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                struct img *out);
+
+/* decode and the random_resized_crop right after it, both online, in one
+ * (the cold path): a JPEG's crop box is decoded alone (jpeg_roi.h: the same
+ * pixels as a full decode's), at the DCT scale the crop's output allows
+ * when dec->dct_scale (the smallest of 1/8 to 4/8 still giving 5/4 of the
+ * output on each side), then resized as random_resized_crop does; ctx->seed
+ * is random_resized_crop's. Other formats, CMYK, and a file the region
+ * decoder refuses are decoded whole and cropped (so a bad file fails as
+ * decode fails). Returns 1 when a region was decoded, 0 when the whole
+ * image, or -errno as the two steps do. */
+int step_decode_rrc_apply(const struct step *dec, const struct step *rrc,
+                          struct step_ctx *ctx, const struct img *in, struct img *out);
 
 #endif

@@ -117,6 +117,7 @@ int step_rrc_params(const struct step *s, uint64_t seed, uint32_t h, uint32_t w,
 int step_rrc_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                    struct img *out);
 
+
 /* ---- random_flip ---- */
 
 int step_flip_apply(double p, struct step_ctx *ctx, const struct img *in,

@@ -74,6 +74,19 @@ PIPELINES = {
               ("random_erasing", {"p": 0.9, "scale": [0.05, 0.3], "value": [0.5, -1, 2]})],
 }
 
+# The cold path: random_resized_crop right after decode, both online (split
+# 0: only the crop's region decoded), against decode cached (split 1: the
+# crop cut from the full image). name -> (steps, split)
+CROP = {"random_resized_crop": [H, W]}
+ROI_PIPELINES = {
+    "rrc-full": (["decode", CROP], 1),
+    "rrc-region": (["decode", CROP], 0),
+    "rrc-full-grey": ([{"decode": "grey"}, CROP, "random_flip"], 1),
+    "rrc-region-grey": ([{"decode": "grey"}, CROP, "random_flip"], 0),
+    "rrc-region-dct": ([{"decode": {"dct_scale": True}}, {"random_resized_crop": 16}], None),
+    "rrc-full-16": (["decode", {"random_resized_crop": 16}], 1),
+}
+
 _lib = None
 _dir = _daemon = _daemon1 = None
 _base = None  # the base pipeline's images, by sample id
@@ -116,6 +129,9 @@ def setUpModule():
     for name, online in PIPELINES.items():
         steps = BASE + [{n: p} if p else n for n, p in online]
         ds.append({"name": name, "root": root, "steps": steps, "split": len(BASE)})
+    for name, (steps, split) in ROI_PIPELINES.items():
+        ds.append(dict({"name": name, "root": root, "steps": steps},
+                       **({"split": split} if split is not None else {})))
     config = os.path.join(_dir, "prestod.yaml")
     with open(config, "w") as f:
         json.dump({"datasets": ds}, f, indent=1)  # JSON is YAML
@@ -304,6 +320,39 @@ class RandomnessTest(unittest.TestCase):
                                 "%s: rank %d of 2" % (name, rank))
             other = pull(_daemon.sock, name, epoch=EPOCH + 1)
             self.assertFalse(np.array_equal(other, want), "%s: two epochs alike" % name)
+
+
+def region_decodes(sock):
+    with presto.Client(sock) as c:
+        return c.stats()["formats"]["jpeg"]["region"]
+
+
+class ColdPathTest(unittest.TestCase):
+    """random_resized_crop after decode, online: the crop's region alone is
+    decoded (formats.jpeg.region counts it), and the bytes are the ones the
+    crop cut from a fully decoded image gives."""
+
+    def pair(self, full, region):
+        before = region_decodes(_daemon.sock)
+        got = pull(_daemon.sock, region)
+        self.assertEqual(region_decodes(_daemon.sock) - before, COUNT, region)
+        want = pull(_daemon.sock, full)
+        self.assertEqual(got.shape, want.shape)
+        return got, want
+
+    def test_region_equals_full_decode(self):
+        for full, region in (("rrc-full", "rrc-region"), ("rrc-full-grey", "rrc-region-grey")):
+            got, want = self.pair(full, region)
+            self.assertTrue(np.array_equal(got, want), region)
+        print("\nregion decoding: %d RGB and %d grey crops equal full decode's" % (COUNT, COUNT))
+
+    def test_region_at_dct_scale(self):
+        got, want = self.pair("rrc-full-16", "rrc-region-dct")
+        mse = float(((got.astype(np.float64) - want) ** 2).mean())
+        psnr = 10 * np.log10(255.0 ** 2 / mse) if mse else float("inf")
+        print("\nregion decoding at the DCT scale: PSNR %.1f dB against full decode" % psnr)
+        self.assertGreater(psnr, 28.0)
+        self.assertFalse(np.array_equal(got, want))  # a scale was used
 
 
 if __name__ == "__main__":

@@ -396,6 +396,9 @@ static const struct bad_case bad_cases[] = {
     {"trivial_augment_wide offline", DS "    steps: [decode, trivial_augment_wide]\n"
                                         "    split: 2\n", 5,
      {"split", "random step trivial_augment_wide"}},
+    {"dct_scale decode offline before its crop",
+     DS "    steps: [{decode: {dct_scale: true}}, {random_resized_crop: 8}]\n"
+        "    split: decode\n", 5, {"split", "before decode (0)"}},
     {"split names a missing step", DS "    steps: [decode, {resize: 64}]\n"
                                       "    split: center_crop\n", 5,
      {"split", "center_crop"}},
@@ -572,6 +575,13 @@ START_TEST(test_recipe_params)
         describe_is(&d->steps[i], want[i]);
     ck_assert_uint_eq(d->split, 3); /* through the fixed blur */
     ck_assert_int_eq(d->steps[11].erase_nchw, 1); /* what normalize gives */
+    config_free(&c);
+    /* decode (dct_scale) before random_resized_crop: both online by default
+     * (the cold path scales each crop's region), nothing recorded for a resize. */
+    ck_assert_msg(load(&c, DS "    steps: [{decode: {dct_scale: true}}, "
+                              "{random_resized_crop: 8}]\n", err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(c.datasets[0].split, 0);
+    ck_assert_uint_eq(c.datasets[0].steps[0].dct_h, 0);
     config_free(&c);
 }
 END_TEST
