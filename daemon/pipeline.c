@@ -164,6 +164,7 @@ static void local_account(struct worker_ctx *ctx, struct pipe_local *L)
     uint64_t b = sizeof(*L) + L->ck[0].arena_cap + L->ck[1].arena_cap + L->decoded.cap;
     for (int k = 0; k < 3; k++)
         b += ctx->scratch[k].cap;
+    b += ctx->step.aux.cap; /* the augmentations' and the cold path's image */
     __atomic_store_n(&ctx->mem_bytes, b, __ATOMIC_RELAXED);
 }
 
