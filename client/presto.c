@@ -63,7 +63,8 @@ _Static_assert(SAME(PRESTO_E_PROTO, PROTO_E_PROTO) && SAME(PRESTO_E_VERSION, PRO
                    SAME(PRESTO_E_DENIED + 1, PROTO_E_MAX),
                "PRESTO_E_* and PROTO_E_* must be the same codes");
 _Static_assert(SAME(PRESTO_DTYPE_U8, PROTO_DTYPE_U8) && SAME(PRESTO_DTYPE_F32, PROTO_DTYPE_F32) &&
-                   SAME(PRESTO_DTYPE_I16, PROTO_DTYPE_I16),
+                   SAME(PRESTO_DTYPE_I16, PROTO_DTYPE_I16) &&
+                   SAME(PRESTO_DTYPE_I64, PROTO_DTYPE_I64),
                "PRESTO_DTYPE_* and PROTO_DTYPE_* must be the same codes");
 #undef SAME
 
@@ -74,7 +75,7 @@ _Static_assert(SAME(PRESTO_DTYPE_U8, PROTO_DTYPE_U8) && SAME(PRESTO_DTYPE_F32, P
 /* Buffers of released manual_release batches a stream keeps for the next. */
 #define OWN_POOL_MAX 4
 /* Largest OPENED/END body; ERROR bodies are bounded by PROTO_MAX_STR. */
-#define SMALL_BODY_MAX 96
+#define SMALL_BODY_MAX 128
 #define ERROR_BODY_MAX (8 + PROTO_MAX_STR)
 
 /* One socket to the daemon and the message that explains its last failure. */
@@ -123,6 +124,7 @@ struct presto_stream {
     struct kept_owner *owner; /* its presto_t's */
     int copy_when_full, interruptible;
     int daemon_info;    /* its OPENED had the dataset info: it takes RELEASE flags */
+    struct proto_labels labels; /* every batch's label format (OPENED) */
     pthread_mutex_t lock; /* see the top of this file */
     uint32_t held;      /* manual_release: batches returned, not yet released */
     uint32_t held_slots; /* ... of them on a ring slot */
@@ -1046,7 +1048,7 @@ static int stream_check_opts(struct conn *c, const presto_stream_opts_t *o,
     m->rank = o->rank;
     m->world = o->world;
     m->flags = (o->shuffle ? PROTO_OPEN_SHUFFLE : 0) | (o->drop_last ? PROTO_OPEN_DROP_LAST : 0) |
-               PROTO_OPEN_INFO;
+               PROTO_OPEN_INFO | PROTO_OPEN_LABELS;
     m->prefetch = o->prefetch;
     if (o->start_batch) { /* sent only when needed: older daemons refuse the field */
         m->flags |= PROTO_OPEN_START;
@@ -1176,6 +1178,10 @@ static int stream_start(presto_stream_t *s, const struct proto_open *m, uint32_t
     s->info.dataset_samples = op.dataset_samples;
     s->info.fingerprint = op.fingerprint;
     s->daemon_info = op.has_info;
+    s->labels = op.labels; /* int64 [n] from a daemon that did not say */
+    s->info.label_dtype = op.labels.dtype;
+    s->info.label_classes = op.labels.classes;
+    s->info.has_lengths = (int)op.labels.lengths;
     if (fd >= 0)
         close(fd);
     return 0;
@@ -1353,6 +1359,31 @@ static int stream_reserve(presto_stream_t *s, size_t need)
     return 0;
 }
 
+/* Points b's label fields at its label block (the label tensor's n rows,
+ * then the lengths), as the stream's format lays it out. Little-endian on
+ * the wire: converted in place on a big-endian host. */
+static void batch_labels(const presto_stream_t *s, presto_batch_t *b, uint8_t *block, uint32_t n)
+{
+    uint64_t tensor = (uint64_t)n * proto_label_row(&s->labels);
+    b->label_data = block;
+    b->label_dtype = s->labels.dtype;
+    b->label_classes = s->labels.classes;
+    b->labels = s->labels.dtype == PROTO_DTYPE_I64 ? (const int64_t *)(void *)block : NULL;
+    b->lengths = s->labels.lengths ? (const int64_t *)(void *)(block + tensor) : NULL;
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+    uint64_t len = proto_labels_size(&s->labels, n);
+    size_t w = s->labels.dtype == PROTO_DTYPE_F32 ? 4 : 8;
+    for (uint64_t i = 0; i < len; i += (i < tensor ? w : 8)) {
+        size_t k = i < tensor ? w : 8;
+        for (size_t j = 0; j < k / 2; j++) {
+            uint8_t t = block[i + j];
+            block[i + j] = block[i + k - 1 - j];
+            block[i + k - 1 - j] = t;
+        }
+    }
+#endif
+}
+
 /* A BATCH body: the fixed part is read first to learn n, then the whole body
  * is placed so that the sample bytes (after 32 + 8n bytes) start on a
  * DATA_ALIGN boundary, which also puts the labels on an 8-byte one. */
@@ -1373,7 +1404,7 @@ static int stream_recv_batch(presto_stream_t *s, const struct proto_header *h,
         return rc;
     proto_rbuf_init(&r, fixed + BATCH_N_OFFSET, sizeof(fixed) - BATCH_N_OFFSET);
     proto_get_u32(&r, &n);
-    uint64_t head64 = PROTO_BATCH_FIXED_SIZE + (uint64_t)n * sizeof(int64_t);
+    uint64_t head64 = PROTO_BATCH_FIXED_SIZE + proto_labels_size(&s->labels, n);
     if (head64 > h->body_len)
         return conn_fail(c, PRESTO_E_PROTO, "BATCH of %u samples in %u bytes", n,
                          h->body_len);
@@ -1396,17 +1427,12 @@ static int stream_recv_batch(presto_stream_t *s, const struct proto_header *h,
         return rc;
 
     proto_rbuf_init(&r, body, h->body_len);
-    if (proto_get_batch_hdr(&r, &bh) < 0)
+    if (proto_get_batch_hdr_fmt(&r, &bh, &s->labels) < 0)
         return conn_fail(c, PRESTO_E_PROTO, "malformed BATCH from prestod");
     if (bh.stream_id != s->stream_id)
         return conn_fail(c, PRESTO_E_PROTO, "BATCH for stream %u on stream %u", bh.stream_id,
                          s->stream_id);
-    /* Labels in place: little-endian on the wire, native in the batch. */
-    int64_t *labels = (int64_t *)(void *)(body + PROTO_BATCH_FIXED_SIZE);
-#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-    for (uint32_t i = 0; i < n; i++)
-        proto_get_i64(&r, &labels[i]);
-#endif
+    batch_labels(s, b, body + PROTO_BATCH_FIXED_SIZE, n);
     b->index = bh.index;
     b->n = bh.n;
     b->h = bh.h;
@@ -1414,7 +1440,6 @@ static int stream_recv_batch(presto_stream_t *s, const struct proto_header *h,
     b->c = bh.c;
     b->dtype = bh.dtype;
     b->layout = s->info.layout;
-    b->labels = labels;
     b->data = body + head;
     b->size = h->body_len - head;
     return 1;
@@ -1432,13 +1457,17 @@ static int stream_recv_batch_shm(presto_stream_t *s, const struct proto_header *
 
     if (!s->ring)
         return conn_fail(c, PRESTO_E_PROTO, "BATCH_SHM on a socket stream");
+    uint64_t per = proto_labels_size(&s->labels, 1);
     if (h->body_len < PROTO_BATCH_SHM_FIXED_SIZE ||
-        h->body_len > PROTO_BATCH_SHM_FIXED_SIZE + (uint64_t)s->batch_size * sizeof(int64_t))
+        h->body_len > PROTO_BATCH_SHM_FIXED_SIZE + proto_labels_size(&s->labels, s->batch_size) ||
+        (h->body_len - PROTO_BATCH_SHM_FIXED_SIZE) % per)
         return conn_fail(c, PRESTO_E_PROTO, "BATCH_SHM body of %u bytes", h->body_len);
     if ((rc = stream_reserve(s, h->body_len + 8)) < 0)
         return rc;
-    /* The labels (after 44 bytes) land on an 8-byte boundary. */
-    uint8_t *body = s->buf + 4;
+    /* The labels' end (after 44 bytes and the label tensor) lands on an
+     * 8-byte boundary: int64 labels and lengths are aligned, soft targets
+     * on 4 bytes at least. */
+    uint8_t *body = s->buf + (8 - h->body_len % 8) % 8;
     if ((rc = conn_recv(c, body, h->body_len)) < 0)
         return rc;
     proto_rbuf_init(&r, body, h->body_len);
@@ -1449,24 +1478,22 @@ static int stream_recv_batch_shm(presto_stream_t *s, const struct proto_header *
                          m.stream_id, s->stream_id);
     uint64_t size = (uint64_t)m.n * m.h * m.w * m.c * proto_dtype_size(m.dtype);
     uint64_t slot_off = (uint64_t)m.slot * s->slot_bytes;
-    if (h->body_len != PROTO_BATCH_SHM_FIXED_SIZE + (uint64_t)m.n * sizeof(int64_t) ||
+    if (h->body_len != PROTO_BATCH_SHM_FIXED_SIZE + proto_labels_size(&s->labels, m.n) ||
         m.slot >= s->info.slots || m.offset < slot_off ||
         m.offset + size > slot_off + s->slot_bytes || size == 0)
         return conn_fail(c, PRESTO_E_PROTO, "BATCH_SHM of %u samples at slot %u offset %llu "
                          "does not fit the ring", m.n, m.slot, (unsigned long long)m.offset);
-    int64_t *labels = (int64_t *)(void *)(body + PROTO_BATCH_SHM_FIXED_SIZE);
-#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-    for (uint32_t i = 0; i < m.n; i++)
-        proto_get_i64(&r, &labels[i]);
-#endif
+    uint8_t *labels = body + PROTO_BATCH_SHM_FIXED_SIZE;
     if (s->manual_release) { /* the stream's buffer is reused: the labels move out */
-        int64_t *own = own_alloc(s, (size_t)m.n * sizeof(*own));
+        size_t len = (size_t)proto_labels_size(&s->labels, m.n);
+        uint8_t *own = own_alloc(s, len ? len : 1);
         if (!own)
             return conn_fail(c, PRESTO_E_NOMEM, "cannot allocate a batch's labels");
-        memcpy(own, labels, (size_t)m.n * sizeof(*own));
+        memcpy(own, labels, len);
         labels = own;
         b->own_ = own;
     }
+    batch_labels(s, b, labels, m.n);
     b->index = m.index;
     b->n = m.n;
     b->h = m.h;
@@ -1474,7 +1501,6 @@ static int stream_recv_batch_shm(presto_stream_t *s, const struct proto_header *
     b->c = m.c;
     b->dtype = m.dtype;
     b->layout = s->info.layout;
-    b->labels = labels;
     b->data = s->ring + m.offset;
     b->size = (size_t)size;
     b->slot_ = m.slot + 1;
@@ -1507,18 +1533,18 @@ static void stream_send_release(presto_stream_t *s, uint32_t slot, uint32_t flag
 static void stream_copy_out(presto_stream_t *s, presto_batch_t *b)
 {
     size_t data_len = (b->size + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
-    size_t labels_len = (size_t)b->n * sizeof(*b->labels);
+    size_t labels_len = (size_t)proto_labels_size(&s->labels, b->n);
     uint8_t *p = own_take_locked(s, data_len + labels_len);
     if (!p && !(p = own_new(data_len + labels_len))) {
         s->held_slots++;
         return;
     }
     memcpy(p, b->data, b->size);
-    memcpy(p + data_len, b->labels, labels_len);
+    memcpy(p + data_len, b->label_data, labels_len);
     own_put_locked(s, b->own_); /* the labels' own copy */
     b->own_ = p;
     b->data = p;
-    b->labels = (const int64_t *)(void *)(p + data_len);
+    batch_labels(s, b, p + data_len, b->n);
     stream_send_release(s, b->slot_ - 1, PROTO_RELEASE_COPIED);
     b->slot_ = 0;
     s->info.copies++;
@@ -1660,6 +1686,28 @@ PRESTO_API void presto_release(presto_stream_t *s, presto_batch_t *b)
     memset(b, 0, sizeof(*b));
     if (last)
         stream_free(s);
+}
+
+PRESTO_API uint32_t presto_batch_label_dtype(const presto_batch_t *b)
+{
+    return b->label_dtype ? b->label_dtype : PRESTO_DTYPE_I64;
+}
+
+PRESTO_API uint32_t presto_batch_label_shape(const presto_batch_t *b, uint64_t shape[2])
+{
+    shape[0] = b->n;
+    shape[1] = b->label_classes;
+    return b->label_classes ? 2 : 1;
+}
+
+PRESTO_API const void *presto_batch_label_data(const presto_batch_t *b)
+{
+    return b->label_data;
+}
+
+PRESTO_API const int64_t *presto_batch_lengths(const presto_batch_t *b)
+{
+    return b->lengths;
 }
 
 PRESTO_API uint64_t presto_stream_skipped(const presto_stream_t *s)

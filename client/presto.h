@@ -13,7 +13,9 @@
  *     presto_batch_t b;
  *     int rc;
  *     while ((rc = presto_next(s, &b)) > 0) {
- *         ... b.data is b.n x b.h x b.w x b.c uint8 (NHWC), b.labels[b.n] ...
+ *         ... b.data is b.n x b.h x b.w x b.c uint8 (NHWC), b.labels[b.n]
+ *             (or, for a dataset with mixup/cutmix, b.label_data: b.n x
+ *             b.label_classes float32 soft targets; see "Labels") ...
  *         presto_release(s, &b);
  *     }
  *     if (rc < 0) fprintf(stderr, "%s\n", presto_stream_errmsg(s));
@@ -58,7 +60,8 @@ enum {
                                lost: call presto_next again */
 };
 
-enum { PRESTO_DTYPE_U8 = 1, PRESTO_DTYPE_F32 = 2, PRESTO_DTYPE_I16 = 3 };
+/* I64: labels and lengths (no sample is int64). */
+enum { PRESTO_DTYPE_U8 = 1, PRESTO_DTYPE_F32 = 2, PRESTO_DTYPE_I16 = 3, PRESTO_DTYPE_I64 = 4 };
 /* Element order of a sample: u8 output is NHWC; float output follows the
  * last step's layout (normalize/to_float `layout:`). */
 enum { PRESTO_LAYOUT_NHWC = 0, PRESTO_LAYOUT_NCHW = 1 };
@@ -121,10 +124,17 @@ typedef struct presto_batch {
                               of the daemon's ring (no copy; writable, the
                               client's own until released) */
     size_t size;           /* bytes at data */
-    const int64_t *labels; /* n labels, valid until release */
+    const int64_t *labels; /* n int64 labels, valid until release; NULL when the
+                              labels are soft targets (label_dtype F32) */
     uint32_t layout;       /* PRESTO_LAYOUT_* */
     uint32_t slot_;        /* internal: ring slot + 1, 0 for none */
     void *own_;            /* internal: a buffer release frees */
+    /* Labels: the label tensor, valid until release (see presto_batch_label_*) */
+    const void *label_data; /* int64 [n] (== labels), or float32 [n, label_classes] */
+    uint32_t label_dtype;   /* PRESTO_DTYPE_I64 or PRESTO_DTYPE_F32 */
+    uint32_t label_classes; /* 0: int64 [n]; K: float32 [n, K] soft targets */
+    const int64_t *lengths; /* n lengths (samples padded to the batch's longest),
+                               or NULL when the dataset has none */
 } presto_batch_t;
 
 typedef struct presto_stream_info {
@@ -139,6 +149,10 @@ typedef struct presto_stream_info {
     uint64_t fingerprint; /* the dataset's files, labels and steps (0: the daemon did
                              not say): a saved position resumes only on the same */
     uint64_t copies;    /* batches copied so far under copy_when_full */
+    /* The label tensor every batch of the stream carries (see "Labels"). */
+    uint32_t label_dtype;   /* PRESTO_DTYPE_I64 or PRESTO_DTYPE_F32 */
+    uint32_t label_classes; /* 0: int64 [n]; K: float32 [n, K] soft targets */
+    int has_lengths;        /* 1: batches carry an int64 [n] lengths tensor */
 } presto_stream_info_t;
 
 /* The socket prestod listens on by default: $PRESTO_SOCKET, else
@@ -303,6 +317,26 @@ int presto_next(presto_stream_t *s, presto_batch_t *b);
  * it may be called from any thread, also while another is in presto_next
  * on the same stream, and after presto_stream_close (see there). */
 void presto_release(presto_stream_t *s, presto_batch_t *b);
+/*
+ * Labels. A batch carries a label tensor: int64 [n] class indices, or, for a
+ * dataset whose steps end with mixup or cutmix, float32 [n, K] soft targets
+ * (K = the steps' num_classes; each row sums to 1), as torchvision's
+ * reference training scripts make them; and, for variable-length samples
+ * padded to the longest in the batch, an int64 [n] lengths tensor beside it.
+ * The format is the dataset's, the same for every batch of a stream
+ * (presto_stream_info's label_dtype, label_classes, has_lengths). A daemon
+ * from before label tensors sends int64 [n] labels without lengths.
+ */
+/* PRESTO_DTYPE_I64 or PRESTO_DTYPE_F32. */
+uint32_t presto_batch_label_dtype(const presto_batch_t *b);
+/* The label tensor's shape into shape[0..rank): [n] or [n, K]; returns the
+ * rank (1 or 2). */
+uint32_t presto_batch_label_shape(const presto_batch_t *b, uint64_t shape[2]);
+/* The label tensor's elements (row-major), valid until release. */
+const void *presto_batch_label_data(const presto_batch_t *b);
+/* The n lengths, or NULL when the stream's dataset has none. */
+const int64_t *presto_batch_lengths(const presto_batch_t *b);
+
 /* Samples skipped by the daemon as bad (known once presto_next returned 0). */
 uint64_t presto_stream_skipped(const presto_stream_t *s);
 const char *presto_stream_errmsg(const presto_stream_t *s);

@@ -116,6 +116,7 @@ size_t proto_dtype_size(uint32_t dtype)
     case PROTO_DTYPE_U8: return 1;
     case PROTO_DTYPE_F32: return 4;
     case PROTO_DTYPE_I16: return 2;
+    case PROTO_DTYPE_I64: return 8;
     default: return 0;
     }
 }
@@ -336,10 +337,38 @@ void proto_put_opened(struct proto_wbuf *w, const struct proto_opened *m)
     proto_put_u32(w, m->transport);
     proto_put_u32(w, m->slots);
     proto_put_u64(w, m->slot_bytes);
-    if (m->has_info) {
+    if (m->has_info || m->has_labels) {
         proto_put_u64(w, m->dataset_samples);
         proto_put_u64(w, m->fingerprint);
     }
+    if (m->has_labels) {
+        proto_put_u32(w, m->labels.dtype);
+        proto_put_u32(w, m->labels.classes);
+        proto_put_u32(w, m->labels.lengths);
+    }
+}
+
+int proto_labels_valid(const struct proto_labels *f)
+{
+    if (f->lengths > 1)
+        return 0;
+    if (f->dtype == PROTO_DTYPE_I64)
+        return f->classes == 0;
+    return f->dtype == PROTO_DTYPE_F32 && f->classes >= 1 &&
+           f->classes <= PROTO_LABEL_CLASSES_MAX;
+}
+
+uint64_t proto_label_row(const struct proto_labels *f)
+{
+    if (!proto_labels_valid(f))
+        return 0;
+    return f->dtype == PROTO_DTYPE_I64 ? 8 : 4 * (uint64_t)f->classes;
+}
+
+uint64_t proto_labels_size(const struct proto_labels *f, uint32_t n)
+{
+    uint64_t row = proto_label_row(f);
+    return row ? (uint64_t)n * (row + (f->lengths ? 8 : 0)) : 0;
 }
 
 int proto_get_opened(struct proto_rbuf *r, struct proto_opened *m)
@@ -361,8 +390,15 @@ int proto_get_opened(struct proto_rbuf *r, struct proto_opened *m)
         proto_get_u64(r, &m->dataset_samples);
         proto_get_u64(r, &m->fingerprint);
     }
+    m->has_labels = proto_remaining(r) > 0;
+    m->labels = PROTO_LABELS_INT64;
+    if (m->has_labels) {
+        proto_get_u32(r, &m->labels.dtype);
+        proto_get_u32(r, &m->labels.classes);
+        proto_get_u32(r, &m->labels.lengths);
+    }
     if (r->failed || proto_remaining(r) || m->layout > PROTO_LAYOUT_NCHW ||
-        m->transport > PROTO_TRANSPORT_SHM_KEPT)
+        m->transport > PROTO_TRANSPORT_SHM_KEPT || !proto_labels_valid(&m->labels))
         return -PROTO_E_PROTO;
     return 0;
 }
@@ -425,6 +461,12 @@ void proto_put_batch_hdr(struct proto_wbuf *w, const struct proto_batch_hdr *m)
 
 int proto_get_batch_hdr(struct proto_rbuf *r, struct proto_batch_hdr *m)
 {
+    return proto_get_batch_hdr_fmt(r, m, &PROTO_LABELS_INT64);
+}
+
+int proto_get_batch_hdr_fmt(struct proto_rbuf *r, struct proto_batch_hdr *m,
+                            const struct proto_labels *f)
+{
     proto_get_u32(r, &m->stream_id);
     proto_get_u64(r, &m->index);
     proto_get_u32(r, &m->n);
@@ -436,10 +478,11 @@ int proto_get_batch_hdr(struct proto_rbuf *r, struct proto_batch_hdr *m)
         return -PROTO_E_PROTO;
     /* The rest of the body must be exactly n labels and n samples. */
     size_t ds = proto_dtype_size(m->dtype);
-    if (!ds)
+    uint64_t lab = proto_labels_size(f, 1);
+    if (!ds || m->dtype == PROTO_DTYPE_I64 || !lab)
         return -PROTO_E_PROTO;
-    uint64_t per = (uint64_t)m->h * m->w * m->c * ds + 8;
-    if (m->n && (per == 8 || proto_remaining(r) / per != m->n ||
+    uint64_t per = (uint64_t)m->h * m->w * m->c * ds + lab;
+    if (m->n && (per == lab || proto_remaining(r) / per != m->n ||
                  proto_remaining(r) % per != 0))
         return -PROTO_E_PROTO;
     if (!m->n && proto_remaining(r))
@@ -449,14 +492,20 @@ int proto_get_batch_hdr(struct proto_rbuf *r, struct proto_batch_hdr *m)
 
 size_t proto_batch_prefix_size(uint32_t n)
 {
-    return PROTO_HEADER_SIZE + PROTO_BATCH_FIXED_SIZE + (size_t)n * 8;
+    return proto_batch_prefix_size_raw((size_t)n * 8);
 }
 
-void proto_batch_prefix_encode(uint8_t *out, uint32_t req_id,
-                               const struct proto_batch_hdr *m,
-                               const int64_t *labels, size_t data_len)
+size_t proto_batch_prefix_size_raw(size_t labels_len)
 {
-    size_t body = proto_batch_prefix_size(m->n) - PROTO_HEADER_SIZE + data_len;
+    return PROTO_HEADER_SIZE + PROTO_BATCH_FIXED_SIZE + labels_len;
+}
+
+/* The header and the fixed part; returns where the labels go. */
+static uint8_t *batch_prefix_fixed(uint8_t *out, uint32_t req_id,
+                                   const struct proto_batch_hdr *m, size_t labels_len,
+                                   size_t data_len)
+{
+    size_t body = proto_batch_prefix_size_raw(labels_len) - PROTO_HEADER_SIZE + data_len;
     uint8_t *p = out + PROTO_HEADER_SIZE;
     proto_header_encode(out, PROTO_BATCH, req_id, (uint32_t)body);
     le_put(p, m->stream_id, 4);
@@ -466,9 +515,25 @@ void proto_batch_prefix_encode(uint8_t *out, uint32_t req_id,
     le_put(p + 20, m->w, 4);
     le_put(p + 24, m->c, 4);
     le_put(p + 28, m->dtype, 4);
-    p += PROTO_BATCH_FIXED_SIZE;
+    return p + PROTO_BATCH_FIXED_SIZE;
+}
+
+void proto_batch_prefix_encode(uint8_t *out, uint32_t req_id,
+                               const struct proto_batch_hdr *m,
+                               const int64_t *labels, size_t data_len)
+{
+    uint8_t *p = batch_prefix_fixed(out, req_id, m, (size_t)m->n * 8, data_len);
     for (uint32_t i = 0; i < m->n; i++, p += 8)
         le_put(p, (uint64_t)labels[i], 8);
+}
+
+void proto_batch_prefix_encode_raw(uint8_t *out, uint32_t req_id,
+                                   const struct proto_batch_hdr *m, const void *labels,
+                                   size_t labels_len, size_t data_len)
+{
+    uint8_t *p = batch_prefix_fixed(out, req_id, m, labels_len, data_len);
+    if (labels_len)
+        memcpy(p, labels, labels_len);
 }
 
 void proto_put_end(struct proto_wbuf *w, const struct proto_end *m)

@@ -53,10 +53,18 @@
  *                          fingerprint (see "Resuming"). A client that asked
  *                          for them accepts an OPENED without them (a daemon
  *                          from before they existed ignores the flag): then
- *                          it knows neither.
+ *                          it knows neither; then, only when the OPEN had
+ *                          PROTO_OPEN_LABELS in flags (the daemon then sends
+ *                          dataset_samples and fingerprint too), the label
+ *                          format (see "Labels" below): u32 label_dtype
+ *                          (PROTO_DTYPE_I64 or PROTO_DTYPE_F32), u32
+ *                          label_classes (0: int64 [n]; K: float32 [n, K]
+ *                          soft targets), u32 lengths (0: none; 1: an int64
+ *                          [n] lengths tensor follows the labels)
  *   BATCH_SHM      (d->c)  u32 stream_id, u64 index, u32 n, u32 h, u32 w,
  *                          u32 c, u32 dtype, u32 slot, u64 offset, then
- *                          n x i64 labels: the batch's samples are at
+ *                          n x i64 labels (or the label tensor and lengths
+ *                          of the OPENED's label format): the batch's samples are at
  *                          [offset, offset + n*h*w*c*dtype_size) of the
  *                          shared ring (inside slot `slot`), until RELEASE
  *   RELEASE        (c->d)  u32 stream_id, u32 slot: the client is done with
@@ -66,8 +74,9 @@
  *                          to a daemon whose OPENED carried dataset_samples
  *                          (older ones refuse the longer body)
  *   BATCH          (d->c)  u32 stream_id, u64 index, u32 n, u32 h, u32 w,
- *                          u32 c, u32 dtype, n x i64 labels, then the
- *                          sample bytes (n*h*w*c*dtype_size, NHWC) to the
+ *                          u32 c, u32 dtype, n x i64 labels (or the label
+ *                          tensor and lengths of the OPENED's label
+ *                          format), then the sample bytes (n*h*w*c*dtype_size, NHWC) to the
  *                          end of the body
  *   END            (d->c)  u32 stream_id, u64 batches, u64 samples,
  *                          u64 skipped: the epoch is complete; batches and
@@ -130,6 +139,21 @@
  * stream's arguments (the dataset's files by path, size and mtime, their
  * labels, and every step with all its parameters), so a client resuming
  * from a saved position compares it with the one it saved; it is never 0.
+ *
+ * Labels (PROTO_OPEN_LABELS): a batch carries a label tensor, not only
+ * int64 class indices. Its format is the dataset's, fixed for a stream and
+ * said once in OPENED: int64 [n] (class indices, as without the flag), or
+ * float32 [n, K] soft targets (K = label_classes: a dataset whose steps end
+ * with mixup or cutmix), each row n's K floats; then, when lengths is 1,
+ * n x i64 lengths (variable-length samples padded to a batch's longest: the
+ * length of each along its last axis before padding). In a BATCH or
+ * BATCH_SHM the label tensor's n rows follow the fixed part, then the
+ * lengths, then (BATCH) the samples; integers little-endian, floats IEEE
+ * 754 binary32 little-endian. A client that does not set the flag gets
+ * int64 [n] labels exactly as before; a dataset whose labels are anything
+ * else refuses its OPEN (PROTO_E_INVAL, saying what the dataset delivers
+ * and that the client is too old to take it). A daemon from before the
+ * flag ignores it, and its OPENED has no label format: int64 [n].
  *
  * After WARM the daemon sends PROGRESS frames (the first at once, then at
  * most ten a second), then DONE, all with the WARM's req_id; or an ERROR
@@ -282,13 +306,19 @@ enum proto_err {
 
 /* A tensor's element type: a batch's samples (OPENED, BATCH) and its label
  * tensor. I16: PCM audio as read (no step makes it yet). */
-enum proto_dtype { PROTO_DTYPE_U8 = 1, PROTO_DTYPE_F32 = 2, PROTO_DTYPE_I16 = 3 };
+enum proto_dtype {
+    PROTO_DTYPE_U8 = 1,
+    PROTO_DTYPE_F32 = 2,
+    PROTO_DTYPE_I16 = 3,
+    PROTO_DTYPE_I64 = 4, /* labels and lengths (no sample is int64) */
+};
 
 #define PROTO_OPEN_SHUFFLE 0x1u
 #define PROTO_OPEN_DROP_LAST 0x2u
 #define PROTO_OPEN_SHM 0x4u /* ask for the shared-memory transport */
 #define PROTO_OPEN_START 0x8u /* a u64 start_batch follows prefetch */
 #define PROTO_OPEN_INFO 0x10u /* OPENED carries dataset_samples and fingerprint */
+#define PROTO_OPEN_LABELS 0x20u /* the client takes a label tensor ("Labels") */
 
 /* RELEASE flags. COPIED: the client copied the batch out of its slot
  * because it held every other slot of the ring (it keeps batches: a list
@@ -389,7 +419,26 @@ struct proto_opened {
     /* On the wire only when has_info (the OPEN asked, PROTO_OPEN_INFO). */
     int has_info;
     uint64_t dataset_samples, fingerprint;
+    /* On the wire only when has_labels (the OPEN asked, PROTO_OPEN_LABELS),
+     * after the info, which then goes too. Without: int64 [n], no lengths. */
+    int has_labels;
+    struct proto_labels {
+        uint32_t dtype;   /* PROTO_DTYPE_I64 (classes 0) or PROTO_DTYPE_F32 */
+        uint32_t classes; /* 0: int64 [n]; K: float32 [n, K] */
+        uint32_t lengths; /* 1: an int64 [n] lengths tensor follows */
+    } labels;
 };
+/* Largest label_classes an OPENED may say (a row of soft targets). */
+#define PROTO_LABEL_CLASSES_MAX (1u << 20)
+/* The label format of a client that did not ask (and of older daemons). */
+#define PROTO_LABELS_INT64 ((struct proto_labels){PROTO_DTYPE_I64, 0, 0})
+/* Bytes of a batch of n samples' labels (label tensor and lengths) in a
+ * BATCH or BATCH_SHM body; 0 for a format no OPENED may say. */
+uint64_t proto_labels_size(const struct proto_labels *f, uint32_t n);
+/* Bytes of one sample's row of the label tensor (8, or 4 K). */
+uint64_t proto_label_row(const struct proto_labels *f);
+/* 1 when f is a format an OPENED may say (above). */
+int proto_labels_valid(const struct proto_labels *f);
 struct proto_batch_hdr {
     uint32_t stream_id;
     uint64_t index;
@@ -423,9 +472,13 @@ void proto_put_open(struct proto_wbuf *w, const struct proto_open *m);
 int proto_get_open(struct proto_rbuf *r, struct proto_open *m);
 void proto_put_opened(struct proto_wbuf *w, const struct proto_opened *m);
 int proto_get_opened(struct proto_rbuf *r, struct proto_opened *m);
-/* Only the fixed part; labels and data follow. */
+/* Only the fixed part; labels and data follow. proto_get_batch_hdr checks
+ * that the rest of the body is exactly n int64 labels and n samples;
+ * proto_get_batch_hdr_fmt the labels of format f and n samples. */
 void proto_put_batch_hdr(struct proto_wbuf *w, const struct proto_batch_hdr *m);
 int proto_get_batch_hdr(struct proto_rbuf *r, struct proto_batch_hdr *m);
+int proto_get_batch_hdr_fmt(struct proto_rbuf *r, struct proto_batch_hdr *m,
+                            const struct proto_labels *f);
 /* A whole BATCH frame's prefix (header, fixed part, labels) written in
  * place in front of data_len bytes of samples that follow it in memory, so
  * a batch goes out without being copied. */
@@ -433,6 +486,13 @@ size_t proto_batch_prefix_size(uint32_t n);
 void proto_batch_prefix_encode(uint8_t *out, uint32_t req_id,
                                const struct proto_batch_hdr *m,
                                const int64_t *labels, size_t data_len);
+/* The same with labels_len bytes of labels in their wire form (the label
+ * tensor and lengths of the stream's format, as they lie in a little-endian
+ * host's memory). */
+size_t proto_batch_prefix_size_raw(size_t labels_len);
+void proto_batch_prefix_encode_raw(uint8_t *out, uint32_t req_id,
+                                   const struct proto_batch_hdr *m, const void *labels,
+                                   size_t labels_len, size_t data_len);
 /* Only the fixed part; the labels follow. */
 void proto_put_batch_shm(struct proto_wbuf *w, const struct proto_batch_shm *m);
 int proto_get_batch_shm(struct proto_rbuf *r, struct proto_batch_shm *m);

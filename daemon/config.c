@@ -565,9 +565,11 @@ static int cfg_steps(struct cfg_parse *ps, struct config_dataset *d, const yaml_
     }
     if (d->nsteps == 0)
         return cfg_error(ps, seq, "steps", "the pipeline is empty");
-    uint32_t bad;
+    uint32_t bad, written = d->nsteps;
     if (config_dataset_chain(d, &bad, err, sizeof(err)) < 0)
         return cfg_error(ps, step_nodes[bad], "steps", "%s", err);
+    for (uint32_t i = 0; i < d->nbatch_steps; i++) /* the tail config_dataset_chain took */
+        d->batch_lines[i] = (int)step_nodes[written - d->nbatch_steps + i]->start_mark.line + 1;
     return 0;
 }
 
@@ -1110,6 +1112,22 @@ int config_dataset_chain(struct config_dataset *d, uint32_t *bad, char *err, siz
     int rc = step_chain_init(d->steps, d->nsteps, bad, err, errlen);
     if (rc < 0)
         return rc;
+    /* The batch-level steps (last, step_chain_init saw to it) leave the
+     * samples' pipeline. */
+    uint32_t k = 0;
+    while (k < d->nsteps && !step_is_batch(&d->steps[k]))
+        k++;
+    if (k < d->nsteps) {
+        if (k == 0 || d->nsteps - k > CONFIG_MAX_BATCH_STEPS) { /* the chain check refuses these */
+            *bad = k;
+            snprintf(err, errlen, "mixup and cutmix come after the samples' steps");
+            return -EINVAL;
+        }
+        d->nbatch_steps = d->nsteps - k;
+        memcpy(d->batch_steps, d->steps + k, d->nbatch_steps * sizeof(d->steps[0]));
+        memset(d->batch_lines, 0, sizeof(d->batch_lines));
+        d->nsteps = k;
+    }
     struct config_stage st = {0, 0, 0, PROTO_DTYPE_U8, STEP_LAYOUT_NHWC,
                               0xcbf29ce484222325ull, 0, step_type_source};
     for (uint32_t i = 0; i < d->nsteps; i++) {
@@ -1125,6 +1143,15 @@ int config_dataset_chain(struct config_dataset *d, uint32_t *bad, char *err, siz
     st.step_fp = 0;
     d->chain[d->nsteps] = st;
     return 0;
+}
+
+struct proto_labels config_dataset_labels(const struct config_dataset *d)
+{
+    for (uint32_t i = 0; i < d->nbatch_steps; i++)
+        if (step_soft_classes(&d->batch_steps[i]))
+            return (struct proto_labels){PROTO_DTYPE_F32,
+                                         step_soft_classes(&d->batch_steps[i]), 0};
+    return PROTO_LABELS_INT64;
 }
 
 const struct config_dataset *config_find_dataset(const struct config *c, const char *name)
@@ -1159,6 +1186,11 @@ int config_dataset_same(const struct config_dataset *a, const struct config_data
     for (uint32_t i = 0; i < a->nsteps; i++)
         if (a->steps[i].kind != b->steps[i].kind ||
             step_fingerprint(&a->steps[i], 0) != step_fingerprint(&b->steps[i], 0))
+            return 0;
+    if (a->nbatch_steps != b->nbatch_steps)
+        return 0;
+    for (uint32_t i = 0; i < a->nbatch_steps; i++)
+        if (step_fingerprint(&a->batch_steps[i], 0) != step_fingerprint(&b->batch_steps[i], 0))
             return 0;
     return 1;
 }

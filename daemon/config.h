@@ -53,6 +53,7 @@
 #include "step.h"
 
 #define CONFIG_MAX_STEPS 16
+#define CONFIG_MAX_BATCH_STEPS 2
 #define CONFIG_NAME_MAX 64
 #define CONFIG_NO_GROUP UINT32_MAX
 
@@ -108,6 +109,12 @@ struct config_dataset {
     int line;       /* where it was declared (0: command line) */
     int root_line;  /* where its root was set (0: command line) */
     struct config_source source; /* the source.* keys, as the file had them */
+    /* Batch-level steps (mixup, cutmix): written at the end of steps, kept
+     * here, not in steps[] (no sample runs them: a complete batch does).
+     * Their num_classes makes the labels float32 [n, num_classes]. */
+    struct step batch_steps[CONFIG_MAX_BATCH_STEPS];
+    uint32_t nbatch_steps;
+    int batch_lines[CONFIG_MAX_BATCH_STEPS]; /* where each was written */
 };
 
 struct config {
@@ -181,6 +188,9 @@ int config_check_roots(const struct config *c, char *err, size_t errlen);
  * test) goes through it; copies keep the chain. Returns 0, or -EINVAL with
  * err and *bad the index of the step at fault. */
 int config_dataset_chain(struct config_dataset *d, uint32_t *bad, char *err, size_t errlen);
+/* The label tensor a batch of d carries: int64 [n], or float32 [n, K] when
+ * a batch-level step makes soft targets of K classes. */
+struct proto_labels config_dataset_labels(const struct config_dataset *d);
 const struct config_dataset *config_find_dataset(const struct config *c,
                                                  const char *name);
 /* A copy of src that owns its strings (config_dataset_free it): a dataset

@@ -74,7 +74,7 @@ static struct strategy *strategy_new(const struct config_dataset *cfg, uint32_t 
         const struct config_stage *o = &cfg->chain[cfg->nsteps];
         *out = (struct dataset_output){o->h, o->w, o->c, o->dtype, o->layout,
                                        (size_t)o->h * o->w * o->c * proto_dtype_size(o->dtype),
-                                       o->type};
+                                       o->type, config_dataset_labels(cfg)};
     }
     return st;
 }
@@ -123,6 +123,27 @@ static int dataset_init(struct dataset *ds, const struct config_dataset *cfg, ui
     return ds->strategy && ds->bad_logged ? 0 : -ENOMEM;
 }
 
+/* Soft targets (mixup, cutmix) need a column for every label the dataset
+ * has: 0, or -EINVAL with err. */
+static int dataset_check_classes(const struct dataset *ds, char *err, size_t errlen)
+{
+    const struct config_dataset *dc = ds->cfg;
+    uint32_t k = ds->out.labels.classes, top = 0;
+    if (ds->out.labels.dtype != PROTO_DTYPE_F32)
+        return 0;
+    for (uint32_t i = 0; i < ds->n; i++)
+        if (sample_of(ds, i)->label >= top)
+            top = sample_of(ds, i)->label + 1;
+    uint32_t classes = ds->ix->nclasses > top ? ds->ix->nclasses : top;
+    if (classes <= k)
+        return 0;
+    const struct step *s = &dc->batch_steps[0];
+    snprintf(err, errlen, "dataset '%s': steps.%s.num_classes (line %d) is %u, but %s has %u "
+             "classes (labels 0..%u): the soft targets need a column for each", dc->name,
+             step_name(s->kind), dc->batch_lines[0], k, dc->root, classes, classes - 1);
+    return -EINVAL;
+}
+
 /* Once the samples are known (a subset's ids filled). */
 static void dataset_set_fingerprint(struct dataset *ds)
 {
@@ -153,6 +174,10 @@ int dataset_open(struct dataset **out, const struct config_dataset *cfg, char *e
                  strerror(ENOMEM));
         dataset_free(ds);
         return -ENOMEM;
+    }
+    if (dataset_check_classes(ds, err, errlen) < 0) {
+        dataset_free(ds);
+        return -EINVAL;
     }
     dataset_set_fingerprint(ds);
     *out = ds;
@@ -287,6 +312,10 @@ uint64_t dataset_content_hash(const struct dataset *ds, uint64_t h)
     h = hash_combine(h, dc->nsteps);
     for (uint32_t i = 0; i < dc->nsteps; i++)
         h = hash_combine(h, dc->chain[i].step_fp);
+    /* mixup/cutmix with all their parameters (nothing when there are none,
+     * so datasets without them keep their fingerprints). */
+    for (uint32_t i = 0; i < dc->nbatch_steps; i++)
+        h = hash_combine(h, step_fingerprint(&dc->batch_steps[i], 0xcbf29ce484222325ull));
     return h;
 }
 

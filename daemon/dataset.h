@@ -32,6 +32,7 @@
 #include "config.h"
 #include "img.h"
 #include "index.h"
+#include "proto.h"
 
 struct dataset;
 struct io_req;
@@ -57,6 +58,8 @@ struct dataset_output {
     uint32_t layout; /* enum step_layout (PROTO_LAYOUT_*) of float output */
     size_t bytes;    /* of one sample */
     struct step_type type; /* what the last step gives (step.h's sample model) */
+    struct proto_labels labels; /* a batch's label tensor: int64 [n], or float32
+                                   [n, K] after mixup/cutmix */
 };
 
 /* What the disk tier keys a sample's source by: a change of any of these

@@ -263,3 +263,8 @@ uint64_t hash_sample_seed(uint64_t seed, uint64_t epoch, uint32_t sample)
 {
     return hash_mix64(hash_mix64(hash_mix64(seed) ^ epoch) ^ sample);
 }
+
+uint64_t hash_batch_seed(uint64_t seed, uint64_t epoch, uint64_t number)
+{
+    return hash_mix64(hash_mix64(hash_mix64(seed ^ HASH_BATCH_SALT) ^ epoch) ^ number);
+}

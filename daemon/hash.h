@@ -17,6 +17,11 @@
  *   hash_sample_seed  the seed of one sample's random steps, a function of
  *                  (stream seed, epoch, sample id) only, so every epoch is
  *                  reproducible whatever the worker count, rank or cache.
+ *   hash_batch_seed  the seed of a batch's batch-level steps (mixup,
+ *                  cutmix), a function of (stream seed, epoch, the batch's
+ *                  number in the epoch across ranks: index * world + rank)
+ *                  only: hash_mix64(hash_mix64(hash_mix64(seed ^
+ *                  HASH_BATCH_SALT) ^ epoch) ^ number).
  */
 #ifndef PRESTO_HASH_H
 #define PRESTO_HASH_H
@@ -32,5 +37,7 @@ uint64_t hash_combine(uint64_t h, uint64_t v);
 /* Advances *state. */
 double hash_rand01(uint64_t *state);
 uint64_t hash_sample_seed(uint64_t seed, uint64_t epoch, uint32_t sample);
+#define HASH_BATCH_SALT 0x6261746368736565ull /* "batchsee" */
+uint64_t hash_batch_seed(uint64_t seed, uint64_t epoch, uint64_t number);
 
 #endif

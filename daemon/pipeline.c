@@ -10,6 +10,7 @@
 #include "decode_formats.h"
 #include "hash.h"
 #include "log.h"
+#include "mix.h"
 #include "stats.h"
 
 #define ARENA_ALIGN 64u
@@ -950,4 +951,34 @@ void pipeline_warm(struct pipeline *p, struct dataset *ds, uint32_t first, uint3
         ahead -= m;
     }
     strategy_put(st);
+}
+
+/* ---- batch-level steps ---- */
+
+int pipeline_batch_steps(const struct dataset *ds, uint64_t seed, uint8_t *data, uint32_t n,
+                         const int64_t *labels, float *targets)
+{
+    const struct config_dataset *dc = dataset_config(ds);
+    const struct dataset_output *o = dataset_output(ds);
+    uint32_t k = o->labels.classes;
+    struct mix_params mp = {0, 0, 1.0, 0.5};
+    for (uint32_t i = 0; i < dc->nbatch_steps; i++) {
+        const struct step *s = &dc->batch_steps[i];
+        *(s->kind == STEP_MIXUP ? &mp.mixup_alpha : &mp.cutmix_alpha) = s->alpha;
+        mp.p = s->p; /* the same on both (step_chain_init) */
+        mp.switch_p = s->switch_p;
+    }
+    int rc = mix_one_hot(labels, n, k, targets);
+    struct mix_decision d;
+    mix_draw(&mp, &seed, o->h, o->w, &d);
+    if (d.kind == MIX_NONE || n == 0)
+        return rc;
+    size_t len = (size_t)o->h * o->w * o->c;
+    float *scratch = malloc((len + k) * sizeof(float));
+    if (!scratch)
+        return -ENOMEM;
+    mix_apply(&d, (float *)(void *)data, n, o->h, o->w, o->c, o->layout == STEP_LAYOUT_NCHW,
+              targets, k, scratch);
+    free(scratch);
+    return rc;
 }

@@ -80,6 +80,17 @@ uint32_t pipeline_batch(struct pipeline *p, struct dataset *ds, const uint32_t *
                         int64_t *labels, struct worker_ctx *ctx, struct pipeline_ahead *pre,
                         pipeline_bad_fn bad, void *arg);
 
+/* The dataset's batch-level steps (mixup, cutmix; steps/mix.h) on a batch
+ * of n good samples at data (the output's shape, float32) whose class
+ * indices are labels[0..n): draws the batch's decision from seed
+ * (hash_batch_seed), mixes the samples in place, each with the one before
+ * it (the first with the last), and writes their n x K float32 soft
+ * targets to targets. Returns 0, -ENOMEM (the samples left unmixed, the
+ * targets one-hot), or -ERANGE when a label is not below K (its row stays
+ * zeros; dataset_open refuses such datasets). */
+int pipeline_batch_steps(const struct dataset *ds, uint64_t seed, uint8_t *data, uint32_t n,
+                         const int64_t *labels, float *targets);
+
 /* ---- reading batches ahead of their jobs (readahead.h) ----
  *
  * A batch job waits in the worker queue behind the jobs before it; a

@@ -72,7 +72,8 @@ struct reply_ref {
 struct reply_batch {
     uint64_t index;
     uint32_t n, h, w, c, dtype;
-    const int64_t *labels;
+    const uint8_t *labels; /* the label tensor's n rows (and lengths), wire form */
+    size_t labels_len;     /* bytes at labels */
     int shm;
     uint32_t slot;   /* shm */
     uint64_t offset; /* shm */

@@ -398,7 +398,7 @@ static int conn_batch_socket(const struct conn_job *cj, const struct reply_batch
 {
     struct evbuffer *out = bufferevent_get_output(cj->c->bev);
     struct proto_batch_hdr hdr = {cj->stream_id, b->index, b->n, b->h, b->w, b->c, b->dtype};
-    size_t pre_len = proto_batch_prefix_size(b->n), data_len = 0;
+    size_t pre_len = proto_batch_prefix_size_raw(b->labels_len), data_len = 0;
     int in_place = b->room >= pre_len;
     unsigned added = 0; /* pieces [0, added) are the evbuffers' now */
     int rc = 0;
@@ -409,7 +409,7 @@ static int conn_batch_socket(const struct conn_job *cj, const struct reply_batch
         rc = -ENOMEM;
     } else if (in_place) {
         uint8_t *p0 = b->piece[0].p - pre_len;
-        proto_batch_prefix_encode(p0, cj->req_id, &hdr, b->labels, data_len);
+        proto_batch_prefix_encode_raw(p0, cj->req_id, &hdr, b->labels, b->labels_len, data_len);
         if (evbuffer_add_reference(dst, p0, pre_len + b->piece[0].len, conn_piece_free,
                                    b->piece[0].ref) < 0)
             rc = -ENOMEM;
@@ -420,7 +420,8 @@ static int conn_batch_socket(const struct conn_job *cj, const struct reply_batch
         if (evbuffer_reserve_space(dst, (ev_ssize_t)pre_len, &v, 1) < 1) {
             rc = -ENOMEM;
         } else {
-            proto_batch_prefix_encode(v.iov_base, cj->req_id, &hdr, b->labels, data_len);
+            proto_batch_prefix_encode_raw(v.iov_base, cj->req_id, &hdr, b->labels, b->labels_len,
+                                          data_len);
             v.iov_len = pre_len;
             if (evbuffer_commit_space(dst, &v, 1) < 0)
                 rc = -ENOMEM;
@@ -454,8 +455,7 @@ static int conn_batch(const struct reply *r, const struct reply_batch *b)
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_BATCH_SHM, cj->req_id);
     proto_put_batch_shm(&w, &m);
-    for (uint32_t i = 0; i < b->n; i++)
-        proto_put_i64(&w, b->labels[i]);
+    proto_put_bytes(&w, b->labels, b->labels_len);
     int rc = frame_send(cj->c->bev, &w);
     size_t len = w.len;
     proto_wbuf_free(&w);
@@ -723,9 +723,11 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         .batch_size = req.batch_size, .prefetch = req.prefetch ? req.prefetch : cfg->prefetch,
         .shuffle = !!(req.flags & PROTO_OPEN_SHUFFLE),
         .drop_last = !!(req.flags & PROTO_OPEN_DROP_LAST), .shm = !!(req.flags & PROTO_OPEN_SHM),
-        .room = proto_batch_prefix_size(req.batch_size),
+        .room = proto_batch_prefix_size_raw(
+            proto_labels_size(&dataset_output(ds)->labels, req.batch_size)),
         .start_batch = req.flags & PROTO_OPEN_START ? req.start_batch : 0,
         .info = !!(req.flags & PROTO_OPEN_INFO),
+        .labels = !!(req.flags & PROTO_OPEN_LABELS),
     };
     if (conn_fit_budget(c, req_id, ds, &p) < 0)
         return;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
 #include "log.h"
 #include "planner.h"
 #include "readahead.h"
@@ -43,7 +44,9 @@ struct batch_job {
     uint64_t skipped;
     int failed;     /* a bad sample under on_error: fail */
     char err[640];
-    int64_t *labels; /* batch_size */
+    int64_t *labels; /* batch_size: the samples' class indices (pipeline_batch) */
+    uint8_t *lab;    /* batch_size rows of the label tensor (stream_label_row):
+                        labels itself for int64 labels, else a buffer of its own */
     uint8_t *buf;    /* [data_off bytes of room][batch_size samples] */
     uint32_t refs;   /* in flight, the batch being cut, pieces lent, the client */
     uint32_t slot;   /* shared memory: the job's slot of the stream's ring */
@@ -73,7 +76,8 @@ struct stream {
     /* The batch being cut: at most two segments (see stream_take). */
     struct segment part[2];
     uint32_t nparts, part_n;
-    int64_t *labels;         /* a two-segment batch's labels, gathered */
+    uint8_t *labels;         /* a two-segment batch's label rows, gathered */
+    size_t lab_row;          /* bytes of a sample's row of the label tensor */
     uint64_t batches_sent, samples_sent, skipped;
     uint64_t first_batch;    /* where the stream started (params.start_batch) */
     size_t data_off;         /* where sample data starts in a job buffer */
@@ -157,6 +161,22 @@ static size_t stream_sample_bytes(const struct stream *s)
     return dataset_output(s->ds)->bytes;
 }
 
+/* Label tensors go out as they lie in memory (proto.h: little-endian). */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "labels are sent as they lie");
+
+/* Bytes of one sample's row of the dataset's label tensor (8: an int64
+ * class index; 4 K: K float32 soft targets). */
+static size_t label_row(const struct dataset *ds)
+{
+    return (size_t)proto_label_row(&dataset_output(ds)->labels);
+}
+
+/* A job's label rows beyond its int64 labels (soft targets), in bytes. */
+static size_t job_extra_labels(const struct stream *s)
+{
+    return s->lab_row == sizeof(int64_t) ? 0 : s->p.batch_size * s->lab_row;
+}
+
 /* ring_create, counted in the gauges stream_ring_free takes it out of. */
 static int stream_ring_create(struct streams *ss, struct ring *r, uint32_t slots, size_t bytes,
                               uint32_t id)
@@ -189,7 +209,8 @@ void stream_ring_free(struct streams *ss, struct ring *r, struct budget *b, uid_
  * counted once for the stream). */
 static size_t job_bytes(const struct stream *s)
 {
-    size_t b = sizeof(struct batch_job) + s->p.batch_size * sizeof(int64_t);
+    size_t b = sizeof(struct batch_job) + s->p.batch_size * sizeof(int64_t) +
+               job_extra_labels(s);
     if (!stream_shm(s))
         b += s->data_off + (size_t)s->p.batch_size * stream_sample_bytes(s);
     return b;
@@ -199,11 +220,13 @@ uint64_t stream_memory(const struct dataset *ds, const struct stream_params *p)
 {
     const struct dataset_output *o = dataset_output(ds);
     uint64_t bs = p->batch_size, sample = o->bytes;
+    uint64_t row = proto_label_row(&o->labels);
     uint64_t cap = (uint64_t)p->prefetch + 2; /* inflight's entries, most jobs */
     uint64_t room = ((uint64_t)p->room + 63) & ~(uint64_t)63;
-    uint64_t job = sizeof(struct batch_job) + bs * sizeof(int64_t);
+    uint64_t job = sizeof(struct batch_job) + bs * sizeof(int64_t) +
+                   (row == sizeof(int64_t) ? 0 : bs * row);
     uint64_t base = sizeof(struct stream) + (uint64_t)dataset_size(ds) * sizeof(uint32_t) +
-                    bs * sizeof(int64_t) + cap * sizeof(struct batch_job *);
+                    bs * row + cap * sizeof(struct batch_job *);
     /* Socket: up to cap jobs with their buffers (never more than the
      * epoch's batches and the two a cut waits in), their frames queued by
      * reference (the frame's prefix is written in the room before them). */
@@ -214,7 +237,7 @@ uint64_t stream_memory(const struct dataset *ds, const struct stream_params *p)
     /* Shared memory: a job per slot and the ring; the BATCH_SHM frames
      * (header and labels) of every slot the client has not taken. */
     uint64_t slots = p->prefetch < 2 ? 2 : p->prefetch;
-    uint64_t frame = 128 + bs * sizeof(int64_t);
+    uint64_t frame = 128 + bs * row;
     uint64_t shm = base + slots * (job + sizeof(struct batch_job *) + frame +
                                    ring_slot_size((size_t)(bs * sample)));
     return shm > sock ? shm : sock;
@@ -230,6 +253,8 @@ static void stream_free(struct stream *s)
         ss->buffer_bytes -= job_bytes(s);
         if (!stream_shm(s))
             free(j->buf);
+        if (j->lab != (uint8_t *)j->labels)
+            free(j->lab);
         free(j->labels);
         readahead_free(ss->readahead, j->ahead);
         free(j);
@@ -291,6 +316,31 @@ static int job_bad(void *arg, uint32_t i, int err, const char *msg)
     return 0;
 }
 
+/*
+ * The batch-level steps run on the job's good samples, once a worker has
+ * them all: the planned batch, mixed among its samples with a decision of
+ * its own (hash_batch_seed of its number in the epoch across ranks). Without
+ * bad samples that is exactly the batch the client gets; after a skip under
+ * on_error: skip the batches it gets straddle two planned ones, and each
+ * sample keeps the mix (partner and decision) of its planned batch, its
+ * soft target always saying what was done to its pixels. A worker, not the
+ * event loop, does the work; the decision never depends on the workers, the
+ * cache or the transport.
+ */
+static void job_batch_steps(struct batch_job *j)
+{
+    const struct stream *s = j->s;
+    uint64_t number = j->index * s->p.world + s->p.rank;
+    int rc = pipeline_batch_steps(s->ds, hash_batch_seed(s->p.seed, s->p.epoch, number),
+                                  job_sample(j, 0), j->n, j->labels, (float *)(void *)j->lab);
+    if (rc == -ENOMEM) {
+        j->failed = 1;
+        j->n = 0;
+        snprintf(j->err, sizeof(j->err), "dataset '%s': no memory to mix batch %llu",
+                 dataset_name(s->ds), (unsigned long long)j->index);
+    }
+}
+
 static void job_run(struct work *w, struct worker_ctx *ctx)
 {
     struct batch_job *j = (struct batch_job *)w;
@@ -305,6 +355,8 @@ static void job_run(struct work *w, struct worker_ctx *ctx)
                           job_sample(j, 0), j->labels, ctx, j->ahead, job_bad, j);
     if (j->failed)
         j->n = 0;
+    if (j->lab != (uint8_t *)j->labels) /* soft targets: mixup, cutmix */
+        job_batch_steps(j);
 }
 
 /* ---- event loop thread ---- */
@@ -347,11 +399,14 @@ static struct batch_job *job_get(struct stream *s)
         return NULL;
     j->s = s;
     j->labels = malloc(s->p.batch_size * sizeof(*j->labels));
+    j->lab = job_extra_labels(s) ? malloc(job_extra_labels(s)) : (uint8_t *)j->labels;
     if (stream_shm(s))
         j->buf = ring_slot(&s->shm, j->slot = s->nslots_used);
     else
         j->buf = malloc(s->data_off + (size_t)s->p.batch_size * stream_sample_bytes(s));
-    if (!j->labels || !j->buf) {
+    if (!j->labels || !j->lab || !j->buf) {
+        if (j->lab != (uint8_t *)j->labels)
+            free(j->lab);
         free(j->labels);
         if (!stream_shm(s))
             free(j->buf);
@@ -445,7 +500,7 @@ static void batch_piece(struct stream *s, struct reply_batch *b, struct batch_jo
 
 /* The batch of n samples about to go out, without its samples. */
 static void batch_init(const struct stream *s, struct reply_batch *b, uint32_t n,
-                       const int64_t *labels)
+                       const uint8_t *labels)
 {
     const struct dataset_output *o = dataset_output(s->ds);
     memset(b, 0, sizeof(*b));
@@ -456,6 +511,7 @@ static void batch_init(const struct stream *s, struct reply_batch *b, uint32_t n
     b->c = o->c;
     b->dtype = o->dtype;
     b->labels = labels;
+    b->labels_len = (size_t)n * s->lab_row;
 }
 
 /* Sends the batch being cut without copying its samples: its segments are
@@ -465,13 +521,13 @@ static int stream_emit(struct stream *s)
 {
     const struct segment *p0 = &s->part[0];
     uint32_t n = s->part_n;
-    const int64_t *labels = p0->job->labels + p0->off;
+    const uint8_t *labels = p0->job->lab + p0->off * s->lab_row;
     struct reply_batch b;
 
     if (s->nparts == 2) {
         const struct segment *p1 = &s->part[1];
-        memcpy(s->labels, labels, p0->n * sizeof(*labels));
-        memcpy(s->labels + p0->n, p1->job->labels, p1->n * sizeof(*labels));
+        memcpy(s->labels, labels, p0->n * s->lab_row);
+        memcpy(s->labels + p0->n * s->lab_row, p1->job->lab, p1->n * s->lab_row);
         labels = s->labels;
     }
     batch_init(s, &b, n, labels);
@@ -492,7 +548,7 @@ static void stream_append(struct stream *s, struct batch_job *src, uint32_t from
     struct segment *p1 = &s->part[1];
     memcpy(job_sample(p1->job, p1->n), job_sample(src, from),
            (size_t)m * stream_sample_bytes(s));
-    memcpy(p1->job->labels + p1->n, src->labels + from, m * sizeof(*src->labels));
+    memcpy(p1->job->lab + p1->n * s->lab_row, src->lab + from * s->lab_row, m * s->lab_row);
     p1->n += m;
 }
 
@@ -540,7 +596,7 @@ static int stream_emit_shm(struct stream *s)
     struct batch_job *t = s->part[0].job;
     uint32_t n = s->part_n;
     struct reply_batch b;
-    batch_init(s, &b, n, t->labels);
+    batch_init(s, &b, n, t->lab);
     b.shm = 1;
     b.slot = t->slot;
     b.offset = (uint64_t)t->slot * s->shm.slot_bytes;
@@ -577,7 +633,7 @@ static int stream_take_shm(struct stream *s, struct batch_job *j)
         if (s->nparts == 0) {
             if (used) {
                 memmove(job_sample(j, 0), job_sample(j, used), m * sb);
-                memmove(j->labels, j->labels + used, m * sizeof(*j->labels));
+                memmove(j->lab, j->lab + used * s->lab_row, m * s->lab_row);
             }
             s->part[0] = (struct segment){j, 0, m};
             s->nparts = 1;
@@ -585,7 +641,8 @@ static int stream_take_shm(struct stream *s, struct batch_job *j)
         } else {
             struct batch_job *t = s->part[0].job;
             memcpy(job_sample(t, s->part_n), job_sample(j, used), m * sb);
-            memcpy(t->labels + s->part_n, j->labels + used, m * sizeof(*j->labels));
+            memcpy(t->lab + s->part_n * s->lab_row, j->lab + used * s->lab_row,
+                   m * s->lab_row);
             s->part[0].n += m;
         }
         s->part_n += m;
@@ -763,7 +820,8 @@ static int stream_say_opened(struct stream *s, struct ring *spare)
 
     *op = (struct proto_opened){0, s->plan.count, s->plan.batches, o->h, o->w, o->c, o->dtype,
                                 o->layout, PROTO_TRANSPORT_SOCKET, s->p.prefetch, 0, s->p.info,
-                                dataset_size(s->ds), dataset_fingerprint(s->ds)};
+                                dataset_size(s->ds), dataset_fingerprint(s->ds),
+                                s->p.labels, o->labels};
     if (s->p.shm) {
         uint32_t slots = s->p.prefetch < 2 ? 2 : s->p.prefetch;
         size_t bytes = (size_t)s->p.batch_size * o->bytes;
@@ -811,6 +869,15 @@ static int stream_say_opened(struct stream *s, struct ring *spare)
     return reply_progress(&s->reply, &m, -1);
 }
 
+void stream_labels_describe(const struct proto_labels *f, char *buf, size_t len)
+{
+    if (f->dtype == PROTO_DTYPE_F32)
+        snprintf(buf, len, "float32 [n, %u] soft labels (mixup/cutmix)%s", f->classes,
+                 f->lengths ? " and int64 [n] lengths" : "");
+    else
+        snprintf(buf, len, "int64 [n] labels%s", f->lengths ? " and int64 [n] lengths" : "");
+}
+
 int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
                 const struct stream_params *p, const struct reply *reply, struct ring *spare,
                 char *err, size_t errlen)
@@ -819,6 +886,14 @@ int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
     if (o->h == 0 || o->bytes == 0) {
         snprintf(err, errlen, "dataset '%s': the pipeline's output size varies per image "
                  "(end it with center_crop)", dataset_name(ds));
+        return -EINVAL;
+    }
+    if (!p->labels && (o->labels.dtype != PROTO_DTYPE_I64 || o->labels.lengths)) {
+        char what[96];
+        stream_labels_describe(&o->labels, what, sizeof(what));
+        snprintf(err, errlen, "dataset '%s' delivers %s, which this client cannot take (it "
+                 "knows only int64 [n] labels): use a newer libprestoclient", dataset_name(ds),
+                 what);
         return -EINVAL;
     }
     struct stream *s = calloc(1, sizeof(*s));
@@ -850,7 +925,8 @@ int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
     s->first_batch = p->start_batch < s->plan.batches ? p->start_batch : s->plan.batches;
     s->next_submit = s->next_send = s->first_batch;
     s->inflight = calloc(s->cap, sizeof(*s->inflight));
-    s->labels = malloc(p->batch_size * sizeof(*s->labels));
+    s->lab_row = label_row(ds);
+    s->labels = malloc(p->batch_size * s->lab_row);
     s->pump_ev = event_new(ss->base, -1, 0, stream_on_pump, s);
     s->release_ev = evtimer_new(ss->base, stream_on_release_timeout, s);
     if (!s->inflight || !s->labels || !s->pump_ev || !s->release_ev) {

@@ -71,6 +71,9 @@ struct stream_params {
      * indices; at or past the epoch's batches it is empty. */
     uint64_t start_batch;
     int info;          /* OPENED carries the dataset's size and fingerprint */
+    int labels;        /* the client takes a label tensor (PROTO_OPEN_LABELS):
+                          OPENED says the dataset's label format; without it
+                          a dataset whose labels are not int64 [n] refuses */
 };
 
 /* The streams' counters and gauges (event loop thread), at the top of the
@@ -124,6 +127,9 @@ uint64_t stream_memory(const struct dataset *ds, const struct stream_params *p);
  * nothing. spare (may be NULL) is the ring the owner kept from its previous
  * stream: a shared-memory stream of the same geometry takes it over (the
  * client has it mapped already), any other stream frees it. */
+/* "float32 [n, 10] soft labels (mixup/cutmix)", ...: a label format in
+ * words, for messages. */
+void stream_labels_describe(const struct proto_labels *f, char *buf, size_t len);
 int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
                 const struct stream_params *p, const struct reply *reply, struct ring *spare,
                 char *err, size_t errlen);

@@ -35,6 +35,8 @@ static const char *const step_names[STEP_KIND_MAX] = {
     [STEP_RAND_AUGMENT] = "rand_augment",
     [STEP_TRIVIAL_AUGMENT_WIDE] = "trivial_augment_wide",
     [STEP_RANDOM_ERASING] = "random_erasing",
+    [STEP_MIXUP] = "mixup",
+    [STEP_CUTMIX] = "cutmix",
 };
 
 static const char *const layout_names[] = {"nhwc", "nchw"};
@@ -164,6 +166,9 @@ enum param_type {
     P_MAGNITUDE, /* 0..AUG_BINS_MAX - 1 (below num_magnitude_bins) */
     P_BINS,    /* 2..AUG_BINS_MAX */
     P_ERASE_VALUE, /* X | [X, ...] (up to STEP_CHANNELS_MAX), finite, or random */
+    P_ALPHA,   /* a number > 0: alpha */
+    P_CLASSES, /* an integer in 1..PROTO_LABEL_CLASSES_MAX: num_classes */
+    P_SWITCH,  /* a number in [0, 1]: switch_p */
 };
 
 struct param {
@@ -211,6 +216,10 @@ static const struct step_params {
                                     {"interpolation", P_INTERP, 0}, {"fill", P_FILL, 0}}, 0},
     [STEP_RANDOM_ERASING] = {{{"p", P_PROB, 0}, {"scale", P_SCALE, 0}, {"ratio", P_RATIO, 0},
                               {"value", P_ERASE_VALUE, 0}}, 0},
+    [STEP_MIXUP] = {{{"alpha", P_ALPHA, 1}, {"num_classes", P_CLASSES, 1}, {"p", P_PROB, 0},
+                     {"switch_p", P_SWITCH, 0}}, 0},
+    [STEP_CUTMIX] = {{{"alpha", P_ALPHA, 1}, {"num_classes", P_CLASSES, 1}, {"p", P_PROB, 0},
+                      {"switch_p", P_SWITCH, 0}}, 0},
 };
 
 #define RRC_SCALE_LO 0.08
@@ -218,6 +227,8 @@ static const struct step_params {
 #define RRC_RATIO_LO (3.0 / 4.0)
 #define RRC_RATIO_HI (4.0 / 3.0)
 #define FLIP_DEFAULT_P 0.5
+#define MIX_DEFAULT_P 1.0        /* the reference scripts' mixers: p=1.0 */
+#define MIX_DEFAULT_SWITCH_P 0.5 /* RandomChoice of the two */
 
 /* A decimal integer in lo..hi, digits only. */
 static int parse_uint(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -343,6 +354,9 @@ static const char *param_expects(enum param_type t)
     case P_MAGNITUDE: return "a bin in 0..1023, below num_magnitude_bins";
     case P_BINS: return "a count in 2..1024";
     case P_ERASE_VALUE: return "a number, a list of up to 4 (one per channel), or random";
+    case P_ALPHA: return "a number above 0";
+    case P_CLASSES: return "an integer in 1..1048576";
+    case P_SWITCH: return "a number in [0, 1]";
     }
     return "?";
 }
@@ -580,6 +594,23 @@ static int parse_param(const struct param *p, const struct step_arg *a, struct s
         return parse_values(a, p->type, s);
     default:
         return parse_aug_param(p, a, s);
+    case P_ALPHA:
+        if (a->n != 1 || a->list || parse_number(a->v[0], &d[0]) < 0 || !(d[0] > 0.0) ||
+            d[0] > 1e6)
+            return -EINVAL;
+        s->alpha = d[0];
+        return 0;
+    case P_CLASSES:
+        if (a->n != 1 || a->list || parse_uint(a->v[0], 1, PROTO_LABEL_CLASSES_MAX, &u[0]) < 0)
+            return -EINVAL;
+        s->num_classes = u[0];
+        return 0;
+    case P_SWITCH:
+        if (a->n != 1 || a->list || parse_number(a->v[0], &d[0]) < 0 ||
+            !(d[0] >= 0.0 && d[0] <= 1.0))
+            return -EINVAL;
+        s->switch_p = d[0];
+        return 0;
     }
     return -EINVAL;
 }
@@ -598,6 +629,10 @@ static void step_defaults(struct step *s, enum step_kind kind)
     s->nmean = 1;
     s->std[0] = 1.0f; /* to_float: (x / 255 - 0) / 1 */
     s->layout = STEP_LAYOUT_NHWC;
+    if (kind == STEP_MIXUP || kind == STEP_CUTMIX) {
+        s->p = MIX_DEFAULT_P;
+        s->switch_p = MIX_DEFAULT_SWITCH_P;
+    }
     /* The image augmentations: torchvision's defaults. */
     s->interp = GEOM_NEAREST;
     s->sigma[0] = 0.1;
@@ -769,7 +804,7 @@ static const struct step_sig {
     struct step_type take;
     uint32_t give_domain, give_dtype, give_rank;
     int give_layout; /* the output's layout is s->layout */
-    int any_layout;  /* takes rank 3 in either layout (and gives it back) */
+    int any_layout;  /* takes either layout (else the one in take) */
 } step_sigs[STEP_KIND_MAX] = {
 #define IMAGE_U8 {STEP_DOMAIN_IMAGE, PROTO_DTYPE_U8, 3, STEP_LAYOUT_NHWC}
     [STEP_DECODE] = {{STEP_DOMAIN_ENCODED, PROTO_DTYPE_U8, 0, STEP_LAYOUT_NHWC},
@@ -791,6 +826,10 @@ static const struct step_sig {
     [STEP_TRIVIAL_AUGMENT_WIDE] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
     [STEP_RANDOM_ERASING] = {{STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, STEP_LAYOUT_NHWC},
                              STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
+#define IMAGE_F32 {STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, STEP_LAYOUT_NHWC}
+    [STEP_MIXUP] = {IMAGE_F32, STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
+    [STEP_CUTMIX] = {IMAGE_F32, STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
+#undef IMAGE_F32
 #undef IMAGE_U8
 };
 
@@ -845,9 +884,9 @@ const char *step_takes_text(enum step_kind kind)
     switch (step_sigs[kind].take.domain) {
     case STEP_DOMAIN_ENCODED: return "encoded bytes (a source file)";
     case STEP_DOMAIN_IMAGE:
-        return step_sigs[kind].take.dtype == PROTO_DTYPE_F32
-                   ? "a float32 image (what normalize or to_float gives)"
-                   : "a uint8 image [H, W, C]";
+        if (step_sigs[kind].take.dtype == PROTO_DTYPE_F32)
+            return "a float32 image (after to_float or normalize)";
+        return "a uint8 image [H, W, C]";
     default: return "?";
     }
 }
@@ -894,6 +933,35 @@ static int aug_has_fill(enum step_kind kind)
            kind == STEP_TRIVIAL_AUGMENT_WIDE;
 }
 
+/* steps[i] follows a batch-level step: only the other one may, once, and
+ * then with the same num_classes, p and switch_p. */
+static int batch_chain_check(const struct step *steps, uint32_t i, char *err, size_t errlen)
+{
+    const struct step *s = &steps[i], *prev = &steps[i - 1];
+    const char *name = step_name(s->kind), *pname = step_name(prev->kind);
+    if (!step_is_batch(s)) {
+        set_err(err, errlen, "%s cannot follow %s: mixup and cutmix act on a whole batch, "
+                "after every step of its samples, so they come last", name, pname);
+        return -EINVAL;
+    }
+    if (s->kind == prev->kind || (i > 1 && step_is_batch(&steps[i - 2]))) {
+        set_err(err, errlen, "%s is given twice: a batch takes one mixup and one cutmix at "
+                "most", name);
+        return -EINVAL;
+    }
+    if (s->num_classes != prev->num_classes) {
+        set_err(err, errlen, "%s: num_classes %u differs from %s's %u (one label tensor)",
+                name, s->num_classes, pname, prev->num_classes);
+        return -EINVAL;
+    }
+    if (s->p != prev->p || s->switch_p != prev->switch_p) {
+        set_err(err, errlen, "%s: p and switch_p must be %s's (%g and %g): a batch draws "
+                "whether to mix, and which, once", name, pname, prev->p, prev->switch_p);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
                     size_t errlen)
 {
@@ -907,6 +975,8 @@ int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
     for (uint32_t i = 0; i < n; i++) {
         struct step *s = &steps[i];
         *bad = i;
+        if (i > 0 && step_is_batch(&steps[i - 1]) && batch_chain_check(steps, i, err, errlen) < 0)
+            return -EINVAL;
         if (!step_takes(s, &t)) {
             chain_mismatch(steps, i, &t, err, errlen);
             return -EINVAL;
@@ -1006,8 +1076,13 @@ int step_is_random(const struct step *s)
     case STEP_GAUSSIAN_BLUR: /* a fixed sigma blurs alike every epoch */
         return s->sigma[0] != s->sigma[1];
     default:
-        return 0;
+        return step_is_batch(s);
     }
+}
+
+int step_is_batch(const struct step *s)
+{
+    return s->kind == STEP_MIXUP || s->kind == STEP_CUTMIX;
 }
 
 /* The shortest text that reads back as v: doubles, and floats when single. */
@@ -1253,6 +1328,21 @@ static void describe(const struct step *s, char *buf, size_t len, int full)
         if (full || s->layout != STEP_LAYOUT_NHWC)
             sb_printf(&b, "(layout=%s)", layout_names[s->layout & 1]);
         break;
+    case STEP_MIXUP:
+    case STEP_CUTMIX:
+        sb_printf(&b, "(");
+        sb_number(&b, s->alpha, 0);
+        sb_printf(&b, ",num_classes=%u", s->num_classes);
+        if (full || s->p != MIX_DEFAULT_P) {
+            sb_printf(&b, ",p=");
+            sb_number(&b, s->p, 0);
+        }
+        if (full || s->switch_p != MIX_DEFAULT_SWITCH_P) {
+            sb_printf(&b, ",switch_p=");
+            sb_number(&b, s->switch_p, 0);
+        }
+        sb_printf(&b, ")");
+        break;
     case STEP_KIND_MAX:
         break;
     default:
@@ -1264,6 +1354,11 @@ static void describe(const struct step *s, char *buf, size_t len, int full)
 void step_describe(const struct step *s, char *buf, size_t len)
 {
     describe(s, buf, len, 0);
+}
+
+uint32_t step_soft_classes(const struct step *s)
+{
+    return s->num_classes; /* 0 but for the batch-level steps */
 }
 
 uint64_t step_fingerprint(const struct step *s, uint64_t h)
@@ -1370,6 +1465,9 @@ int step_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
     case STEP_TRIVIAL_AUGMENT_WIDE:
     case STEP_RANDOM_ERASING:
         return step_imgaug_apply(s, ctx, in, out);
+    case STEP_MIXUP:
+    case STEP_CUTMIX:
+        return step_fail(ctx, -EINVAL, "%s acts on a batch, not on a sample", step_name(s->kind));
     default:
         return step_fail(ctx, -EINVAL, "unknown step kind %d", (int)s->kind);
     }

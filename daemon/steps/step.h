@@ -26,6 +26,19 @@
  *   normalize            mean: [..], std: [..], layout: nhwc | nchw (nhwc)
  *                        ToTensor + Normalize, float32, bit-exact
  *   to_float             layout: nhwc | nchw       ToTensor (x / 255), float32
+ * Batch-level steps, last in the list, after to_float or normalize (they
+ * take the float32 image, either layout, and make the labels float32 soft
+ * targets [n, num_classes]); torchvision's reference training scripts'
+ * RandomMixup / RandomCutmix (steps/mix.h):
+ *   mixup                alpha (main, > 0), num_classes (required), p: 1.0,
+ *                        switch_p: 0.5
+ *   cutmix               the same
+ *   With both, each batch takes cutmix with probability switch_p, else
+ *   mixup (the scripts' RandomChoice: 0.5), then mixes with probability p;
+ *   both must then agree on num_classes, p and switch_p. They never run on
+ *   a sample: config.c keeps them apart (config_dataset's batch_steps) and
+ *   the pipeline applies them to a batch (pipeline_batch_steps), their
+ *   randomness drawn from (stream seed, epoch, batch).
  *
  * The image augmentations (imgaug.c; torchvision's names and defaults; each
  * decision drawn from the per-sample seed, the operation given it equal to
@@ -92,6 +105,9 @@ enum step_kind {
     STEP_RAND_AUGMENT,
     STEP_TRIVIAL_AUGMENT_WIDE,
     STEP_RANDOM_ERASING,
+    /* batch-level steps: a complete batch, not a sample (step_is_batch) */
+    STEP_MIXUP,
+    STEP_CUTMIX,
     STEP_KIND_MAX
 };
 
@@ -140,6 +156,10 @@ struct step {
     uint32_t nvalue;                   /* random_erasing: 1 value, or one per channel */
     float value[STEP_CHANNELS_MAX];
     int erase_nchw;                    /* random_erasing: its input's layout (chain) */
+    /* batch-level steps (mixup, cutmix; p is the batch's mixing chance) */
+    double alpha;            /* Beta(alpha, alpha) of lambda */
+    double switch_p;         /* with both: cutmix's share (RandomChoice: 0.5) */
+    uint32_t num_classes;    /* the soft targets' K */
 };
 
 /* What a sample is between two steps. */
@@ -230,6 +250,11 @@ int step_is_random(const struct step *s);
 /* Writes a canonical "name(args)" text of the step for logs and the
  * datasets JSON: parameters at their defaults are left out. */
 void step_describe(const struct step *s, char *buf, size_t len);
+/* K when the step makes the labels float32 soft targets [n, K] (mixup,
+ * cutmix), else 0. */
+uint32_t step_soft_classes(const struct step *s);
+/* 1 for a batch-level step (mixup, cutmix): it acts on a whole batch. */
+int step_is_batch(const struct step *s);
 /* Mixes the step's kind and every parameter into a 64-bit fingerprint. */
 uint64_t step_fingerprint(const struct step *s, uint64_t h);
 

@@ -88,6 +88,10 @@ static void pull_epoch(const presto_stream_opts_t *o, struct epoch *e)
     ck_assert_uint_eq(info.w, SIDE);
     ck_assert_uint_eq(info.c, CHANNELS);
     ck_assert_uint_eq(info.dtype, PRESTO_DTYPE_U8);
+    /* Class indices: the label tensor is int64 [n], no lengths. */
+    ck_assert_uint_eq(info.label_dtype, PRESTO_DTYPE_I64);
+    ck_assert_uint_eq(info.label_classes, 0);
+    ck_assert_int_eq(info.has_lengths, 0);
 
     while ((rc = presto_next(s, &b)) > 0) {
         uint64_t left = per_rank - e->samples;
@@ -100,6 +104,12 @@ static void pull_epoch(const presto_stream_opts_t *o, struct epoch *e)
         ck_assert_uint_eq(b.size, b.n * SAMPLE_BYTES);
         ck_assert_ptr_nonnull(b.data);
         ck_assert_ptr_nonnull(b.labels);
+        uint64_t shape[2];
+        ck_assert_uint_eq(presto_batch_label_dtype(&b), PRESTO_DTYPE_I64);
+        ck_assert_uint_eq(presto_batch_label_shape(&b, shape), 1);
+        ck_assert_uint_eq(shape[0], b.n);
+        ck_assert_ptr_eq(presto_batch_label_data(&b), b.labels);
+        ck_assert_ptr_null(presto_batch_lengths(&b));
         e->fnv = harness_fnv(e->fnv, b.labels, b.n * sizeof(b.labels[0]));
         e->fnv = harness_fnv(e->fnv, b.data, b.size);
         for (uint32_t i = 0; i < b.n; i++) {

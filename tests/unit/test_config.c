@@ -345,6 +345,33 @@ static const struct bad_case bad_cases[] = {
     {"decode twice", DS "    steps:\n      - decode\n      - resize: 8\n"
                         "      - decode: grey\n",
      7, {"steps", "decode takes encoded bytes"}},
+    /* batch-level steps: mixup, cutmix */
+    {"mixup before to_float", DS "    steps:\n      - decode\n"
+                                 "      - mixup: {alpha: 0.2, num_classes: 10}\n",
+     6, {"steps", "mixup cannot follow decode: mixup takes a float32 image (after to_float "
+                  "or normalize)"}},
+    {"mixup without num_classes", DS "    steps:\n      - decode\n      - to_float\n"
+                                     "      - mixup: 0.2\n",
+     7, {"steps", "needs num_classes"}},
+    {"mixup alpha 0", DS "    steps:\n      - decode\n      - to_float\n"
+                         "      - mixup: {alpha: 0, num_classes: 3}\n",
+     7, {"steps.mixup.alpha", "above 0"}},
+    {"a sample's step after mixup", DS "    steps:\n      - decode\n      - to_float\n"
+                                       "      - mixup: {alpha: 0.2, num_classes: 3}\n"
+                                       "      - random_flip\n",
+     8, {"steps", "random_flip cannot follow mixup: mixup and cutmix act on a whole batch"}},
+    {"mixup twice", DS "    steps:\n      - decode\n      - to_float\n"
+                       "      - mixup: {alpha: 0.2, num_classes: 3}\n"
+                       "      - mixup: {alpha: 0.4, num_classes: 3}\n",
+     8, {"steps", "mixup is given twice"}},
+    {"mixup and cutmix of other classes", DS "    steps:\n      - decode\n      - to_float\n"
+                                             "      - mixup: {alpha: 0.2, num_classes: 3}\n"
+                                             "      - cutmix: {alpha: 1, num_classes: 4}\n",
+     8, {"steps", "num_classes 4 differs from mixup's 3"}},
+    {"mixup and cutmix with other p", DS "    steps:\n      - decode\n      - to_float\n"
+                                         "      - cutmix: {alpha: 1, num_classes: 3, p: 0.5}\n"
+                                         "      - mixup: {alpha: 0.2, num_classes: 3}\n",
+     8, {"steps", "p and switch_p must be cutmix's"}},
     {"dct_scale without a resize", DS "    steps:\n      - decode: {dct_scale: true}\n"
                                       "      - center_crop: 8\n",
      5, {"steps", "dct_scale"}},
@@ -452,6 +479,52 @@ static const struct bad_case bad_cases[] = {
     {"YAML syntax error", "socket: /x\nworkers: 2\n  bad: 1\n", 3, {NULL}},
     {"YAML unclosed flow list", "workers: 2\nsocket: [a, b\nprefetch: 2\n", 3, {NULL}},
 };
+
+/* mixup and cutmix leave the samples' steps for batch_steps, with their
+ * lines, and make the labels float32 [n, num_classes]. */
+START_TEST(test_batch_steps)
+{
+    struct config c;
+    char err[512];
+    ck_assert_int_eq(load(&c, DS "    steps:\n      - decode\n      - center_crop: 8\n"
+                                 "      - normalize: {mean: 0.5, std: 0.25, layout: nchw}\n"
+                                 "      - mixup: {alpha: 0.2, num_classes: 1000}\n"
+                                 "      - cutmix: {alpha: 1.0, num_classes: 1000}\n",
+                          err, sizeof(err)), 0);
+    const struct config_dataset *d = &c.datasets[0];
+    ck_assert_uint_eq(d->nsteps, 3);
+    ck_assert_uint_eq(d->nbatch_steps, 2);
+    ck_assert_int_eq(d->batch_steps[0].kind, STEP_MIXUP);
+    ck_assert_int_eq(d->batch_steps[1].kind, STEP_CUTMIX);
+    ck_assert_int_eq(d->batch_lines[0], 8);
+    ck_assert_int_eq(d->batch_lines[1], 9);
+    ck_assert(d->batch_steps[0].alpha == 0.2 && d->batch_steps[1].alpha == 1.0);
+    ck_assert(d->batch_steps[0].p == 1.0 && d->batch_steps[0].switch_p == 0.5);
+    ck_assert(step_is_random(&d->batch_steps[0]) && step_is_batch(&d->batch_steps[1]));
+    struct proto_labels f = config_dataset_labels(d);
+    ck_assert_uint_eq(f.dtype, PROTO_DTYPE_F32);
+    ck_assert_uint_eq(f.classes, 1000);
+    ck_assert_uint_eq(f.lengths, 0);
+    /* the samples' output is the normalize's */
+    ck_assert_uint_eq(d->chain[d->nsteps].dtype, PROTO_DTYPE_F32);
+    ck_assert_uint_eq(d->chain[d->nsteps].h, 8);
+    char text[128];
+    step_describe(&d->batch_steps[0], text, sizeof(text));
+    ck_assert_str_eq(text, "mixup(0.2,num_classes=1000)");
+    /* a dataset with them is not the same as one without */
+    struct config c2;
+    ck_assert_int_eq(load(&c2, DS "    steps:\n      - decode\n      - center_crop: 8\n"
+                                  "      - normalize: {mean: 0.5, std: 0.25, layout: nchw}\n",
+                          err, sizeof(err)), 0);
+    ck_assert(!config_dataset_same(d, &c2.datasets[0]));
+    ck_assert(config_dataset_same(d, d));
+    f = config_dataset_labels(&c2.datasets[0]);
+    ck_assert_uint_eq(f.dtype, PROTO_DTYPE_I64);
+    ck_assert_uint_eq(f.classes, 0);
+    config_free(&c2);
+    config_free(&c);
+}
+END_TEST
 
 START_TEST(test_bad)
 {
@@ -1079,6 +1152,7 @@ static Suite *config_suite(void)
 
     tc = tcase_create("errors");
     tcase_add_loop_test(tc, test_bad, 0, (int)NELEM(bad_cases));
+    tcase_add_test(tc, test_batch_steps);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("misc");

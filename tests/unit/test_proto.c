@@ -827,7 +827,143 @@ START_TEST(test_names)
     ck_assert_uint_eq(proto_dtype_size(PROTO_DTYPE_F32), 4);
     ck_assert_uint_eq(proto_dtype_size(PROTO_DTYPE_I16), 2);
     ck_assert_uint_eq(proto_dtype_size(0), 0);
-    ck_assert_uint_eq(proto_dtype_size(4), 0);
+    ck_assert_uint_eq(proto_dtype_size(PROTO_DTYPE_I64), 8);
+    ck_assert_uint_eq(proto_dtype_size(5), 0);
+}
+END_TEST
+
+/* Label formats: which an OPENED may say, their sizes, and OPENED's label
+ * fields after the info (PROTO_OPEN_LABELS): round trip, a truncated one,
+ * and formats no daemon may say. */
+START_TEST(test_label_formats)
+{
+    const struct proto_labels i64 = PROTO_LABELS_INT64;
+    const struct proto_labels soft = {PROTO_DTYPE_F32, 10, 0};
+    const struct proto_labels soft_len = {PROTO_DTYPE_F32, 10, 1};
+    const struct proto_labels i64_len = {PROTO_DTYPE_I64, 0, 1};
+    ck_assert(proto_labels_valid(&i64) && proto_labels_valid(&soft) &&
+              proto_labels_valid(&soft_len) && proto_labels_valid(&i64_len));
+    ck_assert_uint_eq(proto_label_row(&i64), 8);
+    ck_assert_uint_eq(proto_label_row(&soft), 40);
+    ck_assert_uint_eq(proto_labels_size(&i64, 4), 32);
+    ck_assert_uint_eq(proto_labels_size(&soft, 4), 160);
+    ck_assert_uint_eq(proto_labels_size(&soft_len, 4), 192);
+    ck_assert_uint_eq(proto_labels_size(&i64_len, 4), 64);
+    const struct proto_labels bad[] = {
+        {PROTO_DTYPE_I64, 3, 0},                          /* int64 with classes */
+        {PROTO_DTYPE_F32, 0, 0},                          /* soft with no classes */
+        {PROTO_DTYPE_F32, PROTO_LABEL_CLASSES_MAX + 1, 0}, /* too many classes */
+        {PROTO_DTYPE_U8, 0, 0},  {PROTO_DTYPE_I16, 4, 0}, {0, 0, 0},
+        {PROTO_DTYPE_I64, 0, 2},                          /* lengths is 0 or 1 */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_msg(!proto_labels_valid(&bad[i]), "format %zu", i);
+        ck_assert_uint_eq(proto_labels_size(&bad[i], 4), 0);
+    }
+
+    struct proto_wbuf w;
+    struct proto_opened op = sample_opened, opd;
+    proto_wbuf_init(&w);
+    proto_put_opened(&w, &op);
+    size_t base = w.len;
+    proto_wbuf_free(&w);
+    proto_wbuf_init(&w);
+    op.has_labels = 1; /* the info goes too */
+    op.labels = soft_len;
+    op.fingerprint = 99;
+    proto_put_opened(&w, &op);
+    ck_assert_uint_eq(w.len, base + 16 + 12);
+    ck_assert_int_eq(decode_all(&w, get_opened, &opd), 0);
+    ck_assert(opd.has_info && opd.has_labels);
+    ck_assert_uint_eq(opd.fingerprint, 99);
+    ck_assert_uint_eq(opd.labels.dtype, PROTO_DTYPE_F32);
+    ck_assert_uint_eq(opd.labels.classes, 10);
+    ck_assert_uint_eq(opd.labels.lengths, 1);
+    for (w.len = base + 17; w.len < base + 28; w.len++) /* part of the labels */
+        ck_assert_int_eq(decode_all(&w, get_opened, &opd), -PROTO_E_PROTO);
+    proto_put_u32(&w, 0); /* w.len is base + 28 again, then 4 more */
+    ck_assert_int_eq(decode_all(&w, get_opened, &opd), -PROTO_E_PROTO);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        proto_wbuf_free(&w);
+        proto_wbuf_init(&w);
+        op.labels = bad[i];
+        proto_put_opened(&w, &op);
+        ck_assert_int_eq(decode_all(&w, get_opened, &opd), -PROTO_E_PROTO);
+    }
+    proto_wbuf_free(&w);
+    /* Without the labels: int64 [n], as from a daemon before them. */
+    proto_wbuf_init(&w);
+    op = sample_opened;
+    op.has_info = 1;
+    proto_put_opened(&w, &op);
+    ck_assert_int_eq(decode_all(&w, get_opened, &opd), 0);
+    ck_assert(!opd.has_labels);
+    ck_assert_uint_eq(opd.labels.dtype, PROTO_DTYPE_I64);
+    ck_assert_uint_eq(opd.labels.classes, 0);
+    proto_wbuf_free(&w);
+}
+END_TEST
+
+/* A BATCH of soft labels (and lengths): the prefix written in place, then
+ * the body checked against the stream's label format; against any other
+ * format, or a byte short or long, it is malformed. */
+START_TEST(test_batch_label_tensor)
+{
+    enum { N = 4, K = 3 };
+    const struct proto_labels soft = {PROTO_DTYPE_F32, K, 1};
+    struct proto_batch_hdr h = {5, 9, N, 2, 2, 3, PROTO_DTYPE_U8}, m;
+    const size_t sample = 2 * 2 * 3, lab = (size_t)proto_labels_size(&soft, N);
+    float targets[N][K];
+    int64_t lengths[N];
+    uint8_t block[N * K * 4 + N * 8];
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < K; k++)
+            targets[i][k] = (float)(i * K + k) / 16.0f;
+        lengths[i] = 100 + i;
+    }
+    ck_assert_uint_eq(lab, sizeof(block));
+    memcpy(block, targets, sizeof(targets));
+    memcpy(block + sizeof(targets), lengths, sizeof(lengths));
+
+    size_t pre = proto_batch_prefix_size_raw(lab);
+    ck_assert_uint_eq(pre, PROTO_HEADER_SIZE + PROTO_BATCH_FIXED_SIZE + lab);
+    size_t total = pre + N * sample;
+    uint8_t *frame = calloc(1, total + 1);
+    ck_assert_ptr_nonnull(frame);
+    for (size_t i = 0; i < N * sample; i++)
+        frame[pre + i] = (uint8_t)i;
+    proto_batch_prefix_encode_raw(frame, 11, &h, block, lab, N * sample);
+    struct proto_header hd;
+    ck_assert_int_eq(proto_header_decode(frame, PROTO_MAX_REPLY, &hd), 0);
+    ck_assert_uint_eq(hd.type, PROTO_BATCH);
+    ck_assert_uint_eq(hd.body_len, total - PROTO_HEADER_SIZE);
+
+    struct proto_rbuf r;
+    const uint8_t *body = frame + PROTO_HEADER_SIZE;
+    proto_rbuf_init(&r, body, hd.body_len);
+    ck_assert_int_eq(proto_get_batch_hdr_fmt(&r, &m, &soft), 0);
+    ck_assert_uint_eq(m.n, N);
+    ck_assert_mem_eq(body + PROTO_BATCH_FIXED_SIZE, targets, sizeof(targets));
+    ck_assert_mem_eq(body + PROTO_BATCH_FIXED_SIZE + sizeof(targets), lengths, sizeof(lengths));
+    /* The same body read as int64 labels, or as soft targets of another K,
+     * or without the lengths: malformed. */
+    const struct proto_labels others[] = {PROTO_LABELS_INT64, {PROTO_DTYPE_F32, K, 0},
+                                          {PROTO_DTYPE_F32, K + 1, 1},
+                                          {PROTO_DTYPE_F32, 1, 0}};
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+        proto_rbuf_init(&r, body, hd.body_len);
+        ck_assert_msg(proto_get_batch_hdr_fmt(&r, &m, &others[i]) == -PROTO_E_PROTO,
+                      "format %zu", i);
+    }
+    for (long d = -1; d <= 1; d += 2) { /* a byte short, a byte long */
+        proto_rbuf_init(&r, body, hd.body_len + d);
+        ck_assert_int_eq(proto_get_batch_hdr_fmt(&r, &m, &soft), -PROTO_E_PROTO);
+    }
+    /* A format no OPENED may say never passes. */
+    const struct proto_labels bad = {PROTO_DTYPE_F32, 0, 0};
+    proto_rbuf_init(&r, body, hd.body_len);
+    ck_assert_int_eq(proto_get_batch_hdr_fmt(&r, &m, &bad), -PROTO_E_PROTO);
+    free(frame);
 }
 END_TEST
 
@@ -848,6 +984,8 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_optional_fields);
     tcase_add_test(tc, test_batch_round_trip);
     tcase_add_test(tc, test_batch_size_checked);
+    tcase_add_test(tc, test_label_formats);
+    tcase_add_test(tc, test_batch_label_tensor);
     tcase_add_test(tc, test_end_round_trip);
     tcase_add_test(tc, test_warm_round_trip);
     tcase_add_test(tc, test_error_round_trip);

@@ -53,7 +53,7 @@ import weakref
 import numpy as np
 
 from . import _lib
-from ._lib import (DTYPE_F32, DTYPE_I16, DTYPE_U8, E_DENIED, E_INTERNAL, E_INTR, E_INVAL, E_IO,
+from ._lib import (DTYPE_F32, DTYPE_I16, DTYPE_I64, DTYPE_U8, E_DENIED, E_INTERNAL, E_INTR, E_INVAL, E_IO,
                    E_LIMIT, E_NODATASET, E_NOMEM, E_PROTO, E_SAMPLE, E_SHUTDOWN,
                    E_TOOBIG, E_VERSION, LAYOUT_NCHW, LAYOUT_NHWC, TRANSPORT_AUTO,
                    TRANSPORT_SHM, TRANSPORT_SOCKET)
@@ -63,12 +63,12 @@ __all__ = [
     "InvalidArgumentError", "default_socket", "version", "strerror", "set_ring_hooks",
     "E_PROTO", "E_VERSION", "E_TOOBIG", "E_NODATASET", "E_INVAL", "E_LIMIT",
     "E_SAMPLE", "E_SHUTDOWN", "E_IO", "E_NOMEM", "E_INTERNAL", "E_DENIED", "E_INTR",
-    "DTYPE_U8", "DTYPE_F32", "DTYPE_I16", "LAYOUT_NHWC", "LAYOUT_NCHW",
+    "DTYPE_U8", "DTYPE_F32", "DTYPE_I16", "DTYPE_I64", "LAYOUT_NHWC", "LAYOUT_NCHW",
 ]
 
 _c = _lib.lib  # the loaded libprestoclient
 _NP_DTYPES = {DTYPE_U8: np.dtype(np.uint8), DTYPE_F32: np.dtype(np.float32),
-              DTYPE_I16: np.dtype(np.int16)}
+              DTYPE_I16: np.dtype(np.int16), DTYPE_I64: np.dtype(np.int64)}
 _TRANSPORTS = {"auto": TRANSPORT_AUTO, "shm": TRANSPORT_SHM, "socket": TRANSPORT_SOCKET}
 _TRANSPORT_NAMES = {TRANSPORT_SHM: "shm", TRANSPORT_SOCKET: "socket"}
 _LAYOUT_NAMES = {LAYOUT_NHWC: "nhwc", LAYOUT_NCHW: "nchw"}
@@ -321,7 +321,7 @@ class _Slot:
 
 StreamInfo = collections.namedtuple(
     "StreamInfo", "samples batches shape dtype layout transport slots dataset_samples "
-    "fingerprint prefetch")
+    "fingerprint prefetch label_dtype label_shape lengths")
 StreamInfo.__doc__ = """What a stream delivers to this rank: samples, batches
 (the whole epoch's, also when the stream resumes it), shape of one sample
 ((h, w, c), or (c, h, w) for layout "nchw"), the numpy dtype of the images,
@@ -330,7 +330,10 @@ ring's slots (0 on the socket), the whole dataset's samples and its
 fingerprint (16 hex digits; None when the daemon did not say), and the
 prefetch the daemon granted on either transport: the one asked for, or lower
 where its client memory budget could not hold it (0: the daemon did not
-say)."""
+say); then every batch's label tensor: label_dtype (numpy int64, or float32
+for soft targets) and label_shape (a sample's: () for a class index, (K,)
+for soft targets of K classes), and lengths (True: batches carry the
+samples' lengths before padding)."""
 
 
 def _view(addr, nbytes, dtype, shape, owner):
@@ -342,10 +345,21 @@ def _view(addr, nbytes, dtype, shape, owner):
     return np.frombuffer(buf, dtype=dtype).reshape(shape)
 
 
+def _label_view(b, owner):
+    """The batch's label tensor: (n,) int64, or (n, K) float32 soft targets."""
+    if b.label_dtype == DTYPE_F32:
+        k = b.label_classes
+        return _view(b.label_data or 0, 4 * b.n * k, np.dtype(np.float32), (b.n, k), owner)
+    return _view(b.label_data or b.labels or 0, 8 * b.n, np.dtype(np.int64), (b.n,), owner)
+
+
 class Batch:
     """One batch: .images (n, h, w, c) uint8 or float32 ((n, c, h, w) when
-    .layout is LAYOUT_NCHW), .labels (n,) int64, .index (the batch number
-    within this rank's epoch).
+    .layout is LAYOUT_NCHW), .labels (n,) int64 class indices, or (n, K)
+    float32 soft targets for a dataset whose steps end with mixup/cutmix,
+    .lengths (n,) int64 (each sample's length before padding to the batch's
+    longest) or None for a dataset without, .index (the batch number within
+    this rank's epoch).
 
     The arrays are views of the batch's own memory, which stays valid for as
     long as any of them lives (see the module docstring), unless the stream
@@ -361,14 +375,18 @@ class Batch:
         self.index = b.index
         self.layout = b.layout
         self.data_ptr = b.data or 0        # the C pointers, for interop and checks
-        self.labels_ptr = b.labels or 0
+        self.labels_ptr = b.label_data or b.labels or 0
         self.owned = bool(copy)
         slot = _Slot(handle.ptr, b, None if copy else defer)
         self._images = _view(self.data_ptr, b.size, dtype, shape, slot)
-        self._labels = _view(self.labels_ptr, 8 * b.n, np.dtype(np.int64), (b.n,), slot)
+        self._labels = _label_view(b, slot)
+        self._lengths = (_view(b.lengths, 8 * b.n, np.dtype(np.int64), (b.n,), slot)
+                         if b.lengths else None)
         if copy:
             self._images = self._images.copy()
             self._labels = self._labels.copy()
+            if self._lengths is not None:
+                self._lengths = self._lengths.copy()
             slot.release()
             self._slot = None
         else:
@@ -395,14 +413,26 @@ class Batch:
 
     @property
     def labels(self):
-        """(n,) int64 numpy array; a view unless the stream copies."""
+        """(n,) int64 or (n, K) float32 (soft targets) numpy array; a view
+        unless the stream copies."""
         self._check()
         return self._labels
 
+    @property
+    def lengths(self):
+        """(n,) int64 numpy array of the samples' lengths before padding, or
+        None when the dataset pads nothing; a view unless the stream copies."""
+        self._check()
+        return self._lengths
+
     def tensors(self):
-        """(images, labels) as torch tensors sharing the arrays' memory."""
+        """(images, labels) as torch tensors sharing the arrays' memory, and
+        lengths as a third when the dataset has them."""
         import torch as _torch  # the real torch, not presto.torch
-        return _torch.from_numpy(self.images), _torch.from_numpy(self.labels)
+        t = (_torch.from_numpy(self.images), _torch.from_numpy(self.labels))
+        if self._lengths is not None:
+            t += (_torch.from_numpy(self._lengths),)
+        return t
 
     def release(self):
         """Hands the batch's memory back now (idempotent; nothing for an owned
@@ -411,7 +441,7 @@ class Batch:
         if self.owned or self._images is None:
             return
         slot = self._slot()
-        self._images = self._labels = None
+        self._images = self._labels = self._lengths = None
         if slot is not None:
             slot.release()
 
@@ -434,7 +464,10 @@ class Stream:
                                _TRANSPORT_NAMES.get(i.transport, "socket"), i.slots,
                                i.dataset_samples,
                                "%016x" % i.fingerprint if i.fingerprint else None,
-                               _c.presto_stream_prefetch(handle.ptr))
+                               _c.presto_stream_prefetch(handle.ptr),
+                               _NP_DTYPES.get(i.label_dtype, np.dtype(np.int64)),
+                               (i.label_classes,) if i.label_classes else (),
+                               bool(i.has_lengths))
 
     def __len__(self):
         """Batches this epoch's plan holds: an upper bound, since bad samples

@@ -33,6 +33,7 @@ E_INTR = 13  # the client's own: a signal arrived while presto_next waited
 DTYPE_U8 = 1
 DTYPE_F32 = 2
 DTYPE_I16 = 3
+DTYPE_I64 = 4  # labels and lengths
 
 LAYOUT_NHWC = 0
 LAYOUT_NCHW = 1
@@ -77,6 +78,10 @@ class BatchStruct(ctypes.Structure):
         ("layout", ctypes.c_uint32),
         ("slot_", ctypes.c_uint32),
         ("own_", ctypes.c_void_p),
+        ("label_data", ctypes.c_void_p),
+        ("label_dtype", ctypes.c_uint32),
+        ("label_classes", ctypes.c_uint32),
+        ("lengths", ctypes.c_void_p),
     ]
 
 
@@ -95,6 +100,9 @@ class StreamInfo(ctypes.Structure):
         ("dataset_samples", ctypes.c_uint64),
         ("fingerprint", ctypes.c_uint64),
         ("copies", ctypes.c_uint64),
+        ("label_dtype", ctypes.c_uint32),
+        ("label_classes", ctypes.c_uint32),
+        ("has_lengths", ctypes.c_int),
     ]
 
 
@@ -122,6 +130,11 @@ _PROTOTYPES = {
     "presto_next": (_c_int, [_handle, ctypes.POINTER(BatchStruct)]),
     "presto_release": (None, [_handle, ctypes.POINTER(BatchStruct)]),
     "presto_stream_skipped": (ctypes.c_uint64, [_handle]),
+    "presto_batch_label_dtype": (ctypes.c_uint32, [ctypes.c_void_p]),
+    "presto_batch_label_shape": (ctypes.c_uint32, [ctypes.c_void_p,
+                                                   ctypes.POINTER(ctypes.c_uint64)]),
+    "presto_batch_label_data": (ctypes.c_void_p, [ctypes.c_void_p]),
+    "presto_batch_lengths": (ctypes.c_void_p, [ctypes.c_void_p]),
     "presto_stream_errmsg": (_str, [_handle]),
     "presto_stream_close": (None, [_handle]),
     "presto_set_ring_hooks": (None, [RING_FN, RING_FN, ctypes.c_void_p]),

@@ -5,7 +5,8 @@
     loader = Loader("imagenet", batch_size=64, seed=0)  # rank/world from torch.distributed
     for epoch in range(epochs):
         loader.sampler.set_epoch(epoch)                  # as with DistributedSampler
-        for images, labels in loader:                    # uint8 NHWC, int64
+        for images, labels in loader:                    # uint8 NHWC, int64 (float32
+            ...                                          # [n, K] after mixup/cutmix)
             ...
 
 Epochs: after set_epoch(e), every iter() streams epoch e until the next
@@ -489,19 +490,22 @@ class Loader:
                     if batch is None:
                         break
                     if self.as_tensors:
-                        images, labels = batch.tensors()
+                        images, labels, *lengths = batch.tensors()
                         if pin_copies:  # socket batches: into pinned memory
                             images, labels = images.pin_memory(), labels.pin_memory()
+                            lengths = [t.pin_memory() for t in lengths]
                         if self.channels_last_to_chw:
                             images = images.permute(0, 3, 1, 2)
                     else:
                         images, labels = batch.images, batch.labels
+                        lengths = [] if batch.lengths is None else [batch.lengths]
                         if self.channels_last_to_chw:
                             images = images.transpose(0, 3, 1, 2)
                     self._position = (epoch, batch.index + 1)
                     del batch
-                    yield images, labels
-                    del images, labels
+                    # (images, labels), and lengths third for padded samples
+                    yield (images, labels, *lengths)
+                    del images, labels, lengths
             self._position = (epoch, stream.info.batches)  # the whole epoch is consumed
         finally:
             if self._stream is stream:
