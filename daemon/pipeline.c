@@ -187,7 +187,10 @@ static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint3
                     cfg->steps[i + 1].kind == STEP_RANDOM_RESIZED_CROP;
         uint32_t last = i + (uint32_t)fused; /* the step whose output this is */
         struct img *out = &ctx->scratch[1 + (*cur == &ctx->scratch[1])];
-        if (last_out && last + 1 == to)
+        /* The last step writes into the slot, or, when it works in place
+         * there (random_erasing), the one before it does. */
+        if (last_out && (last + 1 == to || (last + 2 == to && *cur != last_out &&
+                                             step_in_place(&cfg->steps[to - 1]))))
             out = last_out;
         ctx->step.seed = hash_mix64(seed + last);
         uint64_t t0 = stats_now_ns();

@@ -112,10 +112,12 @@ static int erase(const struct step *s, struct step_ctx *ctx, const struct step_d
     struct erase_params ep;
     uint64_t st = d->state;
     erase_params_of(s, &ep);
-    int rc = step_out_pixels_as(ctx, out, in->h, in->w, in->c, PROTO_DTYPE_F32);
-    if (rc < 0)
-        return rc;
-    memcpy(out->data, in->data, out->len);
+    if (out != in) { /* in place (step_in_place) there is nothing to copy */
+        int rc = step_out_pixels_as(ctx, out, in->h, in->w, in->c, PROTO_DTYPE_F32);
+        if (rc < 0)
+            return rc;
+        memcpy(out->data, in->data, out->len);
+    }
     erase_apply(&ep, &d->box, &st, (float *)(void *)out->data, in->h, in->w, in->c,
                 s->erase_nchw);
     return 0;

@@ -1080,6 +1080,11 @@ int step_is_random(const struct step *s)
     }
 }
 
+int step_in_place(const struct step *s)
+{
+    return s->kind == STEP_RANDOM_ERASING;
+}
+
 int step_is_batch(const struct step *s)
 {
     return s->kind == STEP_MIXUP || s->kind == STEP_CUTMIX;

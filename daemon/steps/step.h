@@ -276,6 +276,11 @@ uint32_t step_out_layout(const struct step *s, uint32_t in_layout);
 int step_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                struct img *out);
 
+/* Whether step_apply(s, ctx, in, out) may be given out == in (the pipeline
+ * then lets the step before it write into the batch's slot): random_erasing,
+ * which changes a box of its input and copies nothing else. */
+int step_in_place(const struct step *s);
+
 /* decode and the random_resized_crop right after it, both online, in one
  * (the cold path): a JPEG's crop box is decoded alone (jpeg_roi.h: the same
  * pixels as a full decode's), at the DCT scale the crop's output allows
