@@ -94,7 +94,8 @@ bench_recipes_cases() {
         "{random_erasing: {p: 0.1}}")
     local name=train-recipe baseline=recipe
     if bench_recipes_mix_steps; then
-        mix=("{mixup: {alpha: 0.2}}" "{cutmix: {alpha: 1.0}}")
+        mix=("{mixup: {alpha: 0.2, num_classes: $BENCH_CLASSES}}"
+            "{cutmix: {alpha: 1.0, num_classes: $BENCH_CLASSES}}")
     else
         name=train-recipe-nomix baseline=recipe-nomix
         echo "== (no mixup/cutmix step in this build: $name against the recipe without" \
