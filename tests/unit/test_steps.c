@@ -2307,14 +2307,7 @@ END_TEST
 /* A synthetic h x w x c uint8 image: gradients and a few edges. */
 static void gradient(struct img *im, uint32_t h, uint32_t w, uint32_t c)
 {
-    memset(im, 0, sizeof(*im));
-    ck_assert_int_eq(img_reserve(im, (size_t)h * w * c), 0);
-    im->fmt = IMG_PIXELS;
-    im->h = h;
-    im->w = w;
-    im->c = c;
-    im->dtype = PROTO_DTYPE_U8;
-    im->len = (size_t)h * w * c;
+    make_pixels(im, h, w, c);
     for (uint32_t y = 0; y < h; y++)
         for (uint32_t x = 0; x < w; x++)
             for (uint32_t k = 0; k < c; k++)
