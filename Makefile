@@ -192,7 +192,7 @@ run: deps
 	BUILD=$(BUILD) PYTHON=$(PYTHON) tests/tools/demo.sh
 
 bench: deps
-	$(MAKE) --no-print-directory all $(BUILD)/ioread $(SLOWFS)
+	$(MAKE) --no-print-directory all $(BUILD)/ioread $(BUILD)/roibench $(SLOWFS)
 	BUILD=build PYTHON=$(PYTHON) tests/bench/bench.sh
 
 # The cluster tier's cases alone (tests/bench/cases_cluster.sh), on their own data set.

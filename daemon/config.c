@@ -670,6 +670,9 @@ static int cfg_split(struct cfg_parse *ps, struct config_dataset *d, const yaml_
                 split = i;
                 break;
             }
+        /* decode (dct_scale) scales for the random crop after it: online. */
+        if (split == 1 && step_split_check(d->steps, d->nsteps, 1, NULL, 0) < 0)
+            split = 0;
         d->split = split;
         return 0;
     }

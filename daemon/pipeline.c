@@ -21,7 +21,8 @@
 #define CNT_NS (PIPELINE_ERR_MAX + STEP_KIND_MAX)
 #define CNT_FMT_OK (PIPELINE_ERR_MAX + 2 * STEP_KIND_MAX)
 #define CNT_FMT_FAIL (CNT_FMT_OK + DECODE_FMT_MAX)
-#define CNT_MAX (CNT_FMT_FAIL + DECODE_FMT_MAX)
+#define CNT_FMT_REGION (CNT_FMT_FAIL + DECODE_FMT_MAX)
+#define CNT_MAX (CNT_FMT_REGION + DECODE_FMT_MAX)
 
 struct pipeline {
     struct tiers *tiers;
@@ -85,9 +86,9 @@ void pipeline_stats(const struct pipeline *p, struct stats_out *o)
     stats_begin(o, "formats", "", NULL, NULL);
     for (int f = 0; f < DECODE_FMT_MAX; f++) {
         const char *name = decode_format_name((enum decode_format)f);
-        uint64_t v[] = {c[CNT_FMT_OK + f], c[CNT_FMT_FAIL + f]};
+        uint64_t v[] = {c[CNT_FMT_OK + f], c[CNT_FMT_FAIL + f], c[CNT_FMT_REGION + f]};
         stats_begin(o, name, "format", "format", name);
-        stats_emit_u64(o, format_decl, v, 2);
+        stats_emit_u64(o, format_decl, v, 3);
         stats_end(o);
     }
     stats_end(o);
@@ -164,6 +165,7 @@ static void local_account(struct worker_ctx *ctx, struct pipe_local *L)
     uint64_t b = sizeof(*L) + L->ck[0].arena_cap + L->ck[1].arena_cap + L->decoded.cap;
     for (int k = 0; k < 3; k++)
         b += ctx->scratch[k].cap;
+    b += ctx->step.aux.cap; /* the augmentations' and the cold path's image */
     __atomic_store_n(&ctx->mem_bytes, b, __ATOMIC_RELAXED);
 }
 
@@ -171,22 +173,42 @@ static void local_account(struct worker_ctx *ctx, struct pipe_local *L)
 
 /* Runs steps [from, to) starting at *cur; *cur ends at the result, which
  * lives in one of the two ping-pong scratch images (or is *cur unchanged),
- * or in last_out for the last step when last_out is given. */
+ * or in last_out for the last step when last_out is given. decode followed
+ * by random_resized_crop, both in the range (online: the cold path), run
+ * as one (step_decode_rrc_apply: only the crop's region decoded); the time
+ * is decode's, each step counts its call. */
 static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint32_t from,
                      uint32_t to, uint64_t seed, struct worker_ctx *ctx,
                      const struct img **cur, struct img *last_out, char *err, size_t errlen)
 {
     for (uint32_t i = from; i < to; i++) {
         const struct step *s = &cfg->steps[i];
+        int fused = s->kind == STEP_DECODE && i + 1 < to &&
+                    cfg->steps[i + 1].kind == STEP_RANDOM_RESIZED_CROP;
+        uint32_t last = i + (uint32_t)fused; /* the step whose output this is */
         struct img *out = &ctx->scratch[1 + (*cur == &ctx->scratch[1])];
-        if (last_out && i + 1 == to)
+        /* The last step writes into the slot, or, when it works in place
+         * there (random_erasing), the one before it does. */
+        if (last_out && (last + 1 == to || (last + 2 == to && *cur != last_out &&
+                                             step_in_place(&cfg->steps[to - 1]))))
             out = last_out;
-        ctx->step.seed = hash_mix64(seed + i);
+        ctx->step.seed = hash_mix64(seed + last);
         uint64_t t0 = stats_now_ns();
-        int rc = step_apply(s, &ctx->step, *cur, out);
+        int rc = fused ? step_decode_rrc_apply(s, &cfg->steps[last], &ctx->step, *cur, out)
+                       : step_apply(s, &ctx->step, *cur, out);
         stats_percpu_add(&p->counters, ctx->index, CNT_CALLS + s->kind, 1);
         stats_percpu_add(&p->counters, ctx->index, CNT_NS + s->kind, stats_now_ns() - t0);
-        if (s->kind == STEP_DECODE && (unsigned)ctx->step.format < DECODE_FMT_MAX)
+        if (fused) {
+            stats_percpu_add(&p->counters, ctx->index,
+                             CNT_CALLS + STEP_RANDOM_RESIZED_CROP, 1);
+            if (rc == 1 && (unsigned)ctx->step.format < DECODE_FMT_MAX)
+                stats_percpu_add(&p->counters, ctx->index,
+                                 CNT_FMT_REGION + ctx->step.format, 1);
+            s = &cfg->steps[last];
+            i = last;
+            rc = rc > 0 ? 0 : rc;
+        }
+        if ((s->kind == STEP_DECODE || fused) && (unsigned)ctx->step.format < DECODE_FMT_MAX)
             stats_percpu_add(&p->counters, ctx->index,
                              (rc < 0 ? CNT_FMT_FAIL : CNT_FMT_OK) + ctx->step.format, 1);
         if (rc == -ENOSPC && out == last_out) {

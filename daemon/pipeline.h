@@ -186,7 +186,8 @@ enum pipeline_error {
  * presto_formats_*{format="png"}. */
 #define PIPELINE_FORMAT_STATS(X)                                            \
     X(decoded, COUNTER, "files", "files of the format decoded")              \
-    X(failed, COUNTER, "files", "files of the format that did not decode: bad samples")
+    X(failed, COUNTER, "files", "files of the format that did not decode: bad samples") \
+    X(region, COUNTER, "files", "files decoded only where random_resized_crop cut them (the cold path)")
 
 #define PIPELINE_STEP_STATS(X)                                              \
     X(calls, COUNTER, "calls", "times the step ran")                         \

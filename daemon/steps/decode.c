@@ -145,8 +145,8 @@ void step_decode_scale(const struct step *s, uint32_t h, uint32_t w, uint32_t *n
                        uint32_t *den)
 {
     *num = *den = 1;
-    if (!s->dct_scale || h == 0 || w == 0)
-        return;
+    if (!s->dct_scale || h == 0 || w == 0 || s->dct_h == 0)
+        return; /* dct_h 0: before random_resized_crop, scaled per crop */
     /* What the resize after decode makes of the full image. */
     uint64_t need_h = s->dct_h, need_w = s->dct_w;
     if (s->dct_shorter)

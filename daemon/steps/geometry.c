@@ -35,14 +35,29 @@ static inline int floor_int(double v)
     return v < 0.0 ? (int)floor(v) : (int)v;
 }
 
+/* One pixel of c bytes: inline for 1 and 3 (a memcpy of a variable size is
+ * a library call per pixel). */
+static inline void copy_px(uint8_t *dst, const uint8_t *src, uint32_t c)
+{
+    if (c == 3) {
+        dst[0] = src[0];
+        dst[1] = src[1];
+        dst[2] = src[2];
+    } else if (c == 1) {
+        dst[0] = src[0];
+    } else {
+        memcpy(dst, src, c);
+    }
+}
+
 static void fill_image(uint8_t *dst, size_t pixels, uint32_t c, const uint8_t *fill)
 {
-    if (c == 1) {
-        memset(dst, fill[0], pixels);
+    if (c == 1 || (c == 3 && fill[0] == fill[1] && fill[1] == fill[2])) {
+        memset(dst, fill[0], pixels * c);
         return;
     }
     for (size_t i = 0; i < pixels; i++, dst += c)
-        memcpy(dst, fill, c);
+        copy_px(dst, fill, c);
 }
 
 /* ---- nearest neighbour ---- */
@@ -80,7 +95,7 @@ static void affine_scale(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t 
                 /* Pillow's table holds 0 for a column outside (calloc). */
                 if (xin < 0 || xin >= (int)w)
                     xin = 0;
-                memcpy(out + (size_t)x * c, in + (size_t)xin * c, c);
+                copy_px(out + (size_t)x * c, in + (size_t)xin * c, c);
             }
         }
         yo += a[4];
@@ -110,7 +125,7 @@ static void affine_fixed(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t 
         for (uint32_t x = 0; x < w; x++, out += c) {
             int64_t xin = xx >> 16, yin = yy >> 16;
             if (xin >= 0 && xin < w && yin >= 0 && yin < h)
-                memcpy(out, src + ((size_t)yin * w + (size_t)xin) * c, c);
+                copy_px(out, src + ((size_t)yin * w + (size_t)xin) * c, c);
             xx += a0;
             yy += a3;
         }
@@ -133,7 +148,7 @@ static void affine_double(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t
         for (uint32_t x = 0; x < w; x++, out += c) {
             int xin = coord(xx), yin = coord(yy);
             if (xin >= 0 && xin < (int)w && yin >= 0 && yin < (int)h)
-                memcpy(out, src + ((size_t)yin * w + (size_t)xin) * c, c);
+                copy_px(out, src + ((size_t)yin * w + (size_t)xin) * c, c);
             xx += a[0];
             yy += a[3];
         }
@@ -144,17 +159,22 @@ static void affine_double(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t
 
 /* ---- bilinear (ImagingGenericTransform with bilinear_filter) ---- */
 
-static void affine_bilinear(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w,
-                            uint32_t c, const double *a)
+/* One row; c a constant where it is inlined for 3 (the compiler then
+ * unrolls the channels). The products a[1] * yc and a[4] * yc are the
+ * row's, and each sum is formed in the order of a[0] * xc + a[1] * yc +
+ * a[2]: the same doubles as per pixel. */
+static inline __attribute__((always_inline)) void
+bilinear_row(const uint8_t *src, uint8_t *out, uint32_t h, uint32_t w, const uint32_t c,
+             const double *a, uint32_t y)
 {
     size_t row = (size_t)w * c;
-    for (uint32_t y = 0; y < h; y++) {
-        uint8_t *out = dst + (size_t)y * row;
+    {
+        const double yc = y + 0.5, rx = a[1] * yc, ry = a[4] * yc;
         for (uint32_t x = 0; x < w; x++, out += c) {
             /* affine_transform: the pixel's centre */
-            double xc = x + 0.5, yc = y + 0.5;
-            double xin = a[0] * xc + a[1] * yc + a[2];
-            double yin = a[3] * xc + a[4] * yc + a[5];
+            double xc = x + 0.5;
+            double xin = a[0] * xc + rx + a[2];
+            double yin = a[3] * xc + ry + a[5];
             if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h)
                 continue; /* keeps the fill */
             xin -= 0.5;
@@ -177,6 +197,18 @@ static void affine_bilinear(const uint8_t *src, uint8_t *dst, uint32_t h, uint32
                 out[b] = (uint8_t)v1;
             }
         }
+    }
+}
+
+static void affine_bilinear(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w,
+                            uint32_t c, const double *a)
+{
+    size_t row = (size_t)w * c;
+    for (uint32_t y = 0; y < h; y++) {
+        if (c == 3)
+            bilinear_row(src, dst + (size_t)y * row, h, w, 3, a, y);
+        else
+            bilinear_row(src, dst + (size_t)y * row, h, w, c, a, y);
     }
 }
 
@@ -271,7 +303,7 @@ static void turn(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w, uint3
                 oy = x;
                 ox = h - 1 - y;
             }
-            memcpy(dst + ((size_t)oy * w + ox) * c, src + ((size_t)y * w + x) * c, c);
+            copy_px(dst + ((size_t)oy * w + ox) * c, src + ((size_t)y * w + x) * c, c);
         }
     }
 }

@@ -22,9 +22,12 @@
  * be reproduced, so presto's crops equal torchvision's in distribution,
  * not draw for draw. torch draws in float32 where this draws in double.
  */
+#include <errno.h>
 #include <math.h>
 
+#include "decode_formats.h"
 #include "hash.h"
+#include "jpeg_roi.h"
 #include "step.h"
 #include "step_impl.h"
 
@@ -105,4 +108,100 @@ int step_rrc_apply(const struct step *s, struct step_ctx *ctx, const struct img 
     };
     return step_resample(ctx, STEP_RESIZE_ISA_AUTO, &src, s->h, s->w, out,
                          "random_resized_crop");
+}
+
+/* ---- decode and random_resized_crop in one: the cold path ---- */
+
+/* The DCT scale (in eighths, of 1/8 to 4/8; 8: none) for a bh x bw box
+ * resized to out_h x out_w: the smallest whose scaled box still covers 5/4
+ * of the output on each side, decode's dct_scale rule. */
+static uint32_t rrc_dct_eighths(uint32_t bh, uint32_t bw, uint32_t out_h, uint32_t out_w)
+{
+    for (uint32_t k = 1; k <= 4; k++) {
+        uint64_t sh = ((uint64_t)bh * k + 7) / 8, sw = ((uint64_t)bw * k + 7) / 8;
+        if (sh * 4 >= (uint64_t)out_h * 5 && sw * 4 >= (uint64_t)out_w * 5)
+            return k;
+    }
+    return 8;
+}
+
+/* A JPEG's crop box, decoded alone into ctx->aux and resized into out.
+ * -ENOTSUP: not for the region decoder (decode it whole). */
+static int rrc_region(const struct step *dec, const struct step *rrc, struct step_ctx *ctx,
+                      const struct img *in, struct img *out)
+{
+    char err[160];
+    struct roi_header hdr;
+    if (ctx->roi == NULL && roi_decoder_new(&ctx->roi) < 0)
+        return -ENOTSUP;
+    if (roi_read_header(ctx->roi, in->data, in->len, &hdr, err, sizeof(err)) < 0 ||
+        hdr.cmyk || hdr.h == 0 || hdr.w == 0 ||
+        (ctx->max_pixels && (uint64_t)hdr.h * hdr.w > ctx->max_pixels))
+        return -ENOTSUP; /* decode says why */
+    struct step_box b;
+    step_rrc_params(rrc, ctx->seed, hdr.h, hdr.w, &b);
+    uint32_t num = 1, den = 1;
+    if (dec->dct_scale) {
+        num = rrc_dct_eighths(b.h, b.w, rrc->h, rrc->w);
+        den = 8;
+        if (num == 8)
+            num = den = 1;
+    }
+    /* The box at that scale, rounded outwards: whole scaled pixels. */
+    uint32_t sh, sw;
+    roi_scaled_size(hdr.h, hdr.w, num, den, &sh, &sw);
+    uint32_t top = (uint32_t)((uint64_t)b.top * num / den);
+    uint32_t left = (uint32_t)((uint64_t)b.left * num / den);
+    uint32_t bottom = (uint32_t)(((uint64_t)(b.top + b.h) * num + den - 1) / den);
+    uint32_t right = (uint32_t)(((uint64_t)(b.left + b.w) * num + den - 1) / den);
+    struct roi_box box = {top, left, (bottom < sh ? bottom : sh) - top,
+                          (right < sw ? right : sw) - left};
+    uint32_t c = dec->channels;
+    if (img_reserve(&ctx->aux, (size_t)box.h * box.w * c) < 0)
+        return -ENOTSUP;
+    if (roi_decode(ctx->roi, in->data, in->len, c, num, den, &box, ctx->max_pixels,
+                   ctx->aux.data, (size_t)box.w * c, err, sizeof(err)) < 0)
+        return -ENOTSUP;
+    double f = (double)num / den;
+    struct step_resample_src src = {
+        .data = ctx->aux.data,
+        .stride = (size_t)box.w * c,
+        .h = box.h,
+        .w = box.w,
+        .c = c,
+        /* At full scale the whole region is the box (exactly what
+         * step_rrc_apply reads); scaled, the box's fractional extent. */
+        .x0 = num == den ? 0.0 : b.left * f - left,
+        .y0 = num == den ? 0.0 : b.top * f - top,
+        .x1 = num == den ? box.w : (b.left + b.w) * f - left,
+        .y1 = num == den ? box.h : (b.top + b.h) * f - top,
+    };
+    if (src.x1 > box.w)
+        src.x1 = box.w;
+    if (src.y1 > box.h)
+        src.y1 = box.h;
+    return step_resample(ctx, STEP_RESIZE_ISA_AUTO, &src, rrc->h, rrc->w, out,
+                         "random_resized_crop");
+}
+
+int step_decode_rrc_apply(const struct step *dec, const struct step *rrc,
+                          struct step_ctx *ctx, const struct img *in, struct img *out)
+{
+    if (in->fmt == IMG_ENCODED && in->len > 0 && in->data != NULL &&
+        decode_sniff(in->data, in->len) == DECODE_FMT_JPEG) {
+        int rc = rrc_region(dec, rrc, ctx, in, out);
+        if (rc != -ENOTSUP) {
+            ctx->format = DECODE_FMT_JPEG;
+            return rc < 0 ? rc : 1;
+        }
+    }
+    /* Whole: decode (without its scale: the crop is not known before the
+     * image's size) and crop, as the two steps would. */
+    struct step whole = *dec;
+    whole.dct_scale = 0;
+    int rc = step_decode_apply(&whole, ctx, in, &ctx->aux);
+    if (rc < 0)
+        return rc;
+    rc = step_rrc_apply(rrc, ctx, &ctx->aux, out);
+    return rc < 0 ? rc : 0;
 }

@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blur.h"
 #include "hash.h"
+#include "jpeg_roi.h"
 #include "proto.h"
 #include "step.h"
 #include "step_impl.h"
@@ -24,6 +26,15 @@ static const char *const step_names[STEP_KIND_MAX] = {
     [STEP_PAD] = "pad",
     [STEP_NORMALIZE] = "normalize",
     [STEP_TO_FLOAT] = "to_float",
+    [STEP_COLOR_JITTER] = "color_jitter",
+    [STEP_RANDOM_GRAYSCALE] = "random_grayscale",
+    [STEP_GAUSSIAN_BLUR] = "gaussian_blur",
+    [STEP_RANDOM_ROTATION] = "random_rotation",
+    [STEP_RANDOM_AFFINE] = "random_affine",
+    [STEP_AUTO_AUGMENT] = "auto_augment",
+    [STEP_RAND_AUGMENT] = "rand_augment",
+    [STEP_TRIVIAL_AUGMENT_WIDE] = "trivial_augment_wide",
+    [STEP_RANDOM_ERASING] = "random_erasing",
     [STEP_MIXUP] = "mixup",
     [STEP_CUTMIX] = "cutmix",
 };
@@ -40,6 +51,9 @@ void step_ctx_init(struct step_ctx *ctx)
 void step_ctx_free(struct step_ctx *ctx)
 {
     step_decode_ctx_free(ctx);
+    img_free(&ctx->aux);
+    roi_decoder_free(ctx->roi);
+    ctx->roi = NULL;
     ctx->err[0] = '\0';
 }
 
@@ -136,6 +150,22 @@ enum param_type {
     P_FILL,    /* V | [V, ...] (up to STEP_CHANNELS_MAX), each in 0..255: fill */
     P_MEAN,    /* X | [X, ...] (up to STEP_CHANNELS_MAX), finite: mean */
     P_STD,     /* X | [X, ...] (up to STEP_CHANNELS_MAX), finite, not 0: std */
+    /* the image augmentations */
+    P_JITTER,  /* X >= 0: [max(0, 1 - X), 1 + X], or [LO, HI], 0 <= LO <= HI */
+    P_HUE,     /* X in [0, 0.5]: [-X, X], or [LO, HI], -0.5 <= LO <= HI <= 0.5 */
+    P_DEGREES, /* X >= 0: [-X, X], or [LO, HI]; within -360..360 */
+    P_TRANSLATE, /* [A, B], each in [0, 1] */
+    P_AFFINE_SCALE, /* [LO, HI], 0 < LO <= HI <= 100 */
+    P_SHEAR,   /* X >= 0: x in [-X, X]; [LO, HI]: x; [XLO, XHI, YLO, YHI]; -180..180 */
+    P_INTERP,  /* nearest | bilinear */
+    P_CENTER,  /* [X, Y], finite */
+    P_KSIZE,   /* N | [KX, KY], odd, 1..BLUR_KERNEL_MAX */
+    P_SIGMA,   /* X > 0, or [LO, HI] with 0 < LO <= HI, at most 1000 */
+    P_POLICY,  /* imagenet */
+    P_NUM_OPS, /* 1..AUG_OPS_MAX */
+    P_MAGNITUDE, /* 0..AUG_BINS_MAX - 1 (below num_magnitude_bins) */
+    P_BINS,    /* 2..AUG_BINS_MAX */
+    P_ERASE_VALUE, /* X | [X, ...] (up to STEP_CHANNELS_MAX), finite, or random */
     P_ALPHA,   /* a number > 0: alpha */
     P_CLASSES, /* an integer in 1..PROTO_LABEL_CLASSES_MAX: num_classes */
     P_SWITCH,  /* a number in [0, 1]: switch_p */
@@ -145,9 +175,10 @@ struct param {
     const char *name;
     enum param_type type;
     int required;
+    int which; /* P_JITTER: the enum color_jitter_fn it sets */
 };
 
-#define PARAMS_MAX 4
+#define PARAMS_MAX 8
 /* Per step: its parameters, the first one being `- NAME: VALUE`'s unless
  * no_main. */
 static const struct step_params {
@@ -164,6 +195,27 @@ static const struct step_params {
     [STEP_NORMALIZE] = {{{"mean", P_MEAN, 1}, {"std", P_STD, 1},
                          {"layout", P_LAYOUT, 0}}, 1},
     [STEP_TO_FLOAT] = {{{"layout", P_LAYOUT, 0}}, 0},
+    [STEP_COLOR_JITTER] = {{{"brightness", P_JITTER, 0, JITTER_BRIGHTNESS},
+                            {"contrast", P_JITTER, 0, JITTER_CONTRAST},
+                            {"saturation", P_JITTER, 0, JITTER_SATURATION},
+                            {"hue", P_HUE, 0, JITTER_HUE}}, 0},
+    [STEP_RANDOM_GRAYSCALE] = {{{"p", P_PROB, 0}}, 0},
+    [STEP_GAUSSIAN_BLUR] = {{{"kernel_size", P_KSIZE, 1}, {"sigma", P_SIGMA, 0}}, 0},
+    [STEP_RANDOM_ROTATION] = {{{"degrees", P_DEGREES, 1}, {"interpolation", P_INTERP, 0},
+                               {"fill", P_FILL, 0}}, 0},
+    [STEP_RANDOM_AFFINE] = {{{"degrees", P_DEGREES, 1}, {"translate", P_TRANSLATE, 0},
+                             {"scale", P_AFFINE_SCALE, 0}, {"shear", P_SHEAR, 0},
+                             {"interpolation", P_INTERP, 0}, {"fill", P_FILL, 0},
+                             {"center", P_CENTER, 0}}, 0},
+    [STEP_AUTO_AUGMENT] = {{{"policy", P_POLICY, 0}, {"interpolation", P_INTERP, 0},
+                            {"fill", P_FILL, 0}}, 0},
+    [STEP_RAND_AUGMENT] = {{{"num_ops", P_NUM_OPS, 0}, {"magnitude", P_MAGNITUDE, 0},
+                            {"num_magnitude_bins", P_BINS, 0},
+                            {"interpolation", P_INTERP, 0}, {"fill", P_FILL, 0}}, 0},
+    [STEP_TRIVIAL_AUGMENT_WIDE] = {{{"num_magnitude_bins", P_BINS, 0},
+                                    {"interpolation", P_INTERP, 0}, {"fill", P_FILL, 0}}, 0},
+    [STEP_RANDOM_ERASING] = {{{"p", P_PROB, 0}, {"scale", P_SCALE, 0}, {"ratio", P_RATIO, 0},
+                              {"value", P_ERASE_VALUE, 0}}, 0},
     [STEP_MIXUP] = {{{"alpha", P_ALPHA, 1}, {"num_classes", P_CLASSES, 1}, {"p", P_PROB, 0},
                      {"switch_p", P_SWITCH, 0}}, 0},
     [STEP_CUTMIX] = {{{"alpha", P_ALPHA, 1}, {"num_classes", P_CLASSES, 1}, {"p", P_PROB, 0},
@@ -282,11 +334,196 @@ static const char *param_expects(enum param_type t)
     case P_FILL: return "a value in 0..255, or a list of up to 4 (one per channel)";
     case P_MEAN: return "a number, or a list of up to 4 (one per channel)";
     case P_STD: return "a non-zero number, or a list of up to 4 (one per channel)";
+    case P_JITTER: return "a number X >= 0 (the range [max(0, 1 - X), 1 + X]) or a range "
+                          "[LO, HI] with 0 <= LO <= HI";
+    case P_HUE: return "a number X in [0, 0.5] (the range [-X, X]) or a range [LO, HI] with "
+                       "-0.5 <= LO <= HI <= 0.5";
+    case P_DEGREES: return "a number X >= 0 (the range [-X, X]) or a range [LO, HI], "
+                           "within -360..360";
+    case P_TRANSLATE: return "[A, B]: the largest fractions of the width and the height, "
+                             "each in [0, 1]";
+    case P_AFFINE_SCALE: return "a range [LO, HI] with 0 < LO <= HI <= 100";
+    case P_SHEAR: return "X >= 0, [LO, HI] or [XLO, XHI, YLO, YHI] in degrees, within "
+                         "-180..180";
+    case P_INTERP: return "nearest or bilinear";
+    case P_CENTER: return "a point [X, Y]";
+    case P_KSIZE: return "an odd size N or [KX, KY] with each in 1..255";
+    case P_SIGMA: return "a number X > 0 or a range [LO, HI] with 0 < LO <= HI <= 1000";
+    case P_POLICY: return "imagenet (the only policy presto has)";
+    case P_NUM_OPS: return "a count in 1..16";
+    case P_MAGNITUDE: return "a bin in 0..1023, below num_magnitude_bins";
+    case P_BINS: return "a count in 2..1024";
+    case P_ERASE_VALUE: return "a number, a list of up to 4 (one per channel), or random";
     case P_ALPHA: return "a number above 0";
     case P_CLASSES: return "an integer in 1..1048576";
     case P_SWITCH: return "a number in [0, 1]";
     }
     return "?";
+}
+
+/* The a->n numbers of a (at most max) into d. */
+static int parse_numbers(const struct step_arg *a, uint32_t max, double *d)
+{
+    if (a->n < 1 || a->n > max)
+        return -EINVAL;
+    for (uint32_t i = 0; i < a->n; i++)
+        if (parse_number(a->v[i], &d[i]) < 0)
+            return -EINVAL;
+    return 0;
+}
+
+/* A range: X (symmetric about center: [center - X, center + X], X >= 0) or
+ * [LO, HI] with LO <= HI, all within [lo, hi]. */
+static int parse_range(const struct step_arg *a, double center, double lo, double hi,
+                       double *r)
+{
+    double d[2];
+    if (parse_numbers(a, 2, d) < 0 || (a->n == 1 && a->list))
+        return -EINVAL;
+    if (a->n == 1) {
+        if (!(d[0] >= 0.0))
+            return -EINVAL;
+        d[1] = center + d[0];
+        d[0] = center - d[0];
+    }
+    if (!(d[0] <= d[1] && d[0] >= lo && d[1] <= hi))
+        return -EINVAL;
+    r[0] = d[0] + 0.0;
+    r[1] = d[1] + 0.0;
+    return 0;
+}
+
+/* The image augmentations' parameters (see parse_param). */
+static int parse_aug_param(const struct param *p, const struct step_arg *a, struct step *s)
+{
+    uint32_t u[2];
+    double d[4];
+    static const char *const interps[] = {"nearest", "bilinear"};
+    static const char *const policies[] = {"imagenet"};
+
+    switch (p->type) {
+    case P_JITTER:
+        /* ColorJitter's _check_input: X -> [max(0, 1 - X), 1 + X]. */
+        if (parse_range(a, 1.0, -1e6, 1e6, d) < 0)
+            return -EINVAL;
+        if (a->n == 1 && d[0] < 0.0)
+            d[0] = 0.0;
+        if (d[0] < 0.0)
+            return -EINVAL;
+        goto jitter;
+    case P_HUE:
+        if (parse_range(a, 0.0, -0.5, 0.5, d) < 0)
+            return -EINVAL;
+    jitter:
+        s->jitter.range[p->which][0] = d[0];
+        s->jitter.range[p->which][1] = d[1];
+        /* torchvision leaves out a range that is only its centre. */
+        s->jitter.on[p->which] = !(d[0] == d[1] && d[0] == (p->type == P_HUE ? 0.0 : 1.0));
+        return 0;
+    case P_DEGREES:
+        return parse_range(a, 0.0, -360.0, 360.0, s->affine.degrees);
+    case P_TRANSLATE:
+        if (a->n != 2 || parse_numbers(a, 2, d) < 0 || !(d[0] >= 0.0 && d[0] <= 1.0) ||
+            !(d[1] >= 0.0 && d[1] <= 1.0))
+            return -EINVAL;
+        s->affine.translate_on = 1;
+        s->affine.translate[0] = d[0] + 0.0;
+        s->affine.translate[1] = d[1] + 0.0;
+        return 0;
+    case P_AFFINE_SCALE:
+        if (a->n != 2 || parse_numbers(a, 2, d) < 0 || !(d[0] > 0.0 && d[0] <= d[1]) ||
+            d[1] > 100.0)
+            return -EINVAL;
+        s->affine.scale_on = 1;
+        s->affine.scale[0] = d[0];
+        s->affine.scale[1] = d[1];
+        return 0;
+    case P_SHEAR:
+        if (a->n == 4) {
+            if (parse_numbers(a, 4, d) < 0)
+                return -EINVAL;
+            for (int i = 0; i < 2; i++) {
+                if (!(d[2 * i] <= d[2 * i + 1] && d[2 * i] >= -180.0 &&
+                      d[2 * i + 1] <= 180.0))
+                    return -EINVAL;
+                s->affine.shear_on[i] = 1;
+                s->affine.shear[i][0] = d[2 * i] + 0.0;
+                s->affine.shear[i][1] = d[2 * i + 1] + 0.0;
+            }
+            return 0;
+        }
+        if (parse_range(a, 0.0, -180.0, 180.0, s->affine.shear[0]) < 0)
+            return -EINVAL;
+        s->affine.shear_on[0] = 1;
+        return 0;
+    case P_INTERP:
+        if (a->n != 1 || a->list || parse_name(a->v[0], interps, 2, &u[0]) < 0)
+            return -EINVAL;
+        s->interp = u[0];
+        return 0;
+    case P_CENTER:
+        if (a->n != 2 || parse_numbers(a, 2, d) < 0 || fabs(d[0]) > 1e9 || fabs(d[1]) > 1e9)
+            return -EINVAL;
+        s->center_on = 1;
+        s->center[0] = d[0] + 0.0;
+        s->center[1] = d[1] + 0.0;
+        return 0;
+    case P_KSIZE:
+        if (a->n < 1 || a->n > 2 || (a->n == 2 && !a->list))
+            return -EINVAL;
+        for (uint32_t i = 0; i < a->n; i++)
+            if (parse_uint(a->v[i], 1, BLUR_KERNEL_MAX, &u[i]) < 0 || u[i] % 2 == 0)
+                return -EINVAL;
+        s->ksize[0] = u[0];
+        s->ksize[1] = a->n == 2 ? u[1] : u[0];
+        return 0;
+    case P_SIGMA:
+        if (parse_numbers(a, 2, d) < 0 || (a->n == 1 && a->list))
+            return -EINVAL;
+        if (a->n == 1)
+            d[1] = d[0];
+        if (!(d[0] > 0.0 && d[0] <= d[1] && d[1] <= 1000.0))
+            return -EINVAL;
+        s->sigma[0] = d[0];
+        s->sigma[1] = d[1];
+        return 0;
+    case P_POLICY:
+        if (a->n != 1 || a->list || parse_name(a->v[0], policies, 1, &u[0]) < 0)
+            return -EINVAL;
+        s->aug.policy = AUG_AUTO_IMAGENET;
+        return 0;
+    case P_NUM_OPS:
+    case P_MAGNITUDE:
+    case P_BINS: {
+        uint32_t lo = p->type == P_BINS ? 2 : p->type == P_NUM_OPS ? 1 : 0;
+        uint32_t hi = p->type == P_NUM_OPS ? AUG_OPS_MAX
+                      : p->type == P_BINS  ? AUG_BINS_MAX
+                                           : AUG_BINS_MAX - 1;
+        if (a->n != 1 || a->list || parse_uint(a->v[0], lo, hi, &u[0]) < 0)
+            return -EINVAL;
+        *(p->type == P_NUM_OPS ? &s->aug.num_ops
+          : p->type == P_BINS  ? &s->aug.bins
+                               : &s->aug.magnitude) = u[0];
+        return 0;
+    }
+    case P_ERASE_VALUE:
+        if (a->n == 1 && !a->list && strcmp(a->v[0], "random") == 0) {
+            s->erase_random = 1;
+            return 0;
+        }
+        if (parse_numbers(a, STEP_CHANNELS_MAX, d) < 0)
+            return -EINVAL;
+        for (uint32_t i = 0; i < a->n; i++) {
+            if (fabs(d[i]) > 3.0e38)
+                return -EINVAL;
+            s->value[i] = (float)d[i] + 0.0f; /* torch.tensor(value, dtype=float32) */
+        }
+        s->erase_random = 0;
+        s->nvalue = a->n;
+        return 0;
+    default:
+        return -EINVAL;
+    }
 }
 
 /* Parses one parameter into s; -EINVAL when its value is bad. */
@@ -355,6 +592,8 @@ static int parse_param(const struct param *p, const struct step_arg *a, struct s
     case P_MEAN:
     case P_STD:
         return parse_values(a, p->type, s);
+    default:
+        return parse_aug_param(p, a, s);
     case P_ALPHA:
         if (a->n != 1 || a->list || parse_number(a->v[0], &d[0]) < 0 || !(d[0] > 0.0) ||
             d[0] > 1e6)
@@ -394,6 +633,44 @@ static void step_defaults(struct step *s, enum step_kind kind)
         s->p = MIX_DEFAULT_P;
         s->switch_p = MIX_DEFAULT_SWITCH_P;
     }
+    /* The image augmentations: torchvision's defaults. */
+    s->interp = GEOM_NEAREST;
+    s->sigma[0] = 0.1;
+    s->sigma[1] = 2.0;
+    s->aug.policy = kind == STEP_RAND_AUGMENT           ? AUG_RAND
+                    : kind == STEP_TRIVIAL_AUGMENT_WIDE ? AUG_TRIVIAL_WIDE
+                                                        : AUG_AUTO_IMAGENET;
+    s->aug.num_ops = 2;
+    s->aug.magnitude = 9;
+    s->aug.bins = kind == STEP_AUTO_AUGMENT ? 10 : 31;
+    s->nvalue = 1;
+    if (kind == STEP_RANDOM_GRAYSCALE)
+        s->p = 0.1;
+    if (kind == STEP_RANDOM_ERASING) {
+        s->scale[0] = 0.02;
+        s->scale[1] = 0.33;
+        s->ratio[0] = 0.3;
+        s->ratio[1] = 3.3;
+    }
+}
+
+/* What the image augmentations check once every parameter is read, and
+ * the copies of shared fields into their modules' parameters. */
+static int aug_finish(struct step *s, const char *name, char *err, size_t errlen)
+{
+    s->aug.interp = (enum geom_interp)s->interp;
+    for (uint32_t c = 0; c < 3; c++)
+        s->aug.fill[c] = s->fill[s->nfill == 1 ? 0 : c];
+    if (s->kind == STEP_RAND_AUGMENT && s->aug.magnitude >= s->aug.bins) {
+        set_err(err, errlen, "step '%s': magnitude %u is not below num_magnitude_bins %u",
+                name, s->aug.magnitude, s->aug.bins);
+        return -EINVAL;
+    }
+    if (s->kind == STEP_RANDOM_ERASING && s->scale[1] > 1.0) {
+        set_err(err, errlen, "step '%s': scale is a fraction of the image: at most 1", name);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 static void list_params(const struct step_params *sp, char *buf, size_t len)
@@ -420,7 +697,7 @@ int step_init(struct step *s, const char *name, const struct step_args *args,
         }
     }
     if (kind == STEP_KIND_MAX) {
-        char known[256];
+        char known[1024];
         struct sbuf b = {known, sizeof(known), 0};
         for (int k = 0; k < STEP_KIND_MAX; k++)
             sb_printf(&b, "%s%s", k ? ", " : "", step_names[k]);
@@ -492,7 +769,7 @@ int step_init(struct step *s, const char *name, const struct step_args *args,
         }
         s->nmean = n;
     }
-    return 0;
+    return aug_finish(s, name, err, errlen);
 }
 
 int step_init_simple(struct step *s, const char *name, const char *arg, char *err,
@@ -539,10 +816,20 @@ static const struct step_sig {
     [STEP_PAD] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
     [STEP_NORMALIZE] = {IMAGE_U8, STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, 1},
     [STEP_TO_FLOAT] = {IMAGE_U8, STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, 1},
-    [STEP_MIXUP] = {{STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, STEP_LAYOUT_NHWC},
-                    STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
-    [STEP_CUTMIX] = {{STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, STEP_LAYOUT_NHWC},
-                     STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
+    [STEP_COLOR_JITTER] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
+    [STEP_RANDOM_GRAYSCALE] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
+    [STEP_GAUSSIAN_BLUR] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
+    [STEP_RANDOM_ROTATION] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
+    [STEP_RANDOM_AFFINE] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
+    [STEP_AUTO_AUGMENT] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
+    [STEP_RAND_AUGMENT] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
+    [STEP_TRIVIAL_AUGMENT_WIDE] = {IMAGE_U8, STEP_DOMAIN_IMAGE, 0, 3, 0},
+    [STEP_RANDOM_ERASING] = {{STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, STEP_LAYOUT_NHWC},
+                             STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
+#define IMAGE_F32 {STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, STEP_LAYOUT_NHWC}
+    [STEP_MIXUP] = {IMAGE_F32, STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
+    [STEP_CUTMIX] = {IMAGE_F32, STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
+#undef IMAGE_F32
 #undef IMAGE_U8
 };
 
@@ -634,8 +921,16 @@ static void chain_mismatch(const struct step *steps, uint32_t i, const struct st
                 step_name(steps[i - 1].kind), name, step_takes_text(steps[i].kind),
                 step_name(steps[i - 1].kind), gives,
                 t->dtype == PROTO_DTYPE_F32 && t->domain == STEP_DOMAIN_IMAGE
-                    ? ", so it must be the last step" : "");
+                    ? ", so it must be the last step (but for random_erasing)" : "");
     }
+}
+
+/* The image augmentations that take a fill. */
+static int aug_has_fill(enum step_kind kind)
+{
+    return kind == STEP_RANDOM_ROTATION || kind == STEP_RANDOM_AFFINE ||
+           kind == STEP_AUTO_AUGMENT || kind == STEP_RAND_AUGMENT ||
+           kind == STEP_TRIVIAL_AUGMENT_WIDE;
 }
 
 /* steps[i] follows a batch-level step: only the other one may, once, and
@@ -692,11 +987,17 @@ int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
             s->dct_h = s->dct_w = 0;
             s->dct_shorter = 0;
             if (s->dct_scale) {
-                if (n < 2 || steps[1].kind != STEP_RESIZE) {
+                if (n < 2 || (steps[1].kind != STEP_RESIZE &&
+                              steps[1].kind != STEP_RANDOM_RESIZED_CROP)) {
                     set_err(err, errlen, "decode with dct_scale needs a resize right after "
-                            "it (it decodes to the size that resize needs)");
+                            "it (it decodes to the size that resize needs), or a "
+                            "random_resized_crop (the size its crop needs)");
                     return -EINVAL;
                 }
+                /* random_resized_crop: the scale is the crop's, chosen per
+                 * sample online (step_decode_rrc_apply); dct_h stays 0. */
+                if (steps[1].kind == STEP_RANDOM_RESIZED_CROP)
+                    continue;
                 s->dct_h = steps[1].h;
                 s->dct_w = steps[1].w;
                 s->dct_shorter = steps[1].shorter;
@@ -704,6 +1005,19 @@ int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
         }
         if (s->kind == STEP_PAD && s->nfill != 1 && s->nfill != c) {
             set_err(err, errlen, "pad: fill has %u values for %u channels", s->nfill, c);
+            return -EINVAL;
+        }
+        if (s->kind == STEP_RANDOM_ERASING) {
+            s->erase_nchw = t.layout == STEP_LAYOUT_NCHW;
+            if (s->nvalue != 1 && s->nvalue != c && !s->erase_random) {
+                set_err(err, errlen, "random_erasing: value has %u values for %u channels",
+                        s->nvalue, c);
+                return -EINVAL;
+            }
+        }
+        if (aug_has_fill(s->kind) && s->nfill != 1 && s->nfill != c) {
+            set_err(err, errlen, "%s: fill has %u values for %u channels",
+                    step_name(s->kind), s->nfill, c);
             return -EINVAL;
         }
         if (s->kind == STEP_NORMALIZE && s->nmean != 1 && s->nmean != c) {
@@ -726,8 +1040,11 @@ int step_split_check(const struct step *steps, uint32_t n, uint32_t split, char 
         }
     }
     if (n > 1 && split == 1 && steps[0].kind == STEP_DECODE && steps[0].dct_scale) {
-        set_err(err, errlen, "separates decode (dct_scale) from the resize it decodes for; "
-                "split after the resize, or before decode");
+        set_err(err, errlen, "separates decode (dct_scale) from the %s it decodes for; "
+                "split %s",
+                step_name(steps[1].kind),
+                steps[1].kind == STEP_RESIZE ? "after the resize, or before decode"
+                                             : "before decode (0): the crop is random");
         return -EINVAL;
     }
     return 0;
@@ -744,8 +1061,28 @@ const char *step_name(enum step_kind kind)
 
 int step_is_random(const struct step *s)
 {
-    return s->kind == STEP_RANDOM_FLIP || s->kind == STEP_RANDOM_RESIZED_CROP ||
-           step_is_batch(s);
+    switch (s->kind) {
+    case STEP_RANDOM_FLIP:
+    case STEP_RANDOM_RESIZED_CROP:
+    case STEP_COLOR_JITTER:
+    case STEP_RANDOM_GRAYSCALE:
+    case STEP_RANDOM_ROTATION:
+    case STEP_RANDOM_AFFINE:
+    case STEP_AUTO_AUGMENT:
+    case STEP_RAND_AUGMENT:
+    case STEP_TRIVIAL_AUGMENT_WIDE:
+    case STEP_RANDOM_ERASING:
+        return 1;
+    case STEP_GAUSSIAN_BLUR: /* a fixed sigma blurs alike every epoch */
+        return s->sigma[0] != s->sigma[1];
+    default:
+        return step_is_batch(s);
+    }
+}
+
+int step_in_place(const struct step *s)
+{
+    return s->kind == STEP_RANDOM_ERASING;
 }
 
 int step_is_batch(const struct step *s)
@@ -798,6 +1135,127 @@ static void sb_range(struct sbuf *b, const char *key, const double *r)
     sb_printf(b, ",");
     sb_number(b, r[1], 0);
     sb_printf(b, "]");
+}
+
+/* The next parameter of a description: "(" before the first, "," after. */
+static void sb_key(struct sbuf *b, int *first, const char *key)
+{
+    sb_printf(b, "%s%s=", *first ? "(" : ",", key);
+    *first = 0;
+}
+
+/* sb_number, whole numbers written whole ("30", not "3e+01"). */
+static void sb_num(struct sbuf *b, double v)
+{
+    if (v == nearbyint(v) && fabs(v) < 1e15)
+        sb_printf(b, "%.0f", v + 0.0);
+    else
+        sb_number(b, v, 0);
+}
+
+static void sb_pair(struct sbuf *b, int *first, const char *key, const double *r, int n)
+{
+    sb_key(b, first, key);
+    sb_printf(b, "[");
+    for (int i = 0; i < n; i++) {
+        if (i)
+            sb_printf(b, ",");
+        sb_num(b, r[i]);
+    }
+    sb_printf(b, "]");
+}
+
+/* The image augmentations' name(args): parameters off or at torchvision's
+ * defaults left out unless full. */
+static void describe_aug(const struct step *s, struct sbuf *b, int full)
+{
+    static const char *const jitter_keys[4] = {"brightness", "contrast", "saturation", "hue"};
+    static const char *const interps[] = {"nearest", "bilinear"};
+    int first = 1;
+    const struct geom_affine_params *a = &s->affine;
+    switch (s->kind) {
+    case STEP_COLOR_JITTER:
+        for (int f = 0; f < 4; f++)
+            if (s->jitter.on[f])
+                sb_pair(b, &first, jitter_keys[f], s->jitter.range[f], 2);
+        break;
+    case STEP_RANDOM_GRAYSCALE:
+        if (full || s->p != 0.1) {
+            sb_key(b, &first, "p");
+            sb_number(b, s->p, 0);
+        }
+        break;
+    case STEP_GAUSSIAN_BLUR:
+        sb_key(b, &first, "kernel_size");
+        if (s->ksize[0] == s->ksize[1])
+            sb_printf(b, "%u", s->ksize[0]);
+        else
+            sb_printf(b, "[%u,%u]", s->ksize[0], s->ksize[1]);
+        if (full || s->sigma[0] != 0.1 || s->sigma[1] != 2.0)
+            sb_pair(b, &first, "sigma", s->sigma, 2);
+        break;
+    case STEP_RANDOM_ROTATION:
+    case STEP_RANDOM_AFFINE:
+        sb_pair(b, &first, "degrees", a->degrees, 2);
+        if (a->translate_on)
+            sb_pair(b, &first, "translate", a->translate, 2);
+        if (a->scale_on)
+            sb_pair(b, &first, "scale", a->scale, 2);
+        if (a->shear_on[0] || a->shear_on[1]) {
+            double sh[4] = {a->shear[0][0], a->shear[0][1], a->shear[1][0], a->shear[1][1]};
+            sb_pair(b, &first, "shear", sh, a->shear_on[1] ? 4 : 2);
+        }
+        if (s->center_on)
+            sb_pair(b, &first, "center", s->center, 2);
+        break;
+    case STEP_AUTO_AUGMENT:
+        if (full)
+            sb_printf(b, "(policy=imagenet"), first = 0;
+        break;
+    case STEP_RAND_AUGMENT:
+        if (full || s->aug.num_ops != 2)
+            sb_key(b, &first, "num_ops"), sb_printf(b, "%u", s->aug.num_ops);
+        if (full || s->aug.magnitude != 9)
+            sb_key(b, &first, "magnitude"), sb_printf(b, "%u", s->aug.magnitude);
+        /* fall through */
+    case STEP_TRIVIAL_AUGMENT_WIDE:
+        if (full || s->aug.bins != 31)
+            sb_key(b, &first, "num_magnitude_bins"), sb_printf(b, "%u", s->aug.bins);
+        break;
+    case STEP_RANDOM_ERASING:
+        if (full || s->p != 0.5)
+            sb_key(b, &first, "p"), sb_number(b, s->p, 0);
+        if (full || s->scale[0] != 0.02 || s->scale[1] != 0.33)
+            sb_pair(b, &first, "scale", s->scale, 2);
+        if (full || s->ratio[0] != 0.3 || s->ratio[1] != 3.3)
+            sb_pair(b, &first, "ratio", s->ratio, 2);
+        if (s->erase_random) {
+            sb_key(b, &first, "value");
+            sb_printf(b, "random");
+        } else if (full || s->nvalue != 1 || s->value[0] != 0.0f) {
+            sb_key(b, &first, "value");
+            sb_floats(b, s->value, s->nvalue);
+        }
+        break;
+    default:
+        return;
+    }
+    if (aug_has_fill(s->kind)) {
+        if (full || s->interp != GEOM_NEAREST)
+            sb_key(b, &first, "interpolation"), sb_printf(b, "%s", interps[s->interp & 1]);
+        int zero = 1;
+        for (uint32_t i = 0; i < s->nfill; i++)
+            zero &= s->fill[i] == 0;
+        if (full || !zero) {
+            sb_key(b, &first, "fill");
+            sb_printf(b, "%s", s->nfill > 1 ? "[" : "");
+            for (uint32_t i = 0; i < s->nfill; i++)
+                sb_printf(b, "%s%u", i ? "," : "", s->fill[i]);
+            sb_printf(b, "%s", s->nfill > 1 ? "]" : "");
+        }
+    }
+    if (!first)
+        sb_printf(b, ")");
 }
 
 /* name(args); full: every parameter, defaults included (fingerprints). */
@@ -891,6 +1349,9 @@ static void describe(const struct step *s, char *buf, size_t len, int full)
         sb_printf(&b, ")");
         break;
     case STEP_KIND_MAX:
+        break;
+    default:
+        describe_aug(s, &b, full);
         break;
     }
 }
@@ -999,6 +1460,16 @@ int step_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
     case STEP_NORMALIZE:
     case STEP_TO_FLOAT:
         return step_normalize_apply(s, ctx, in, out);
+    case STEP_COLOR_JITTER:
+    case STEP_RANDOM_GRAYSCALE:
+    case STEP_GAUSSIAN_BLUR:
+    case STEP_RANDOM_ROTATION:
+    case STEP_RANDOM_AFFINE:
+    case STEP_AUTO_AUGMENT:
+    case STEP_RAND_AUGMENT:
+    case STEP_TRIVIAL_AUGMENT_WIDE:
+    case STEP_RANDOM_ERASING:
+        return step_imgaug_apply(s, ctx, in, out);
     case STEP_MIXUP:
     case STEP_CUTMIX:
         return step_fail(ctx, -EINVAL, "%s acts on a batch, not on a sample", step_name(s->kind));

@@ -40,6 +40,27 @@
  *   the pipeline applies them to a batch (pipeline_batch_steps), their
  *   randomness drawn from (stream seed, epoch, batch).
  *
+ * The image augmentations (imgaug.c; torchvision's names and defaults; each
+ * decision drawn from the per-sample seed, the operation given it equal to
+ * torchvision's on PIL):
+ *   color_jitter         brightness, contrast, saturation: X | [LO, HI]; hue:
+ *                        X | [LO, HI] (all off)      ColorJitter
+ *   random_grayscale     p: 0.1                      RandomGrayscale
+ *   gaussian_blur        kernel_size: N | [KX, KY], sigma: [0.1, 2] | X
+ *                        GaussianBlur (random only when sigma is a range)
+ *   random_rotation      degrees, interpolation: nearest | bilinear, fill: 0
+ *                        RandomRotation
+ *   random_affine        degrees, translate, scale, shear, interpolation,
+ *                        fill, center                RandomAffine
+ *   auto_augment         policy: imagenet, interpolation, fill   AutoAugment
+ *   rand_augment         num_ops: 2, magnitude: 9, num_magnitude_bins: 31,
+ *                        interpolation, fill         RandAugment
+ *   trivial_augment_wide num_magnitude_bins: 31, interpolation, fill
+ *                        TrivialAugmentWide
+ *   random_erasing       p: 0.5, scale: [0.02, 0.33], ratio: [0.3, 3.3],
+ *                        value: 0 | [V, ...] | random
+ *                        RandomErasing, on normalize's or to_float's float32
+ *
  * The sample model: a sample is a tensor, typed by struct step_type (what
  * it holds, its dtype, the rank of its shape). A pipeline starts from the
  * source's encoded bytes (STEP_DOMAIN_ENCODED, rank 0: fmt IMG_ENCODED, the
@@ -58,7 +79,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "augment.h"
+#include "color.h"
+#include "geometry.h"
 #include "img.h"
+
+struct roi_decoder;
 
 enum step_kind {
     STEP_DECODE,
@@ -69,6 +95,16 @@ enum step_kind {
     STEP_PAD,
     STEP_NORMALIZE,
     STEP_TO_FLOAT,
+    /* The image augmentations of training recipes (issue 17; imgaug.c) */
+    STEP_COLOR_JITTER,
+    STEP_RANDOM_GRAYSCALE,
+    STEP_GAUSSIAN_BLUR,
+    STEP_RANDOM_ROTATION,
+    STEP_RANDOM_AFFINE,
+    STEP_AUTO_AUGMENT,
+    STEP_RAND_AUGMENT,
+    STEP_TRIVIAL_AUGMENT_WIDE,
+    STEP_RANDOM_ERASING,
     /* batch-level steps: a complete batch, not a sample (step_is_batch) */
     STEP_MIXUP,
     STEP_CUTMIX,
@@ -105,6 +141,21 @@ struct step {
     uint32_t nmean;          /* normalize: 1 value for every channel, or one each */
     float mean[STEP_CHANNELS_MAX], std[STEP_CHANNELS_MAX];
     uint32_t layout;         /* normalize, to_float: enum step_layout */
+    /* The image augmentations (imgaug.c). random_grayscale and
+     * random_erasing take p above, random_erasing scale and ratio too; the
+     * geometric ones and the policies fill (nfill values) above. */
+    struct color_jitter_params jitter; /* color_jitter: ranges by color_jitter_fn */
+    struct geom_affine_params affine;  /* random_rotation (degrees), random_affine */
+    int center_on;                     /* random_affine: center given */
+    double center[2];                  /* random_affine: center x, y */
+    uint32_t interp;                   /* enum geom_interp: geometry and policies */
+    uint32_t ksize[2];                 /* gaussian_blur: kernel_size [kx, ky] */
+    double sigma[2];                   /* gaussian_blur: sigma range */
+    struct aug_params aug;             /* auto_augment, rand_augment, trivial_augment_wide */
+    int erase_random;                  /* random_erasing: value random */
+    uint32_t nvalue;                   /* random_erasing: 1 value, or one per channel */
+    float value[STEP_CHANNELS_MAX];
+    int erase_nchw;                    /* random_erasing: its input's layout (chain) */
     /* batch-level steps (mixup, cutmix; p is the batch's mixing chance) */
     double alpha;            /* Beta(alpha, alpha) of lambda */
     double switch_p;         /* with both: cutmix's share (RandomChoice: 0.5) */
@@ -146,6 +197,8 @@ struct step_ctx {
     uint64_t max_pixels;    /* decode refuses larger images (0 = no limit) */
     int format;             /* decode: the enum decode_format of its last input */
     char err[256];          /* message when a step fails */
+    struct img aux;         /* the augmentations' scratch image (imgaug.c) */
+    struct roi_decoder *roi; /* region decoder (jpeg_roi.h), created lazily */
 };
 
 void step_ctx_init(struct step_ctx *ctx);
@@ -222,5 +275,22 @@ uint32_t step_out_layout(const struct step *s, uint32_t in_layout);
  * max_pixels, -EINVAL for a wrong input format). */
 int step_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                struct img *out);
+
+/* Whether step_apply(s, ctx, in, out) may be given out == in (the pipeline
+ * then lets the step before it write into the batch's slot): random_erasing,
+ * which changes a box of its input and copies nothing else. */
+int step_in_place(const struct step *s);
+
+/* decode and the random_resized_crop right after it, both online, in one
+ * (the cold path): a JPEG's crop box is decoded alone (jpeg_roi.h: the same
+ * pixels as a full decode's), at the DCT scale the crop's output allows
+ * when dec->dct_scale (the smallest of 1/8 to 4/8 still giving 5/4 of the
+ * output on each side), then resized as random_resized_crop does; ctx->seed
+ * is random_resized_crop's. Other formats, CMYK, and a file the region
+ * decoder refuses are decoded whole and cropped (so a bad file fails as
+ * decode fails). Returns 1 when a region was decoded, 0 when the whole
+ * image, or -errno as the two steps do. */
+int step_decode_rrc_apply(const struct step *dec, const struct step *rrc,
+                          struct step_ctx *ctx, const struct img *in, struct img *out);
 
 #endif

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "proto.h"
+#include "erase.h"
 #include "step.h"
 
 /* Writes a message into ctx->err; returns rc so callers can
@@ -116,6 +117,7 @@ int step_rrc_params(const struct step *s, uint64_t seed, uint32_t h, uint32_t w,
 int step_rrc_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                    struct img *out);
 
+
 /* ---- random_flip ---- */
 
 int step_flip_apply(double p, struct step_ctx *ctx, const struct img *in,
@@ -127,5 +129,34 @@ int step_flip_apply(double p, struct step_ctx *ctx, const struct img *in,
  * mean 0, std 1 (exactly x / 255). */
 int step_normalize_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                          struct img *out);
+
+/* ---- the image augmentations (imgaug.c) ---- */
+
+/* One sample's decision of an augmentation step, drawn from its seed:
+ * what torchvision's get_params (or its forward's draws) decides. */
+struct step_decision {
+    int apply;                          /* random_grayscale: whether it applies */
+    struct color_jitter jitter;         /* color_jitter: order and factors */
+    double sigma;                       /* gaussian_blur */
+    double angle;                       /* random_rotation */
+    struct geom_affine_decision affine; /* random_affine */
+    uint32_t nops;                      /* the policies: the ops, in order */
+    struct aug_choice ops[AUG_OPS_MAX];
+    struct erase_box box;               /* random_erasing (h 0: nothing erased) */
+    uint64_t state;                     /* the draws' state after the decision
+                                           (random_erasing's value random goes on) */
+};
+
+/* The decision of augmentation step s for an h x w image from seed (the
+ * step's per-sample seed, struct step_ctx). */
+void step_imgaug_decide(const struct step *s, uint64_t seed, uint32_t h, uint32_t w,
+                        struct step_decision *d);
+/* Applies s to in with a given decision into out. */
+int step_imgaug_apply_decision(const struct step *s, struct step_ctx *ctx,
+                               const struct step_decision *d, const struct img *in,
+                               struct img *out);
+/* Draws the decision from ctx->seed and applies it. */
+int step_imgaug_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
+                      struct img *out);
 
 #endif

@@ -23,8 +23,12 @@
 #   warm-split-decode     eval's transforms, cached after decode (resize, crop, flip online)
 #   warm-split-resize     ... cached after resize (crop, flip online)
 #   warm-split-crop       ... cached after center_crop (flip online)
-#   cold-train, warm-train  resize 256 cached; random_resized_crop 224, flip and normalize
-#                         (float32 NCHW) online
+#   cold-train-resize256, warm-train-resize256  resize 256 cached; random_resized_crop
+#                         224, flip and normalize (float32 NCHW) online: a different
+#                         augmentation (crops of a 256-pixel image) from the baseline's
+#   (train group) tests/bench/cases_recipes.sh: warm-train and cold-train, the identical
+#                         pipeline (crops of the full-resolution image), train-recipe
+#                         against the reference recipe's baseline, roi-decode
 #   resume                time to the first batch of an epoch resumed at its middle
 #                         (prestoctl epoch --start-batch, a fresh prestod: cold cache)
 #                         against the same at batch 0, in the same run (ratio = time at 0
@@ -241,21 +245,26 @@ print(json.dumps({"samples": samples, "seconds": half, "samples_per_s": 64 / hal
     bench_case resume 0.5 "${runs[@]}"
 }
 
-# torchvision's ImageNet training transforms: cold-train, warm-train.
+# torchvision's ImageNet training transforms on a 256-pixel image (resize cached):
+# cold-train-resize256, warm-train-resize256; then cases_recipes.sh's.
 bench_train_cases() {
     local config
     config=$(bench_config train resize decode "{resize: 256}" \
         "{random_resized_crop: 224}" "{random_flip: 0.5}" \
         "{normalize: {mean: $MEAN, std: $STD, layout: nchw}}")
-    echo "== cold-train, warm-train: resize 256 cached; random_resized_crop 224, flip," \
-        "normalize (float32 NCHW) online"
+    echo "== cold-train-resize256, warm-train-resize256: resize 256 cached;" \
+        "random_resized_crop 224, flip, normalize (float32 NCHW) online (a different" \
+        "augmentation: crops of the 256-pixel image)"
     BENCH_DATASET=train
     presto_start -c "$config"
     bench_epoch 0
-    bench_case_vs train cold-train 1 "$BENCH_RESULT"
+    bench_case_vs train cold-train-resize256 1 "$BENCH_RESULT"
     bench_warm_epochs
-    bench_case_vs train warm-train 15 "${BENCH_WARM[@]}"
+    bench_case_vs train warm-train-resize256 15 "${BENCH_WARM[@]}"
     presto_stop
+    if declare -F bench_recipes_cases >/dev/null; then
+        bench_recipes_cases
+    fi
 }
 
 # bench_group NAME: whether BENCH_ONLY selects the group of cases NAME.
@@ -285,6 +294,11 @@ bench_main() {
     local data=$BENCH_DATA # the name hooks written for the earlier script use
 
     presto_init
+    local recipes_cases=tests/bench/cases_recipes.sh
+    if [[ -f $recipes_cases ]]; then
+        # shellcheck source=/dev/null
+        source "$recipes_cases"
+    fi
     BENCH_CASES=$PRESTO_TMP/cases.jsonl
     : >"$BENCH_CASES"
 
@@ -298,6 +312,12 @@ bench_main() {
         bench_baseline train --transforms train
         baselines=(--baseline "$PRESTO_TMP/baseline-eval.json"
             --extra-baseline "train=$PRESTO_TMP/baseline-train.json")
+        if bench_group train && declare -F bench_recipes_baselines >/dev/null; then
+            local extra
+            extra=$(bench_recipes_baselines) || presto_fail "the recipe baseline failed"
+            # shellcheck disable=SC2206
+            baselines+=($extra)
+        fi
     fi
 
     if bench_group default; then

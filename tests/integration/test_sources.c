@@ -128,8 +128,8 @@ START_TEST(test_same_epochs)
         ck_assert_msg(strstr(json, want), "%s: no %s in the stats", NAMES[i], want);
     }
     /* decoded by format, found from the bytes: 12 PNGs and 4 WebPs a source */
-    ck_assert_msg(strstr(json, "\"png\":{\"decoded\":48,\"failed\":0}") &&
-                      strstr(json, "\"webp\":{\"decoded\":16,\"failed\":0}"),
+    ck_assert_msg(strstr(json, "\"png\":{\"decoded\":48,\"failed\":0,") &&
+                      strstr(json, "\"webp\":{\"decoded\":16,\"failed\":0,"),
                   "the formats' counts are not 48 PNGs and 16 WebPs: %s", strstr(json, "formats"));
     free(json);
     /* the log names what was indexed, by extension */
@@ -208,7 +208,7 @@ START_TEST(test_corrupt_member)
     ck_assert_int_eq(harness_stats(&H, &json), 0);
     ck_assert_msg(strstr(json, "{\"name\":\"tar\",\"samples\":40,\"classes\":3,"
                                "\"refused\":0,\"errors\":1,"), "tar: no bad sample counted");
-    ck_assert_msg(strstr(json, "\"unknown\":{\"decoded\":0,\"failed\":1}"),
+    ck_assert_msg(strstr(json, "\"unknown\":{\"decoded\":0,\"failed\":1,"),
                   "the zeroed member is not counted as a file of no known format: %s",
                   strstr(json, "formats"));
     free(json);

@@ -10,6 +10,7 @@
  * one value per channel. Functions return 0 or -errno.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,9 @@
 #include "steps/erase.h"
 #include "steps/geometry.h"
 #include "steps/mix.h"
+#include "steps/step.h"
+#include "steps/step_impl.h"
+#include "hash.h"
 
 int hook_color(const char *op, const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w,
                uint32_t c, double arg)
@@ -242,4 +246,147 @@ int hook_mix_apply(const double *dec, float *batch, uint32_t n, uint32_t h, uint
     mix_apply(&d, batch, n, h, w, c, nchw, targets, num_classes, scratch);
     free(scratch);
     return 0;
+}
+
+/* ---- whole pipeline steps, as a config names them ---- */
+
+/* step NAME with parameters "key=v;key=[a,b]" (the config's, as text) into
+ * s; its input's layout (nchw) as the chain would set it. */
+static int step_of(const char *name, const char *spec, int nchw, struct step *s,
+                   char *err, size_t errlen)
+{
+    char buf[512];
+    struct step_args args = {.n = 0};
+    if (strlen(spec) >= sizeof(buf))
+        return -EINVAL;
+    strcpy(buf, spec);
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ";", &save); item; item = strtok_r(NULL, ";", &save)) {
+        if (args.n == STEP_ARGS_MAX)
+            return -EINVAL;
+        struct step_arg *a = &args.a[args.n++];
+        char *eq = strchr(item, '='), *v = item;
+        memset(a, 0, sizeof(*a));
+        if (eq) {
+            *eq = '\0';
+            a->key = item;
+            v = eq + 1;
+        }
+        if (*v == '[') {
+            char *end = strchr(++v, ']'), *save2 = NULL;
+            if (end == NULL)
+                return -EINVAL;
+            *end = '\0';
+            a->list = 1;
+            for (char *e = strtok_r(v, ",", &save2); e; e = strtok_r(NULL, ",", &save2)) {
+                if (a->n == STEP_ARG_VALUES_MAX)
+                    return -EINVAL;
+                a->v[a->n++] = e;
+            }
+        } else {
+            a->v[a->n++] = v;
+        }
+    }
+    int rc = step_init(s, name, &args, NULL, err, errlen);
+    s->erase_nchw = nchw;
+    return rc;
+}
+
+/* The seed the pipeline gives step index of a sample (pipeline.c's
+ * run_steps): hash_mix64(hash_sample_seed(seed, epoch, id) + index). */
+uint64_t hook_step_seed(uint64_t seed, uint64_t epoch, uint32_t id, uint32_t index)
+{
+    return hash_mix64(hash_sample_seed(seed, epoch, id) + index);
+}
+
+/* An augmentation step's decision for an h x w image from its seed, flat
+ * into out (32 doubles):
+ *   color_jitter          order[4], factor[4], on[4]
+ *   random_grayscale      apply
+ *   gaussian_blur         sigma
+ *   random_rotation       angle
+ *   random_affine         angle, tx, ty, scale, shear_x, shear_y
+ *   the three policies    n, then n pairs (op, signed magnitude)
+ *   random_erasing        top, left, h, w (h 0: nothing erased)
+ * Returns 0, or -EINVAL (err says why). */
+int hook_step_decide(const char *name, const char *spec, uint64_t seed, uint32_t h,
+                     uint32_t w, double *out, char *err, size_t errlen)
+{
+    struct step s;
+    struct step_decision d;
+    int rc = step_of(name, spec, 0, &s, err, errlen);
+    if (rc < 0)
+        return rc;
+    step_imgaug_decide(&s, seed, h, w, &d);
+    memset(out, 0, 32 * sizeof(double));
+    switch (s.kind) {
+    case STEP_COLOR_JITTER:
+        for (int f = 0; f < 4; f++) {
+            out[f] = d.jitter.order[f];
+            out[4 + f] = d.jitter.factor[f];
+            out[8 + f] = d.jitter.on[f];
+        }
+        return 0;
+    case STEP_RANDOM_GRAYSCALE:
+        out[0] = d.apply;
+        return 0;
+    case STEP_GAUSSIAN_BLUR:
+        out[0] = d.sigma;
+        return 0;
+    case STEP_RANDOM_ROTATION:
+        out[0] = d.angle;
+        return 0;
+    case STEP_RANDOM_AFFINE:
+        out[0] = d.affine.angle;
+        out[1] = d.affine.tx;
+        out[2] = d.affine.ty;
+        out[3] = d.affine.scale;
+        out[4] = d.affine.shear_x;
+        out[5] = d.affine.shear_y;
+        return 0;
+    case STEP_AUTO_AUGMENT:
+    case STEP_RAND_AUGMENT:
+    case STEP_TRIVIAL_AUGMENT_WIDE:
+        out[0] = d.nops;
+        for (uint32_t i = 0; i < d.nops && i < 15; i++) {
+            out[1 + 2 * i] = d.ops[i].op;
+            out[2 + 2 * i] = d.ops[i].magnitude;
+        }
+        return 0;
+    case STEP_RANDOM_ERASING:
+        out[0] = d.box.top;
+        out[1] = d.box.left;
+        out[2] = d.box.h;
+        out[3] = d.box.w;
+        return 0;
+    default:
+        snprintf(err, errlen, "%s is not an image augmentation", name);
+        return -EINVAL;
+    }
+}
+
+/* Runs step NAME (spec as above) on an h x w x c image of dtype (uint8 or
+ * float32; nchw: a float image's layout) with the per-sample seed, as the
+ * pipeline does; out holds the output (same size). */
+int hook_step_apply(const char *name, const char *spec, uint64_t seed, const void *in,
+                    uint32_t h, uint32_t w, uint32_t c, uint32_t dtype, int nchw, void *out,
+                    char *err, size_t errlen)
+{
+    struct step s;
+    struct step_ctx ctx;
+    int rc = step_of(name, spec, nchw, &s, err, errlen);
+    if (rc < 0)
+        return rc;
+    size_t len = (size_t)h * w * c * proto_dtype_size(dtype);
+    struct img src = {.fmt = IMG_PIXELS, .h = h, .w = w, .c = c, .dtype = dtype,
+                      .data = (uint8_t *)(uintptr_t)in, .len = len, .cap = len,
+                      .borrowed = 1};
+    struct img dst = {.fmt = IMG_PIXELS, .data = out, .cap = len, .borrowed = 1};
+    step_ctx_init(&ctx);
+    ctx.seed = seed;
+    rc = step_apply(&s, &ctx, &src, &dst);
+    if (rc < 0)
+        snprintf(err, errlen, "%s", ctx.err);
+    step_ctx_free(&ctx);
+    return rc;
 }

@@ -384,6 +384,48 @@ static const struct bad_case bad_cases[] = {
     {"dct_scale split from its resize", DS "    steps: [{decode: {dct_scale: true}}, {resize: 8}]\n"
                                            "    split: decode\n", 5,
      {"split", "dct_scale"}},
+    /* the image augmentations (issue 17) */
+    {"negative brightness", DS "    steps:\n      - decode\n"
+                               "      - color_jitter: {brightness: -1}\n",
+     6, {"steps.color_jitter.brightness", "X >= 0"}},
+    {"hue past 0.5", DS "    steps:\n      - decode\n      - color_jitter: {hue: [-0.2, 0.7]}\n",
+     6, {"steps.color_jitter.hue", "0.5"}},
+    {"even blur kernel", DS "    steps:\n      - decode\n      - gaussian_blur: 4\n",
+     6, {"steps.gaussian_blur.kernel_size", "odd"}},
+    {"zero blur sigma", DS "    steps:\n      - decode\n"
+                          "      - gaussian_blur: {kernel_size: 3, sigma: 0}\n",
+     6, {"steps.gaussian_blur.sigma", "X > 0"}},
+    {"affine without degrees", DS "    steps:\n      - decode\n"
+                                  "      - random_affine: {translate: [0.1, 0.1]}\n",
+     6, {"steps", "needs degrees"}},
+    {"translate past 1", DS "    steps:\n      - decode\n"
+                            "      - random_affine: {degrees: 0, translate: [0.1, 1.5]}\n",
+     6, {"steps.random_affine.translate", "[0, 1]"}},
+    {"bicubic", DS "    steps:\n      - decode\n"
+                   "      - random_rotation: {degrees: 10, interpolation: bicubic}\n",
+     6, {"steps.random_rotation.interpolation", "nearest or bilinear"}},
+    {"cifar10 policy", DS "    steps:\n      - decode\n      - auto_augment: cifar10\n",
+     6, {"steps.auto_augment.policy", "imagenet"}},
+    {"magnitude past the bins", DS "    steps:\n      - decode\n"
+                                   "      - rand_augment: {magnitude: 31}\n",
+     6, {"steps", "magnitude 31 is not below num_magnitude_bins 31"}},
+    {"erasing before normalize", DS "    steps:\n      - decode\n      - random_erasing\n",
+     6, {"steps", "random_erasing takes a float32 image"}},
+    {"erasing values for other channels", DS "    steps:\n      - decode\n      - to_float\n"
+                                             "      - random_erasing: {value: [1, 2]}\n",
+     7, {"steps", "value has 2 values for 3 channels"}},
+    {"erasing scale past 1", DS "    steps:\n      - decode\n      - to_float\n"
+                                "      - random_erasing: {scale: [0.5, 2]}\n",
+     7, {"steps", "at most 1"}},
+    {"rotation fill for other channels", DS "    steps:\n      - decode: grey\n"
+                                            "      - random_rotation: {degrees: 5, fill: [1, 2]}\n",
+     6, {"steps", "fill has 2 values for 1 channels"}},
+    {"trivial_augment_wide offline", DS "    steps: [decode, trivial_augment_wide]\n"
+                                        "    split: 2\n", 5,
+     {"split", "random step trivial_augment_wide"}},
+    {"dct_scale decode offline before its crop",
+     DS "    steps: [{decode: {dct_scale: true}}, {random_resized_crop: 8}]\n"
+        "    split: decode\n", 5, {"split", "before decode (0)"}},
     {"split names a missing step", DS "    steps: [decode, {resize: 64}]\n"
                                       "    split: center_crop\n", 5,
      {"split", "center_crop"}},
@@ -557,6 +599,62 @@ START_TEST(test_step_params)
     /* No random step: offline up to the float conversion, which stays online
      * (the cache keeps uint8). */
     ck_assert_uint_eq(e->split, 4);
+    config_free(&c);
+}
+END_TEST
+
+/* The image augmentations: every parameter as torchvision names it, their
+ * canonical descriptions, defaults left out, and where the default split
+ * falls (a fixed-sigma blur is deterministic, so it can be cached). */
+static const char recipe_yaml[] =
+    "datasets:\n"
+    "  - name: recipe\n"
+    "    root: /d\n"
+    "    steps:\n"
+    "      - decode\n"
+    "      - resize: 64\n"
+    "      - gaussian_blur: {kernel_size: [5, 3], sigma: 1.5}\n"
+    "      - color_jitter: {brightness: 0.4, contrast: [0.5, 1.5], saturation: 0, hue: 0.1}\n"
+    "      - random_grayscale\n"
+    "      - random_rotation: {degrees: 30, interpolation: bilinear, fill: [1, 2, 3]}\n"
+    "      - random_affine: {degrees: [-5, 10], translate: [0.1, 0.2], scale: [0.9, 1.1],\n"
+    "                        shear: 8, fill: 9, center: [3, 4]}\n"
+    "      - auto_augment\n"
+    "      - rand_augment: {num_ops: 3, magnitude: 5, num_magnitude_bins: 11}\n"
+    "      - trivial_augment_wide: {num_magnitude_bins: 31, interpolation: bilinear}\n"
+    "      - normalize: {mean: 0.5, std: 0.25, layout: nchw}\n"
+    "      - random_erasing: {p: 0.25, scale: [0.1, 0.2], ratio: [1/2, 2], value: random}\n";
+
+START_TEST(test_recipe_params)
+{
+    struct config c;
+    char err[512];
+    ck_assert_msg(load(&c, recipe_yaml, err, sizeof(err)) == 0, "%s", err);
+    const struct config_dataset *d = config_find_dataset(&c, "recipe");
+    ck_assert_uint_eq(d->nsteps, 12);
+    static const char *const want[] = {
+        "decode", "resize(64)", "gaussian_blur(kernel_size=[5,3],sigma=[1.5,1.5])",
+        "color_jitter(brightness=[0.6,1.4],contrast=[0.5,1.5],hue=[-0.1,0.1])",
+        "random_grayscale",
+        "random_rotation(degrees=[-30,30],interpolation=bilinear,fill=[1,2,3])",
+        "random_affine(degrees=[-5,10],translate=[0.1,0.2],scale=[0.9,1.1],shear=[-8,8],"
+        "center=[3,4],fill=9)",
+        "auto_augment", "rand_augment(num_ops=3,magnitude=5,num_magnitude_bins=11)",
+        "trivial_augment_wide(interpolation=bilinear)",
+        "normalize(mean=0.5,std=0.25,layout=nchw)",
+        "random_erasing(p=0.25,scale=[0.1,0.2],ratio=[0.5,2],value=random)",
+    };
+    for (uint32_t i = 0; i < d->nsteps; i++)
+        describe_is(&d->steps[i], want[i]);
+    ck_assert_uint_eq(d->split, 3); /* through the fixed blur */
+    ck_assert_int_eq(d->steps[11].erase_nchw, 1); /* what normalize gives */
+    config_free(&c);
+    /* decode (dct_scale) before random_resized_crop: both online by default
+     * (the cold path scales each crop's region), nothing recorded for a resize. */
+    ck_assert_msg(load(&c, DS "    steps: [{decode: {dct_scale: true}}, "
+                              "{random_resized_crop: 8}]\n", err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(c.datasets[0].split, 0);
+    ck_assert_uint_eq(c.datasets[0].steps[0].dct_h, 0);
     config_free(&c);
 }
 END_TEST
@@ -1059,6 +1157,7 @@ static Suite *config_suite(void)
 
     tc = tcase_create("misc");
     tcase_add_test(tc, test_step_params);
+    tcase_add_test(tc, test_recipe_params);
     tcase_add_test(tc, test_offline_fingerprint);
     tcase_add_test(tc, test_dataset_arg);
     tcase_add_test(tc, test_dataset_arg_after_file);

@@ -2302,6 +2302,151 @@ START_TEST(test_throughput)
 }
 END_TEST
 
+/* ---- the image augmentations (imgaug.c) and the cold path (rrc.c) ---- */
+
+/* A synthetic h x w x c uint8 image: gradients and a few edges. */
+static void gradient(struct img *im, uint32_t h, uint32_t w, uint32_t c)
+{
+    make_pixels(im, h, w, c);
+    for (uint32_t y = 0; y < h; y++)
+        for (uint32_t x = 0; x < w; x++)
+            for (uint32_t k = 0; k < c; k++)
+                im->data[((size_t)y * w + x) * c + k] =
+                    (uint8_t)((x * 7 + y * 3 + k * 60 + ((x / 5 + y / 7) % 2) * 90) & 255);
+}
+
+START_TEST(test_augment_steps)
+{
+    static const struct {
+        const char *name, *spec;
+    } cases[] = {
+        {"color_jitter", "brightness=0.5;contrast=0.5;saturation=0.5;hue=0.2"},
+        {"random_grayscale", "p=0.5"},
+        {"gaussian_blur", "kernel_size=[5,3];sigma=[0.5,2]"},
+        {"random_rotation", "degrees=40;interpolation=bilinear;fill=9"},
+        {"random_affine", "degrees=10;translate=[0.2,0.1];scale=[0.7,1.3];shear=[-5,5,-5,5]"},
+        {"auto_augment", ""},
+        {"rand_augment", "num_ops=4;magnitude=20"},
+        {"trivial_augment_wide", "interpolation=bilinear"},
+    };
+    struct step_ctx ctx;
+    struct img in[2], a = {0}, b = {0};
+    step_ctx_init(&ctx);
+    gradient(&in[0], 37, 53, 3);
+    gradient(&in[1], 37, 53, 1);
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        struct step s = make_stepv(cases[k].name, cases[k].spec);
+        ck_assert(step_is_random(&s));
+        for (int g = 0; g < 2; g++) {
+            uint32_t changed = 0;
+            for (uint64_t seed = 1; seed <= 24; seed++) {
+                ctx.seed = hash_mix64(seed);
+                apply_ok(&s, &ctx, &in[g], &a);
+                apply_ok(&s, &ctx, &in[g], &b);
+                ck_assert(a.h == 37 && a.w == 53 && a.c == in[g].c && a.len == in[g].len);
+                ck_assert_msg(memcmp(a.data, b.data, a.len) == 0, "%s: seed %llu twice",
+                              cases[k].name, (unsigned long long)seed);
+                changed += memcmp(a.data, in[g].data, a.len) != 0;
+            }
+            /* On grey, saturation and hue do nothing, as on a PIL image of mode L;
+             * grayscale neither; everything else changes most images. */
+            if (!(g == 1 && strcmp(cases[k].name, "random_grayscale") == 0))
+                ck_assert_msg(changed >= 6, "%s (%u channels): %u of 24 changed",
+                              cases[k].name, in[g].c, changed);
+        }
+    }
+    /* A fixed sigma is not random: it may be cached. */
+    struct step fixed = make_stepv("gaussian_blur", "kernel_size=3;sigma=1");
+    ck_assert(!step_is_random(&fixed));
+    /* Input types: an image step refuses float32, random_erasing uint8. */
+    struct step jit = make_stepv("color_jitter", "brightness=0.4");
+    struct step er = make_stepv("random_erasing", "p=1;value=random");
+    ck_assert_int_eq(step_apply(&er, &ctx, &in[0], &a), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(ctx.err, "float32"));
+    struct step tf = make_step("to_float", NULL);
+    struct img f = {0}, e = {0};
+    apply_ok(&tf, &ctx, &in[0], &f);
+    ck_assert_int_eq(step_apply(&jit, &ctx, &f, &a), -EINVAL);
+    /* random_erasing, p 1: a box of normal values, the rest untouched. */
+    uint32_t erased = 0;
+    for (uint64_t seed = 1; seed <= 24; seed++) {
+        ctx.seed = hash_mix64(seed);
+        apply_ok(&er, &ctx, &f, &e);
+        ck_assert(e.len == f.len && e.dtype == PROTO_DTYPE_F32);
+        const float *x = (const float *)(void *)e.data, *y = (const float *)(void *)f.data;
+        for (size_t i = 0; i < e.len / 4; i++)
+            erased += x[i] != y[i];
+    }
+    ck_assert_uint_gt(erased, 24 * 20);
+    img_free(&f);
+    img_free(&e);
+    img_free(&a);
+    img_free(&b);
+    img_free(&in[0]);
+    img_free(&in[1]);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
+/* decode + random_resized_crop as the cold path runs them: the crop's region
+ * alone, the same bytes as decode then crop (RGB and grey), and at the DCT
+ * scale close to them. */
+START_TEST(test_decode_rrc_region)
+{
+    struct step_ctx ctx;
+    struct img enc, full = {0}, want = {0}, got = {0};
+    step_ctx_init(&ctx);
+    for (size_t p = 0; p < sizeof(photos) / sizeof(photos[0]); p++) {
+        read_photo(&photos[p], &enc);
+        for (int grey = 0; grey < 2; grey++) {
+            struct step dec = make_step("decode", grey ? "grey" : NULL);
+            struct step rrc = make_stepv("random_resized_crop", "size=[64,80]");
+            for (uint64_t seed = 1; seed <= 12; seed++) {
+                ctx.seed = 0;
+                apply_ok(&dec, &ctx, &enc, &full);
+                ctx.seed = hash_mix64(seed * 31 + p);
+                apply_ok(&rrc, &ctx, &full, &want);
+                ck_assert_int_eq(step_decode_rrc_apply(&dec, &rrc, &ctx, &enc, &got), 1);
+                ck_assert(got.h == 64 && got.w == 80 && got.len == want.len);
+                ck_assert_msg(memcmp(got.data, want.data, got.len) == 0,
+                              "%s grey %d seed %llu: region differs", photos[p].name, grey,
+                              (unsigned long long)seed);
+            }
+        }
+        /* dct_scale: a region at a reduced scale for small crops; close. */
+        struct step dct = make_stepv("decode", "dct_scale=true");
+        struct step small = make_stepv("random_resized_crop", "size=24");
+        struct step dec = make_step("decode", NULL);
+        double se = 0;
+        size_t n = 0;
+        for (uint64_t seed = 1; seed <= 12; seed++) {
+            ctx.seed = 0;
+            apply_ok(&dec, &ctx, &enc, &full);
+            ctx.seed = hash_mix64(seed + 1000 * p);
+            apply_ok(&small, &ctx, &full, &want);
+            ck_assert_int_eq(step_decode_rrc_apply(&dct, &small, &ctx, &enc, &got), 1);
+            for (size_t i = 0; i < got.len; i++, n++)
+                se += ((double)got.data[i] - want.data[i]) * ((double)got.data[i] - want.data[i]);
+        }
+        double psnr = 10 * log10(255.0 * 255.0 / (se / n + 1e-12));
+        printf("decode_rrc_region %s: region equal to full decode; dct_scale %.1f dB\n",
+               photos[p].name, psnr);
+        ck_assert_msg(psnr > 30.0, "%s: dct_scale region %.1f dB", photos[p].name, psnr);
+        img_free(&enc);
+    }
+    /* Not a JPEG: decoded whole (and refused as decode refuses it). */
+    uint8_t junk[64] = "not an image at all";
+    struct img bad = {.fmt = IMG_ENCODED, .data = junk, .len = sizeof(junk)};
+    struct step dec = make_step("decode", NULL);
+    struct step rrc = make_stepv("random_resized_crop", "size=8");
+    ck_assert_int_eq(step_decode_rrc_apply(&dec, &rrc, &ctx, &bad, &got), -EBADMSG);
+    img_free(&full);
+    img_free(&want);
+    img_free(&got);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
 /* Adds a case that reads the photos when they are there; else only counts it
  * (tc is not used then: the decode and throughput TCases are not created). */
 #define ADD_PHOTO_TEST(tc, t)                                                    \
@@ -2372,6 +2517,12 @@ static Suite *steps_suite(int with_photos, int *photo_cases_skipped)
 
     tc = tcase_create("normalize");
     tcase_add_test(tc, test_normalize);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("augment");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_augment_steps);
+    ADD_PHOTO_TEST(tc, test_decode_rrc_region);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("random_flip");
