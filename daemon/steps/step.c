@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stddef.h>
+
+#include "audio.h"
 #include "hash.h"
 #include "proto.h"
 #include "step.h"
@@ -24,6 +27,15 @@ static const char *const step_names[STEP_KIND_MAX] = {
     [STEP_PAD] = "pad",
     [STEP_NORMALIZE] = "normalize",
     [STEP_TO_FLOAT] = "to_float",
+    [STEP_DECODE_AUDIO] = "decode_audio",
+    [STEP_RESAMPLE] = "resample",
+    [STEP_TIME_CROP] = "time_crop",
+    [STEP_RANDOM_TIME_CROP] = "random_time_crop",
+    [STEP_MEL_SPECTROGRAM] = "mel_spectrogram",
+    [STEP_AMPLITUDE_TO_DB] = "amplitude_to_db",
+    [STEP_TIME_MASK] = "time_mask",
+    [STEP_FREQUENCY_MASK] = "frequency_mask",
+    [STEP_RANDOM_GAIN] = "random_gain",
 };
 
 static const char *const layout_names[] = {"nhwc", "nchw"};
@@ -38,6 +50,7 @@ void step_ctx_init(struct step_ctx *ctx)
 void step_ctx_free(struct step_ctx *ctx)
 {
     step_decode_ctx_free(ctx);
+    step_sound_ctx_free(ctx);
     ctx->err[0] = '\0';
 }
 
@@ -84,6 +97,7 @@ int step_out_pixels_as(struct step_ctx *ctx, struct img *out, uint32_t h,
     out->c = c;
     out->dtype = dtype;
     out->len = len;
+    out->rate = 0;
     out->src_h = out->src_w = out->scale_num = out->scale_den = 0;
     return 0;
 }
@@ -134,15 +148,36 @@ enum param_type {
     P_FILL,    /* V | [V, ...] (up to STEP_CHANNELS_MAX), each in 0..255: fill */
     P_MEAN,    /* X | [X, ...] (up to STEP_CHANNELS_MAX), finite: mean */
     P_STD,     /* X | [X, ...] (up to STEP_CHANNELS_MAX), finite, not 0: std */
+    /* Generic ones, written at off in struct step, within [lo, hi]: */
+    P_U32,     /* an integer */
+    P_F64,     /* a number */
+    P_ENUM,    /* one of names (its index) as uint32_t; P_BOOL's false | true too */
+    P_RANGE,   /* [LO, HI] of numbers, LO <= HI: two doubles */
 };
 
 struct param {
     const char *name;
     enum param_type type;
     int required;
+    /* P_U32, P_F64, P_ENUM, P_RANGE: */
+    size_t off;
+    double lo, hi;
+    const char *const *names; /* P_ENUM: NULL-terminated */
 };
 
-#define PARAMS_MAX 3
+#define AU(f) offsetof(struct step, au.f)
+static const char *const no_yes[] = {"false", "true", NULL};
+static const char *const align_names[] = {"start", "center", NULL};
+static const char *const pad_names[] = {"end", "center", "random", NULL};
+static const char *const pad_mode_names[] = {"reflect", "constant", "replicate", "circular",
+                                             NULL};
+static const char *const norm_names[] = {"none", "slaney", NULL};
+static const char *const mel_scale_names[] = {"htk", "slaney", NULL};
+static const char *const normalized_names[] = {"false", "window", "frame_length", NULL};
+static const char *const stype_names[] = {"power", "magnitude", NULL};
+#define AUDIO_LENGTH_MAX (1u << 30)
+
+#define PARAMS_MAX 13
 /* Per step: its parameters, the first one being `- NAME: VALUE`'s unless
  * no_main. */
 static const struct step_params {
@@ -159,7 +194,43 @@ static const struct step_params {
     [STEP_NORMALIZE] = {{{"mean", P_MEAN, 1}, {"std", P_STD, 1},
                          {"layout", P_LAYOUT, 0}}, 1},
     [STEP_TO_FLOAT] = {{{"layout", P_LAYOUT, 0}}, 0},
+    [STEP_DECODE_AUDIO] = {{{"mono", P_ENUM, 0, AU(mono), 0, 0, no_yes}}, 0},
+    [STEP_RESAMPLE] = {{{"rate", P_U32, 1, AU(rate), 1, AUDIO_RATE_MAX, NULL},
+                        {"lowpass_filter_width", P_U32, 0, AU(width), 1,
+                         AUDIO_RESAMPLE_WIDTH_MAX, NULL},
+                        {"rolloff", P_F64, 0, AU(rolloff), 1e-3, 1, NULL}}, 0},
+    [STEP_TIME_CROP] = {{{"length", P_U32, 1, AU(length), 1, AUDIO_LENGTH_MAX, NULL},
+                         {"align", P_ENUM, 0, AU(pad), 0, 0, align_names}}, 0},
+    [STEP_RANDOM_TIME_CROP] = {{{"length", P_U32, 1, AU(length), 1, AUDIO_LENGTH_MAX, NULL},
+                                {"pad", P_ENUM, 0, AU(pad), 0, 0, pad_names}}, 0},
+    [STEP_MEL_SPECTROGRAM] = {{{"n_mels", P_U32, 0, AU(n_mels), 1, AUDIO_MELS_MAX, NULL},
+                               {"sample_rate", P_U32, 0, AU(sample_rate), 1, AUDIO_RATE_MAX,
+                                NULL},
+                               {"n_fft", P_U32, 0, AU(n_fft), 2, AUDIO_NFFT_MAX, NULL},
+                               {"win_length", P_U32, 0, AU(win_length), 1, AUDIO_NFFT_MAX,
+                                NULL},
+                               {"hop_length", P_U32, 0, AU(hop_length), 1, AUDIO_NFFT_MAX,
+                                NULL},
+                               {"f_min", P_F64, 0, AU(f_min), 0, AUDIO_RATE_MAX, NULL},
+                               {"f_max", P_F64, 0, AU(f_max), 0, AUDIO_RATE_MAX, NULL},
+                               {"power", P_F64, 0, AU(power), 1e-3, 16, NULL},
+                               {"center", P_ENUM, 0, AU(center), 0, 0, no_yes},
+                               {"pad_mode", P_ENUM, 0, AU(pad_mode), 0, 0, pad_mode_names},
+                               {"norm", P_ENUM, 0, AU(norm), 0, 0, norm_names},
+                               {"mel_scale", P_ENUM, 0, AU(mel_scale), 0, 0,
+                                mel_scale_names},
+                               {"normalized", P_ENUM, 0, AU(normalized), 0, 0,
+                                normalized_names}}, 0},
+    [STEP_AMPLITUDE_TO_DB] = {{{"stype", P_ENUM, 0, AU(stype), 0, 0, stype_names},
+                               {"top_db", P_F64, 0, AU(top_db), 0, 1000, NULL}}, 0},
+    [STEP_TIME_MASK] = {{{"time_mask_param", P_U32, 1, AU(mask_param), 0, AUDIO_LENGTH_MAX,
+                          NULL},
+                         {"p", P_F64, 0, AU(mask_p), 0, 1, NULL}}, 0},
+    [STEP_FREQUENCY_MASK] = {{{"freq_mask_param", P_U32, 1, AU(mask_param), 0,
+                               AUDIO_MELS_MAX, NULL}}, 0},
+    [STEP_RANDOM_GAIN] = {{{"gain_db", P_RANGE, 1, AU(gain), -120, 120, NULL}}, 0},
 };
+#undef AU
 
 #define RRC_SCALE_LO 0.08
 #define RRC_SCALE_HI 1.0
@@ -256,6 +327,31 @@ static int parse_values(const struct step_arg *a, enum param_type t, struct step
     return 0;
 }
 
+/* What a generic parameter takes, for messages. */
+static const char *param_expects_generic(const struct param *p, char *buf, size_t len)
+{
+    struct sbuf b = {buf, len, 0};
+    buf[0] = '\0';
+    switch (p->type) {
+    case P_U32:
+        sb_printf(&b, "an integer in %.0f..%.0f", p->lo, p->hi);
+        break;
+    case P_F64:
+        sb_printf(&b, "a number in [%g, %g]", p->lo, p->hi);
+        break;
+    case P_RANGE:
+        sb_printf(&b, "a range [LO, HI] of numbers in [%g, %g] with LO <= HI", p->lo, p->hi);
+        break;
+    case P_ENUM:
+        for (int i = 0; p->names[i]; i++)
+            sb_printf(&b, "%s%s", i ? (p->names[i + 1] ? ", " : " or ") : "", p->names[i]);
+        break;
+    default:
+        break;
+    }
+    return buf;
+}
+
 /* Why a value of type t is bad, for messages. */
 static const char *param_expects(enum param_type t)
 {
@@ -271,8 +367,8 @@ static const char *param_expects(enum param_type t)
     case P_FILL: return "a value in 0..255, or a list of up to 4 (one per channel)";
     case P_MEAN: return "a number, or a list of up to 4 (one per channel)";
     case P_STD: return "a non-zero number, or a list of up to 4 (one per channel)";
+    default: return "?";
     }
-    return "?";
 }
 
 /* Parses one parameter into s; -EINVAL when its value is bad. */
@@ -341,6 +437,35 @@ static int parse_param(const struct param *p, const struct step_arg *a, struct s
     case P_MEAN:
     case P_STD:
         return parse_values(a, p->type, s);
+    case P_U32: {
+        uint32_t v;
+        if (a->n != 1 || a->list || parse_uint(a->v[0], (uint32_t)p->lo, (uint32_t)p->hi, &v) < 0)
+            return -EINVAL;
+        memcpy((char *)s + p->off, &v, sizeof(v));
+        return 0;
+    }
+    case P_F64:
+        if (a->n != 1 || a->list || parse_number(a->v[0], &d[0]) < 0 ||
+            !(d[0] >= p->lo && d[0] <= p->hi))
+            return -EINVAL;
+        memcpy((char *)s + p->off, &d[0], sizeof(d[0]));
+        return 0;
+    case P_RANGE:
+        if (a->n != 2 || parse_number(a->v[0], &d[0]) < 0 ||
+            parse_number(a->v[1], &d[1]) < 0 || !(d[0] >= p->lo && d[1] <= p->hi) ||
+            d[0] > d[1])
+            return -EINVAL;
+        memcpy((char *)s + p->off, d, sizeof(d));
+        return 0;
+    case P_ENUM: {
+        uint32_t n = 0;
+        while (p->names[n])
+            n++;
+        if (a->n != 1 || a->list || parse_name(a->v[0], p->names, n, &u[0]) < 0)
+            return -EINVAL;
+        memcpy((char *)s + p->off, &u[0], sizeof(u[0]));
+        return 0;
+    }
     }
     return -EINVAL;
 }
@@ -359,6 +484,7 @@ static void step_defaults(struct step *s, enum step_kind kind)
     s->nmean = 1;
     s->std[0] = 1.0f; /* to_float: (x / 255 - 0) / 1 */
     s->layout = STEP_LAYOUT_NHWC;
+    step_sound_defaults(s);
 }
 
 static void list_params(const struct step_params *sp, char *buf, size_t len)
@@ -422,10 +548,11 @@ int step_init(struct step *s, const char *name, const struct step_args *args,
             return -EINVAL;
         }
         if (parse_param(&sp->p[j], a, s) < 0) {
-            char val[128];
+            char val[128], why[160];
             arg_text(a, val, sizeof(val));
             set_err(err, errlen, "step '%s': %s '%s' is not %s", name, sp->p[j].name, val,
-                    param_expects(sp->p[j].type));
+                    sp->p[j].off ? param_expects_generic(&sp->p[j], why, sizeof(why))
+                                 : param_expects(sp->p[j].type));
             return -EINVAL;
         }
         if (sp->p[j].type == P_MEAN)
@@ -436,11 +563,15 @@ int step_init(struct step *s, const char *name, const struct step_args *args,
     *bad_arg = -1;
     for (int j = 0; j < PARAMS_MAX && sp->p[j].name; j++) {
         if (sp->p[j].required && !seen[j]) {
+            char why[160];
             set_err(err, errlen, "step '%s' needs %s (%s)", name, sp->p[j].name,
-                    param_expects(sp->p[j].type));
+                    sp->p[j].off ? param_expects_generic(&sp->p[j], why, sizeof(why))
+                                 : param_expects(sp->p[j].type));
             return -EINVAL;
         }
     }
+    if (step_sound_init(s, err, errlen) < 0)
+        return -EINVAL;
     if (kind == STEP_NORMALIZE) {
         /* One value stands for every channel (torch broadcasts it). */
         uint32_t n = (uint32_t)nstd > s->nmean ? (uint32_t)nstd : s->nmean;
@@ -487,11 +618,11 @@ const struct step_type step_type_source = {STEP_DOMAIN_ENCODED, PROTO_DTYPE_U8, 
 
 /* Per step: the domain, dtype and rank it takes; the domain and rank it
  * gives, and its dtype (0: the input's). A float32 output's layout is the
- * step's layout parameter. */
+ * step's layout parameter (give_layout 1), or nchw for audio (2). */
 static const struct step_sig {
     struct step_type take;
     uint32_t give_domain, give_dtype, give_rank;
-    int give_layout; /* the output's layout is s->layout */
+    int give_layout; /* 1: the output's layout is s->layout; 2: nchw */
 } step_sigs[STEP_KIND_MAX] = {
 #define IMAGE_U8 {STEP_DOMAIN_IMAGE, PROTO_DTYPE_U8, 3, STEP_LAYOUT_NHWC}
     [STEP_DECODE] = {{STEP_DOMAIN_ENCODED, PROTO_DTYPE_U8, 0, STEP_LAYOUT_NHWC},
@@ -504,6 +635,20 @@ static const struct step_sig {
     [STEP_NORMALIZE] = {IMAGE_U8, STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, 1},
     [STEP_TO_FLOAT] = {IMAGE_U8, STEP_DOMAIN_IMAGE, PROTO_DTYPE_F32, 3, 1},
 #undef IMAGE_U8
+#define WAVE {STEP_DOMAIN_WAVEFORM, PROTO_DTYPE_F32, 2, STEP_LAYOUT_NCHW}
+#define SPEC {STEP_DOMAIN_SPECTROGRAM, PROTO_DTYPE_F32, 3, STEP_LAYOUT_NCHW}
+    [STEP_DECODE_AUDIO] = {{STEP_DOMAIN_ENCODED, PROTO_DTYPE_U8, 0, STEP_LAYOUT_NHWC},
+                           STEP_DOMAIN_WAVEFORM, PROTO_DTYPE_F32, 2, 2},
+    [STEP_RESAMPLE] = {WAVE, STEP_DOMAIN_WAVEFORM, 0, 2, 2},
+    [STEP_TIME_CROP] = {WAVE, STEP_DOMAIN_WAVEFORM, 0, 2, 2},
+    [STEP_RANDOM_TIME_CROP] = {WAVE, STEP_DOMAIN_WAVEFORM, 0, 2, 2},
+    [STEP_MEL_SPECTROGRAM] = {WAVE, STEP_DOMAIN_SPECTROGRAM, 0, 3, 2},
+    [STEP_AMPLITUDE_TO_DB] = {SPEC, STEP_DOMAIN_SPECTROGRAM, 0, 3, 2},
+    [STEP_TIME_MASK] = {SPEC, STEP_DOMAIN_SPECTROGRAM, 0, 3, 2},
+    [STEP_FREQUENCY_MASK] = {SPEC, STEP_DOMAIN_SPECTROGRAM, 0, 3, 2},
+    [STEP_RANDOM_GAIN] = {WAVE, STEP_DOMAIN_WAVEFORM, 0, 2, 2},
+#undef WAVE
+#undef SPEC
 };
 
 int step_takes(const struct step *s, const struct step_type *in)
@@ -524,8 +669,10 @@ void step_gives(const struct step *s, const struct step_type *in, struct step_ty
     t.rank = g->give_rank;
     if (g->give_dtype)
         t.dtype = g->give_dtype;
-    t.layout = g->give_layout ? s->layout : in->domain == g->give_domain ? in->layout
-                                                                           : STEP_LAYOUT_NHWC;
+    t.layout = g->give_layout == 1   ? s->layout
+               : g->give_layout == 2 ? STEP_LAYOUT_NCHW
+               : in->domain == g->give_domain ? in->layout
+                                              : STEP_LAYOUT_NHWC;
     *out = t;
 }
 
@@ -546,6 +693,10 @@ void step_type_describe(const struct step_type *t, char *buf, size_t len)
     else if (t->domain == STEP_DOMAIN_IMAGE)
         snprintf(buf, len, "%s image %s", dtype_text(t->dtype),
                  t->layout == STEP_LAYOUT_NCHW ? "[C, H, W]" : "[H, W, C]");
+    else if (t->domain == STEP_DOMAIN_WAVEFORM)
+        snprintf(buf, len, "%s waveform [C, T]", dtype_text(t->dtype));
+    else if (t->domain == STEP_DOMAIN_SPECTROGRAM)
+        snprintf(buf, len, "%s spectrogram [C, F, T]", dtype_text(t->dtype));
     else
         snprintf(buf, len, "%s tensor of rank %u", dtype_text(t->dtype), t->rank);
 }
@@ -557,6 +708,8 @@ const char *step_takes_text(enum step_kind kind)
     switch (step_sigs[kind].take.domain) {
     case STEP_DOMAIN_ENCODED: return "encoded bytes (a source file)";
     case STEP_DOMAIN_IMAGE: return "a uint8 image [H, W, C]";
+    case STEP_DOMAIN_WAVEFORM: return "a float32 waveform [C, T]";
+    case STEP_DOMAIN_SPECTROGRAM: return "a float32 spectrogram [C, F, T]";
     default: return "?";
     }
 }
@@ -581,11 +734,12 @@ static void chain_mismatch(const struct step *steps, uint32_t i, const struct st
     const char *name = step_name(steps[i].kind);
     if (i == 0) {
         set_err(err, errlen, "%s takes %s, but the pipeline starts from %s: the first "
-                "step must be decode", name, step_takes_text(steps[i].kind), gives);
-    } else if (steps[i].kind == STEP_DECODE) {
-        set_err(err, errlen, "decode takes %s, but %s before it gives %s: decode can "
-                "only be the first step", step_takes_text(steps[i].kind),
-                step_name(steps[i - 1].kind), gives);
+                "step must be decode (or decode_audio)", name, step_takes_text(steps[i].kind),
+                gives);
+    } else if (steps[i].kind == STEP_DECODE || steps[i].kind == STEP_DECODE_AUDIO) {
+        set_err(err, errlen, "%s takes %s, but %s before it gives %s: %s can "
+                "only be the first step", name, step_takes_text(steps[i].kind),
+                step_name(steps[i - 1].kind), gives, name);
     } else {
         set_err(err, errlen, "%s cannot follow %s: %s takes %s, but %s gives %s%s", name,
                 step_name(steps[i - 1].kind), name, step_takes_text(steps[i].kind),
@@ -598,7 +752,7 @@ static void chain_mismatch(const struct step *steps, uint32_t i, const struct st
 int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
                     size_t errlen)
 {
-    uint32_t c = 0;
+    uint32_t c = 0, rate = 0;
     struct step_type t = step_type_source;
     *bad = 0;
     if (n == 0) {
@@ -637,6 +791,8 @@ int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
                     s->nmean, c);
             return -EINVAL;
         }
+        if (step_sound_chain(s, &rate, err, errlen) < 0)
+            return -EINVAL;
     }
     return 0;
 }
@@ -670,7 +826,9 @@ const char *step_name(enum step_kind kind)
 
 int step_is_random(const struct step *s)
 {
-    return s->kind == STEP_RANDOM_FLIP || s->kind == STEP_RANDOM_RESIZED_CROP;
+    return s->kind == STEP_RANDOM_FLIP || s->kind == STEP_RANDOM_RESIZED_CROP ||
+           s->kind == STEP_RANDOM_TIME_CROP || s->kind == STEP_TIME_MASK ||
+           s->kind == STEP_FREQUENCY_MASK || s->kind == STEP_RANDOM_GAIN;
 }
 
 /* The shortest text that reads back as v: doubles, and floats when single. */
@@ -718,6 +876,56 @@ static void sb_range(struct sbuf *b, const char *key, const double *r)
     sb_printf(b, ",");
     sb_number(b, r[1], 0);
     sb_printf(b, "]");
+}
+
+/* A number as %g when that reads back exactly ("80", not sb_number's
+ * "8e+01"), else sb_number's shortest exact text. */
+static void sb_plain(struct sbuf *b, double v)
+{
+    char t[40];
+    snprintf(t, sizeof(t), "%g", v);
+    if (strtod(t, NULL) == v)
+        sb_printf(b, "%s", t);
+    else
+        sb_number(b, v, 0);
+}
+
+/* (k=v,...) of a step whose parameters are all generic (the audio steps):
+ * full, every one; else those not at their default. */
+static void describe_generic(const struct step *s, struct sbuf *b, int full)
+{
+    struct step def;
+    step_defaults(&def, s->kind);
+    const struct step_params *sp = &step_params[s->kind];
+    int n = 0;
+    for (int j = 0; j < PARAMS_MAX && sp->p[j].name; j++) {
+        const struct param *p = &sp->p[j];
+        const char *v = (const char *)s + p->off;
+        size_t size = p->type == P_RANGE ? 2 * sizeof(double)
+                      : p->type == P_F64 ? sizeof(double) : sizeof(uint32_t);
+        if (!p->off || (!full && memcmp(v, (const char *)&def + p->off, size) == 0))
+            continue;
+        sb_printf(b, "%s%s=", n++ ? "," : "(", p->name);
+        uint32_t u;
+        double d[2];
+        memcpy(&u, v, sizeof(u));
+        memcpy(d, v, size <= sizeof(d) ? size : sizeof(d));
+        if (p->type == P_U32)
+            sb_printf(b, "%u", u);
+        else if (p->type == P_ENUM)
+            sb_printf(b, "%s", p->names[u]);
+        else if (p->type == P_F64)
+            sb_plain(b, d[0]);
+        else {
+            sb_printf(b, "[");
+            sb_plain(b, d[0]);
+            sb_printf(b, ",");
+            sb_plain(b, d[1]);
+            sb_printf(b, "]");
+        }
+    }
+    if (n)
+        sb_printf(b, ")");
 }
 
 /* name(args); full: every parameter, defaults included (fingerprints). */
@@ -797,6 +1005,9 @@ static void describe(const struct step *s, char *buf, size_t len, int full)
         break;
     case STEP_KIND_MAX:
         break;
+    default:
+        describe_generic(s, &b, full);
+        break;
     }
 }
 
@@ -831,7 +1042,7 @@ uint32_t step_out_layout(const struct step *s, uint32_t in_layout)
     if ((unsigned)s->kind >= STEP_KIND_MAX)
         return in_layout;
     if (step_sigs[s->kind].give_layout)
-        return s->layout;
+        return step_sigs[s->kind].give_layout == 2 ? STEP_LAYOUT_NCHW : s->layout;
     return s->kind == STEP_DECODE ? STEP_LAYOUT_NHWC : in_layout;
 }
 
@@ -866,6 +1077,13 @@ void step_out_shape(const struct step *s, uint32_t in_h, uint32_t in_w,
         *h = s->h;
         *w = s->w;
         return;
+    case STEP_DECODE_AUDIO:
+    case STEP_RESAMPLE:
+    case STEP_TIME_CROP:
+    case STEP_RANDOM_TIME_CROP:
+    case STEP_MEL_SPECTROGRAM:
+        step_sound_shape(s, in_h, in_w, in_c, h, w, c);
+        return;
     case STEP_PAD: {
         uint64_t ph = (uint64_t)in_h + s->pad[1] + s->pad[3];
         uint64_t pw = (uint64_t)in_w + s->pad[0] + s->pad[2];
@@ -899,6 +1117,16 @@ int step_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
     case STEP_NORMALIZE:
     case STEP_TO_FLOAT:
         return step_normalize_apply(s, ctx, in, out);
+    case STEP_DECODE_AUDIO:
+    case STEP_RESAMPLE:
+    case STEP_TIME_CROP:
+    case STEP_RANDOM_TIME_CROP:
+    case STEP_MEL_SPECTROGRAM:
+    case STEP_AMPLITUDE_TO_DB:
+    case STEP_TIME_MASK:
+    case STEP_FREQUENCY_MASK:
+    case STEP_RANDOM_GAIN:
+        return step_sound_apply(s, ctx, in, out);
     default:
         return step_fail(ctx, -EINVAL, "unknown step kind %d", (int)s->kind);
     }
