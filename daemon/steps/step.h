@@ -27,6 +27,21 @@
  *                        ToTensor + Normalize, float32, bit-exact
  *   to_float             layout: nhwc | nchw       ToTensor (x / 255), float32
  *
+ * Audio (steps/sound.c over audio.h; torchaudio 0.13 in the fidelity suite):
+ *   decode_audio         mono: false | true        torchaudio.load (+ mean(0))
+ *   resample             rate: N, lowpass_filter_width: 6, rolloff: 0.99
+ *                        functional.resample (sinc_interpolation, float32 kernel)
+ *   time_crop            length: N, align: start | center    x[:, :N] or zero pad
+ *   random_time_crop     length: N, pad: end | center | random
+ *   mel_spectrogram      n_mels: 128, sample_rate (the resample's, else 16000),
+ *                        n_fft: 400, win_length, hop_length, f_min: 0, f_max,
+ *                        power: 2, center: true, pad_mode: reflect, norm: none,
+ *                        mel_scale: htk, normalized: false    MelSpectrogram
+ *   amplitude_to_db      stype: power | magnitude, top_db (none) AmplitudeToDB
+ *   time_mask            time_mask_param: N, p: 1  TimeMasking (value 0)
+ *   frequency_mask       freq_mask_param: N        FrequencyMasking
+ *   random_gain          gain_db: [LO, HI]         functional.gain, uniform dB
+ *
  * The sample model: a sample is a tensor, typed by struct step_type (what
  * it holds, its dtype, the rank of its shape). A pipeline starts from the
  * source's encoded bytes (STEP_DOMAIN_ENCODED, rank 0: fmt IMG_ENCODED, the
@@ -37,6 +52,9 @@
  * Images are uint8 [H, W, C], row-major (STEP_DOMAIN_IMAGE, rank 3):
  * decode makes them; normalize and to_float make float32 [H, W, C] or
  * [C, H, W] (their layout), which no image step takes, so they come last.
+ * Audio clips are float32 nchw: a waveform [C, T] (domain WAVEFORM, rank 2)
+ * is c = C, h = 1, w = T; a spectrogram [C, F, T] (rank 3) is c = C, h = F,
+ * w = T; img.rate is the sample rate (daemon/README, "Audio samples").
  * Random steps draw from ctx->seed with hash_rand01 (hash.h).
  */
 #ifndef PRESTO_STEP_H
