@@ -3,8 +3,7 @@
 Two data sets of spoken words from tests/tools/mkaudio.py (different seeds: other
 voices, speeds, pitches and noise), one to train on and one held out. A tiny CNN
 (two 1-D convolutions over time, a max over time, a linear layer) is trained for
-a few epochs
-on the CPU twice from the same initial weights (torch.manual_seed), with the
+a few epochs on the CPU twice from the same initial weights (torch.manual_seed), with the
 same optimiser and batch size (a second each):
 
 - on presto's batches: a real prestod serving the training clips through
