@@ -283,9 +283,15 @@ int step_sound_apply(const struct step *s, struct step_ctx *ctx, const struct im
         if (in->fmt != IMG_ENCODED)
             return step_fail(ctx, -EINVAL, "decode_audio: the input is not a file's bytes");
         struct audio_limits lim = {ctx->max_seconds, ctx->max_channels};
-        enum audio_format fmt = audio_format_sniff(in->data, in->len);
-        /* No magic: MP3 without an ID3 tag is the one format that may lack
-         * it; mpg123 refuses what is not MP3 either. */
+        /* The extension says the format, as torchaudio.load's backends go by
+         * it (a FLAC named .wav is a bad sample: wrong extension); a name
+         * without one of ours (a manifest's path) goes by the bytes. No
+         * magic: MP3 without an ID3 tag is the one format that may lack it,
+         * and mpg123 refuses what is not MP3. */
+        enum audio_format fmt = ctx->name ? audio_format_from_name(ctx->name)
+                                          : AUDIO_FMT_NONE;
+        if (fmt == AUDIO_FMT_NONE)
+            fmt = audio_format_sniff(in->data, in->len);
         rc = audio_decode(ss->ax, in->data, in->len, fmt ? fmt : AUDIO_FMT_MP3,
                           (int)a->mono, &lim, tmp);
         return rc < 0 ? sound_fail(ctx, ss, rc) : copy_out(ctx, out, tmp);

@@ -185,6 +185,8 @@ struct step_ctx {
     uint64_t max_pixels;    /* decode refuses larger images (0 = no limit) */
     int format;             /* decode: the enum decode_format of its last input */
     struct step_sound *sound; /* the audio steps' per-thread state, made lazily */
+    const char *name;       /* the sample's source path, or NULL: decode_audio takes
+                             * the format its extension names (else the bytes') */
     double max_seconds;     /* decode_audio refuses longer clips (0 = no limit) */
     uint32_t max_channels;  /* and clips with more channels (0 = no limit) */
     char err[256];          /* message when a step fails */

@@ -3,7 +3,7 @@
 The data set is made by tests/tools/mkaudio.py (espeak-ng words as WAV, FLAC,
 MP3 and Ogg Vorbis at 16-48 kHz, mono and stereo) in a CLASS/ tree, plus bad
 files in the class directories: an empty .wav, a truncated .flac, text named
-.mp3, a WAV whose header claims an absurd sample rate, a WAV whose data chunk
+.mp3, an MP3 named .wav, a WAV whose header claims an absurd sample rate, a WAV whose data chunk
 claims far more than the file holds, and a silent WAV longer than
 limits.audio_seconds. prestod serves the pipeline
 
@@ -97,6 +97,7 @@ BAD = {  # name in class "go" -> what it is; each is skipped as a bad sample
     "bad_rate.wav": "a sample rate of 4 GHz claimed",
     "bad_length.wav": "a data chunk claiming 1 GiB",
     "bad_long.wav": "6 s of silence, over limits.audio_seconds 4",
+    "bad_ext.wav": "an MP3 clip named .wav (wrong extension)",
 }
 TOO_LARGE = 1  # of BAD: bad_long.wav
 
@@ -118,8 +119,11 @@ def wav_bytes(rate, frames, channels=1, data_len=None):
 def add_bad_files(root):
     go = os.path.join(root, "go")
     flac = next(os.path.join(go, f) for f in sorted(os.listdir(go)) if f.endswith(".flac"))
+    mp3 = next(os.path.join(go, f) for f in sorted(os.listdir(go)) if f.endswith(".mp3"))
     with open(flac, "rb") as f:
         head = f.read(200)
+    with open(mp3, "rb") as f:
+        mp3_bytes = f.read()
     content = {
         "bad_empty.wav": b"",
         "bad_truncated.flac": head,
@@ -127,6 +131,7 @@ def add_bad_files(root):
         "bad_rate.wav": wav_bytes(0xfffffff0, 1000),
         "bad_length.wav": wav_bytes(16000, 1000, data_len=1 << 30),
         "bad_long.wav": wav_bytes(16000, 16000 * 6),
+        "bad_ext.wav": mp3_bytes,
     }
     for name, data in content.items():
         with open(os.path.join(go, name), "wb") as f:
@@ -253,8 +258,9 @@ class AudioEndToEnd(unittest.TestCase):
         # nothing decoded again but the bad files (never cached)
         self.assertEqual(ds2["computed"], ds["computed"] + len(BAD))
         self.assertGreaterEqual(ds2["memory"]["hits"], len(_files))
-        self.assertIn("bad_rate.wav: decode: the WAV header claims a sample rate",
-                      _daemon.log_text())  # each bad file logged with its reason
+        log = _daemon.log_text()  # each bad file logged with its reason
+        self.assertIn("bad_rate.wav: decode: the WAV header claims a sample rate", log)
+        self.assertIn("bad_ext.wav: decode: the content is MP3, not WAV (wrong extension)", log)
 
         # A restart: the epoch comes from the disk tier.
         self.assertEqual(_daemon.stop(), 0, _daemon.log_text())

@@ -2386,6 +2386,14 @@ START_TEST(test_audio_steps)
     ck_assert_int_eq(step_apply(&dec, &ctx, &enc, &b), -E2BIG);
     ctx.max_channels = 0;
     apply_ok(&dec, &ctx, &enc, &b);
+    ctx.name = "class/clip.flac"; /* the extension says the format */
+    ck_assert_int_eq(step_apply(&dec, &ctx, &enc, &b), -EBADMSG);
+    ck_assert_ptr_nonnull(strstr(ctx.err, "wrong extension"));
+    ctx.name = "class/clip.WAV";
+    apply_ok(&dec, &ctx, &enc, &b);
+    ctx.name = "clip.bin"; /* not one of ours: the bytes say */
+    apply_ok(&dec, &ctx, &enc, &b);
+    ctx.name = NULL;
     enc.len = 3; /* truncated to nothing recognisable */
     ck_assert_int_eq(step_apply(&dec, &ctx, &enc, &b), -EBADMSG);
     img_free(&enc);
