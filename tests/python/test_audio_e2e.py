@@ -34,9 +34,11 @@ Both transports: tests/run-tests.sh runs the suite with PRESTO_TRANSPORT unset
 (shared memory) and =socket.
 """
 
+import io
 import os
 import shutil
 import struct
+import tarfile
 import unittest
 import wave
 
@@ -88,6 +90,17 @@ datasets:
       - amplitude_to_db: {{top_db: 80}}
       - time_mask: 20
       - frequency_mask: 8
+  - name: shards
+    root: {shards}
+    steps: &words
+      - decode_audio: {{mono: true}}
+      - resample: {{rate: {rate}}}
+      - time_crop: {{length: {length}}}
+      - mel_spectrogram: {{n_mels: {mels}}}
+      - amplitude_to_db: {{top_db: 80}}
+  - name: manifest
+    root: {manifest}
+    steps: *words
 """
 
 BAD = {  # name in class "go" -> what it is; each is skipped as a bad sample
@@ -100,6 +113,7 @@ BAD = {  # name in class "go" -> what it is; each is skipped as a bad sample
     "bad_ext.wav": "an MP3 clip named .wav (wrong extension)",
 }
 TOO_LARGE = 1  # of BAD: bad_long.wav
+SOURCES = 40   # good clips also written as tar shards and listed in a CSV manifest
 
 _dir = _root = _config = _daemon = None
 _files = []   # (path, label) of the good clips, in ImageFolder order
@@ -138,6 +152,28 @@ def add_bad_files(root):
             f.write(data)
 
 
+def other_sources(files):
+    """files ((path, label)) as two WebDataset shards (KEY.EXT + KEY.cls) and as
+    a CSV manifest, in that order; returns (shard pattern, manifest path)."""
+    half = (len(files) + 1) // 2
+    for n, part in enumerate((files[:half], files[half:])):
+        with tarfile.open(os.path.join(_dir, "audio-%d.tar" % n), "w",
+                          format=tarfile.GNU_FORMAT) as tar:
+            for i, (path, label) in enumerate(part):
+                key = "%06d" % (n * half + i)
+                for name, data in ((key + os.path.splitext(path)[1], open(path, "rb").read()),
+                                   (key + ".cls", str(label).encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    manifest = os.path.join(_dir, "audio.csv")
+    with open(manifest, "w") as f:
+        f.write("path,label\n")
+        for path, label in files:
+            f.write("%s,%d\n" % (path, label))
+    return os.path.join(_dir, "audio-{0..1}.tar"), manifest
+
+
 def oggdec_frames(path, tmp):
     import subprocess
     out = os.path.join(tmp, "oggdec.wav")
@@ -174,10 +210,12 @@ def setUpModule():
         for f in sorted(os.listdir(os.path.join(_root, c))):
             if f not in BAD:
                 _files.append((os.path.join(_root, c, f), label))
+    shards, manifest = other_sources(_files[:SOURCES])
     _config = os.path.join(_dir, "prestod.yaml")
     with open(_config, "w") as f:
         f.write(CONFIG.format(root='"%s"' % _root, rate=RATE, length=LENGTH, mels=MELS,
-                              cache='"%s"' % os.path.join(_dir, "cache")))
+                              cache='"%s"' % os.path.join(_dir, "cache"),
+                              shards='"%s"' % shards, manifest='"%s"' % manifest))
     _daemon = pt.Daemon(_dir, ["-c", _config])
 
 
@@ -270,6 +308,14 @@ class AudioEndToEnd(unittest.TestCase):
         _, ds3 = dataset_stats(_daemon.sock, "words")
         self.assertGreaterEqual(ds3["disk"]["hits"], len(_files))
         self.assertEqual(ds3["computed"], len(BAD))  # only the bad files were tried again
+
+    def test_3_shards_and_manifest(self):
+        folder, _, _ = epoch(_daemon.sock, "words", shuffle=False)
+        for name in ("shards", "manifest"):
+            specs, labels, skipped = epoch(_daemon.sock, name, shuffle=False)
+            self.assertEqual(skipped, 0, name)
+            self.assertEqual(labels.tolist(), [l for _, l in _files[:SOURCES]], name)
+            np.testing.assert_array_equal(specs, folder[:SOURCES], name)
 
     def test_2_random_steps_reproducible(self):
         a, la, _ = epoch(_daemon.sock, "augmented", seed=11, epoch=1)
