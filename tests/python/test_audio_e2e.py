@@ -70,6 +70,8 @@ cache:
   disk: 256MiB
 limits:
   audio_seconds: 4
+profile:
+  samples: 16
 datasets:
   - name: words
     root: {root}
@@ -101,6 +103,10 @@ datasets:
   - name: manifest
     root: {manifest}
     steps: *words
+  - name: auto
+    root: {manifest}
+    steps: *words
+    split: auto
 """
 
 BAD = {  # name in class "go" -> what it is; each is skipped as a bad sample
@@ -316,6 +322,21 @@ class AudioEndToEnd(unittest.TestCase):
             self.assertEqual(skipped, 0, name)
             self.assertEqual(labels.tolist(), [l for _, l in _files[:SOURCES]], name)
             np.testing.assert_array_equal(specs, folder[:SOURCES], name)
+
+    def test_4_split_auto(self):
+        # The first OPEN profiles every audio strategy (16 samples), switches to
+        # the best and streams under it: the same bytes as any other split.
+        folder, _, _ = epoch(_daemon.sock, "words", shuffle=False)
+        specs, labels, _ = epoch(_daemon.sock, "auto", shuffle=False)
+        np.testing.assert_array_equal(specs, folder[:SOURCES])
+        c = presto.Client(_daemon.sock)
+        try:
+            ds = next(d for d in c.datasets()["datasets"] if d["name"] == "auto")
+        finally:
+            c.close()
+        self.assertEqual(ds["split_auto"], 1)
+        self.assertGreater(ds["split"], 0, ds)  # something is cached, chosen by measure
+        self.assertIn("profile", _daemon.log_text())
 
     def test_2_random_steps_reproducible(self):
         a, la, _ = epoch(_daemon.sock, "augmented", seed=11, epoch=1)
