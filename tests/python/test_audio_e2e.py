@@ -31,7 +31,7 @@ length torchaudio's FFmpeg path gets wrong (it does not always honour the
 granule position, see test_audio_fidelity) are left out and counted.
 
 Both transports: tests/run-tests.sh runs the suite with PRESTO_TRANSPORT unset
-(shared memory) and =socket.
+(shared memory) and =socket; the cases that do not depend on it run once.
 """
 
 import io
@@ -63,6 +63,7 @@ DB_TOL = 10 * np.log10(1 + 1e-4) + 2e-5
 # relative difference that grows toward the 60 dB floor.
 LOSSY_DB_TOL = 0.01
 TRANSPORT = os.environ.get("PRESTO_TRANSPORT") or "auto"
+once = unittest.skipIf(TRANSPORT == "socket", "does not depend on the transport: run once")
 
 CONFIG = """\
 cache:
@@ -316,6 +317,7 @@ class AudioEndToEnd(unittest.TestCase):
         self.assertGreaterEqual(ds3["disk"]["hits"], len(_files))
         self.assertEqual(ds3["computed"], len(BAD))  # only the bad files were tried again
 
+    @once
     def test_3_shards_and_manifest(self):
         folder, _, _ = epoch(_daemon.sock, "words", shuffle=False)
         for name in ("shards", "manifest"):
@@ -324,6 +326,7 @@ class AudioEndToEnd(unittest.TestCase):
             self.assertEqual(labels.tolist(), [l for _, l in _files[:SOURCES]], name)
             np.testing.assert_array_equal(specs, folder[:SOURCES], name)
 
+    @once
     def test_4_split_auto(self):
         # prestoctl profile --apply measures every audio strategy (16 samples:
         # split after each step, raw or zstd) and switches to the best; the
@@ -344,6 +347,7 @@ class AudioEndToEnd(unittest.TestCase):
         self.assertEqual(ds["split_auto"], 1)
         self.assertIn("dataset 'auto': split: auto chose", _daemon.log_text())
 
+    @once
     def test_2_random_steps_reproducible(self):
         a, la, _ = epoch(_daemon.sock, "augmented", seed=11, epoch=1)
         b, lb, _ = epoch(_daemon.sock, "augmented", seed=11, epoch=1)
