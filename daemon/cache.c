@@ -263,6 +263,7 @@ const struct cache_entry *cache_put(struct cache *c, uint32_t dataset,
     e->w = im->w;
     e->c = im->c;
     e->dtype = im->dtype;
+    e->rate = im->rate;
     e->len = im->len;
     memcpy(e->data, im->data, im->len);
 
@@ -288,6 +289,7 @@ void cache_entry_img(const struct cache_entry *e, struct img *im)
     im->w = e->w;
     im->c = e->c;
     im->dtype = e->dtype;
+    im->rate = e->rate;
     im->data = (uint8_t *)e->data;
     im->len = e->len;
 }

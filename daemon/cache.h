@@ -42,6 +42,7 @@ struct cache_entry {
     uint64_t fingerprint;
     uint32_t dataset, sample;
     uint32_t h, w, c, dtype;
+    uint32_t rate; /* an audio clip's sample rate (img.rate) */
     size_t len;
     uint8_t data[];
 };

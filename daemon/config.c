@@ -88,6 +88,8 @@ static const struct cfg_key cfg_keys[] = {
     KEY("limits", "output_timeout", CFG_U32, output_timeout, 1, 86400, 30),
     KEY("limits", "file_size", CFG_SIZE, max_file_size, 1, 1ull << 36, 64ull << 20),
     KEY_AT("limits", "pixels", CFG_U64, max_pixels, 1, 1ull << 40, 100000000, CFG_RESTART),
+    KEY_AT("limits", "audio_seconds", CFG_U32, max_audio_seconds, 1, 86400, 600, CFG_RESTART),
+    KEY_AT("limits", "audio_channels", CFG_U32, max_audio_channels, 1, 1024, 16, CFG_RESTART),
     KEY("limits", "release_timeout", CFG_U32, release_timeout, 1, 86400, 60),
     KEY("limits", "client_memory", CFG_SIZE, client_memory, 1ull << 20, UINT64_MAX, 0),
     KEY("limits", "user_memory", CFG_SIZE, user_memory, 0, UINT64_MAX, 0),
@@ -666,7 +668,8 @@ static int cfg_split(struct cfg_parse *ps, struct config_dataset *d, const yaml_
     if (!n) {
         for (uint32_t i = 0; i < d->nsteps; i++)
             if (step_is_random(&d->steps[i]) ||
-                step_out_dtype(&d->steps[i], PROTO_DTYPE_U8) != PROTO_DTYPE_U8) {
+                (d->chain[i + 1].type.domain == STEP_DOMAIN_IMAGE &&
+                 step_out_dtype(&d->steps[i], PROTO_DTYPE_U8) != PROTO_DTYPE_U8)) {
                 split = i;
                 break;
             }

@@ -148,6 +148,8 @@ struct config {
     uint32_t max_batch_size;
     uint64_t max_file_size;
     uint64_t max_pixels;
+    uint32_t max_audio_seconds;  /* decode_audio: longest clip (limits.audio_seconds) */
+    uint32_t max_audio_channels; /* and most channels (limits.audio_channels) */
     uint32_t release_timeout; /* s: a shared-memory client holding slots and
                                  releasing none for this long is dropped */
     uint64_t client_memory;   /* bytes all clients together can make the daemon

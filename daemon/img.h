@@ -17,6 +17,8 @@ struct img {
     enum img_fmt fmt;
     uint32_t h, w, c;  /* IMG_PIXELS only; logical sizes whatever the layout */
     uint32_t dtype;    /* PROTO_DTYPE_*; IMG_PIXELS only */
+    uint32_t rate;     /* audio: samples per second of the waveform (or of the one a
+                        * spectrogram was made from); 0 for images */
     uint8_t *data;
     size_t len;        /* bytes of data in use */
     size_t cap;        /* bytes allocated (owned buffers only) */

@@ -388,7 +388,8 @@ int main(int argc, char **argv)
     if (!(base = event_base_new()))
         goto oom;
     struct workers_config wc = {nworkers, c->max_pixels, c->io_depth,
-                                c->io_backend == CONFIG_IO_PREAD};
+                                c->io_backend == CONFIG_IO_PREAD, c->max_audio_seconds,
+                                c->max_audio_channels};
     if ((rc = workers_create(&workers, base, &wc)) < 0) {
         log_error("cannot start %u worker threads: %s", nworkers, strerror(-rc));
         goto out;

@@ -278,6 +278,7 @@ static int compute(struct pipeline *p, const struct tiers_ctx *x, struct item *i
     dataset_count(x->ds, DATASET_source_bytes, src->len);
     dataset_count(x->ds, DATASET_computed, 1);
     it->computed = 1;
+    ctx->step.name = dataset_path(x->ds, it->id); /* decode_audio: the format's name */
     /* Offline steps are deterministic: they take no seed. */
     int rc = run_steps(p, dataset_config(x->ds), 0, x->st->split, 0, ctx, &cur, NULL, err,
                        errlen);
@@ -883,6 +884,7 @@ uint32_t pipeline_batch(struct pipeline *p, struct dataset *ds, const uint32_t *
                 tiers_count(&x, it->where);
                 f = item_materialize(p, &x, it, L, C, ctx, 1, &view, &im, err, sizeof(err));
             }
+            ctx->step.name = dataset_path(ds, id);
             if (f == 0)
                 f = run_online(p, ds, st, im, hash_sample_seed(seed, epoch, id),
                                dst + (size_t)k * sample_bytes, ctx, err, sizeof(err));

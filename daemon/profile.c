@@ -667,9 +667,17 @@ static void trial_close(struct profile *p)
     dataset_free(p->tds);
     p->tds = NULL;
     if (p->dir[0]) {
-        char name[64];
+        /* p->dir is cache.dir/NAME; the profiler and its config may be gone
+         * by now (a stop while a job of this profile was queued: profile_free
+         * runs when the worker pool lets the job go), so not p->pr's. */
+        char name[64], parent[sizeof(p->dir)];
         trial_name(name, sizeof(name));
-        trial_remove((*p->pr->cfg)->cache_dir, name);
+        snprintf(parent, sizeof(parent), "%s", p->dir);
+        char *slash = strrchr(parent, '/');
+        if (slash) {
+            slash[slash == parent] = '\0'; /* "/NAME": the root */
+            trial_remove(parent, name);
+        }
     }
 }
 

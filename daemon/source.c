@@ -222,23 +222,28 @@ int source_folder_finish(struct index *ix, int rc, const struct config_dataset *
         rc = index_finish(ix);
     if (rc == -ENOENT)
         snprintf(err, errlen,
-                 "dataset '%s': indexing %s: no %s found (.jpg .jpeg .png .ppm .bmp .pgm "
-                 ".tif .tiff .webp)", cfg->name, cfg->root, what);
+                 "dataset '%s': indexing %s: no %s found (%s)", cfg->name, cfg->root, what,
+                 fileext_list(source_audio(cfg)));
     else if (rc < 0)
         snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
                  strerror(-rc));
     return rc;
 }
 
+int source_audio(const struct config_dataset *cfg)
+{
+    return cfg->nsteps > 0 && cfg->steps[0].kind == STEP_DECODE_AUDIO;
+}
+
 void source_ext_summary(const uint64_t *per_ext, char *buf, size_t len)
 {
     size_t at = 0;
     buf[0] = '\0';
-    for (int e = 0; e < FILEEXT_IMAGE_COUNT && at < len; e++) {
+    for (int e = 0; e < FILEEXT_COUNT && at < len; e++) {
         if (!per_ext[e])
             continue;
         int w = snprintf(buf + at, len - at, "%s%llu %s", at ? ", " : "",
-                         (unsigned long long)per_ext[e], fileext_image_name(e));
+                         (unsigned long long)per_ext[e], fileext_name(e));
         if (w < 0)
             break;
         at += (size_t)w;

@@ -46,7 +46,8 @@ struct index_state {
     struct index *ix;
     const char *name; /* the dataset's, for logs */
     uint64_t ignored;
-    uint64_t per_ext[FILEEXT_IMAGE_COUNT];
+    uint64_t per_ext[FILEEXT_COUNT];
+    int audio; /* source_audio: index audio files, not images */
 };
 
 static int cmp_str(const void *a, const void *b)
@@ -154,7 +155,7 @@ static int index_dir(struct index_state *st, const char *rel, uint32_t label, in
             continue;
         if (S_ISDIR(sb.st_mode))
             rc = index_dir(st, child, label, depth + 1);
-        else if (S_ISREG(sb.st_mode) && (ext = fileext_image(names[i])) >= 0) {
+        else if (S_ISREG(sb.st_mode) && (ext = fileext_sample(names[i], st->audio)) >= 0) {
             rc = index_add_sample(st->ix, child, label, (uint64_t)sb.st_size,
                                   source_mtime_ns(&sb));
             st->per_ext[ext]++;
@@ -239,7 +240,8 @@ int source_dir_new(struct source *s, const struct config_dataset *cfg, struct in
                    char *err, size_t errlen)
 {
     struct source_dir *src = calloc(1, sizeof(*src));
-    struct index_state st = {.src = src, .ix = ix, .name = cfg->name};
+    struct index_state st = {.src = src, .ix = ix, .name = cfg->name,
+                             .audio = source_audio(cfg)};
     char **names = NULL, exts[256];
     size_t n = 0;
     int rc = 0;
@@ -277,7 +279,9 @@ int source_dir_new(struct source *s, const struct config_dataset *cfg, struct in
             rc = index_dir(&st, ix->classes[label], label, 0);
     }
     free_names(names, n);
-    if ((rc = source_folder_finish(ix, rc, cfg, "CLASS/IMAGE files", err, errlen)) < 0) {
+    if ((rc = source_folder_finish(ix, rc, cfg,
+                                   st.audio ? "CLASS/AUDIO files" : "CLASS/IMAGE files",
+                                   err, errlen)) < 0) {
         dir_free(src);
         return rc;
     }

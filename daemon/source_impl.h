@@ -66,6 +66,10 @@ int source_int_classes(struct index *ix, uint32_t nclasses);
  * what the listing returned: nothing found is -ENOENT, else ix is
  * finished. A failure is said in err ("no WHAT found (the extensions)").
  * Returns 0 or -errno. */
+/* Whether the dataset's samples are audio files (its pipeline starts with
+ * decode_audio): the folder sources index .wav .flac .ogg .mp3, not images. */
+int source_audio(const struct config_dataset *cfg);
+
 int source_folder_finish(struct index *ix, int rc, const struct config_dataset *cfg,
                          const char *what, char *err, size_t errlen);
 /* "N .jpg, M .png" for the image extensions counted (fileext.h's order). */

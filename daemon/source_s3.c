@@ -248,13 +248,13 @@ static int s3_index(struct source_s3 *r, const struct config_dataset *cfg, struc
     }
     struct s3xml_object *o = w.listing.objects;
     size_t n = w.listing.n, plen = strlen(r->prefix);
-    uint64_t per_ext[FILEEXT_IMAGE_COUNT] = {0}, ignored = 0;
+    uint64_t per_ext[FILEEXT_COUNT] = {0}, ignored = 0;
     if (n > 0) /* an empty listing has no array: qsort(NULL, 0) is undefined */
         qsort(o, n, sizeof(*o), cmp_obj);
     rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         const char *rel = o[i].key + plen, *slash = strchr(rel, '/');
-        int ext = fileext_image(rel);
+        int ext = fileext_sample(rel, source_audio(cfg));
         if (strncmp(o[i].key, r->prefix, plen) != 0 || !slash || slash == rel ||
             slash[1] == '\0' || ext < 0) {
             ignored++;
@@ -277,7 +277,10 @@ static int s3_index(struct source_s3 *r, const struct config_dataset *cfg, struc
     }
     unsigned pages = w.listing.pages;
     objstore_listing_free(&w.listing);
-    if ((rc = source_folder_finish(ix, rc, cfg, "PREFIX/CLASS/IMAGE objects", err, errlen)) < 0)
+    if ((rc = source_folder_finish(ix, rc, cfg,
+                                   source_audio(cfg) ? "PREFIX/CLASS/AUDIO objects"
+                                                     : "PREFIX/CLASS/IMAGE objects",
+                                   err, errlen)) < 0)
         return rc;
     char exts[256];
     source_ext_summary(per_ext, exts, sizeof(exts));

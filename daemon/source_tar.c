@@ -243,7 +243,7 @@ static int index_samples(struct source_tar *t, const struct wds *w, struct index
         const char *base = strrchr(sh->path, '/');
         char path[TAR_NAME_MAX + 512];
         snprintf(path, sizeof(path), "%s/%s%s", base ? base + 1 : sh->path, wds_key(w, i),
-                 fileext_image_name(ws->ext));
+                 fileext_name(ws->ext));
         uint32_t label = wds_label(w, i);
         if (label > max_label)
             max_label = label;
@@ -263,6 +263,8 @@ int source_tar_new(struct source *s, const struct config_dataset *cfg, struct in
     struct wds *w = wds_new();
     char msg[400] = "";
     int rc;
+    if (w)
+        wds_set_audio(w, source_audio(cfg));
     if (!t || !w) {
         free(t);
         wds_free(w);

@@ -39,6 +39,7 @@ struct store_hdr {
     struct store_key key;
     uint32_t raw_len, stored_len;
     uint32_t h, w, c, dtype;
+    uint32_t rate; /* img.rate: an audio clip's sample rate, else 0 */
 };
 
 static inline uint32_t rec_size(uint32_t stored_len)
@@ -70,6 +71,7 @@ static void hdr_encode(const struct store_hdr *h, uint8_t b[STORE_HEADER_SIZE])
     wr32(b + 68, h->w);
     wr32(b + 72, h->c);
     wr32(b + 76, h->dtype);
+    wr32(b + 80, h->rate);
     wr32(b + 8, hash_crc32c(0, b, STORE_HEADER_SIZE));
 }
 
@@ -78,7 +80,7 @@ static int hdr_decode(const uint8_t b[STORE_HEADER_SIZE], struct store_hdr *h)
 {
     uint8_t tmp[STORE_HEADER_SIZE];
     if (rd32(b) != STORE_MAGIC || rd16(b + 4) != STORE_VERSION || b[6] > STORE_ENC_ZSTD ||
-        b[7] != 0 || rd64(b + 80) != 0)
+        b[7] != 0 || rd32(b + 84) != 0)
         return -EBADMSG;
     memcpy(tmp, b, sizeof(tmp));
     memset(tmp + 8, 0, 4);
@@ -97,6 +99,7 @@ static int hdr_decode(const uint8_t b[STORE_HEADER_SIZE], struct store_hdr *h)
     h->w = rd32(b + 68);
     h->c = rd32(b + 72);
     h->dtype = rd32(b + 76);
+    h->rate = rd32(b + 80);
     if (h->raw_len == 0 || shape_bytes(h->h, h->w, h->c, h->dtype) != h->raw_len ||
         h->stored_len == 0 || h->stored_len > STORE_MAX_RECORD - STORE_HEADER_SIZE ||
         (h->encoding == STORE_ENC_RAW && h->stored_len != h->raw_len))
@@ -656,6 +659,7 @@ static int rec_build(struct store *st, const struct store_key *key, const struct
         .w = im->w,
         .c = im->c,
         .dtype = im->dtype,
+        .rate = im->rate,
     };
     *payload = im->data;
     if (zstd_level != 0) {
@@ -827,8 +831,8 @@ static int decode_record(struct store *st, const struct store_key *key, const vo
         goto bad;
     if (view && h.encoding == STORE_ENC_RAW) {
         *view = (struct img){.fmt = IMG_PIXELS, .h = h.h, .w = h.w, .c = h.c,
-                             .dtype = h.dtype, .len = h.raw_len, .cap = h.raw_len,
-                             .borrowed = 1};
+                             .dtype = h.dtype, .rate = h.rate, .len = h.raw_len,
+                             .cap = h.raw_len, .borrowed = 1};
         view->data = (uint8_t *)(uintptr_t)(rec + STORE_HEADER_SIZE); /* read only */
         return 0;
     }
@@ -853,6 +857,7 @@ static int decode_record(struct store *st, const struct store_key *key, const vo
     out->w = h.w;
     out->c = h.c;
     out->dtype = h.dtype;
+    out->rate = h.rate;
     out->len = h.raw_len;
     if (view) {
         *view = *out;

@@ -33,7 +33,8 @@
  *    68   4  w
  *    72   4  c
  *    76   4  dtype        PROTO_DTYPE_*
- *    80   8  reserved     0
+ *    80   4  rate         an audio clip's sample rate (img.rate), else 0
+ *    84   4  reserved     0
  *    88      payload (stored_len bytes), then zero padding to 8 bytes
  *
  * The header has its own checksum so that a record whose payload is

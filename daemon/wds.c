@@ -34,8 +34,14 @@ struct wds {
     char label[WDS_LABEL_MAX];
     size_t label_len;
     int want_label;
+    int audio; /* wds_set_audio */
     char err[320];
 };
+
+void wds_set_audio(struct wds *w, int audio)
+{
+    w->audio = audio;
+}
 
 struct wds *wds_new(void)
 {
@@ -149,7 +155,7 @@ int wds_member(struct wds *w, uint32_t shard, const struct tar_entry *e)
         w->has_image = w->has_label = 0;
         w->label_len = 0;
     }
-    int img = fileext_image_ext(ext, elen);
+    int img = fileext_sample_ext(ext, elen, w->audio);
     if (img >= 0) {
         if (w->has_image) {
             w->counts.extra_images++;

@@ -33,7 +33,7 @@
 
 struct wds_sample {
     uint32_t shard;     /* index of the shard, in the order given */
-    int32_t ext;        /* fileext_image index of the image member */
+    int32_t ext;        /* fileext_sample index of the image (or audio) member */
     uint64_t offset;    /* the image member's data in the shard */
     uint64_t size;
 };
@@ -45,13 +45,15 @@ struct wds_counts {
     uint64_t no_image;       /* samples without an image member */
     uint64_t no_label;       /* samples without a .cls member */
     uint64_t extra_images;   /* a second image member in one sample */
-    uint64_t images[FILEEXT_IMAGE_COUNT]; /* samples per image extension */
+    uint64_t images[FILEEXT_COUNT]; /* samples per extension (fileext_sample) */
 };
 
 struct wds;
 
 struct wds *wds_new(void);
 void wds_free(struct wds *w);
+/* Samples are audio members (.wav .flac .ogg .mp3), not images. */
+void wds_set_audio(struct wds *w, int audio);
 
 /* One tar entry of shard (shards in order, entries in archive order).
  * Returns 1 when its data is wanted (a .cls label: give it to

@@ -162,6 +162,8 @@ int workers_create(struct workers **out, struct event_base *base,
         t->ctx.index = i;
         step_ctx_init(&t->ctx.step);
         t->ctx.step.max_pixels = cfg->max_pixels;
+        t->ctx.step.max_seconds = cfg->max_audio_seconds;
+        t->ctx.step.max_channels = cfg->max_audio_channels;
         if ((rc = -pthread_create(&t->tid, NULL, worker_main, t)) < 0)
             goto fail;
         t->started = 1;

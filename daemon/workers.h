@@ -43,6 +43,7 @@ struct workers_config {
     uint64_t max_pixels;  /* decode limit (limits.pixels) */
     unsigned io_depth;    /* reads in flight per thread (io.depth) */
     int io_force_pread;   /* io.backend: pread */
+    uint32_t max_audio_seconds, max_audio_channels; /* decode_audio's limits */
 };
 
 struct work {

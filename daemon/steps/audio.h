@@ -75,6 +75,9 @@ enum audio_format { AUDIO_FMT_NONE = 0, AUDIO_FMT_WAV, AUDIO_FMT_FLAC, AUDIO_FMT
  * case), or AUDIO_FMT_NONE. */
 enum audio_format audio_format_from_name(const char *name);
 const char *audio_format_name(enum audio_format f);
+/* The format a file's first bytes say it is (RIFF/WAVE, fLaC, OggS, an
+ * ID3v2 tag or an MP3 frame sync), or AUDIO_FMT_NONE. */
+enum audio_format audio_format_sniff(const void *bytes, size_t len);
 
 /* Highest sample rate any file may claim: a larger one is a corrupt header,
  * refused with -EBADMSG whatever the limits. */

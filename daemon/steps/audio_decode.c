@@ -80,6 +80,8 @@ enum audio_format audio_format_from_name(const char *name)
  * know; MP3 only by its ID3v2 tag or a frame sync at offset 0). */
 static enum audio_format sniff(const uint8_t *p, size_t len)
 {
+    if (p == NULL)
+        return AUDIO_FMT_NONE;
     if (len >= 12 && (memcmp(p, "RIFF", 4) == 0 || memcmp(p, "RIFX", 4) == 0 ||
                       memcmp(p, "RF64", 4) == 0) && memcmp(p + 8, "WAVE", 4) == 0)
         return AUDIO_FMT_WAV;
@@ -92,6 +94,11 @@ static enum audio_format sniff(const uint8_t *p, size_t len)
     if (len >= 2 && p[0] == 0xff && (p[1] & 0xe0) == 0xe0 && (p[1] & 0x06) != 0)
         return AUDIO_FMT_MP3;
     return AUDIO_FMT_NONE;
+}
+
+enum audio_format audio_format_sniff(const void *bytes, size_t len)
+{
+    return sniff(bytes, len);
 }
 
 static uint32_t get32(const uint8_t *p, int big)

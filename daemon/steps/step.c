@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stddef.h>
+
+#include "audio.h"
 #include "blur.h"
 #include "hash.h"
 #include "jpeg_roi.h"
@@ -37,6 +40,15 @@ static const char *const step_names[STEP_KIND_MAX] = {
     [STEP_RANDOM_ERASING] = "random_erasing",
     [STEP_MIXUP] = "mixup",
     [STEP_CUTMIX] = "cutmix",
+    [STEP_DECODE_AUDIO] = "decode_audio",
+    [STEP_RESAMPLE] = "resample",
+    [STEP_TIME_CROP] = "time_crop",
+    [STEP_RANDOM_TIME_CROP] = "random_time_crop",
+    [STEP_MEL_SPECTROGRAM] = "mel_spectrogram",
+    [STEP_AMPLITUDE_TO_DB] = "amplitude_to_db",
+    [STEP_TIME_MASK] = "time_mask",
+    [STEP_FREQUENCY_MASK] = "frequency_mask",
+    [STEP_RANDOM_GAIN] = "random_gain",
 };
 
 static const char *const layout_names[] = {"nhwc", "nchw"};
@@ -54,6 +66,7 @@ void step_ctx_free(struct step_ctx *ctx)
     img_free(&ctx->aux);
     roi_decoder_free(ctx->roi);
     ctx->roi = NULL;
+    step_sound_ctx_free(ctx);
     ctx->err[0] = '\0';
 }
 
@@ -100,6 +113,7 @@ int step_out_pixels_as(struct step_ctx *ctx, struct img *out, uint32_t h,
     out->c = c;
     out->dtype = dtype;
     out->len = len;
+    out->rate = 0;
     out->src_h = out->src_w = out->scale_num = out->scale_den = 0;
     return 0;
 }
@@ -169,16 +183,37 @@ enum param_type {
     P_ALPHA,   /* a number > 0: alpha */
     P_CLASSES, /* an integer in 1..PROTO_LABEL_CLASSES_MAX: num_classes */
     P_SWITCH,  /* a number in [0, 1]: switch_p */
+    /* Generic ones, written at off in struct step, within [lo, hi]: */
+    P_U32,     /* an integer */
+    P_F64,     /* a number */
+    P_ENUM,    /* one of names (its index) as uint32_t; P_BOOL's false | true too */
+    P_RANGE,   /* [LO, HI] of numbers, LO <= HI: two doubles */
 };
 
 struct param {
     const char *name;
     enum param_type type;
     int required;
+    /* P_U32, P_F64, P_ENUM, P_RANGE: */
+    size_t off;
+    double lo, hi;
+    const char *const *names; /* P_ENUM: NULL-terminated */
     int which; /* P_JITTER: the enum color_jitter_fn it sets */
 };
 
-#define PARAMS_MAX 8
+#define AU(f) offsetof(struct step, au.f)
+static const char *const no_yes[] = {"false", "true", NULL};
+static const char *const align_names[] = {"start", "center", NULL};
+static const char *const pad_names[] = {"end", "center", "random", NULL};
+static const char *const pad_mode_names[] = {"reflect", "constant", "replicate", "circular",
+                                             NULL};
+static const char *const norm_names[] = {"none", "slaney", NULL};
+static const char *const mel_scale_names[] = {"htk", "slaney", NULL};
+static const char *const normalized_names[] = {"false", "window", "frame_length", NULL};
+static const char *const stype_names[] = {"power", "magnitude", NULL};
+#define AUDIO_LENGTH_MAX (1u << 30)
+
+#define PARAMS_MAX 13
 /* Per step: its parameters, the first one being `- NAME: VALUE`'s unless
  * no_main. */
 static const struct step_params {
@@ -195,10 +230,10 @@ static const struct step_params {
     [STEP_NORMALIZE] = {{{"mean", P_MEAN, 1}, {"std", P_STD, 1},
                          {"layout", P_LAYOUT, 0}}, 1},
     [STEP_TO_FLOAT] = {{{"layout", P_LAYOUT, 0}}, 0},
-    [STEP_COLOR_JITTER] = {{{"brightness", P_JITTER, 0, JITTER_BRIGHTNESS},
-                            {"contrast", P_JITTER, 0, JITTER_CONTRAST},
-                            {"saturation", P_JITTER, 0, JITTER_SATURATION},
-                            {"hue", P_HUE, 0, JITTER_HUE}}, 0},
+    [STEP_COLOR_JITTER] = {{{"brightness", P_JITTER, 0, .which = JITTER_BRIGHTNESS},
+                            {"contrast", P_JITTER, 0, .which = JITTER_CONTRAST},
+                            {"saturation", P_JITTER, 0, .which = JITTER_SATURATION},
+                            {"hue", P_HUE, 0, .which = JITTER_HUE}}, 0},
     [STEP_RANDOM_GRAYSCALE] = {{{"p", P_PROB, 0}}, 0},
     [STEP_GAUSSIAN_BLUR] = {{{"kernel_size", P_KSIZE, 1}, {"sigma", P_SIGMA, 0}}, 0},
     [STEP_RANDOM_ROTATION] = {{{"degrees", P_DEGREES, 1}, {"interpolation", P_INTERP, 0},
@@ -220,7 +255,43 @@ static const struct step_params {
                      {"switch_p", P_SWITCH, 0}}, 0},
     [STEP_CUTMIX] = {{{"alpha", P_ALPHA, 1}, {"num_classes", P_CLASSES, 1}, {"p", P_PROB, 0},
                       {"switch_p", P_SWITCH, 0}}, 0},
+    [STEP_DECODE_AUDIO] = {{{"mono", P_ENUM, 0, AU(mono), 0, 0, no_yes}}, 0},
+    [STEP_RESAMPLE] = {{{"rate", P_U32, 1, AU(rate), 1, AUDIO_RATE_MAX, NULL},
+                        {"lowpass_filter_width", P_U32, 0, AU(width), 1,
+                         AUDIO_RESAMPLE_WIDTH_MAX, NULL},
+                        {"rolloff", P_F64, 0, AU(rolloff), 1e-3, 1, NULL}}, 0},
+    [STEP_TIME_CROP] = {{{"length", P_U32, 1, AU(length), 1, AUDIO_LENGTH_MAX, NULL},
+                         {"align", P_ENUM, 0, AU(pad), 0, 0, align_names}}, 0},
+    [STEP_RANDOM_TIME_CROP] = {{{"length", P_U32, 1, AU(length), 1, AUDIO_LENGTH_MAX, NULL},
+                                {"pad", P_ENUM, 0, AU(pad), 0, 0, pad_names}}, 0},
+    [STEP_MEL_SPECTROGRAM] = {{{"n_mels", P_U32, 0, AU(n_mels), 1, AUDIO_MELS_MAX, NULL},
+                               {"sample_rate", P_U32, 0, AU(sample_rate), 1, AUDIO_RATE_MAX,
+                                NULL},
+                               {"n_fft", P_U32, 0, AU(n_fft), 2, AUDIO_NFFT_MAX, NULL},
+                               {"win_length", P_U32, 0, AU(win_length), 1, AUDIO_NFFT_MAX,
+                                NULL},
+                               {"hop_length", P_U32, 0, AU(hop_length), 1, AUDIO_NFFT_MAX,
+                                NULL},
+                               {"f_min", P_F64, 0, AU(f_min), 0, AUDIO_RATE_MAX, NULL},
+                               {"f_max", P_F64, 0, AU(f_max), 0, AUDIO_RATE_MAX, NULL},
+                               {"power", P_F64, 0, AU(power), 1e-3, 16, NULL},
+                               {"center", P_ENUM, 0, AU(center), 0, 0, no_yes},
+                               {"pad_mode", P_ENUM, 0, AU(pad_mode), 0, 0, pad_mode_names},
+                               {"norm", P_ENUM, 0, AU(norm), 0, 0, norm_names},
+                               {"mel_scale", P_ENUM, 0, AU(mel_scale), 0, 0,
+                                mel_scale_names},
+                               {"normalized", P_ENUM, 0, AU(normalized), 0, 0,
+                                normalized_names}}, 0},
+    [STEP_AMPLITUDE_TO_DB] = {{{"stype", P_ENUM, 0, AU(stype), 0, 0, stype_names},
+                               {"top_db", P_F64, 0, AU(top_db), 0, 1000, NULL}}, 0},
+    [STEP_TIME_MASK] = {{{"time_mask_param", P_U32, 1, AU(mask_param), 0, AUDIO_LENGTH_MAX,
+                          NULL},
+                         {"p", P_F64, 0, AU(mask_p), 0, 1, NULL}}, 0},
+    [STEP_FREQUENCY_MASK] = {{{"freq_mask_param", P_U32, 1, AU(mask_param), 0,
+                               AUDIO_MELS_MAX, NULL}}, 0},
+    [STEP_RANDOM_GAIN] = {{{"gain_db", P_RANGE, 1, AU(gain), -120, 120, NULL}}, 0},
 };
+#undef AU
 
 #define RRC_SCALE_LO 0.08
 #define RRC_SCALE_HI 1.0
@@ -319,6 +390,31 @@ static int parse_values(const struct step_arg *a, enum param_type t, struct step
     return 0;
 }
 
+/* What a generic parameter takes, for messages. */
+static const char *param_expects_generic(const struct param *p, char *buf, size_t len)
+{
+    struct sbuf b = {buf, len, 0};
+    buf[0] = '\0';
+    switch (p->type) {
+    case P_U32:
+        sb_printf(&b, "an integer in %.0f..%.0f", p->lo, p->hi);
+        break;
+    case P_F64:
+        sb_printf(&b, "a number in [%g, %g]", p->lo, p->hi);
+        break;
+    case P_RANGE:
+        sb_printf(&b, "a range [LO, HI] of numbers in [%g, %g] with LO <= HI", p->lo, p->hi);
+        break;
+    case P_ENUM:
+        for (int i = 0; p->names[i]; i++)
+            sb_printf(&b, "%s%s", i ? (p->names[i + 1] ? ", " : " or ") : "", p->names[i]);
+        break;
+    default:
+        break;
+    }
+    return buf;
+}
+
 /* Why a value of type t is bad, for messages. */
 static const char *param_expects(enum param_type t)
 {
@@ -357,8 +453,8 @@ static const char *param_expects(enum param_type t)
     case P_ALPHA: return "a number above 0";
     case P_CLASSES: return "an integer in 1..1048576";
     case P_SWITCH: return "a number in [0, 1]";
+    default: return "?";
     }
-    return "?";
 }
 
 /* The a->n numbers of a (at most max) into d. */
@@ -611,6 +707,35 @@ static int parse_param(const struct param *p, const struct step_arg *a, struct s
             return -EINVAL;
         s->switch_p = d[0];
         return 0;
+    case P_U32: {
+        uint32_t v;
+        if (a->n != 1 || a->list || parse_uint(a->v[0], (uint32_t)p->lo, (uint32_t)p->hi, &v) < 0)
+            return -EINVAL;
+        memcpy((char *)s + p->off, &v, sizeof(v));
+        return 0;
+    }
+    case P_F64:
+        if (a->n != 1 || a->list || parse_number(a->v[0], &d[0]) < 0 ||
+            !(d[0] >= p->lo && d[0] <= p->hi))
+            return -EINVAL;
+        memcpy((char *)s + p->off, &d[0], sizeof(d[0]));
+        return 0;
+    case P_RANGE:
+        if (a->n != 2 || parse_number(a->v[0], &d[0]) < 0 ||
+            parse_number(a->v[1], &d[1]) < 0 || !(d[0] >= p->lo && d[1] <= p->hi) ||
+            d[0] > d[1])
+            return -EINVAL;
+        memcpy((char *)s + p->off, d, sizeof(d));
+        return 0;
+    case P_ENUM: {
+        uint32_t n = 0;
+        while (p->names[n])
+            n++;
+        if (a->n != 1 || a->list || parse_name(a->v[0], p->names, n, &u[0]) < 0)
+            return -EINVAL;
+        memcpy((char *)s + p->off, &u[0], sizeof(u[0]));
+        return 0;
+    }
     }
     return -EINVAL;
 }
@@ -652,6 +777,7 @@ static void step_defaults(struct step *s, enum step_kind kind)
         s->ratio[0] = 0.3;
         s->ratio[1] = 3.3;
     }
+    step_sound_defaults(s);
 }
 
 /* What the image augmentations check once every parameter is read, and
@@ -734,10 +860,11 @@ int step_init(struct step *s, const char *name, const struct step_args *args,
             return -EINVAL;
         }
         if (parse_param(&sp->p[j], a, s) < 0) {
-            char val[128];
+            char val[128], why[160];
             arg_text(a, val, sizeof(val));
             set_err(err, errlen, "step '%s': %s '%s' is not %s", name, sp->p[j].name, val,
-                    param_expects(sp->p[j].type));
+                    sp->p[j].off ? param_expects_generic(&sp->p[j], why, sizeof(why))
+                                 : param_expects(sp->p[j].type));
             return -EINVAL;
         }
         if (sp->p[j].type == P_MEAN)
@@ -748,11 +875,15 @@ int step_init(struct step *s, const char *name, const struct step_args *args,
     *bad_arg = -1;
     for (int j = 0; j < PARAMS_MAX && sp->p[j].name; j++) {
         if (sp->p[j].required && !seen[j]) {
+            char why[160];
             set_err(err, errlen, "step '%s' needs %s (%s)", name, sp->p[j].name,
-                    param_expects(sp->p[j].type));
+                    sp->p[j].off ? param_expects_generic(&sp->p[j], why, sizeof(why))
+                                 : param_expects(sp->p[j].type));
             return -EINVAL;
         }
     }
+    if (step_sound_init(s, err, errlen) < 0)
+        return -EINVAL;
     if (kind == STEP_NORMALIZE) {
         /* One value stands for every channel (torch broadcasts it). */
         uint32_t n = (uint32_t)nstd > s->nmean ? (uint32_t)nstd : s->nmean;
@@ -799,11 +930,11 @@ const struct step_type step_type_source = {STEP_DOMAIN_ENCODED, PROTO_DTYPE_U8, 
 
 /* Per step: the domain, dtype and rank it takes; the domain and rank it
  * gives, and its dtype (0: the input's). A float32 output's layout is the
- * step's layout parameter. */
+ * step's layout parameter (give_layout 1), or nchw for audio (2). */
 static const struct step_sig {
     struct step_type take;
     uint32_t give_domain, give_dtype, give_rank;
-    int give_layout; /* the output's layout is s->layout */
+    int give_layout; /* 1: the output's layout is s->layout; 2: nchw */
     int any_layout;  /* takes rank 3 in either layout (and gives it back) */
 } step_sigs[STEP_KIND_MAX] = {
 #define IMAGE_U8 {STEP_DOMAIN_IMAGE, PROTO_DTYPE_U8, 3, STEP_LAYOUT_NHWC}
@@ -831,6 +962,20 @@ static const struct step_sig {
     [STEP_CUTMIX] = {IMAGE_F32, STEP_DOMAIN_IMAGE, 0, 3, 0, 1},
 #undef IMAGE_F32
 #undef IMAGE_U8
+#define WAVE {STEP_DOMAIN_WAVEFORM, PROTO_DTYPE_F32, 2, STEP_LAYOUT_NCHW}
+#define SPEC {STEP_DOMAIN_SPECTROGRAM, PROTO_DTYPE_F32, 3, STEP_LAYOUT_NCHW}
+    [STEP_DECODE_AUDIO] = {{STEP_DOMAIN_ENCODED, PROTO_DTYPE_U8, 0, STEP_LAYOUT_NHWC},
+                           STEP_DOMAIN_WAVEFORM, PROTO_DTYPE_F32, 2, 2},
+    [STEP_RESAMPLE] = {WAVE, STEP_DOMAIN_WAVEFORM, 0, 2, 2},
+    [STEP_TIME_CROP] = {WAVE, STEP_DOMAIN_WAVEFORM, 0, 2, 2},
+    [STEP_RANDOM_TIME_CROP] = {WAVE, STEP_DOMAIN_WAVEFORM, 0, 2, 2},
+    [STEP_MEL_SPECTROGRAM] = {WAVE, STEP_DOMAIN_SPECTROGRAM, 0, 3, 2},
+    [STEP_AMPLITUDE_TO_DB] = {SPEC, STEP_DOMAIN_SPECTROGRAM, 0, 3, 2},
+    [STEP_TIME_MASK] = {SPEC, STEP_DOMAIN_SPECTROGRAM, 0, 3, 2},
+    [STEP_FREQUENCY_MASK] = {SPEC, STEP_DOMAIN_SPECTROGRAM, 0, 3, 2},
+    [STEP_RANDOM_GAIN] = {WAVE, STEP_DOMAIN_WAVEFORM, 0, 2, 2},
+#undef WAVE
+#undef SPEC
 };
 
 int step_takes(const struct step *s, const struct step_type *in)
@@ -851,8 +996,10 @@ void step_gives(const struct step *s, const struct step_type *in, struct step_ty
     t.rank = g->give_rank;
     if (g->give_dtype)
         t.dtype = g->give_dtype;
-    t.layout = g->give_layout ? s->layout : in->domain == g->give_domain ? in->layout
-                                                                           : STEP_LAYOUT_NHWC;
+    t.layout = g->give_layout == 1   ? s->layout
+               : g->give_layout == 2 ? STEP_LAYOUT_NCHW
+               : in->domain == g->give_domain ? in->layout
+                                              : STEP_LAYOUT_NHWC;
     *out = t;
 }
 
@@ -873,6 +1020,10 @@ void step_type_describe(const struct step_type *t, char *buf, size_t len)
     else if (t->domain == STEP_DOMAIN_IMAGE)
         snprintf(buf, len, "%s image %s", dtype_text(t->dtype),
                  t->layout == STEP_LAYOUT_NCHW ? "[C, H, W]" : "[H, W, C]");
+    else if (t->domain == STEP_DOMAIN_WAVEFORM)
+        snprintf(buf, len, "%s waveform [C, T]", dtype_text(t->dtype));
+    else if (t->domain == STEP_DOMAIN_SPECTROGRAM)
+        snprintf(buf, len, "%s spectrogram [C, F, T]", dtype_text(t->dtype));
     else
         snprintf(buf, len, "%s tensor of rank %u", dtype_text(t->dtype), t->rank);
 }
@@ -887,6 +1038,8 @@ const char *step_takes_text(enum step_kind kind)
         if (step_sigs[kind].take.dtype == PROTO_DTYPE_F32)
             return "a float32 image (after to_float or normalize)";
         return "a uint8 image [H, W, C]";
+    case STEP_DOMAIN_WAVEFORM: return "a float32 waveform [C, T]";
+    case STEP_DOMAIN_SPECTROGRAM: return "a float32 spectrogram [C, F, T]";
     default: return "?";
     }
 }
@@ -911,11 +1064,12 @@ static void chain_mismatch(const struct step *steps, uint32_t i, const struct st
     const char *name = step_name(steps[i].kind);
     if (i == 0) {
         set_err(err, errlen, "%s takes %s, but the pipeline starts from %s: the first "
-                "step must be decode", name, step_takes_text(steps[i].kind), gives);
-    } else if (steps[i].kind == STEP_DECODE) {
-        set_err(err, errlen, "decode takes %s, but %s before it gives %s: decode can "
-                "only be the first step", step_takes_text(steps[i].kind),
-                step_name(steps[i - 1].kind), gives);
+                "step must be decode (or decode_audio)", name, step_takes_text(steps[i].kind),
+                gives);
+    } else if (steps[i].kind == STEP_DECODE || steps[i].kind == STEP_DECODE_AUDIO) {
+        set_err(err, errlen, "%s takes %s, but %s before it gives %s: %s can "
+                "only be the first step", name, step_takes_text(steps[i].kind),
+                step_name(steps[i - 1].kind), gives, name);
     } else {
         set_err(err, errlen, "%s cannot follow %s: %s takes %s, but %s gives %s%s", name,
                 step_name(steps[i - 1].kind), name, step_takes_text(steps[i].kind),
@@ -965,7 +1119,7 @@ static int batch_chain_check(const struct step *steps, uint32_t i, char *err, si
 int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
                     size_t errlen)
 {
-    uint32_t c = 0;
+    uint32_t c = 0, rate = 0;
     struct step_type t = step_type_source;
     *bad = 0;
     if (n == 0) {
@@ -1025,6 +1179,8 @@ int step_chain_init(struct step *steps, uint32_t n, uint32_t *bad, char *err,
                     s->nmean, c);
             return -EINVAL;
         }
+        if (step_sound_chain(s, &rate, err, errlen) < 0)
+            return -EINVAL;
     }
     return 0;
 }
@@ -1072,6 +1228,10 @@ int step_is_random(const struct step *s)
     case STEP_RAND_AUGMENT:
     case STEP_TRIVIAL_AUGMENT_WIDE:
     case STEP_RANDOM_ERASING:
+    case STEP_RANDOM_TIME_CROP:
+    case STEP_TIME_MASK:
+    case STEP_FREQUENCY_MASK:
+    case STEP_RANDOM_GAIN:
         return 1;
     case STEP_GAUSSIAN_BLUR: /* a fixed sigma blurs alike every epoch */
         return s->sigma[0] != s->sigma[1];
@@ -1258,6 +1418,41 @@ static void describe_aug(const struct step *s, struct sbuf *b, int full)
         sb_printf(b, ")");
 }
 
+/* (k=v,...) of a step whose parameters are all generic (the audio steps):
+ * full, every one; else those not at their default. */
+static void describe_generic(const struct step *s, struct sbuf *b, int full)
+{
+    struct step def;
+    step_defaults(&def, s->kind);
+    const struct step_params *sp = &step_params[s->kind];
+    int first = 1;
+    for (int j = 0; j < PARAMS_MAX && sp->p[j].name; j++) {
+        const struct param *p = &sp->p[j];
+        const char *v = (const char *)s + p->off;
+        size_t size = p->type == P_RANGE ? 2 * sizeof(double)
+                      : p->type == P_F64 ? sizeof(double) : sizeof(uint32_t);
+        if (!p->off || (!full && memcmp(v, (const char *)&def + p->off, size) == 0))
+            continue;
+        uint32_t u;
+        double d[2];
+        memcpy(&u, v, sizeof(u));
+        memcpy(d, v, size <= sizeof(d) ? size : sizeof(d));
+        if (p->type == P_RANGE) {
+            sb_pair(b, &first, p->name, d, 2);
+            continue;
+        }
+        sb_key(b, &first, p->name);
+        if (p->type == P_U32)
+            sb_printf(b, "%u", u);
+        else if (p->type == P_ENUM)
+            sb_printf(b, "%s", p->names[u]);
+        else
+            sb_num(b, d[0]);
+    }
+    if (!first)
+        sb_printf(b, ")");
+}
+
 /* name(args); full: every parameter, defaults included (fingerprints). */
 static void describe(const struct step *s, char *buf, size_t len, int full)
 {
@@ -1351,7 +1546,10 @@ static void describe(const struct step *s, char *buf, size_t len, int full)
     case STEP_KIND_MAX:
         break;
     default:
-        describe_aug(s, &b, full);
+        if (step_params[s->kind].p[0].off) /* the audio steps: generic parameters */
+            describe_generic(s, &b, full);
+        else
+            describe_aug(s, &b, full);
         break;
     }
 }
@@ -1392,7 +1590,7 @@ uint32_t step_out_layout(const struct step *s, uint32_t in_layout)
     if ((unsigned)s->kind >= STEP_KIND_MAX)
         return in_layout;
     if (step_sigs[s->kind].give_layout)
-        return s->layout;
+        return step_sigs[s->kind].give_layout == 2 ? STEP_LAYOUT_NCHW : s->layout;
     return s->kind == STEP_DECODE ? STEP_LAYOUT_NHWC : in_layout;
 }
 
@@ -1426,6 +1624,13 @@ void step_out_shape(const struct step *s, uint32_t in_h, uint32_t in_w,
     case STEP_RANDOM_RESIZED_CROP:
         *h = s->h;
         *w = s->w;
+        return;
+    case STEP_DECODE_AUDIO:
+    case STEP_RESAMPLE:
+    case STEP_TIME_CROP:
+    case STEP_RANDOM_TIME_CROP:
+    case STEP_MEL_SPECTROGRAM:
+        step_sound_shape(s, in_h, in_w, in_c, h, w, c);
         return;
     case STEP_PAD: {
         uint64_t ph = (uint64_t)in_h + s->pad[1] + s->pad[3];
@@ -1473,6 +1678,16 @@ int step_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
     case STEP_MIXUP:
     case STEP_CUTMIX:
         return step_fail(ctx, -EINVAL, "%s acts on a batch, not on a sample", step_name(s->kind));
+    case STEP_DECODE_AUDIO:
+    case STEP_RESAMPLE:
+    case STEP_TIME_CROP:
+    case STEP_RANDOM_TIME_CROP:
+    case STEP_MEL_SPECTROGRAM:
+    case STEP_AMPLITUDE_TO_DB:
+    case STEP_TIME_MASK:
+    case STEP_FREQUENCY_MASK:
+    case STEP_RANDOM_GAIN:
+        return step_sound_apply(s, ctx, in, out);
     default:
         return step_fail(ctx, -EINVAL, "unknown step kind %d", (int)s->kind);
     }

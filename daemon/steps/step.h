@@ -61,6 +61,21 @@
  *                        value: 0 | [V, ...] | random
  *                        RandomErasing, on normalize's or to_float's float32
  *
+ * Audio (steps/sound.c over audio.h; torchaudio 0.13 in the fidelity suite):
+ *   decode_audio         mono: false | true        torchaudio.load (+ mean(0))
+ *   resample             rate: N, lowpass_filter_width: 6, rolloff: 0.99
+ *                        functional.resample (sinc_interpolation, float32 kernel)
+ *   time_crop            length: N, align: start | center    x[:, :N] or zero pad
+ *   random_time_crop     length: N, pad: end | center | random
+ *   mel_spectrogram      n_mels: 128, sample_rate (the resample's, else 16000),
+ *                        n_fft: 400, win_length, hop_length, f_min: 0, f_max,
+ *                        power: 2, center: true, pad_mode: reflect, norm: none,
+ *                        mel_scale: htk, normalized: false    MelSpectrogram
+ *   amplitude_to_db      stype: power | magnitude, top_db (none) AmplitudeToDB
+ *   time_mask            time_mask_param: N, p: 1  TimeMasking (value 0)
+ *   frequency_mask       freq_mask_param: N        FrequencyMasking
+ *   random_gain          gain_db: [LO, HI]         functional.gain, uniform dB
+ *
  * The sample model: a sample is a tensor, typed by struct step_type (what
  * it holds, its dtype, the rank of its shape). A pipeline starts from the
  * source's encoded bytes (STEP_DOMAIN_ENCODED, rank 0: fmt IMG_ENCODED, the
@@ -71,6 +86,9 @@
  * Images are uint8 [H, W, C], row-major (STEP_DOMAIN_IMAGE, rank 3):
  * decode makes them; normalize and to_float make float32 [H, W, C] or
  * [C, H, W] (their layout), which no image step takes, so they come last.
+ * Audio clips are float32 nchw: a waveform [C, T] (domain WAVEFORM, rank 2)
+ * is c = C, h = 1, w = T; a spectrogram [C, F, T] (rank 3) is c = C, h = F,
+ * w = T; img.rate is the sample rate (daemon/README, "Audio samples").
  * Random steps draw from ctx->seed with hash_rand01 (hash.h).
  */
 #ifndef PRESTO_STEP_H
@@ -108,6 +126,16 @@ enum step_kind {
     /* batch-level steps: a complete batch, not a sample (step_is_batch) */
     STEP_MIXUP,
     STEP_CUTMIX,
+    /* audio (issue 18): steps/sound.c */
+    STEP_DECODE_AUDIO,
+    STEP_RESAMPLE,
+    STEP_TIME_CROP,
+    STEP_RANDOM_TIME_CROP,
+    STEP_MEL_SPECTROGRAM,
+    STEP_AMPLITUDE_TO_DB,
+    STEP_TIME_MASK,
+    STEP_FREQUENCY_MASK,
+    STEP_RANDOM_GAIN,
     STEP_KIND_MAX
 };
 
@@ -117,6 +145,31 @@ enum step_layout { STEP_LAYOUT_NHWC = 0, STEP_LAYOUT_NCHW = 1 };
 
 #define STEP_CHANNELS_MAX 4 /* per-channel values: pad fill, normalize */
 #define STEP_SIZE_MAX 65535u
+
+/* The audio steps' parameters (steps/sound.c; see the table above). */
+struct step_audio {
+    uint32_t mono;           /* decode_audio: mix down to one channel */
+    uint32_t rate;           /* resample: the output's rate */
+    uint32_t width;          /* resample: lowpass_filter_width (6) */
+    double rolloff;          /* resample: 0.99 */
+    uint32_t length;         /* time_crop, random_time_crop: frames */
+    uint32_t pad;            /* time_crop: align start|center; random_time_crop:
+                              * pad end|center|random (enum audio_pad) */
+    uint32_t sample_rate;    /* mel_spectrogram (0: the resample's before it) */
+    uint32_t n_fft, win_length, hop_length, n_mels; /* win, hop 0: defaults */
+    double f_min, f_max;     /* f_max < 0: sample_rate / 2 */
+    double power;            /* 2 */
+    uint32_t center;         /* 1 */
+    uint32_t pad_mode;       /* enum audio_pad_mode */
+    uint32_t norm;           /* 1: slaney */
+    uint32_t mel_scale;      /* enum audio_mel_scale */
+    uint32_t normalized;     /* enum audio_norm */
+    uint32_t stype;          /* amplitude_to_db: 0 power (10), 1 magnitude (20) */
+    double top_db;           /* < 0: none */
+    uint32_t mask_param;     /* time_mask, frequency_mask */
+    double mask_p;           /* time_mask: p (1) */
+    double gain[2];          /* random_gain: dB range */
+};
 
 struct step {
     enum step_kind kind;
@@ -160,24 +213,30 @@ struct step {
     double alpha;            /* Beta(alpha, alpha) of lambda */
     double switch_p;         /* with both: cutmix's share (RandomChoice: 0.5) */
     uint32_t num_classes;    /* the soft targets' K */
+    struct step_audio au;    /* the audio steps' parameters */
 };
 
 /* What a sample is between two steps. */
 enum step_domain {
     STEP_DOMAIN_ENCODED = 0, /* a source file's bytes (rank 0: a byte count) */
     STEP_DOMAIN_IMAGE = 1,   /* pixels: [H, W, C] (or [C, H, W], layout nchw) */
+    /* audio, float32 channels first, carried by struct img as [C, H, W] in
+     * nchw (c channels, h rows, w frames; rate in img.rate): */
+    STEP_DOMAIN_WAVEFORM = 2,    /* [C, T]: h 1, w T */
+    STEP_DOMAIN_SPECTROGRAM = 3, /* [C, F, T]: h F bins, w T frames */
     STEP_DOMAIN_MAX
 };
 struct step_type {
     uint32_t domain; /* enum step_domain */
     uint32_t dtype;  /* PROTO_DTYPE_* (u8 for encoded bytes) */
-    uint32_t rank;   /* dimensions of the shape: 0 encoded, 3 an image */
+    uint32_t rank;   /* dimensions of the shape: 0 encoded, 3 an image or a
+                      * spectrogram, 2 a waveform */
     uint32_t layout; /* images: enum step_layout */
 };
 
 /* A step's parameters as written in the config (strings, parsed by
  * step_init). key NULL: the step's main parameter (`- resize: 256`). */
-#define STEP_ARGS_MAX 8
+#define STEP_ARGS_MAX 16
 #define STEP_ARG_VALUES_MAX 8
 struct step_arg {
     const char *key;
@@ -196,6 +255,11 @@ struct step_ctx {
     void *tj;               /* TurboJPEG decompressor, created lazily */
     uint64_t max_pixels;    /* decode refuses larger images (0 = no limit) */
     int format;             /* decode: the enum decode_format of its last input */
+    struct step_sound *sound; /* the audio steps' per-thread state, made lazily */
+    const char *name;       /* the sample's source path, or NULL: decode_audio takes
+                             * the format its extension names (else the bytes') */
+    double max_seconds;     /* decode_audio refuses longer clips (0 = no limit) */
+    uint32_t max_channels;  /* and clips with more channels (0 = no limit) */
     char err[256];          /* message when a step fails */
     struct img aux;         /* the augmentations' scratch image (imgaug.c) */
     struct roi_decoder *roi; /* region decoder (jpeg_roi.h), created lazily */

@@ -158,5 +158,22 @@ int step_imgaug_apply_decision(const struct step *s, struct step_ctx *ctx,
 /* Draws the decision from ctx->seed and applies it. */
 int step_imgaug_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                       struct img *out);
+/* ---- the audio steps (sound.c) ---- */
+
+/* The audio parameters' defaults (every step has them, audio or not). */
+void step_sound_defaults(struct step *s);
+/* Checks an audio step's parameters together; 0 or -EINVAL with err. */
+int step_sound_init(struct step *s, char *err, size_t errlen);
+/* step_chain_init's part for an audio step: *rate is the rate the steps
+ * before it give (0: each file's own), updated for the next; fills in
+ * mel_spectrogram's sample_rate. 0, or -EINVAL with err. */
+int step_sound_chain(struct step *s, uint32_t *rate, char *err, size_t errlen);
+/* step_out_shape of an audio step (c channels, h rows, w frames). */
+void step_sound_shape(const struct step *s, uint32_t in_h, uint32_t in_w, uint32_t in_c,
+                      uint32_t *h, uint32_t *w, uint32_t *c);
+int step_sound_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
+                     struct img *out);
+/* Releases ctx->sound. */
+void step_sound_ctx_free(struct step_ctx *ctx);
 
 #endif

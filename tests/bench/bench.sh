@@ -4,7 +4,7 @@
 #
 # Env: BUILD (default build), PYTHON (default /usr/bin/python3), PRESTO_PHOTOS;
 # BENCH_ONLY: a comma-separated list of the groups of cases to run (default, split,
-# train, disk, fuse, cluster, sources, profile; unset: all of them, the full `make bench`); the torchvision
+# train, disk, fuse, cluster, sources, profile, audio; unset: all of them, the full `make bench`); the torchvision
 # baselines run only for the groups measured against them (default, split, train), e.g.
 # `BENCH_ONLY=disk make bench` while working on the disk tier.
 #
@@ -48,6 +48,8 @@
 # tests/bench/cases_sources.sh bench_sources_cases (tar shards against the folder), and
 # tests/bench/cases_profile.sh bench_profile_cases (the profiler's table of strategies and
 # the `auto` case: the auto choice over everything online).
+# tests/bench/cases_audio.sh bench_audio_cases (audio-cold, audio-warm, audio-auto against
+# torchaudio in a DataLoader: spoken words from mkaudio.py).
 # Exits non-zero only when something crashed; a missed target is printed as MISS.
 set -euo pipefail
 
@@ -277,9 +279,9 @@ bench_main() {
     local only=${BENCH_ONLY:-}
     for g in ${only//,/ }; do
         case $g in
-        default | split | train | disk | fuse | cluster | sources | profile) ;;
+        default | split | train | disk | fuse | cluster | sources | profile | audio) ;;
         *) echo "error: BENCH_ONLY: no group of cases '$g'" \
-            "(default, split, train, disk, fuse, cluster, sources, profile)" >&2; exit 2 ;;
+            "(default, split, train, disk, fuse, cluster, sources, profile, audio)" >&2; exit 2 ;;
         esac
     done
     for prog in prestod prestoctl; do
@@ -287,10 +289,12 @@ bench_main() {
     done
 
     BENCH_DATA="$BUILD/bench-data"
+    if [[ ${BENCH_ONLY:-} != audio ]]; then # the audio cases make their own data set
     echo "== data set: $BENCH_SAMPLES JPEGs in $BENCH_CLASSES classes, made from real photos"
     "$PYTHON" tests/tools/mkdataset.py --out "$BENCH_DATA" --count "$BENCH_SAMPLES" \
         --classes "$BENCH_CLASSES"
     BENCH_DATA=$(cd "$BENCH_DATA" && pwd)
+    fi
     local data=$BENCH_DATA # the name hooks written for the earlier script use
 
     presto_init
@@ -367,6 +371,15 @@ bench_main() {
     fi
     if bench_group profile && declare -F bench_profile_cases >/dev/null; then
         bench_profile_cases "$BENCH_DATA"
+    fi
+
+    local audio_cases=tests/bench/cases_audio.sh
+    if [[ -f $audio_cases ]]; then
+        # shellcheck source=/dev/null
+        source "$audio_cases"
+    fi
+    if bench_group audio && declare -F bench_audio_cases >/dev/null; then
+        bench_audio_cases
     fi
 
     local stats=()

@@ -372,6 +372,30 @@ static const struct bad_case bad_cases[] = {
                                          "      - cutmix: {alpha: 1, num_classes: 3, p: 0.5}\n"
                                          "      - mixup: {alpha: 0.2, num_classes: 3}\n",
      8, {"steps", "p and switch_p must be cutmix's"}},
+    /* audio (issue 18) */
+    {"image step after an audio step", DS "    steps:\n      - decode_audio\n"
+                                          "      - resample: 16000\n      - resize: 8\n",
+     7, {"steps", "resize takes a uint8 image [H, W, C], but resample gives "
+                  "float32 waveform [C, T]"}},
+    {"spectrogram step on a waveform", DS "    steps:\n      - decode_audio\n"
+                                          "      - time_mask: 4\n",
+     6, {"steps", "time_mask takes a float32 spectrogram [C, F, T], but decode_audio gives "
+                  "float32 waveform [C, T]"}},
+    {"resample rate out of range", DS "    steps:\n      - decode_audio\n"
+                                      "      - resample: {rate: 0}\n",
+     6, {"steps.resample.rate", "an integer in 1..768000"}},
+    {"mel on another rate", DS "    steps:\n      - decode_audio\n      - resample: 8000\n"
+                               "      - mel_spectrogram: {sample_rate: 16000}\n",
+     7, {"steps", "sample_rate 16000 is not the 8000 Hz"}},
+    {"mel win over n_fft", DS "    steps:\n      - decode_audio\n"
+                              "      - mel_spectrogram: {n_fft: 256, win_length: 400}\n",
+     6, {"steps", "win_length 400 is more than n_fft 256"}},
+    {"random gain range", DS "    steps:\n      - decode_audio\n"
+                             "      - random_gain: [6, -6]\n",
+     6, {"steps.random_gain.gain_db", "LO <= HI"}},
+    {"time mask offline", DS "    steps: [decode_audio, {mel_spectrogram: {n_mels: 8}}, "
+                             "{time_mask: 4}]\n    split: 3\n", 5,
+     {"split", "time_mask"}},
     {"dct_scale without a resize", DS "    steps:\n      - decode: {dct_scale: true}\n"
                                       "      - center_crop: 8\n",
      5, {"steps", "dct_scale"}},

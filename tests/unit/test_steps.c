@@ -2245,6 +2245,166 @@ static void time_pipeline(const char *label, const struct step *st, size_t n,
     img_free(&mid[1]);
 }
 
+/* ---- audio steps (issue 18) ---- */
+
+/* A 16-bit PCM WAV of a sine (440 Hz) in a malloc'd img; data_len 0: the
+ * real size. */
+static void sine_wav(struct img *im, uint32_t rate, uint32_t channels, uint32_t frames,
+                     uint32_t claimed_rate)
+{
+    size_t data = (size_t)frames * channels * 2;
+    uint8_t *b = calloc(1, 44 + data);
+    ck_assert_ptr_nonnull(b);
+    uint32_t r = claimed_rate ? claimed_rate : rate;
+    memcpy(b, "RIFF", 4);
+    uint32_t v = (uint32_t)(36 + data);
+    memcpy(b + 4, &v, 4);
+    memcpy(b + 8, "WAVEfmt ", 8);
+    v = 16;
+    memcpy(b + 16, &v, 4);
+    uint16_t h = 1;
+    memcpy(b + 20, &h, 2);
+    h = (uint16_t)channels;
+    memcpy(b + 22, &h, 2);
+    memcpy(b + 24, &r, 4);
+    v = r * 2 * channels;
+    memcpy(b + 28, &v, 4);
+    h = (uint16_t)(2 * channels);
+    memcpy(b + 32, &h, 2);
+    h = 16;
+    memcpy(b + 34, &h, 2);
+    memcpy(b + 36, "data", 4);
+    v = (uint32_t)data;
+    memcpy(b + 40, &v, 4);
+    for (uint32_t t = 0; t < frames; t++)
+        for (uint32_t c = 0; c < channels; c++) {
+            int16_t x = (int16_t)(8000 * sin(2 * M_PI * 440.0 * t / rate) * (c + 1));
+            memcpy(b + 44 + ((size_t)t * channels + c) * 2, &x, 2);
+        }
+    *im = (struct img){.fmt = IMG_ENCODED, .data = b, .len = 44 + data, .cap = 44 + data};
+}
+
+START_TEST(test_audio_steps)
+{
+    char text[256];
+    struct step dec = make_stepv("decode_audio", "mono=true");
+    struct step rs = make_stepv("resample", "16000");
+    struct step crop = make_stepv("time_crop", "length=8000");
+    struct step rcrop = make_stepv("random_time_crop", "length=8000;pad=random");
+    struct step mel = make_stepv("mel_spectrogram", "n_mels=40;sample_rate=16000");
+    struct step db = make_stepv("amplitude_to_db", "top_db=80");
+    struct step tm = make_stepv("time_mask", "10");
+    struct step fm = make_stepv("frequency_mask", "6");
+    struct step gain = make_stepv("random_gain", "[-6,6]");
+    describe_is(&dec, "decode_audio(mono=true)");
+    describe_is(&rs, "resample(rate=16000)");
+    describe_is(&db, "amplitude_to_db(top_db=80)");
+    describe_is(&gain, "random_gain(gain_db=[-6,6])");
+    ck_assert(!step_is_random(&dec) && !step_is_random(&mel) && !step_is_random(&crop));
+    ck_assert(step_is_random(&rcrop) && step_is_random(&tm) && step_is_random(&fm) &&
+              step_is_random(&gain));
+    /* parameters are in the fingerprint */
+    struct step rs2 = make_stepv("resample", "rate=16000;rolloff=0.95");
+    ck_assert(step_fingerprint(&rs, 0) != step_fingerprint(&rs2, 0));
+
+    /* types: waveform, then spectrogram; an image step takes neither */
+    struct step_type t = step_type_source;
+    struct step resize = make_step("resize", "8");
+    ck_assert(step_takes(&dec, &t));
+    step_gives(&dec, &t, &t);
+    step_type_describe(&t, text, sizeof(text));
+    ck_assert_str_eq(text, "float32 waveform [C, T]");
+    ck_assert_uint_eq(t.rank, 2);
+    ck_assert(step_takes(&rs, &t) && step_takes(&gain, &t) && !step_takes(&tm, &t) &&
+              !step_takes(&resize, &t));
+    step_gives(&mel, &t, &t);
+    step_type_describe(&t, text, sizeof(text));
+    ck_assert_str_eq(text, "float32 spectrogram [C, F, T]");
+    ck_assert(step_takes(&db, &t) && step_takes(&tm, &t) && !step_takes(&rs, &t) &&
+              !step_takes(&resize, &t));
+
+    /* a chain and its shapes: [1, 40, 8000 / 200 + 1] */
+    struct step chain[] = {dec, rs, crop, mel, db, tm, fm};
+    uint32_t bad = 99, h = 0, w = 0, c = 0;
+    ck_assert_int_eq(step_chain_init(chain, 7, &bad, text, sizeof(text)), 0);
+    for (int i = 0; i < 7; i++)
+        step_out_shape(&chain[i], h, w, c, &h, &w, &c);
+    ck_assert_uint_eq(c, 1);
+    ck_assert_uint_eq(h, 40);
+    ck_assert_uint_eq(w, 41);
+
+    /* running it: a 0.75 s stereo sine at 22050 Hz */
+    struct step_ctx ctx;
+    step_ctx_init(&ctx);
+    struct img enc, a = {0}, b = {0};
+    sine_wav(&enc, 22050, 2, 16537, 0);
+    apply_ok(&dec, &ctx, &enc, &a);
+    ck_assert_uint_eq(a.c, 1);
+    ck_assert_uint_eq(a.h, 1);
+    ck_assert_uint_eq(a.w, 16537);
+    ck_assert_uint_eq(a.rate, 22050);
+    apply_ok(&rs, &ctx, &a, &b);
+    ck_assert_uint_eq(b.rate, 16000);
+    ck_assert_uint_eq(b.w, 12000); /* ceil(16537 * 16000 / 22050) */
+    apply_ok(&crop, &ctx, &b, &a);
+    ck_assert_uint_eq(a.w, 8000);
+    apply_ok(&mel, &ctx, &a, &b);
+    ck_assert_uint_eq(b.h, 40);
+    ck_assert_uint_eq(b.w, 41);
+    ck_assert_uint_eq(b.rate, 16000);
+    apply_ok(&db, &ctx, &b, &a);
+    /* random steps: a function of the seed */
+    struct img m1 = {0}, m2 = {0};
+    ctx.seed = 7;
+    apply_ok(&tm, &ctx, &a, &m1);
+    ctx.seed = 7;
+    apply_ok(&tm, &ctx, &a, &m2);
+    ck_assert_mem_eq(m1.data, m2.data, m1.len);
+    int differs = 0;
+    for (uint64_t seed = 1; seed < 20 && !differs; seed++) {
+        ctx.seed = seed;
+        apply_ok(&tm, &ctx, &a, &m2);
+        differs = memcmp(m1.data, m2.data, m1.len) != 0;
+    }
+    ck_assert(differs);
+    /* the mel step refuses a clip at another rate */
+    ck_assert_int_eq(step_apply(&mel, &ctx, &m1, &b), -EINVAL); /* a spectrogram in */
+    apply_ok(&dec, &ctx, &enc, &b);
+    ck_assert_int_eq(step_apply(&mel, &ctx, &b, &m2), -EBADMSG);
+    ck_assert_ptr_nonnull(strstr(ctx.err, "22050 Hz"));
+    img_free(&enc);
+
+    /* bad files: a claimed rate of 4 GHz; over the duration and channel limits */
+    sine_wav(&enc, 16000, 1, 100, 0xfffffff0u);
+    ck_assert_int_eq(step_apply(&dec, &ctx, &enc, &b), -EBADMSG);
+    img_free(&enc);
+    sine_wav(&enc, 8000, 3, 8000 * 3, 0);
+    ctx.max_seconds = 2;
+    ck_assert_int_eq(step_apply(&dec, &ctx, &enc, &b), -E2BIG);
+    ctx.max_seconds = 0;
+    ctx.max_channels = 2;
+    ck_assert_int_eq(step_apply(&dec, &ctx, &enc, &b), -E2BIG);
+    ctx.max_channels = 0;
+    apply_ok(&dec, &ctx, &enc, &b);
+    ctx.name = "class/clip.flac"; /* the extension says the format */
+    ck_assert_int_eq(step_apply(&dec, &ctx, &enc, &b), -EBADMSG);
+    ck_assert_ptr_nonnull(strstr(ctx.err, "wrong extension"));
+    ctx.name = "class/clip.WAV";
+    apply_ok(&dec, &ctx, &enc, &b);
+    ctx.name = "clip.bin"; /* not one of ours: the bytes say */
+    apply_ok(&dec, &ctx, &enc, &b);
+    ctx.name = NULL;
+    enc.len = 3; /* truncated to nothing recognisable */
+    ck_assert_int_eq(step_apply(&dec, &ctx, &enc, &b), -EBADMSG);
+    img_free(&enc);
+    img_free(&a);
+    img_free(&b);
+    img_free(&m1);
+    img_free(&m2);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
 START_TEST(test_throughput)
 {
     /* Repeated use of one context; the figures printed are informational
@@ -2473,6 +2633,7 @@ static Suite *steps_suite(int with_photos, int *photo_cases_skipped)
     tcase_add_test(tc, test_sample_types);
     tcase_add_test(tc, test_chain);
     tcase_add_test(tc, test_out_shape_params);
+    tcase_add_test(tc, test_audio_steps);
     suite_add_tcase(s, tc);
 
     if (with_photos) {
