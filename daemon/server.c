@@ -117,6 +117,7 @@ struct conn {
      * connections are on the server's list, in the order they began. */
     enum budget_wait waiting;
     struct conn *wprev, *wnext;
+    uint64_t in_charged; /* requests read and not yet handled, charged to the uid */
     uint64_t drained;        /* output bytes the peer took while waiting */
     uint64_t drained_mark;   /* ... as of the last stall check */
     struct event *stall_ev;
@@ -288,6 +289,7 @@ static void conn_free(struct conn *c)
         evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->drain_cb);
     if (c->waiting)
         conn_waiting_unlink(c);
+    budget_uncharge(s->budget, c->peer.uid, c->in_charged);
     /* The queue goes with the last of the replies, which libevent may
      * free after the bufferevent (they are given back then). */
     budget_queue_close(c->q);
@@ -1122,6 +1124,21 @@ static void server_on_resume(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* What the connection's input holds (at most a request: the read
+ * watermark) is charged to its uid too (not as queued replies: it does not
+ * drain while its requests wait). */
+static void conn_charge_input(struct conn *c)
+{
+    uint64_t len = evbuffer_get_length(bufferevent_get_input(c->bev));
+    if (len > c->in_charged && budget_charge(c->srv->budget, c->peer.uid,
+                                             len - c->in_charged) == 0)
+        c->in_charged = len;
+    else if (len < c->in_charged) {
+        budget_uncharge(c->srv->budget, c->peer.uid, c->in_charged - len);
+        c->in_charged = len;
+    }
+}
+
 static void conn_on_read(struct bufferevent *bev, void *arg)
 {
     struct conn *c = arg;
@@ -1130,6 +1147,7 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
     char msg[160];
 
     c->active_ns = stats_now_ns();
+    conn_charge_input(c);
     while (!c->closing && !c->waiting) {
         uint8_t hdr[PROTO_HEADER_SIZE];
         struct proto_header h;
@@ -1159,6 +1177,7 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
         if (avail < PROTO_HEADER_SIZE + (size_t)h.body_len)
             return; /* the rest is coming; bounded by the read watermark */
         evbuffer_drain(in, PROTO_HEADER_SIZE);
+        conn_charge_input(c); /* a STATS document does not count its own request */
         if (rc == -PROTO_E_VERSION) {
             snprintf(msg, sizeof(msg), "protocol version %u is not supported; prestod speaks %u",
                      h.version, PROTO_VERSION);
@@ -1169,6 +1188,7 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
             conn_dispatch(c, &h, body);
         }
         evbuffer_drain(in, h.body_len);
+        conn_charge_input(c);
     }
     if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
         conn_free(c);
