@@ -379,6 +379,8 @@ void budget_stats(const struct budget *b, struct stats_out *o)
     stats_list_begin(o, "per_uid");
     for (size_t i = 0; i < b->n; i++) {
         char uid[16];
+        if (b->users[i].used == 0 && b->users[i].paused == 0)
+            continue; /* only connected: as a uid that never connected */
         snprintf(uid, sizeof(uid), "%u", (unsigned)b->users[i].uid);
         stats_begin(o, NULL, "user", "uid", uid);
         struct stats_val u[] = {stats_str(uid), stats_u64(b->users[i].used),

@@ -222,6 +222,39 @@ static int hog(void *arg)
 }
 
 
+/* A hog run as NOBODY: started, and waited for until it says it is set;
+ * told to let go and waited for. */
+struct hog_run {
+    int up, down;
+    pid_t pid;
+};
+
+static void hog_start(struct hog_run *r, harness_child_fn fn)
+{
+    int up[2], down[2];
+    char c;
+    ck_assert_int_eq(pipe(up), 0);
+    ck_assert_int_eq(pipe(down), 0);
+    struct hog ho = {up[1], down[0]}; /* the child's copy */
+    r->pid = harness_spawn_as(NOBODY, NOBODY, NULL, 0, fn, &ho);
+    ck_assert_int_gt(r->pid, 0);
+    close(up[1]);
+    close(down[0]);
+    r->up = up[0];
+    r->down = down[1];
+    ck_assert_msg(read(r->up, &c, 1) == 1, "the hog failed: see its output");
+}
+
+static void hog_end(struct hog_run *r)
+{
+    int status = -1;
+    ck_assert_int_eq(write(r->down, "x", 1), 1);
+    ck_assert_int_eq(waitpid(r->pid, &status, 0), r->pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "hog exited with %d", status);
+    close(r->up);
+    close(r->down);
+}
+
 /* Waits until the streams' buffers stop changing (every job computed). */
 static double settle_buffers(void)
 {
@@ -271,16 +304,8 @@ START_TEST(test_hog_held_to_budget)
     long rss0 = harness_proc_status_kb(H.pid, "VmRSS");
     ck_assert_int_gt(rss0, 0);
 
-    int up[2], down[2];
-    ck_assert_int_eq(pipe(up), 0);
-    ck_assert_int_eq(pipe(down), 0);
-    struct hog ho = {up[1], down[0]};
-    pid_t pid = harness_spawn_as(NOBODY, NOBODY, NULL, 0, hog, &ho);
-    ck_assert_int_gt(pid, 0);
-    close(up[1]);
-    close(down[0]);
-    char c;
-    ck_assert_msg(read(up[0], &c, 1) == 1, "the hog failed: see its output");
+    struct hog_run run;
+    hog_start(&run, hog);
     double hits = -1;
     harness_wait_stat(&H, "limits.user_memory", "hits", 1, 5000, &hits);
     double buffers = settle_buffers();
@@ -307,12 +332,7 @@ START_TEST(test_hog_held_to_budget)
     ck_assert_msg(peak <= (double)CLIENT_MEMORY, "peak %.0f over client_memory", peak);
     assert_held(used, buffers, rss1 - rss0, USER_MEMORY, 16 << 20);
 
-    ck_assert_int_eq(write(down[1], "x", 1), 1);
-    int status = -1;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "hog exited with %d", status);
-    close(up[0]);
-    close(down[1]);
+    hog_end(&run);
     /* Everything charged is given back once its connections are gone. */
     double left = -1;
     ck_assert_msg(harness_wait_stat(&H, "client_memory", "used", 0, 5000, &left) == 0,
@@ -640,16 +660,8 @@ START_TEST(test_queued_replies_bounded)
     free(json);
     long rss0 = harness_proc_status_kb(H.pid, "VmRSS");
 
-    int up[2], down[2];
-    ck_assert_int_eq(pipe(up), 0);
-    ck_assert_int_eq(pipe(down), 0);
-    struct hog ho = {up[1], down[0]};
-    pid_t pid = harness_spawn_as(NOBODY, NOBODY, NULL, 0, pipeline_hog, &ho);
-    ck_assert_int_gt(pid, 0);
-    close(up[1]);
-    close(down[0]);
-    char c;
-    ck_assert_msg(read(up[0], &c, 1) == 1, "the hog failed: see its output");
+    struct hog_run run;
+    hog_start(&run, pipeline_hog);
     /* However slowly the daemon reads what was sent, nobody's uid ends up
      * at its budget with its connections waiting. */
     double pauses = -1;
@@ -700,12 +712,7 @@ START_TEST(test_queued_replies_bounded)
         exact = 0;
     assert_held(used, 0, exact ? rss1 - rss0 : 0, USER_MEMORY + 2 * reply, 16 << 20);
 
-    ck_assert_int_eq(write(down[1], "x", 1), 1);
-    int status = -1;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "hog exited with %d", status);
-    close(up[0]);
-    close(down[1]);
+    hog_end(&run);
     double left = -1;
     ck_assert_msg(harness_wait_stat(&H, "client_memory", "used", 0, 10000, &left) == 0,
                   "%.0f bytes still charged", left);
