@@ -387,6 +387,13 @@ static int conn_send_msg(const struct conn_job *cj, uint16_t type, const struct 
 
 static int conn_progress(const struct reply *r, const struct reply_msg *m, int fd)
 {
+    const struct conn_job *cj = r->to;
+    /* A progress report to a peer that leaves its replies unread past its
+     * limit is left out (the next says more): a long WARM or PROFILE would
+     * grow the queue for as long as it runs. */
+    if (m->kind != REPLY_OPENED &&
+        budget_queue_bytes(cj->c->q) > cj->c->srv->d.cfg->max_output_buffer)
+        return 0;
     uint16_t type = m->kind == REPLY_OPENED ? PROTO_OPENED
                     : m->kind == REPLY_WARM ? PROTO_PROGRESS
                                             : PROTO_PROFILE_PROGRESS;
