@@ -121,6 +121,7 @@ struct conn {
     uint64_t drained;        /* output bytes the peer took while waiting */
     uint64_t drained_mark;   /* ... as of the last stall check */
     struct event *stall_ev;
+    struct event *hangup_ev; /* while waiting: the peer went (EV_CLOSED) */
     struct evbuffer_cb_entry *drain_cb;
     struct ring kept; /* a finished shm stream's ring, for the next OPEN */
     uint64_t kept_charge; /* its bytes, charged to the peer's uid (budget.h) */
@@ -282,6 +283,8 @@ static void conn_free(struct conn *c)
         reload_cancel(s->d.reload, c);
     if (c->stall_ev)
         event_free(c->stall_ev);
+    if (c->hangup_ev)
+        event_free(c->hangup_ev);
     if (c->idle_ev)
         event_free(c->idle_ev);
     uid_conns_drop(s, c->peer.uid);
@@ -1056,13 +1059,34 @@ static void conn_on_stall(evutil_socket_t fd, short what, void *arg)
     conn_free(c);
 }
 
+/* The peer of a waiting connection went: its output is dropped and its
+ * requests left unread (they would be answered to nobody). */
+static void conn_on_hangup(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    (void)fd;
+    (void)what;
+    log_debug("connection of pid %d uid %u: the peer closed while its requests waited",
+              (int)c->peer.pid, (unsigned)c->peer.uid);
+    conn_free(c);
+}
+
 /* Its requests wait (why, budget_queue_wait): reading stops until the
- * budget says they may go on (server_on_resume). */
+ * budget says they may go on (server_on_resume). Reading stopped, a hang-up
+ * is watched for apart (EV_CLOSED, where the backend has it; else the
+ * write that fails, or the read once it goes on, sees it). */
 static int conn_wait_output(struct conn *c, enum budget_wait why)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    if (!c->stall_ev && !(c->stall_ev = evtimer_new(c->srv->d.base, conn_on_stall, c)))
+    struct event_base *base = c->srv->d.base;
+    if (!c->stall_ev && !(c->stall_ev = evtimer_new(base, conn_on_stall, c)))
         return -ENOMEM;
+    if (!c->hangup_ev && (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE) &&
+        !(c->hangup_ev = event_new(base, bufferevent_getfd(c->bev), EV_CLOSED, conn_on_hangup,
+                                   c)))
+        return -ENOMEM;
+    if (c->hangup_ev)
+        event_add(c->hangup_ev, NULL);
     if (!c->drain_cb && !(c->drain_cb = evbuffer_add_cb(out, conn_on_drain, c)))
         return -ENOMEM;
     c->waiting = why;
@@ -1087,6 +1111,8 @@ static void conn_resume(struct conn *c)
     c->waiting = BUDGET_GO;
     budget_queue_pause(c->q, BUDGET_GO);
     event_del(c->stall_ev);
+    if (c->hangup_ev)
+        event_del(c->hangup_ev);
     evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->drain_cb);
     c->drain_cb = NULL;
     bufferevent_enable(c->bev, EV_READ);
