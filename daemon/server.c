@@ -1144,6 +1144,10 @@ static void server_on_resume(evutil_socket_t fd, short what, void *arg)
     while (n-- > 0 && s->waiting) {
         struct conn *c = s->waiting;
         conn_waiting_unlink(c);
+        if (c->closing) { /* reads no more: it goes once flushed, or stalled */
+            conn_waiting_append(c);
+            continue;
+        }
         uint64_t own = cfg->max_output_buffer;
         enum budget_wait why =
             budget_queue_wait(c->q, c->waiting == BUDGET_WAIT_OWN ? own / 2 : own);
