@@ -291,16 +291,22 @@ static void assert_held(double used, double buffers, long rss_kb, uint64_t limit
 #endif
 }
 
+/* Root's stream (batch 16, seed), and its epoch pulled into e. */
+static void root_epoch(presto_stream_opts_t *o, uint64_t seed, struct harness_epoch *e)
+{
+    presto_stream_opts_init(o);
+    o->dataset = DATASET;
+    o->batch_size = 16;
+    o->seed = seed;
+    ck_assert_int_eq(harness_pull_epoch(&H, o, e), 0);
+}
+
 START_TEST(test_hog_held_to_budget)
 {
     presto_stream_opts_t o;
     struct harness_epoch e0, e1;
-    presto_stream_opts_init(&o);
-    o.dataset = DATASET;
-    o.batch_size = 16;
-    o.seed = 3;
     /* Root's epoch first: the memory tier is full, RSS's baseline. */
-    ck_assert_int_eq(harness_pull_epoch(&H, &o, &e0), 0);
+    root_epoch(&o, 3, &e0);
     long rss0 = harness_proc_status_kb(H.pid, "VmRSS");
     ck_assert_int_gt(rss0, 0);
 
@@ -649,11 +655,7 @@ START_TEST(test_queued_replies_bounded)
 {
     presto_stream_opts_t o;
     struct harness_epoch e0, e1;
-    presto_stream_opts_init(&o);
-    o.dataset = DATASET;
-    o.batch_size = 16;
-    o.seed = 5;
-    ck_assert_int_eq(harness_pull_epoch(&H, &o, &e0), 0);
+    root_epoch(&o, 5, &e0);
     char *json = NULL;
     ck_assert_int_eq(harness_stats(&H, &json), 0);
     size_t reply = strlen(json) + 4096; /* the largest reply, with the per-uid entries to come */
