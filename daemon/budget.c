@@ -17,10 +17,23 @@ enum { BUDGET_STATS(BUDGET_IDX) BUD_MAX };
 static const struct stats_decl budget_decl[] = {BUDGET_STATS(STATS_DECL)};
 static const struct stats_decl user_decl[] = {BUDGET_USER_STATS(STATS_DECL)};
 
-/* An entry per uid with memory charged, searched linearly (few users). */
+/* An entry per uid with memory charged or connections (queues), searched
+ * linearly (few users). */
 struct budget_user {
     uid_t uid;
     uint64_t used;
+    uint64_t queued;  /* of used, replies queued on its connections */
+    uint32_t queues;  /* its connections' queues (budget_queue_new) */
+    uint32_t paused;  /* of those, waiting */
+};
+
+/* A connection's queued replies. */
+struct budget_queue {
+    struct budget *b;
+    uid_t uid;
+    uint64_t queued;
+    enum budget_wait paused;
+    int closed; /* the connection is gone: freed with its last bytes */
 };
 
 /* A ring let go and still charged: its watch. */
@@ -41,6 +54,9 @@ struct budget {
     struct budget_left *left;  /* nleft entries, room for capleft */
     size_t nleft, capleft;
     uint64_t left_bytes;
+    uint64_t queued, paused, pauses, pauses_user, pauses_all;
+    void (*notify)(void *arg); /* charges went down while connections wait */
+    void *notify_arg;
 };
 
 static void budget_on_inotify(evutil_socket_t fd, short what, void *arg);
@@ -72,6 +88,7 @@ int budget_create(struct budget **out, struct event_base *base, uint64_t limit,
 void budget_stop(struct budget *b)
 {
     b->stopped = 1;
+    b->notify = NULL;
     if (b->ino_ev)
         event_free(b->ino_ev);
     b->ino_ev = NULL;
@@ -102,6 +119,28 @@ static struct budget_user *budget_user(const struct budget *b, uid_t uid)
         if (b->users[i].uid == uid)
             return &b->users[i];
     return NULL;
+}
+
+/* uid's entry, made when missing: NULL when it cannot be. */
+static struct budget_user *budget_user_add(struct budget *b, uid_t uid)
+{
+    struct budget_user *u = budget_user(b, uid);
+    if (u)
+        return u;
+    struct budget_user *nu = vec_grow(b->users, &b->cap, b->n + 1, sizeof(*nu), 8);
+    if (!nu)
+        return NULL;
+    b->users = nu;
+    u = &b->users[b->n++];
+    *u = (struct budget_user){.uid = uid};
+    return u;
+}
+
+/* u goes when nothing is charged to it and it has no connections. */
+static void budget_user_drop(struct budget *b, struct budget_user *u)
+{
+    if (u->used == 0 && u->queues == 0)
+        *u = b->users[--b->n];
 }
 
 uint64_t budget_used(const struct budget *b, uid_t uid)
@@ -137,15 +176,9 @@ uint64_t budget_cap(const struct budget *b, uid_t uid, uint64_t floor, uint64_t 
 
 int budget_charge(struct budget *b, uid_t uid, uint64_t bytes)
 {
-    struct budget_user *u = budget_user(b, uid);
-    if (!u) {
-        struct budget_user *nu = vec_grow(b->users, &b->cap, b->n + 1, sizeof(*nu), 8);
-        if (!nu)
-            return -ENOMEM;
-        b->users = nu;
-        u = &b->users[b->n++];
-        *u = (struct budget_user){uid, 0};
-    }
+    struct budget_user *u = budget_user_add(b, uid);
+    if (!u)
+        return -ENOMEM;
     u->used += bytes;
     b->used += bytes;
     if (b->used > b->peak)
@@ -160,8 +193,118 @@ void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes)
         return;
     u->used -= bytes < u->used ? bytes : u->used;
     b->used -= bytes < b->used ? bytes : b->used;
-    if (u->used == 0)
-        *u = b->users[--b->n];
+    budget_user_drop(b, u);
+    if (b->paused && b->notify)
+        b->notify(b->notify_arg);
+}
+
+void budget_set_notify(struct budget *b, void (*fn)(void *arg), void *arg)
+{
+    b->notify = fn;
+    b->notify_arg = arg;
+}
+
+/* ---- queued replies ---- */
+
+int budget_queue_new(struct budget *b, uid_t uid, struct budget_queue **out)
+{
+    struct budget_queue *q = calloc(1, sizeof(*q));
+    struct budget_user *u = q ? budget_user_add(b, uid) : NULL;
+    if (!u) {
+        free(q);
+        return -ENOMEM;
+    }
+    u->queues++;
+    q->b = b;
+    q->uid = uid;
+    *out = q;
+    return 0;
+}
+
+void budget_queue_close(struct budget_queue *q)
+{
+    if (!q)
+        return;
+    budget_queue_pause(q, BUDGET_GO);
+    struct budget_user *u = budget_user(q->b, q->uid);
+    if (u) {
+        u->queues--;
+        budget_user_drop(q->b, u);
+    }
+    q->closed = 1;
+    if (q->queued == 0)
+        free(q);
+}
+
+void budget_queue_add(struct budget_queue *q, uint64_t bytes)
+{
+    struct budget *b = q->b;
+    struct budget_user *u = budget_user(b, q->uid); /* there while q is open */
+    if (!u || q->closed)
+        return;
+    q->queued += bytes;
+    u->queued += bytes;
+    b->queued += bytes;
+    budget_charge(b, q->uid, bytes); /* the entry is there: cannot fail */
+}
+
+void budget_queue_sub(struct budget_queue *q, uint64_t bytes)
+{
+    struct budget *b = q->b;
+    struct budget_user *u = budget_user(b, q->uid);
+    if (bytes > q->queued)
+        bytes = q->queued;
+    q->queued -= bytes;
+    b->queued -= bytes;
+    if (u)
+        u->queued -= bytes < u->queued ? bytes : u->queued;
+    int gone = q->closed && q->queued == 0;
+    budget_uncharge(b, q->uid, bytes);
+    if (gone)
+        free(q);
+}
+
+uint64_t budget_queue_bytes(const struct budget_queue *q)
+{
+    return q->queued;
+}
+
+enum budget_wait budget_queue_wait(const struct budget_queue *q, uint64_t own)
+{
+    const struct budget *b = q->b;
+    const struct budget_user *u = budget_user(b, q->uid);
+    if (q->queued > own)
+        return BUDGET_WAIT_OWN;
+    if (!u || u->queued == 0)
+        return BUDGET_GO;
+    if (u->used >= b->user_limit)
+        return BUDGET_WAIT_USER;
+    if (b->used >= b->limit)
+        return BUDGET_WAIT_ALL;
+    return BUDGET_GO;
+}
+
+void budget_queue_pause(struct budget_queue *q, enum budget_wait why)
+{
+    struct budget *b = q->b;
+    struct budget_user *u = budget_user(b, q->uid);
+    if ((q->paused != BUDGET_GO) == (why != BUDGET_GO)) {
+        q->paused = why;
+        return;
+    }
+    q->paused = why;
+    if (why == BUDGET_GO) {
+        b->paused--;
+        if (u)
+            u->paused--;
+        return;
+    }
+    b->paused++;
+    b->pauses++;
+    b->pauses_user += why == BUDGET_WAIT_USER;
+    b->pauses_all += why == BUDGET_WAIT_ALL;
+    if (u)
+        u->paused++;
 }
 
 int budget_linger(struct budget *b, uid_t uid, uint64_t bytes, int fd)
@@ -224,17 +367,25 @@ void budget_lowered(struct budget *b)
 
 void budget_stats(const struct budget *b, struct stats_out *o)
 {
-    const uint64_t v[BUD_MAX] = {b->limit, b->user_limit, b->used, b->peak,
-                                 b->n,     b->lowered,    b->nleft, b->left_bytes};
+    uint64_t users = 0;
+    for (size_t i = 0; i < b->n; i++)
+        users += b->users[i].used > 0;
+    const uint64_t v[BUD_MAX] = {b->limit,    b->user_limit, b->used,   b->peak,
+                                 users,       b->lowered,    b->nleft,  b->left_bytes,
+                                 b->queued,   b->paused,     b->pauses, b->pauses_user,
+                                 b->pauses_all};
     stats_begin(o, "client_memory", NULL, NULL, NULL);
     stats_emit_u64(o, budget_decl, v, BUD_MAX);
     stats_list_begin(o, "per_uid");
     for (size_t i = 0; i < b->n; i++) {
         char uid[16];
+        if (b->users[i].used == 0 && b->users[i].paused == 0)
+            continue; /* only connected: as a uid that never connected */
         snprintf(uid, sizeof(uid), "%u", (unsigned)b->users[i].uid);
         stats_begin(o, NULL, "user", "uid", uid);
-        struct stats_val u[] = {stats_str(uid), stats_u64(b->users[i].used)};
-        stats_emit(o, user_decl, u, 2);
+        struct stats_val u[] = {stats_str(uid), stats_u64(b->users[i].used),
+                                stats_u64(b->users[i].queued), stats_u64(b->users[i].paused)};
+        stats_emit(o, user_decl, u, 4);
         stats_end(o);
     }
     stats_list_end(o);

@@ -15,6 +15,21 @@
  * not fit is given a lower prefetch, or refused; a stream that opened never
  * grows past its charge, so the sum never passes the limits.
  *
+ * Replies queued on a connection (everything prestod writes to a socket
+ * but the batches the streams' charges hold: STATS and DATASETS documents,
+ * errors, OPENED, END, ...) are charged to the connection's uid as well,
+ * from the moment they are queued until the last of their bytes is written
+ * or the connection is gone: a budget_queue per connection. A connection
+ * stops taking requests (backpressure, not an error) while budget_queue_wait
+ * says so: its own replies are over limits.output_buffer, or its uid has
+ * replies queued and is at limits.user_memory, or all clients are at
+ * limits.client_memory and its uid has replies queued. A uid is never held
+ * back by another uid's queued replies while it has none of its own queued,
+ * and its stuck connections hold only itself back. So what a uid makes
+ * prestod hold, streams and queued replies together, stays within
+ * limits.user_memory plus one reply (the request read last) plus the
+ * stream ends and errors its open streams may still queue.
+ *
  * Event loop thread only (the server charges, the streams give back).
  */
 #ifndef PRESTO_BUDGET_H
@@ -37,10 +52,17 @@ struct event_base;
     X(users, GAUGE, "uids", "uids with memory charged")                                \
     X(lowered, COUNTER, "streams", "streams granted a lower prefetch than asked, to fit") \
     X(rings_left, GAUGE, "rings", "rings prestod let go that a client still maps or holds") \
-    X(rings_left_bytes, GAUGE, "bytes", "their bytes, still charged to their uids")
+    X(rings_left_bytes, GAUGE, "bytes", "their bytes, still charged to their uids")  \
+    X(queued, GAUGE, "bytes", "replies queued on connections, not yet written (in used)") \
+    X(paused, GAUGE, "connections", "connections whose requests wait on queued replies") \
+    X(pauses, COUNTER, "times", "connections made to wait on queued replies")          \
+    X(pauses_user, COUNTER, "times", "... because their uid was at limits.user_memory") \
+    X(pauses_all, COUNTER, "times", "... because all clients were at limits.client_memory")
 #define BUDGET_USER_STATS(X)                                                          \
     X(uid, LABEL, "", "the clients' uid")                                              \
-    X(used, GAUGE, "bytes", "charged to the clients of this uid")
+    X(used, GAUGE, "bytes", "charged to the clients of this uid")                      \
+    X(queued, GAUGE, "bytes", "of that, replies queued on their connections")         \
+    X(paused, GAUGE, "connections", "their connections whose requests wait")
 
 /* base: where the rings let go are watched (NULL: they are not, and
  * budget_linger fails). */
@@ -89,6 +111,40 @@ void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes);
 int budget_linger(struct budget *b, uid_t uid, uint64_t bytes, int fd);
 /* A stream got a lower prefetch to fit (counted). */
 void budget_lowered(struct budget *b);
+/* ---- queued replies ---- */
+
+struct budget_queue;
+
+/* Why a connection's requests wait (budget_queue_wait). */
+enum budget_wait {
+    BUDGET_GO = 0,
+    BUDGET_WAIT_OWN,  /* its own queued replies are over its limit */
+    BUDGET_WAIT_USER, /* its uid has replies queued and is at limits.user_memory */
+    BUDGET_WAIT_ALL,  /* its uid has replies queued, all clients at client_memory */
+};
+
+/* A connection of uid: its queued replies' account. 0, or -ENOMEM. */
+int budget_queue_new(struct budget *b, uid_t uid, struct budget_queue **out);
+/* The connection is gone: q goes once its last queued bytes are given
+ * back (they may be freed later, with the socket's buffers). */
+void budget_queue_close(struct budget_queue *q);
+/* Bytes queued on q's connection, charged to its uid (never refused: the
+ * caller stops reading requests instead, budget_queue_wait). */
+void budget_queue_add(struct budget_queue *q, uint64_t bytes);
+/* ... written, or freed with the connection: given back. */
+void budget_queue_sub(struct budget_queue *q, uint64_t bytes);
+uint64_t budget_queue_bytes(const struct budget_queue *q);
+/* Whether q's connection may take a request now: BUDGET_GO, or why not
+ * (own: the connection's limit, limits.output_buffer). */
+enum budget_wait budget_queue_wait(const struct budget_queue *q, uint64_t own);
+/* The connection waits (why != BUDGET_GO) or takes requests again:
+ * counted, for the stats. */
+void budget_queue_pause(struct budget_queue *q, enum budget_wait why);
+/* fn(arg) runs whenever charges went down while connections wait (from
+ * within budget_uncharge and budget_queue_sub: it should only schedule
+ * a look); NULL: no more. */
+void budget_set_notify(struct budget *b, void (*fn)(void *arg), void *arg);
+
 /* The "client_memory" section, with the uids' use under "users". */
 void budget_stats(const struct budget *b, struct stats_out *o);
 

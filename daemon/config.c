@@ -84,7 +84,7 @@ static const struct cfg_key cfg_keys[] = {
     KEY("limits", "prefetch", CFG_U32, max_prefetch, 1, 1024, 64),
     KEY("limits", "frame_size", CFG_SIZE, max_frame_size, 512, 1ull << 20, PROTO_MAX_REQUEST),
     KEY("limits", "output_buffer", CFG_SIZE, max_output_buffer, 64ull << 10, 1ull << 40,
-        64ull << 20),
+        1ull << 20),
     KEY("limits", "output_timeout", CFG_U32, output_timeout, 1, 86400, 30),
     KEY("limits", "file_size", CFG_SIZE, max_file_size, 1, 1ull << 36, 64ull << 20),
     KEY_AT("limits", "pixels", CFG_U64, max_pixels, 1, 1ull << 40, 100000000, CFG_RESTART),

@@ -21,7 +21,7 @@
  *   limits: { connections: 256, connections_per_user: 128, idle_timeout: 300,
  *             streams_per_connection: 16,
  *             streams_per_user: 256, batch_size: 4096, prefetch: 64,
- *             frame_size: 64KiB, output_buffer: 64MiB, output_timeout: 30,
+ *             frame_size: 64KiB, output_buffer: 1MiB, output_timeout: 30,
  *             file_size: 64MiB, pixels: 100000000,
  *             client_memory: 25% (of RAM), user_memory: 0 (half of that) }
  *   datasets:
@@ -141,8 +141,9 @@ struct config {
     uint32_t max_streams_per_user;  /* streams open by one peer uid */
     uint32_t max_prefetch;          /* largest prefetch an OPEN may ask */
     uint64_t max_frame_size;        /* largest request body */
-    uint64_t max_output_buffer;     /* bytes queued to a connection past
-                                       which its next requests wait */
+    uint64_t max_output_buffer;     /* bytes of replies queued to a
+                                       connection past which its next
+                                       requests wait (budget.h) */
     uint32_t output_timeout;        /* s a connection may keep requests
                                        waiting that way, draining nothing */
     uint32_t max_batch_size;

@@ -3,18 +3,58 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
-int frame_send(struct bufferevent *bev, struct proto_wbuf *w)
+#include "budget.h"
+
+/* A charged frame in the output: its account, its charge, its bytes. */
+struct frame_piece {
+    struct budget_queue *q;
+    uint64_t charge;
+    uint8_t data[];
+};
+
+/* libevent is done with the piece (written, or the output freed). */
+static void frame_piece_free(const void *data, size_t len, void *arg)
+{
+    struct frame_piece *p = arg;
+    (void)data;
+    (void)len;
+    budget_queue_sub(p->q, p->charge);
+    free(p);
+}
+
+int frame_queue(struct bufferevent *bev, struct budget_queue *q, const void *data, size_t len)
+{
+    if (!q)
+        return bufferevent_write(bev, data, len) < 0 ? -ENOMEM : 0;
+    struct frame_piece *p = malloc(sizeof(*p) + len);
+    if (!p)
+        return -ENOMEM;
+    p->q = q;
+    p->charge = sizeof(*p) + len + FRAME_OVERHEAD;
+    memcpy(p->data, data, len);
+    budget_queue_add(q, p->charge);
+    /* On failure libevent does not call the cleanup: done here. */
+    if (evbuffer_add_reference(bufferevent_get_output(bev), p->data, len, frame_piece_free,
+                               p) < 0) {
+        frame_piece_free(p->data, len, p);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+int frame_send(struct bufferevent *bev, struct budget_queue *q, struct proto_wbuf *w)
 {
     proto_frame_finish(w);
     if (w->failed)
         return -ENOMEM;
-    return bufferevent_write(bev, w->data, w->len) < 0 ? -ENOMEM : 0;
+    return frame_queue(bev, q, w->data, w->len);
 }
 
-int frame_send_fd(struct bufferevent *bev, struct proto_wbuf *w, int fd)
+int frame_send_fd(struct bufferevent *bev, struct budget_queue *q, struct proto_wbuf *w, int fd)
 {
     proto_frame_finish(w);
     if (w->failed)
@@ -40,18 +80,19 @@ int frame_send_fd(struct bufferevent *bev, struct proto_wbuf *w, int fd)
     while (n < 0 && errno == EINTR);
     if (n < 0)
         return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
-    if ((size_t)n < w->len && bufferevent_write(bev, w->data + n, w->len - (size_t)n) < 0)
+    if ((size_t)n < w->len && frame_queue(bev, q, w->data + n, w->len - (size_t)n) < 0)
         return -ENOMEM;
     return 0;
 }
 
-int frame_send_error(struct bufferevent *bev, uint32_t req_id, int code, const char *msg)
+int frame_send_error(struct bufferevent *bev, struct budget_queue *q, uint32_t req_id, int code,
+                     const char *msg)
 {
     struct proto_wbuf w;
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_ERROR, req_id);
     proto_put_error(&w, (uint32_t)(code < 0 ? -code : code), msg);
-    int rc = frame_send(bev, &w);
+    int rc = frame_send(bev, q, &w);
     proto_wbuf_free(&w);
     return rc;
 }

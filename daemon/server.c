@@ -108,13 +108,20 @@ struct conn {
     struct access_peer peer; /* who connected (SO_PEERCRED at accept) */
     int reload_pending;      /* a RELOAD (reload_req) waits for its reply */
     uint32_t reload_req;
-    /* Requests wait while the output is over limits.output_buffer: reading
-     * stops until it drains to half; stalled for output_timeout with nothing
-     * drained, the connection is dropped. */
-    int waiting;
+    /* The replies queued on it, charged to the peer's uid (budget.h). */
+    struct budget_queue *q;
+    /* Requests wait (budget_queue_wait: why) while its queued replies are
+     * over limits.output_buffer (until they drain to half), or its uid's
+     * are over the budget: reading stops; a connection with replies of its
+     * own queued that takes nothing for output_timeout is dropped. Waiting
+     * connections are on the server's list, in the order they began. */
+    enum budget_wait waiting;
+    struct conn *wprev, *wnext;
+    uint64_t in_charged; /* requests read and not yet handled, charged to the uid */
     uint64_t drained;        /* output bytes the peer took while waiting */
     uint64_t drained_mark;   /* ... as of the last stall check */
     struct event *stall_ev;
+    struct event *hangup_ev; /* while waiting: the peer went (EV_CLOSED) */
     struct evbuffer_cb_entry *drain_cb;
     struct ring kept; /* a finished shm stream's ring, for the next OPEN */
     uint64_t kept_charge; /* its bytes, charged to the peer's uid (budget.h) */
@@ -138,6 +145,8 @@ struct server {
     uint32_t next_stream_id;
     struct streams *streams;
     struct budget *budget; /* limits.client_memory, limits.user_memory */
+    struct conn *waiting, *waiting_tail; /* connections whose requests wait */
+    struct event *resume_ev; /* charges went down: look at the waiting ones */
     struct profiler *profiler;
     struct metrics *metrics; /* /metrics over HTTP (NULL: off) */
     struct timespec started;
@@ -183,7 +192,7 @@ static int conn_error(struct conn *c, uint32_t req_id, int err, const char *msg)
 {
     if (c->srv->d.faults & SERVER_FAULT_ERROR)
         return -ENOMEM;
-    return frame_send_error(c->bev, req_id, error_code(err), msg);
+    return frame_send_error(c->bev, c->q, req_id, error_code(err), msg);
 }
 
 /* uid's entry; made (n 0) when add and missing. NULL: none, or no memory. */
@@ -234,6 +243,34 @@ static void conn_kept_free(struct conn *c)
     c->kept_charge = 0;
 }
 
+/* ---- connections waiting on queued replies ---- */
+
+static void conn_waiting_unlink(struct conn *c)
+{
+    struct server *s = c->srv;
+    if (c->wprev)
+        c->wprev->wnext = c->wnext;
+    else
+        s->waiting = c->wnext;
+    if (c->wnext)
+        c->wnext->wprev = c->wprev;
+    else
+        s->waiting_tail = c->wprev;
+    c->wprev = c->wnext = NULL;
+}
+
+static void conn_waiting_append(struct conn *c)
+{
+    struct server *s = c->srv;
+    c->wnext = NULL;
+    c->wprev = s->waiting_tail;
+    if (s->waiting_tail)
+        s->waiting_tail->wnext = c;
+    else
+        s->waiting = c;
+    s->waiting_tail = c;
+}
+
 static void conn_free(struct conn *c)
 {
     struct server *s = c->srv;
@@ -246,11 +283,19 @@ static void conn_free(struct conn *c)
         reload_cancel(s->d.reload, c);
     if (c->stall_ev)
         event_free(c->stall_ev);
+    if (c->hangup_ev)
+        event_free(c->hangup_ev);
     if (c->idle_ev)
         event_free(c->idle_ev);
     uid_conns_drop(s, c->peer.uid);
     if (c->drain_cb)
         evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->drain_cb);
+    if (c->waiting)
+        conn_waiting_unlink(c);
+    budget_uncharge(s->budget, c->peer.uid, c->in_charged);
+    /* The queue goes with the last of the replies, which libevent may
+     * free after the bufferevent (they are given back then). */
+    budget_queue_close(c->q);
     bufferevent_free(c->bev);
     access_peer_free(&c->peer);
     if (c->prev)
@@ -265,19 +310,14 @@ static void conn_free(struct conn *c)
 }
 
 static void conn_on_read(struct bufferevent *bev, void *arg);
-static void conn_resume(struct conn *c);
 
 static void conn_on_write(struct bufferevent *bev, void *arg)
 {
     struct conn *c = arg;
     size_t out = evbuffer_get_length(bufferevent_get_output(bev));
     c->active_ns = stats_now_ns(); /* the peer took its output (the end of a job's, too) */
-    if (c->closing && out == 0) {
+    if (c->closing && out == 0)
         conn_free(c);
-        return;
-    }
-    if (c->waiting && !c->closing && out <= c->srv->d.cfg->max_output_buffer / 2)
-        conn_resume(c);
 }
 
 /* Stops reading and ends the connection's jobs: it closes once its output
@@ -298,7 +338,7 @@ static void conn_fail(struct conn *c, uint32_t req_id, int code, const char *msg
 {
     c->srv->n[SRV_protocol_errors]++;
     log_info("connection closed: %s", msg);
-    frame_send_error(c->bev, req_id, code, msg);
+    frame_send_error(c->bev, c->q, req_id, code, msg);
     conn_closing(c);
 }
 
@@ -340,7 +380,8 @@ static int conn_send_msg(const struct conn_job *cj, uint16_t type, const struct 
     if (type == PROTO_END && (cj->c->srv->d.faults & SERVER_FAULT_END))
         rc = -ENOMEM;
     else
-        rc = fd < 0 ? frame_send(cj->c->bev, &w) : frame_send_fd(cj->c->bev, &w, fd);
+        rc = fd < 0 ? frame_send(cj->c->bev, cj->c->q, &w)
+                    : frame_send_fd(cj->c->bev, cj->c->q, &w, fd);
     proto_wbuf_free(&w);
     if (rc < 0 && rc != -EAGAIN)
         log_error("cannot queue %s: %s", proto_type_name(type), strerror(-rc));
@@ -349,6 +390,13 @@ static int conn_send_msg(const struct conn_job *cj, uint16_t type, const struct 
 
 static int conn_progress(const struct reply *r, const struct reply_msg *m, int fd)
 {
+    const struct conn_job *cj = r->to;
+    /* A progress report to a peer that leaves its replies unread past its
+     * limit is left out (the next says more): a long WARM or PROFILE would
+     * grow the queue for as long as it runs. */
+    if (m->kind != REPLY_OPENED &&
+        budget_queue_bytes(cj->c->q) > cj->c->srv->d.cfg->max_output_buffer)
+        return 0;
     uint16_t type = m->kind == REPLY_OPENED ? PROTO_OPENED
                     : m->kind == REPLY_WARM ? PROTO_PROGRESS
                                             : PROTO_PROFILE_PROGRESS;
@@ -456,7 +504,7 @@ static int conn_batch(const struct reply *r, const struct reply_batch *b)
     proto_frame_begin(&w, PROTO_BATCH_SHM, cj->req_id);
     proto_put_batch_shm(&w, &m);
     proto_put_bytes(&w, b->labels, b->labels_len);
-    int rc = frame_send(cj->c->bev, &w);
+    int rc = frame_send(cj->c->bev, NULL, &w); /* the stream's charge holds its frames */
     size_t len = w.len;
     proto_wbuf_free(&w);
     return rc < 0 ? rc : (int)len;
@@ -545,13 +593,13 @@ static void reply_json(struct conn *c, uint16_t type, uint32_t req_id, char *jso
 {
     struct proto_wbuf w;
     if (!json) {
-        frame_send_error(c->bev, req_id, PROTO_E_NOMEM, "out of memory");
+        frame_send_error(c->bev, c->q, req_id, PROTO_E_NOMEM, "out of memory");
         return;
     }
     proto_wbuf_init(&w);
     proto_frame_begin(&w, type, req_id);
     proto_put_str(&w, json, strlen(json));
-    if (frame_send(c->bev, &w) < 0)
+    if (frame_send(c->bev, c->q, &w) < 0)
         log_error("cannot queue a reply: out of memory");
     proto_wbuf_free(&w);
     free(json);
@@ -568,7 +616,7 @@ static struct dataset *conn_dataset(struct conn *c, uint32_t req_id, const char 
         if (strcmp(dataset_name(s->d.datasets[i]), name) == 0)
             return s->d.datasets[i];
     snprintf(err, sizeof(err), "no dataset named '%s'", name);
-    frame_send_error(c->bev, req_id, PROTO_E_NODATASET, err);
+    frame_send_error(c->bev, c->q, req_id, PROTO_E_NODATASET, err);
     return NULL;
 }
 
@@ -589,7 +637,7 @@ static void refuse_limit(struct conn *c, uint32_t req_id, enum server_limit limi
 {
     c->srv->limit_hits[limit]++;
     log_debug("pid %d uid %u: %s", (int)c->peer.pid, (unsigned)c->peer.uid, msg);
-    frame_send_error(c->bev, req_id, PROTO_E_LIMIT, msg);
+    frame_send_error(c->bev, c->q, req_id, PROTO_E_LIMIT, msg);
 }
 
 /* Admin operations (RELOAD, DROP_CACHE, WARM, the profiler's) call this
@@ -605,7 +653,7 @@ static int conn_require_admin(struct conn *c, uint32_t req_id, const char *op)
     access_log_denied(&s->denials, &c->peer, op, s->uid, s->d.cfg->admin_group);
     snprintf(msg, sizeof(msg), "%s is an admin operation: root, uid %u or admin_group only",
              op, (unsigned)s->uid);
-    frame_send_error(c->bev, req_id, PROTO_E_DENIED, msg);
+    frame_send_error(c->bev, c->q, req_id, PROTO_E_DENIED, msg);
     return 0;
 }
 
@@ -769,7 +817,7 @@ static void handle_close(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
     proto_wbuf_init(&w);
     proto_frame_begin(&w, PROTO_CLOSED, req_id);
     proto_put_u32(&w, id);
-    frame_send(c->bev, &w);
+    frame_send(c->bev, c->q, &w);
     proto_wbuf_free(&w);
 }
 
@@ -875,7 +923,7 @@ static void handle_reload(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         return;
     }
     if (!s->d.reload) {
-        frame_send_error(c->bev, req_id, PROTO_E_INTERNAL, "this daemon cannot reload");
+        frame_send_error(c->bev, c->q, req_id, PROTO_E_INTERNAL, "this daemon cannot reload");
         return;
     }
     if (c->reload_pending) {
@@ -962,7 +1010,7 @@ static void conn_dispatch(struct conn *c, const struct proto_header *h, const ui
         c->srv->n[SRV_protocol_errors]++;
         snprintf(msg, sizeof(msg), "unexpected message type %u (%s)", h->type,
                  proto_type_name(h->type));
-        frame_send_error(c->bev, h->req_id, PROTO_E_PROTO, msg);
+        frame_send_error(c->bev, c->q, h->req_id, PROTO_E_PROTO, msg);
     }
 }
 
@@ -982,10 +1030,13 @@ static void conn_stall_arm(struct conn *c)
     event_add(c->stall_ev, &tv);
 }
 
-/* Every output_timeout while requests wait: the peer took nothing since
- * the last look, so it stopped reading: closed. No ERROR: it would queue
- * behind the output the peer does not read (and the socket takes nothing
- * now, so it cannot go ahead of it); the log line and the close say it. */
+/* Every output_timeout while requests wait: a connection with replies of
+ * its own queued whose peer took nothing since the last look stopped
+ * reading: closed (one waiting only on its uid's other connections is
+ * not: those are dropped, or read, and it goes on). No ERROR: it would
+ * queue behind the output the peer does not read (and the socket takes
+ * nothing now, so it cannot go ahead of it); the log line and the close
+ * say it. */
 static void conn_on_stall(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
@@ -994,46 +1045,137 @@ static void conn_on_stall(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (!c->waiting)
         return;
-    if (c->drained != c->drained_mark) {
+    if (c->drained != c->drained_mark || budget_queue_bytes(c->q) == 0) {
         conn_stall_arm(c);
         return;
     }
     s->limit_hits[LIMIT_output_timeout]++;
-    log_warn("connection of pid %d uid %u dropped: its requests waited on %zu bytes of output "
-             "(limits.output_buffer %llu) and none taken for limits.output_timeout (%u s)",
+    log_warn("connection of pid %d uid %u dropped: its requests waited on %llu bytes of its "
+             "replies queued (limits.output_buffer %llu, its uid's %llu of limits.user_memory "
+             "%llu) and none taken for limits.output_timeout (%u s)",
              (int)c->peer.pid, (unsigned)c->peer.uid,
-             evbuffer_get_length(bufferevent_get_output(c->bev)),
-             (unsigned long long)s->d.cfg->max_output_buffer, s->d.cfg->output_timeout);
+             (unsigned long long)budget_queue_bytes(c->q),
+             (unsigned long long)s->d.cfg->max_output_buffer,
+             (unsigned long long)budget_used(s->budget, c->peer.uid),
+             (unsigned long long)s->d.cfg->user_memory, s->d.cfg->output_timeout);
     conn_free(c);
 }
 
-/* The output is over the limit: stop taking requests until it drains. */
-static int conn_wait_output(struct conn *c)
+/* The peer of a waiting connection went: its output is dropped and its
+ * requests left unread (they would be answered to nobody). */
+static void conn_on_hangup(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    (void)fd;
+    (void)what;
+    log_debug("connection of pid %d uid %u: the peer closed while its requests waited",
+              (int)c->peer.pid, (unsigned)c->peer.uid);
+    conn_free(c);
+}
+
+/* Its requests wait (why, budget_queue_wait): reading stops until the
+ * budget says they may go on (server_on_resume). Reading stopped, a hang-up
+ * is watched for apart (EV_CLOSED, where the backend has it; else the
+ * write that fails, or the read once it goes on, sees it). */
+static int conn_wait_output(struct conn *c, enum budget_wait why)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    if (!c->stall_ev && !(c->stall_ev = evtimer_new(c->srv->d.base, conn_on_stall, c)))
+    struct event_base *base = c->srv->d.base;
+    if (!c->stall_ev && !(c->stall_ev = evtimer_new(base, conn_on_stall, c)))
         return -ENOMEM;
+    if (!c->hangup_ev && (event_base_get_features(base) & EV_FEATURE_EARLY_CLOSE) &&
+        !(c->hangup_ev = event_new(base, bufferevent_getfd(c->bev), EV_CLOSED, conn_on_hangup,
+                                   c)))
+        return -ENOMEM;
+    if (c->hangup_ev)
+        event_add(c->hangup_ev, NULL);
     if (!c->drain_cb && !(c->drain_cb = evbuffer_add_cb(out, conn_on_drain, c)))
         return -ENOMEM;
-    c->waiting = 1;
-    c->srv->limit_hits[LIMIT_output_buffer]++;
-    log_debug("connection of pid %d: %zu bytes of output queued, over limits.output_buffer: "
-              "its requests wait", (int)c->peer.pid, evbuffer_get_length(out));
+    c->waiting = why;
+    budget_queue_pause(c->q, why);
+    conn_waiting_append(c);
+    if (why == BUDGET_WAIT_OWN)
+        c->srv->limit_hits[LIMIT_output_buffer]++;
+    log_debug("connection of pid %d uid %u: %llu bytes of its replies queued, its uid's "
+              "charge %llu: its requests wait (%s)", (int)c->peer.pid, (unsigned)c->peer.uid,
+              (unsigned long long)budget_queue_bytes(c->q),
+              (unsigned long long)budget_used(c->srv->budget, c->peer.uid),
+              why == BUDGET_WAIT_OWN    ? "limits.output_buffer"
+              : why == BUDGET_WAIT_USER ? "limits.user_memory"
+                                        : "limits.client_memory");
     bufferevent_disable(c->bev, EV_READ);
-    bufferevent_setwatermark(c->bev, EV_WRITE, c->srv->d.cfg->max_output_buffer / 2, 0);
     conn_stall_arm(c);
     return 0;
 }
 
 static void conn_resume(struct conn *c)
 {
-    c->waiting = 0;
+    c->waiting = BUDGET_GO;
+    budget_queue_pause(c->q, BUDGET_GO);
     event_del(c->stall_ev);
+    if (c->hangup_ev)
+        event_del(c->hangup_ev);
     evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->drain_cb);
     c->drain_cb = NULL;
-    bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
     bufferevent_enable(c->bev, EV_READ);
     conn_on_read(c->bev, c); /* what came meanwhile is in the input already */
+}
+
+/* Charges went down (budget_set_notify): from within an uncharge, so only
+ * the look is scheduled. */
+static void server_on_freed(void *arg)
+{
+    struct server *s = arg;
+    if (s->waiting && s->resume_ev)
+        event_active(s->resume_ev, EV_TIMEOUT, 0);
+}
+
+/* The waiting connections that may go on do, in the order they began to
+ * wait; one that waits again goes to the end (its uid's connections take
+ * turns). A connection over its own limit goes on once its replies
+ * drained to half of it. */
+static void server_on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct server *s = arg;
+    const struct config *cfg = s->d.cfg;
+    (void)fd;
+    (void)what;
+    uint64_t n = 0;
+    for (struct conn *c = s->waiting; c; c = c->wnext)
+        n++;
+    while (n-- > 0 && s->waiting) {
+        struct conn *c = s->waiting;
+        conn_waiting_unlink(c);
+        if (c->closing) { /* reads no more: it goes once flushed, or stalled */
+            conn_waiting_append(c);
+            continue;
+        }
+        uint64_t own = cfg->max_output_buffer;
+        enum budget_wait why =
+            budget_queue_wait(c->q, c->waiting == BUDGET_WAIT_OWN ? own / 2 : own);
+        if (why != BUDGET_GO) {
+            c->waiting = why;
+            budget_queue_pause(c->q, why);
+            conn_waiting_append(c);
+            continue;
+        }
+        conn_resume(c);
+    }
+}
+
+/* What the connection's input holds (at most a request: the read
+ * watermark) is charged to its uid too (not as queued replies: it does not
+ * drain while its requests wait). */
+static void conn_charge_input(struct conn *c)
+{
+    uint64_t len = evbuffer_get_length(bufferevent_get_input(c->bev));
+    if (len > c->in_charged && budget_charge(c->srv->budget, c->peer.uid,
+                                             len - c->in_charged) == 0)
+        c->in_charged = len;
+    else if (len < c->in_charged) {
+        budget_uncharge(c->srv->budget, c->peer.uid, c->in_charged - len);
+        c->in_charged = len;
+    }
 }
 
 static void conn_on_read(struct bufferevent *bev, void *arg)
@@ -1044,14 +1186,16 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
     char msg[160];
 
     c->active_ns = stats_now_ns();
+    conn_charge_input(c);
     while (!c->closing && !c->waiting) {
         uint8_t hdr[PROTO_HEADER_SIZE];
         struct proto_header h;
         size_t avail = evbuffer_get_length(in);
         if (avail < PROTO_HEADER_SIZE)
             return;
-        if (evbuffer_get_length(bufferevent_get_output(bev)) > cfg->max_output_buffer) {
-            if (conn_wait_output(c) == 0)
+        enum budget_wait why = budget_queue_wait(c->q, cfg->max_output_buffer);
+        if (why != BUDGET_GO) {
+            if (conn_wait_output(c, why) == 0)
                 return;
             conn_fail(c, 0, PROTO_E_NOMEM, "out of memory");
             break;
@@ -1072,16 +1216,18 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
         if (avail < PROTO_HEADER_SIZE + (size_t)h.body_len)
             return; /* the rest is coming; bounded by the read watermark */
         evbuffer_drain(in, PROTO_HEADER_SIZE);
+        conn_charge_input(c); /* a STATS document does not count its own request */
         if (rc == -PROTO_E_VERSION) {
             snprintf(msg, sizeof(msg), "protocol version %u is not supported; prestod speaks %u",
                      h.version, PROTO_VERSION);
             c->srv->n[SRV_protocol_errors]++;
-            frame_send_error(bev, h.req_id, PROTO_E_VERSION, msg);
+            frame_send_error(bev, c->q, h.req_id, PROTO_E_VERSION, msg);
         } else {
             const uint8_t *body = h.body_len ? evbuffer_pullup(in, h.body_len) : NULL;
             conn_dispatch(c, &h, body);
         }
         evbuffer_drain(in, h.body_len);
+        conn_charge_input(c);
     }
     if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
         conn_free(c);
@@ -1196,12 +1342,13 @@ static void server_on_accept(struct evconnlistener *l, evutil_socket_t fd,
         c->streams = calloc(c->stream_cap, sizeof(*c->streams));
         c->idle_ev = evtimer_new(s->d.base, conn_on_idle, c);
     }
-    if (c && c->streams && c->idle_ev)
+    if (c && c->streams && c->idle_ev && budget_queue_new(s->budget, peer.uid, &c->q) == 0)
         c->bev = bufferevent_socket_new(s->d.base, fd, BEV_OPT_CLOSE_ON_FREE);
     u = c && c->bev ? uid_conns(s, peer.uid, 1) : NULL;
     if (!u) {
         log_error("out of memory accepting a connection");
         if (c) {
+            budget_queue_close(c->q);
             if (c->bev)
                 bufferevent_free(c->bev);
             else
@@ -1552,7 +1699,10 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
         free(s);
         return -ENOMEM;
     }
-    if (profiler_create(&s->profiler, deps->base, deps->workers, &s->d.cfg, deps->tiers) < 0) {
+    if (!(s->resume_ev = event_new(deps->base, -1, 0, server_on_resume, s)) ||
+        profiler_create(&s->profiler, deps->base, deps->workers, &s->d.cfg, deps->tiers) < 0) {
+        if (s->resume_ev)
+            event_free(s->resume_ev);
         budget_destroy(s->budget);
         streams_destroy(s->streams);
         free(s);
@@ -1587,6 +1737,7 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
         server_destroy(s);
         return -ENOMEM;
     }
+    budget_set_notify(s->budget, server_on_freed, s);
     *out = s;
     return 0;
 }
@@ -1608,6 +1759,7 @@ void server_update(struct server *s, const struct config *cfg, struct dataset **
     pipeline_set_max_file_size(s->d.pipeline, cfg->max_file_size);
     streams_set_release_timeout(s->streams, cfg->release_timeout);
     budget_set_limits(s->budget, cfg->client_memory, cfg->user_memory);
+    server_on_freed(s); /* requests waiting on the old limits may go on */
     /* A larger frame_size must fit in what each connection reads at once. */
     for (struct conn *c = s->conns; c; c = c->next)
         bufferevent_setwatermark(c->bev, EV_READ, 0, PROTO_HEADER_SIZE + cfg->max_frame_size);
@@ -1626,6 +1778,9 @@ void server_stop(struct server *s)
     while (s->conns)
         conn_free(s->conns);
     budget_stop(s->budget); /* its event, before the event base goes */
+    if (s->resume_ev)
+        event_free(s->resume_ev);
+    s->resume_ev = NULL;
 }
 
 void server_destroy(struct server *s)

@@ -51,7 +51,7 @@ static void check_defaults(const struct config *c)
     ck_assert_uint_eq(c->max_streams_per_user, 256);
     ck_assert_uint_eq(c->max_prefetch, 64);
     ck_assert_uint_eq(c->max_frame_size, 65536);
-    ck_assert_uint_eq(c->max_output_buffer, 64ull << 20);
+    ck_assert_uint_eq(c->max_output_buffer, 1ull << 20);
     ck_assert_uint_eq(c->output_timeout, 30);
     ck_assert_uint_eq(c->client_memory, c->cache_memory); /* a quarter of RAM */
     ck_assert_uint_eq(c->user_memory, c->client_memory / 2);
