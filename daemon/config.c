@@ -885,6 +885,16 @@ static int cfg_check(struct cfg_parse *ps, const struct config *c)
     return 0;
 }
 
+/* cache.dir into a dataset's source; one too long for the copy keeps no
+ * shard index (never an error). */
+static void cfg_source_cache_dir(struct config_source *s, const char *path)
+{
+    if (path && strlen(path) < sizeof(s->cache_dir))
+        snprintf(s->cache_dir, sizeof(s->cache_dir), "%s", path);
+    else
+        s->cache_dir[0] = 0;
+}
+
 /* The source.* keys into d (fixed buffers: a dataset's copy outlives c). */
 static int cfg_dataset_source(struct cfg_parse *ps, const struct config *c,
                               struct config_dataset *d)
@@ -913,6 +923,19 @@ static int cfg_dataset_source(struct cfg_parse *ps, const struct config *c,
     d->source.page_keys = c->source_page_keys;
     d->source.depth = c->io_depth;
     d->source.max_bytes = c->max_file_size;
+    cfg_source_cache_dir(&d->source, c->cache_dir);
+    return 0;
+}
+
+int config_set_cache_dir(struct config *c, const char *path)
+{
+    char *p = strdup(path);
+    if (!p)
+        return -ENOMEM;
+    free(c->cache_dir);
+    c->cache_dir = p;
+    for (uint32_t i = 0; i < c->ndatasets; i++)
+        cfg_source_cache_dir(&c->datasets[i].source, path);
     return 0;
 }
 

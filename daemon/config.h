@@ -76,6 +76,8 @@ struct config_source {
     uint32_t page_keys;          /* keys per ListObjectsV2 page */
     uint32_t depth;              /* requests in flight (io.depth) */
     uint64_t max_bytes;          /* larger objects fail unread (limits.file_size) */
+    char cache_dir[1024];        /* cache.dir, where tar shards' member lists
+                                    are kept (shardidx.h); "": nowhere */
 };
 
 /* What a dataset's pipeline makes after each prefix of its steps, computed
@@ -181,6 +183,8 @@ int config_check_roots(const struct config *c, char *err, size_t errlen);
  * test) goes through it; copies keep the chain. Returns 0, or -EINVAL with
  * err and *bad the index of the step at fault. */
 int config_dataset_chain(struct config_dataset *d, uint32_t *bad, char *err, size_t errlen);
+/* Sets cache.dir (--cache-dir) in c and in every dataset's source. 0 or -ENOMEM. */
+int config_set_cache_dir(struct config *c, const char *path);
 const struct config_dataset *config_find_dataset(const struct config *c,
                                                  const char *name);
 /* A copy of src that owns its strings (config_dataset_free it): a dataset

@@ -14,14 +14,19 @@
  *   - a manifest with a bad line, a label that would make millions of
  *     classes, a shard that is not a tar or is missing, refuses start-up
  *     with FILE:LINE (the shard's name);
+ *   - tar shards' member lists are kept in cache.dir: a restart reads no
+ *     shard (one whose header was broken keeping its size and mtime still
+ *     serves), a rewritten shard is read again and its samples are right;
  *   - a corrupt member in a shard is a bad sample (skipped, counted), the
  *     epoch goes on.
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -57,20 +62,28 @@ static int make_sources(void)
     return 0;
 }
 
-/* The four datasets over the same images, steps yaml_steps. */
-static void start_sources(const char *extra)
+/* The four datasets over the same images; cache.dir is cache_name in the
+ * test's directory (tar shards' member lists are kept there), extra more
+ * cache.* keys. */
+static void start_sources_in(const char *cache_name, const char *extra)
 {
-    char yaml[4096];
+    char yaml[4096], cache[HARNESS_PATH_MAX];
+    harness_path(&H, cache_name, cache, sizeof(cache));
     snprintf(yaml, sizeof(yaml),
-             "workers: 2\n%s"
+             "workers: 2\ncache:\n  dir: %s\n%s"
              "datasets:\n"
              "  - name: folder\n    root: %s/folder\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
              "  - name: csv\n    root: %s/list.csv\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
              "  - name: jsonl\n    root: %s/list.jsonl\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
              "  - name: tar\n    root: %s/shards/train-{000000..%06d}.tar\n"
              "    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
-             extra, out_dir, out_dir, out_dir, out_dir, NSHARDS - 1);
+             cache, extra, out_dir, out_dir, out_dir, out_dir, NSHARDS - 1);
     ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+}
+
+static void start_sources(const char *extra)
+{
+    start_sources_in("cache", extra);
 }
 
 static void daemon_teardown(void)
@@ -112,7 +125,7 @@ static void same_epochs(uint64_t epoch, int shuffle)
 
 static void same_setup(void)
 {
-    start_sources("cache:\n  memory: 64M\n");
+    start_sources("  memory: 64M\n");
 }
 
 START_TEST(test_same_epochs)
@@ -182,6 +195,75 @@ START_TEST(test_refused)
 }
 END_TEST
 
+/* ---- case "lists": shards' member lists kept in cache.dir ---- */
+
+/* The tar dataset's epochs (cold in order, then shuffled) equal the
+ * folder's, and the log of this start says how its shards were indexed. */
+static void lists_start(const char *how)
+{
+    start_sources_in("cache-lists", "");
+    ck_assert_msg(harness_log_contains(&H, how), "the log does not say '%s'", how);
+    struct harness_epoch ref, e;
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        pull("folder", 3, shuffle, &ref);
+        pull("tar", 3, shuffle, &e);
+        ck_assert_msg(e.samples == NSAMPLES && e.skipped == 0 && e.fnv == ref.fnv,
+                      "tar (%s): %llu samples, %llu skipped, not the folder's epoch", how,
+                      (unsigned long long)e.samples, (unsigned long long)e.skipped);
+    }
+    harness_stop_checked(&H);
+}
+
+/* Flips byte off of path, keeping its size and mtime (a change only a
+ * read of the shard can see). */
+static void flip_byte(const char *path, long off)
+{
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
+    int c = fgetc(f);
+    ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
+    ck_assert_int_ne(fputc(c ^ 0x5a, f), EOF);
+    ck_assert_int_eq(fclose(f), 0);
+    struct timespec ts[2] = {sb.st_atim, sb.st_mtim};
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
+START_TEST(test_shard_lists)
+{
+    char shard2[HARNESS_PATH_MAX + 32], shard3[HARNESS_PATH_MAX + 32], log[HARNESS_PATH_MAX];
+    snprintf(shard2, sizeof(shard2), "%s/shards/train-000002.tar", out_dir);
+    snprintf(shard3, sizeof(shard3), "%s/shards/train-000003.tar", out_dir);
+    /* first start: every shard read, its list kept */
+    lists_start("member lists: 0 from cache.dir, 4 shards read");
+    /* shard 2's first header made bad (its checksum field), size and mtime
+     * kept: a start that read it would refuse it; a restart does not */
+    flip_byte(shard2, 148);
+    lists_start("member lists: 4 from cache.dir, 0 shards read");
+    flip_byte(shard2, 148);
+    /* shard 3 rewritten with a member before the others: every offset in
+     * it moves; it is read again and its samples are right */
+    const char *script =
+        "import io, sys, tarfile\n"
+        "src = open(sys.argv[1], 'rb').read()\n"
+        "old = tarfile.open(fileobj=io.BytesIO(src))\n"
+        "with tarfile.open(sys.argv[1], 'w', format=tarfile.GNU_FORMAT) as out:\n"
+        "    pad = tarfile.TarInfo('000pad.txt'); pad.size = 1000\n"
+        "    out.addfile(pad, io.BytesIO(b'x' * 1000))\n"
+        "    for m in old.getmembers():\n"
+        "        out.addfile(m, old.extractfile(m))\n";
+    const char *argv[] = {harness_env("PYTHON", "/usr/bin/python3"), "-c", script, shard3,
+                          NULL};
+    harness_path(&H, "rewrite.log", log, sizeof(log));
+    ck_assert_int_eq(harness_run(argv, log, 60), 0);
+    lists_start("member lists: 3 from cache.dir, 1 shards read");
+    /* and kept again */
+    lists_start("member lists: 4 from cache.dir, 0 shards read");
+}
+END_TEST
+
 /* ---- case "corrupt": a bad member is a bad sample ---- */
 
 static void corrupt_setup(void)
@@ -230,6 +312,9 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = harness_tcase("refused", NULL, NULL, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_refused);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("lists", NULL, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_shard_lists);
     suite_add_tcase(s, tc);
     tc = harness_tcase("corrupt", corrupt_setup, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_corrupt_member);
