@@ -12,7 +12,9 @@
  *              key (wds.h), each sample's image read by its byte range
  *   S3         s3://BUCKET/PREFIX (source_s3.c, objstore.h): listed at
  *              indexing (PREFIX/CLASS/NAME, an ImageFolder), each sample a
- *              GET run by the source's own event loop thread
+ *              GET run by the source's own event loop thread; or
+ *              s3://BUCKET/SHARDS.tar (a brace pattern): tar shards, each
+ *              sample a ranged GET of its member
  *   HTTP       http(s)://: recognised, refused at open (not yet served)
  *
  * source_open indexes the source into an index (index.h): the samples in
