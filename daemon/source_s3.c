@@ -76,6 +76,8 @@ struct rreq {
 struct source_s3 {
     const char *root, *name;
     char *bucket, *prefix; /* prefix "" or ending in '/' */
+    int http;              /* an http(s):// root: shards by URL, no bucket */
+    char origin[256];      /* "s3://BUCKET" or "http://HOST[:PORT]": for messages */
     struct event_base *base;
     struct objstore *os;
     struct event *wake, *tick;
@@ -229,6 +231,14 @@ static int64_t etag_id(const char *etag)
     return etag[0] ? (int64_t)(hash_xxh64(etag, strlen(etag)) >> 1) : 0;
 }
 
+/* What objstore reads for key: a URL (http) or the bucket's key. */
+static struct objstore_target target_of(const struct source_s3 *r, const char *key)
+{
+    if (r->http)
+        return (struct objstore_target){.url = key};
+    return (struct objstore_target){.bucket = r->bucket, .key = key};
+}
+
 struct list_wait {
     struct event_base *base;
     int done, rc;
@@ -319,6 +329,8 @@ struct range_wait {
     int done, rc;
     struct img *out;
     size_t cap;
+    uint64_t size;            /* the object's, as the response said */
+    char etag[S3XML_ETAG_MAX];
     char msg[1024];
 };
 
@@ -336,6 +348,10 @@ static void range_done(void *arg, int rc, struct objstore_result *res)
     struct range_wait *w = arg;
     w->done = 1;
     w->rc = rc;
+    if (rc == 0 && res) {
+        w->size = res->size;
+        snprintf(w->etag, sizeof(w->etag), "%s", res->etag);
+    }
     if (rc < 0)
         snprintf(w->msg, sizeof(w->msg), "%s",
                  res && res->message ? res->message : strerror(-rc));
@@ -353,43 +369,61 @@ struct shard_win {
     unsigned gets;
 };
 
+/* GETs [off, off + len) of key into out (reserved for len bytes) on the
+ * opening thread; w (may be NULL) receives the object's size and ETag.
+ * 0, or -errno with the objstore's message. */
+static int range_get(struct source_s3 *r, const char *key, uint64_t off, uint64_t len,
+                     struct img *out, struct range_wait *info, char *err, size_t errlen)
+{
+    struct range_wait w = {.base = r->base, .out = out, .cap = (size_t)len};
+    struct objstore_target t = target_of(r, key);
+    out->len = 0;
+    int rc = objstore_get(r->os, &t, off, len, range_sink, &w, range_done, &w);
+    if (rc < 0) {
+        snprintf(err, errlen, "GET: %s", strerror(-rc));
+        return rc;
+    }
+    while (!w.done)
+        if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
+            break;
+    if (!w.done || w.rc < 0) {
+        snprintf(err, errlen, "%s", w.done ? w.msg : "the event loop failed");
+        return w.done ? w.rc : -EIO;
+    }
+    if (info) {
+        info->size = w.size;
+        memcpy(info->etag, w.etag, sizeof(info->etag));
+    }
+    return 0;
+}
+
 static int shard_read(void *arg, uint64_t off, size_t len, struct img *out, char *err,
                       size_t errlen)
 {
     struct shard_win *sw = arg;
+    int rc;
     if (off >= sw->size)
         len = 0;
     else if (len > sw->size - off)
         len = (size_t)(sw->size - off);
-    if (off < sw->off || off + len > sw->off + sw->win.len) {
+    if (len && (off < sw->off || off + len > sw->off + sw->win.len)) {
         uint64_t want = len > S3_WINDOW ? len : S3_WINDOW;
         if (want > sw->size - off)
             want = sw->size - off;
-        int rc = img_reserve(&sw->win, want ? (size_t)want : 1);
-        if (rc < 0) {
+        if ((rc = img_reserve(&sw->win, (size_t)want)) < 0) {
             snprintf(err, errlen, "no memory for %llu bytes", (unsigned long long)want);
             return rc;
         }
-        sw->win.len = 0;
         sw->off = off;
-        struct range_wait w = {.base = sw->r->base, .out = &sw->win, .cap = (size_t)want};
-        struct objstore_target t = {.bucket = sw->r->bucket, .key = sw->key};
-        if (want && (rc = objstore_get(sw->r->os, &t, off, want, range_sink, &w, range_done,
-                                       &w)) < 0) {
-            snprintf(err, errlen, "GET: %s", strerror(-rc));
+        if ((rc = range_get(sw->r, sw->key, off, want, &sw->win, NULL, err, errlen)) < 0) {
+            sw->win.len = 0;
             return rc;
         }
-        while (want && !w.done)
-            if (event_base_loop(sw->r->base, EVLOOP_ONCE) < 0)
-                break;
-        sw->gets += want != 0;
-        if (want && (!w.done || w.rc < 0)) {
-            snprintf(err, errlen, "%s", w.done ? w.msg : "the event loop failed");
-            return w.done ? w.rc : -EIO;
-        }
+        sw->gets++;
+        if (len > sw->win.len) /* the server sent less: the shard ends there */
+            len = sw->win.len;
     }
-    int rc = img_reserve(out, len ? len : 1);
-    if (rc < 0)
+    if ((rc = img_reserve(out, len ? len : 1)) < 0)
         return rc;
     if (len)
         memcpy(out->data, sw->win.data + (off - sw->off), len);
@@ -403,6 +437,65 @@ static int cmp_key(const void *k, const void *o)
     return strcmp(k, ((const struct s3xml_object *)o)->key);
 }
 
+/* Lists the directory of the shards' pattern (its keys up to the last '/'
+ * before the first brace) into w, sorted by key. 0 or -errno with a
+ * message. */
+static int list_shard_dir(struct source_s3 *r, const struct config_dataset *cfg,
+                          const char *pattern, struct list_wait *w, char *err, size_t errlen)
+{
+    const char *brace = strchr(pattern, '{');
+    size_t dlen = brace ? (size_t)(brace - pattern) : strlen(pattern);
+    while (dlen > 0 && pattern[dlen - 1] != '/')
+        dlen--;
+    char *dir = strndup(pattern, dlen);
+    if (!dir)
+        return -ENOMEM;
+    int rc = objstore_list(r->os, r->bucket, dir, cfg->source.page_keys, list_done, w);
+    free(dir);
+    if (rc < 0) {
+        snprintf(err, errlen, "dataset '%s': root %s: cannot list: %s", cfg->name, cfg->root,
+                 strerror(-rc));
+        return rc;
+    }
+    while (!w->done)
+        if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
+            break;
+    if (!w->done || w->rc < 0) {
+        snprintf(err, errlen, "dataset '%s': root %s: cannot list the bucket: %s", cfg->name,
+                 cfg->root, w->done ? w->msg : "the event loop failed");
+        return w->done ? w->rc : -EIO;
+    }
+    struct s3xml_object *o = w->listing.objects;
+    for (size_t i = 1; i < w->listing.n; i++) /* S3 lists in byte order; a server may not */
+        if (strcmp(o[i - 1].key, o[i].key) > 0) {
+            qsort(o, w->listing.n, sizeof(*o), cmp_obj_key);
+            break;
+        }
+    return 0;
+}
+
+/* A shard's size and ETag from the server (http: no listing): a GET of
+ * its first byte. 0 or -errno with a message. */
+static int probe_shard(struct source_s3 *r, const char *url, struct s3xml_object *obj,
+                       char *err, size_t errlen)
+{
+    struct img one = {0};
+    struct range_wait info = {0};
+    int rc = img_reserve(&one, 1);
+    if (rc == 0)
+        rc = range_get(r, url, 0, 1, &one, &info, err, errlen);
+    img_free(&one);
+    if (rc == 0 && info.size == 0) {
+        snprintf(err, errlen, "GET %s: the response does not say the object's size", url);
+        rc = -EPROTO;
+    }
+    if (rc == 0) {
+        obj->size = info.size;
+        memcpy(obj->etag, info.etag, sizeof(obj->etag));
+    }
+    return rc;
+}
+
 /* The shards root names (a key ending in .tar, or a brace pattern of
  * them): listed under their directory for their sizes and ETags, then
  * indexed (source_shards_index: their member lists in cache.dir, else
@@ -410,7 +503,7 @@ static int cmp_key(const void *k, const void *o)
 static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg,
                            struct index *ix, char *err, size_t errlen)
 {
-    const char *pattern = cfg->root + 5 + strlen(r->bucket) + 1;
+    const char *pattern = r->http ? cfg->root : cfg->root + 5 + strlen(r->bucket) + 1;
     char msg[300];
     size_t n = 0;
     int rc = braces_expand(pattern, S3_SHARDS_MAX, &r->shard_keys, &n, msg, sizeof(msg));
@@ -419,37 +512,11 @@ static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg
         return rc;
     }
     r->nshards = n;
-    /* the listing of the pattern's directory */
-    const char *brace = strchr(pattern, '{');
-    size_t dlen = brace ? (size_t)(brace - pattern) : strlen(pattern);
-    while (dlen > 0 && pattern[dlen - 1] != '/')
-        dlen--;
-    char *dir = strndup(pattern, dlen);
-    if (!dir)
-        return -ENOMEM;
     struct list_wait w = {.base = r->base};
-    rc = objstore_list(r->os, r->bucket, dir, cfg->source.page_keys, list_done, &w);
-    free(dir);
-    if (rc < 0) {
-        snprintf(err, errlen, "dataset '%s': root %s: cannot list: %s", cfg->name, cfg->root,
-                 strerror(-rc));
+    if (!r->http && (rc = list_shard_dir(r, cfg, pattern, &w, err, errlen)) < 0)
         return rc;
-    }
-    while (!w.done)
-        if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
-            break;
-    if (!w.done || w.rc < 0) {
-        snprintf(err, errlen, "dataset '%s': root %s: cannot list the bucket: %s", cfg->name,
-                 cfg->root, w.done ? w.msg : "the event loop failed");
-        return w.done ? w.rc : -EIO;
-    }
     struct s3xml_object *o = w.listing.objects;
     size_t no = w.listing.n;
-    for (size_t i = 1; i < no; i++) /* S3 lists in byte order; a server may not */
-        if (strcmp(o[i - 1].key, o[i].key) > 0) {
-            qsort(o, no, sizeof(*o), cmp_obj_key);
-            break;
-        }
     struct source_shard *shards = calloc(n ? n : 1, sizeof(*shards));
     struct shard_win *wins = calloc(n ? n : 1, sizeof(*wins));
     char **urls = calloc(n ? n : 1, sizeof(*urls));
@@ -457,15 +524,23 @@ static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg
     if (rc < 0)
         snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
     for (size_t k = 0; k < n && rc == 0; k++) {
+        struct s3xml_object probed;
         const struct s3xml_object *obj =
             no ? bsearch(r->shard_keys[k], o, no, sizeof(*o), cmp_key) : NULL;
+        if (r->http && (rc = probe_shard(r, r->shard_keys[k], &probed, msg, sizeof(msg))) < 0) {
+            snprintf(err, errlen, "dataset '%s': shard %s: %s", cfg->name, r->shard_keys[k],
+                     msg);
+            break;
+        }
+        if (r->http)
+            obj = &probed;
         if (!obj) {
             rc = -ENOENT;
             snprintf(err, errlen, "dataset '%s': shard s3://%s/%s: no such key", cfg->name,
                      r->bucket, r->shard_keys[k]);
             break;
         }
-        struct objstore_target t = {.bucket = r->bucket, .key = r->shard_keys[k]};
+        struct objstore_target t = target_of(r, r->shard_keys[k]);
         char url[2048];
         objstore_url(r->os, &t, url, sizeof(url));
         if (!(urls[k] = strdup(url))) {
@@ -477,7 +552,8 @@ static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg
         shards[k] = (struct source_shard){r->shard_keys[k], urls[k], obj->size,
                                           (uint64_t)etag_id(obj->etag), shard_read, &wins[k]};
     }
-    objstore_listing_free(&w.listing);
+    if (!r->http)
+        objstore_listing_free(&w.listing);
     if (rc == 0 && (rc = source_shards_index(shards, n, cfg, ix, &r->shard_of, &r->offset, err,
                                              errlen)) > 0)
         rc = 0;
@@ -536,7 +612,7 @@ static void get_done(void *arg, int rc, struct objstore_result *res)
 
 static void start_one(struct source_s3 *r, struct rreq *rr)
 {
-    struct objstore_target t = {.bucket = r->bucket, .key = rr->q->path};
+    struct objstore_target t = target_of(r, rr->q->path);
     int rc = objstore_get(r->os, &t, rr->off, rr->length, get_sink, rr, get_done, rr);
     if (rc < 0)
         req_finish(r, rr, rc, NULL);
@@ -650,7 +726,7 @@ static void s3_open_error(const struct source *s, int rc, char *err, size_t errl
                        : rc == -EIO          ? "server error"
                        : rc == -ECANCELED    ? "cancelled (the source is closing)"
                                              : strerror(-rc);
-    snprintf(err, errlen, "GET from s3://%s: %s%s", r->bucket, what,
+    snprintf(err, errlen, "GET from %s: %s%s", r->origin, what,
              rc == -ECANCELED || rc == -EACCES || rc == -ENOENT ? ""
                                                                 : " after the last retry");
 }
@@ -836,7 +912,9 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
     r->pending_tail = &r->pending;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->done, NULL);
-    const char *b = cfg->root + 5, *slash = strchr(b, '/');
+    r->http = s->kind == SOURCE_HTTP;
+    const char *b = cfg->root + (r->http ? strcspn(cfg->root, ":") + 3 : 5);
+    const char *slash = strchr(b, '/');
     size_t blen = slash ? (size_t)(slash - b) : strlen(b);
     const char *p = slash ? slash + 1 : "";
     size_t plen = strlen(p);
@@ -848,25 +926,35 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
         return -ENOMEM;
     }
     snprintf(r->prefix, plen + 2, "%s%s", p, plen && p[plen - 1] != '/' ? "/" : "");
-    if (blen == 0 || blen > 63 || strspn(r->bucket, "abcdefghijklmnopqrstuvwxyz0123456789.-") != blen) {
+    snprintf(r->origin, sizeof(r->origin), "%.*s", (int)(b - cfg->root + blen), cfg->root);
+    if (r->http && (!slash || !source_name_ends(cfg->root, ".tar"))) {
+        snprintf(err, errlen, "dataset '%s': root %s: an http(s):// root names tar shards "
+                 "(URL.tar, or a brace pattern of them)", cfg->name, cfg->root);
+        s3_free(r);
+        return -EINVAL;
+    }
+    if (!r->http && (blen == 0 || blen > 63 ||
+                     strspn(r->bucket, "abcdefghijklmnopqrstuvwxyz0123456789.-") != blen)) {
         snprintf(err, errlen, "dataset '%s': root %s: not s3://BUCKET/PREFIX (a bucket name is "
                  "3 to 63 lowercase letters, digits, '.' and '-')", cfg->name, cfg->root);
         s3_free(r);
         return -EINVAL;
     }
     char why[2048];
-    if ((rc = creds_get(cs, &c, why, sizeof(why))) < 0) {
+    if (r->http)
+        memset(&c, 0, sizeof(c)); /* plain HTTP: no credentials */
+    else if ((rc = creds_get(cs, &c, why, sizeof(why))) < 0) {
         snprintf(err, errlen, "dataset '%s': root %s: %s", cfg->name, cfg->root, why);
         creds_wipe(&c);
         s3_free(r);
         return rc;
     }
     struct objstore_config oc = {
-        .s3 = 1,
-        .endpoint = cs->endpoint,
+        .s3 = !r->http,
+        .endpoint = r->http ? NULL : cs->endpoint,
         .region = cs->region,
-        .access_key = c.ak,
-        .secret_key = c.sk,
+        .access_key = r->http ? NULL : c.ak,
+        .secret_key = r->http ? NULL : c.sk,
         .session_token = c.token[0] ? c.token : NULL,
         .depth = cs->depth,
         .retries = cs->retries,

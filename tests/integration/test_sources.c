@@ -17,6 +17,9 @@
  *   - tar shards' member lists are kept in cache.dir: a restart reads no
  *     shard (one whose header was broken keeping its size and mtime still
  *     serves), a rewritten shard is read again and its samples are right;
+ *   - the shards served over HTTP by nginx (tests/tools/objfixture.py
+ *     http): each sample a ranged GET, the folder's epochs; a restart uses
+ *     the member lists kept in cache.dir;
  *   - a corrupt member in a shard is a bad sample (skipped, counted), the
  *     epoch goes on.
  */
@@ -29,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../tools/objfixture.h"
 #include "harness.h"
 #include "presto.h"
 
@@ -264,6 +268,61 @@ START_TEST(test_shard_lists)
 }
 END_TEST
 
+/* ---- case "http": the shards served by nginx ---- */
+
+/* prestod with the folder and the shards over HTTP (port: nginx's) */
+static void start_http(int port)
+{
+    char yaml[4096], cache[HARNESS_PATH_MAX];
+    harness_path(&H, "cache-http", cache, sizeof(cache));
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\ncache:\n  memory: 64M\n  dir: %s\n"
+             "datasets:\n"
+             "  - name: folder\n    root: %s/folder\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: http\n    root: http://127.0.0.1:%d/shards/train-{000000..%06d}.tar\n"
+             "    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
+             cache, out_dir, port, NSHARDS - 1);
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+}
+
+static void same_as_folder(const char *name, uint64_t epoch, int shuffle)
+{
+    struct harness_epoch ref, e;
+    pull("folder", epoch, shuffle, &ref);
+    pull(name, epoch, shuffle, &e);
+    ck_assert_msg(e.samples == NSAMPLES && e.skipped == 0 && e.fnv == ref.fnv,
+                  "%s: %llu samples, %llu skipped, not the folder's epoch %llu", name,
+                  (unsigned long long)e.samples, (unsigned long long)e.skipped,
+                  (unsigned long long)epoch);
+}
+
+START_TEST(test_http_shards)
+{
+    struct objfixture fx;
+    char args[HARNESS_PATH_MAX + 64];
+    (void)objfixture_stat; /* the http fixture counts nothing */
+    snprintf(args, sizeof(args), "http --root '%s'", out_dir);
+    int rc = objfixture_start(&fx, args);
+    if (rc == 77) {
+        fprintf(stderr, "test_sources: http: %s: not run\n", fx.why);
+        return;
+    }
+    ck_assert_msg(rc == 0, "%s", fx.why);
+    start_http(fx.port);
+    ck_assert(harness_log_contains(&H, "40 samples in 3 classes from 4 tar shards http://"));
+    ck_assert(harness_log_contains(&H, "member lists: 0 from cache.dir, 4 shards read"));
+    same_as_folder("http", 0, 0); /* cold: each sample a ranged GET */
+    same_as_folder("http", 1, 1);
+    harness_stop_checked(&H);
+    /* restarted: each shard's size and ETag asked, its list in cache.dir */
+    start_http(fx.port);
+    ck_assert(harness_log_contains(&H, "member lists: 4 from cache.dir, 0 shards read"));
+    same_as_folder("http", 2, 1);
+    harness_stop_checked(&H);
+    objfixture_stop(&fx);
+}
+END_TEST
+
 /* ---- case "corrupt": a bad member is a bad sample ---- */
 
 static void corrupt_setup(void)
@@ -315,6 +374,9 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = harness_tcase("lists", NULL, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_shard_lists);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("http", NULL, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_http_shards);
     suite_add_tcase(s, tc);
     tc = harness_tcase("corrupt", corrupt_setup, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_corrupt_member);
