@@ -270,19 +270,26 @@ END_TEST
 
 /* ---- case "http": the shards served by nginx ---- */
 
-/* prestod with the folder and the shards over HTTP (port: nginx's) */
-static void start_http(int port)
+/* prestod with the folder and the shards over HTTP (port: the proxy's in
+ * front of nginx), twice: "http2" is read only once the server is down.
+ * Returns the requests the start-up made. */
+static long start_http(struct objfixture *fx)
 {
-    char yaml[4096], cache[HARNESS_PATH_MAX];
+    char yaml[4096], cache[HARNESS_PATH_MAX], url[128];
     harness_path(&H, "cache-http", cache, sizeof(cache));
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/shards/train-{000000..%06d}.tar", fx->port,
+             NSHARDS - 1);
     snprintf(yaml, sizeof(yaml),
              "workers: 2\ncache:\n  memory: 64M\n  dir: %s\n"
+             "source:\n  retries: 2\n  connect_timeout_ms: 1000\n"
              "datasets:\n"
              "  - name: folder\n    root: %s/folder\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
-             "  - name: http\n    root: http://127.0.0.1:%d/shards/train-{000000..%06d}.tar\n"
-             "    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
-             cache, out_dir, port, NSHARDS - 1);
+             "  - name: http\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: http2\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
+             cache, out_dir, url, url);
+    long before = objfixture_stat(fx, "requests");
     ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+    return objfixture_stat(fx, "requests") - before;
 }
 
 static void same_as_folder(const char *name, uint64_t epoch, int shuffle)
@@ -300,7 +307,6 @@ START_TEST(test_http_shards)
 {
     struct objfixture fx;
     char args[HARNESS_PATH_MAX + 64];
-    (void)objfixture_stat; /* the http fixture counts nothing */
     snprintf(args, sizeof(args), "http --root '%s'", out_dir);
     int rc = objfixture_start(&fx, args);
     if (rc == 77) {
@@ -308,16 +314,36 @@ START_TEST(test_http_shards)
         return;
     }
     ck_assert_msg(rc == 0, "%s", fx.why);
-    start_http(fx.port);
+    /* first start: per shard a probe of its first byte and one 1 MiB
+     * window of headers, for each of the two datasets but the second
+     * finds the lists the first kept */
+    long n = start_http(&fx);
     ck_assert(harness_log_contains(&H, "40 samples in 3 classes from 4 tar shards http://"));
     ck_assert(harness_log_contains(&H, "member lists: 0 from cache.dir, 4 shards read"));
+    ck_assert_msg(n == 2 * NSHARDS + NSHARDS, "%ld requests at start-up", n);
     same_as_folder("http", 0, 0); /* cold: each sample a ranged GET */
     same_as_folder("http", 1, 1);
     harness_stop_checked(&H);
     /* restarted: each shard's size and ETag asked, its list in cache.dir */
-    start_http(fx.port);
-    ck_assert(harness_log_contains(&H, "member lists: 4 from cache.dir, 0 shards read"));
+    n = start_http(&fx);
+    ck_assert(!harness_log_contains(&H, "0 from cache.dir"));
+    ck_assert_msg(n == 2 * NSHARDS, "%ld requests at start-up with the lists kept", n);
     same_as_folder("http", 2, 1);
+    /* the server down: every sample of http2 fails after its last try,
+     * skipped and counted, the message names the server */
+    ck_assert_int_eq(objfixture_cmd(&fx, "down", NULL, 0), 0);
+    struct harness_epoch e;
+    pull("http2", 0, 0, &e);
+    ck_assert_msg(e.samples == 0 && e.skipped == NSAMPLES, "down: %llu samples, %llu skipped",
+                  (unsigned long long)e.samples, (unsigned long long)e.skipped);
+    char want[96];
+    snprintf(want, sizeof(want), "GET from http://127.0.0.1:%d: ", fx.port);
+    ck_assert_msg(harness_log_contains(&H, want), "the log does not say '%s'", want);
+    ck_assert(harness_log_contains(&H, "after the last retry"));
+    /* back up: the epoch is whole and the folder's (nothing was cached
+     * from the failed reads) */
+    ck_assert_int_eq(objfixture_cmd(&fx, "up", NULL, 0), 0);
+    same_as_folder("http2", 0, 0);
     harness_stop_checked(&H);
     objfixture_stop(&fx);
 }
