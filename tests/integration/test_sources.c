@@ -14,6 +14,8 @@
  *   - a manifest with a bad line, a label that would make millions of
  *     classes, a shard that is not a tar or is missing, refuses start-up
  *     with FILE:LINE (the shard's name);
+ *   - the same shards as a YAML list (root: [SHARD.tar, ...]) give the
+ *     same epochs;
  *   - tar shards' member lists are kept in cache.dir: a restart reads no
  *     shard (one whose header was broken keeping its size and mtime still
  *     serves), a rewritten shard is read again and its samples are right;
@@ -44,7 +46,7 @@
 static struct harness H;
 static char out_dir[HARNESS_PATH_MAX];
 
-static const char *const NAMES[] = {"folder", "csv", "jsonl", "tar"};
+static const char *const NAMES[] = {"folder", "csv", "jsonl", "tar", "tarlist"};
 #define NSOURCES (sizeof(NAMES) / sizeof(NAMES[0]))
 
 static int make_sources(void)
@@ -80,8 +82,13 @@ static void start_sources_in(const char *cache_name, const char *extra)
              "  - name: csv\n    root: %s/list.csv\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
              "  - name: jsonl\n    root: %s/list.jsonl\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
              "  - name: tar\n    root: %s/shards/train-{000000..%06d}.tar\n"
+             "    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: tarlist\n    root:\n"
+             "      - %s/shards/train-000000.tar\n      - %s/shards/train-000001.tar\n"
+             "      - %s/shards/train-000002.tar\n      - %s/shards/train-000003.tar\n"
              "    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
-             cache, extra, out_dir, out_dir, out_dir, out_dir, NSHARDS - 1);
+             cache, extra, out_dir, out_dir, out_dir, out_dir, NSHARDS - 1, out_dir, out_dir,
+             out_dir, out_dir);
     ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
 }
 
@@ -145,9 +152,9 @@ START_TEST(test_same_epochs)
         ck_assert_msg(strstr(json, want), "%s: no %s in the stats", NAMES[i], want);
     }
     /* decoded by format, found from the bytes: 12 PNGs and 4 WebPs a source */
-    ck_assert_msg(strstr(json, "\"png\":{\"decoded\":48,\"failed\":0}") &&
-                      strstr(json, "\"webp\":{\"decoded\":16,\"failed\":0}"),
-                  "the formats' counts are not 48 PNGs and 16 WebPs: %s", strstr(json, "formats"));
+    ck_assert_msg(strstr(json, "\"png\":{\"decoded\":60,\"failed\":0}") &&
+                      strstr(json, "\"webp\":{\"decoded\":20,\"failed\":0}"),
+                  "the formats' counts are not 60 PNGs and 20 WebPs: %s", strstr(json, "formats"));
     free(json);
     /* the log names what was indexed, by extension */
     ck_assert(harness_log_contains(&H, "12 .png, 4 .ppm"));
