@@ -334,3 +334,56 @@ void braces_free(char **names, size_t n)
     struct list l = {.v = names, .n = n};
     list_free(&l);
 }
+
+/* Appends s[0..len) to b at *pos, escaping what braces_expand reads. */
+static size_t put_escaped(char *b, size_t pos, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (strchr("\\{},", s[i]))
+            b[pos++] = '\\';
+        b[pos++] = s[i];
+    }
+    return pos;
+}
+
+char *braces_join(const char *const *names, size_t n, const char *suffix, size_t *dir_len)
+{
+    size_t slen = strlen(suffix), common = n ? strlen(names[0]) : 0, total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(names[i]), k = 0;
+        if (l <= slen || strcmp(names[i] + l - slen, suffix) != 0) {
+            errno = EINVAL;
+            return NULL;
+        }
+        while (k < common && k < l - slen && names[i][k] == names[0][k])
+            k++;
+        common = k;
+        total += 2 * l + 1;
+    }
+    if (n == 0) {
+        errno = EINVAL;
+        return NULL;
+    }
+    while (common > 0 && names[0][common - 1] != '/')
+        common--;
+    char *b = malloc(total + common + slen + 4);
+    if (!b) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    memcpy(b, names[0], common);
+    size_t pos = common;
+    if (n > 1)
+        b[pos++] = '{';
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0)
+            b[pos++] = ',';
+        pos = put_escaped(b, pos, names[i] + common, strlen(names[i]) - common - slen);
+    }
+    if (n > 1)
+        b[pos++] = '}';
+    memcpy(b + pos, suffix, slen + 1);
+    if (dir_len)
+        *dir_len = common;
+    return b;
+}

@@ -26,5 +26,12 @@
 int braces_expand(const char *pattern, size_t max, char ***out, size_t *n, char *err,
                   size_t errlen);
 void braces_free(char **names, size_t n);
+/* The pattern that expands to names[0..n) in order (n >= 1): their common
+ * directory (up to the last '/' all of them share), then "{A,B,...}" of
+ * the rest of each without suffix (escaped), then suffix, which every name
+ * must end with; one name is just itself, escaped. Returns it (malloc'ed),
+ * or NULL (errno EINVAL: a name does not end in suffix; ENOMEM). *dir_len
+ * (may be NULL) gets the length of the common directory. */
+char *braces_join(const char *const *names, size_t n, const char *suffix, size_t *dir_len);
 
 #endif

@@ -4,6 +4,7 @@
  * (cfg_keys below), as redis does it; datasets are parsed by hand.
  */
 #include "config.h"
+#include "braces.h"
 #include "source.h"
 
 #include <ctype.h>
@@ -602,6 +603,46 @@ struct dataset_arg {
     const yaml_node_t *split; /* resolved after steps are known */
 };
 
+/* root: [SHARD.tar, ...]: tar shards listed one by one (local paths, or
+ * URLs of one bucket or server), in the list's order, as the brace pattern
+ * that names them (braces_join). */
+static int cfg_root_list(struct cfg_parse *ps, struct config_dataset *d, const yaml_node_t *val)
+{
+    const char *names[4096];
+    size_t n = 0, dir_len = 0;
+    for (yaml_node_item_t *it = val->data.sequence.items.start;
+         it < val->data.sequence.items.top; it++) {
+        const yaml_node_t *e = yaml_document_get_node(ps->doc, *it);
+        const char *v = scalar(e);
+        if (!v || !source_name_ends(v, ".tar"))
+            return cfg_error(ps, e, "root", "a list root names tar shards: %s does not end in "
+                             ".tar", v ? v : "(not a scalar)");
+        if (n > 0 && source_kind_of(v) != source_kind_of(names[0]))
+            return cfg_error(ps, e, "root", "%s: the shards of a list are all local, all "
+                             "s3:// or all http(s)://", v);
+        if (n == sizeof(names) / sizeof(names[0]))
+            return cfg_error(ps, e, "root", "more than %zu shards in a list (use a brace "
+                             "pattern)", n);
+        names[n++] = v;
+    }
+    if (n == 0)
+        return cfg_error(ps, val, "root", "an empty list");
+    char *root = braces_join(names, n, ".tar", &dir_len);
+    if (!root)
+        return -ENOMEM;
+    const char *sep = strstr(root, "://");
+    if (sep && (dir_len <= (size_t)(sep - root) + 3 || !memchr(sep + 3, '/', dir_len -
+                                                               (size_t)(sep - root) - 3))) {
+        free(root);
+        return cfg_error(ps, val, "root", "the shards of a list are in one bucket (or on one "
+                         "server)");
+    }
+    d->root_line = (int)val->start_mark.line + 1;
+    free(d->root);
+    d->root = root;
+    return 0;
+}
+
 static int cfg_dataset_pair(struct cfg_parse *ps, void *arg, const char *key,
                             const yaml_node_t *knode, const yaml_node_t *val)
 {
@@ -629,6 +670,8 @@ static int cfg_dataset_pair(struct cfg_parse *ps, void *arg, const char *key,
         }
         return cfg_error(ps, val, key, "'%s' is not true or false", s ? s : "(not a scalar)");
     }
+    if (strcmp(key, "root") == 0 && val->type == YAML_SEQUENCE_NODE)
+        return cfg_root_list(ps, d, val);
     if (strcmp(key, "name") != 0 && strcmp(key, "root") != 0 &&
         strcmp(key, "on_error") != 0)
         return cfg_error(ps, knode, key,
@@ -893,6 +936,16 @@ static int cfg_check(struct cfg_parse *ps, const struct config *c)
     return 0;
 }
 
+/* cache.dir into a dataset's source; one too long for the copy keeps no
+ * shard index (never an error). */
+static void cfg_source_cache_dir(struct config_source *s, const char *path)
+{
+    if (path && strlen(path) < sizeof(s->cache_dir))
+        snprintf(s->cache_dir, sizeof(s->cache_dir), "%s", path);
+    else
+        s->cache_dir[0] = 0;
+}
+
 /* The source.* keys into d (fixed buffers: a dataset's copy outlives c). */
 static int cfg_dataset_source(struct cfg_parse *ps, const struct config *c,
                               struct config_dataset *d)
@@ -921,6 +974,19 @@ static int cfg_dataset_source(struct cfg_parse *ps, const struct config *c,
     d->source.page_keys = c->source_page_keys;
     d->source.depth = c->io_depth;
     d->source.max_bytes = c->max_file_size;
+    cfg_source_cache_dir(&d->source, c->cache_dir);
+    return 0;
+}
+
+int config_set_cache_dir(struct config *c, const char *path)
+{
+    char *p = strdup(path);
+    if (!p)
+        return -ENOMEM;
+    free(c->cache_dir);
+    c->cache_dir = p;
+    for (uint32_t i = 0; i < c->ndatasets; i++)
+        cfg_source_cache_dir(&c->datasets[i].source, path);
     return 0;
 }
 

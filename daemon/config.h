@@ -77,6 +77,8 @@ struct config_source {
     uint32_t page_keys;          /* keys per ListObjectsV2 page */
     uint32_t depth;              /* requests in flight (io.depth) */
     uint64_t max_bytes;          /* larger objects fail unread (limits.file_size) */
+    char cache_dir[1024];        /* cache.dir, where tar shards' member lists
+                                    are kept (shardidx.h); "": nowhere */
 };
 
 /* What a dataset's pipeline makes after each prefix of its steps, computed
@@ -194,6 +196,8 @@ int config_dataset_chain(struct config_dataset *d, uint32_t *bad, char *err, siz
 /* The label tensor a batch of d carries: int64 [n], or float32 [n, K] when
  * a batch-level step makes soft targets of K classes. */
 struct proto_labels config_dataset_labels(const struct config_dataset *d);
+/* Sets cache.dir (--cache-dir) in c and in every dataset's source. 0 or -ENOMEM. */
+int config_set_cache_dir(struct config *c, const char *path);
 const struct config_dataset *config_find_dataset(const struct config *c,
                                                  const char *name);
 /* A copy of src that owns its strings (config_dataset_free it): a dataset

@@ -125,11 +125,8 @@ static int apply_args(struct config *c, const struct main_opts *o, char *err, si
         if (!(c->socket_path = strdup(o->socket)))
             return -ENOMEM;
     }
-    if (o->cache_dir) {
-        free(c->cache_dir);
-        if (!(c->cache_dir = strdup(o->cache_dir)))
-            return -ENOMEM;
-    }
+    if (o->cache_dir && config_set_cache_dir(c, o->cache_dir) < 0)
+        return -ENOMEM;
     if (o->cache_memory && config_parse_size(o->cache_memory, &c->cache_memory) < 0) {
         snprintf(err, errlen, "--cache-memory '%s': not a size", o->cache_memory);
         return -EINVAL;

@@ -41,6 +41,7 @@ int source_open(struct source **out, const struct config_dataset *cfg, struct in
         rc = source_tar_new(s, cfg, ix, err, errlen);
         break;
     case SOURCE_S3:
+    case SOURCE_HTTP: /* tar shards by URL: the same client (source_s3.c) */
         rc = source_s3_new(s, cfg, ix, err, errlen);
         break;
     default:

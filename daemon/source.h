@@ -12,8 +12,13 @@
  *              key (wds.h), each sample's image read by its byte range
  *   S3         s3://BUCKET/PREFIX (source_s3.c, objstore.h): listed at
  *              indexing (PREFIX/CLASS/NAME, an ImageFolder), each sample a
- *              GET run by the source's own event loop thread
- *   HTTP       http(s)://: recognised, refused at open (not yet served)
+ *              GET run by the source's own event loop thread; or
+ *              s3://BUCKET/SHARDS.tar (a brace pattern): tar shards, each
+ *              sample a ranged GET of its member
+ *   HTTP       http(s)://HOST/SHARDS.tar (a brace pattern): tar shards by
+ *              URL, read as S3's are (source_s3.c, no credentials): each
+ *              shard's size and ETag from a GET of its first byte, each
+ *              sample a ranged GET of its member
  *
  * source_open indexes the source into an index (index.h): the samples in
  * id order with their labels, a path for messages and the disk tier's key

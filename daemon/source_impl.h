@@ -49,6 +49,30 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
 int source_tar_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
                    char *err, size_t errlen);
 
+/* Tar shards in the WebDataset layout, local (source_tar.c) or remote
+ * (source_s3.c): what indexing needs of a shard. */
+struct source_shard {
+    const char *name;    /* its path or key: messages, and its samples'
+                            paths "NAME'S LAST COMPONENT/KEY.EXT" */
+    const char *locator; /* the key of its member list in cache.dir (shardidx.h) */
+    uint64_t size;
+    uint64_t version;    /* mtime_ns, or the ETag's id: the disk tier's mtime */
+    /* reads len bytes at off into out (fewer only at the end); 0 or -errno
+     * with a message */
+    int (*read)(void *arg, uint64_t off, size_t len, struct img *out, char *err,
+                size_t errlen);
+    void *arg;
+};
+/* Indexes shards[0..n) into ix (wds.h's grouping): from their member lists
+ * in cfg's cache.dir where they match, else by walking their headers
+ * through read (and keeping the lists); logs what it found. Each sample's
+ * shard and its image member's offset go to *shard_of and *offset
+ * (malloc'ed). Returns the count of unsafe member names skipped (>= 0), or
+ * -errno with a message naming the dataset and the shard. */
+int source_shards_index(const struct source_shard *shards, size_t n,
+                        const struct config_dataset *cfg, struct index *ix,
+                        uint32_t **shard_of, uint64_t **offset, char *err, size_t errlen);
+
 /* Reads len bytes at off of fd whole into out (fmt IMG_ENCODED; fewer at
  * the file's end). 0, or -errno with a message in err. */
 int source_pread(int fd, uint64_t off, size_t len, struct img *out, char *err, size_t errlen);

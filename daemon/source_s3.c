@@ -13,6 +13,14 @@
  * its mtime): a changed object is a new record. A bucket that cannot be
  * listed refuses the dataset with the URL and the server's message.
  *
+ * Tar shards (a root ending in .tar: one key or a brace pattern of keys):
+ * the shards' directory listed for their sizes and ETags, each shard
+ * indexed by source_shards_index (source_tar.c: its member list in
+ * cache.dir, keyed by its URL, size and ETag, else its headers walked
+ * through ranged GETs of S3_WINDOW bytes on this thread); a sample is then
+ * its image member's byte range, one ranged GET, its identity the
+ * member's size and the shard's ETag.
+ *
  * Reads: source_submit hands a request to the source's own thread, which
  * runs an event loop (the objstore's: curl's sockets and timers as
  * libevent events) with io.depth requests in flight over reused
@@ -43,6 +51,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "braces.h"
 #include "fileext.h"
 #include "hash.h"
 #include "io.h"
@@ -59,6 +68,7 @@
 struct rreq {
     struct source_s3 *r;
     struct io_req *q;
+    uint64_t off, length; /* a shard member's range; length 0: the whole object */
     uint64_t got; /* body bytes seen (those past q->len are not kept) */
     struct rreq *next;
 };
@@ -66,6 +76,8 @@ struct rreq {
 struct source_s3 {
     const char *root, *name;
     char *bucket, *prefix; /* prefix "" or ending in '/' */
+    int http;              /* an http(s):// root: shards by URL, no bucket */
+    char origin[256];      /* "s3://BUCKET" or "http://HOST[:PORT]": for messages */
     struct event_base *base;
     struct objstore *os;
     struct event *wake, *tick;
@@ -78,6 +90,12 @@ struct source_s3 {
     int stopping;
     struct objstore_stats snap; /* the objstore's, every S3_SNAPSHOT_MS */
     uint64_t logged;            /* failures logged (the thread's) */
+    /* tar shards (a root ending in .tar): their keys, each sample's shard
+     * and image member offset; NULL for an ImageFolder bucket */
+    char **shard_keys;
+    size_t nshards;
+    uint32_t *shard_of;
+    uint64_t *offset;
 };
 
 /* ---- credentials ---- */
@@ -197,6 +215,11 @@ static int cmp_path(const char *a, const char *b)
     }
 }
 
+static int cmp_obj_key(const void *x, const void *y)
+{
+    return strcmp(((const struct s3xml_object *)x)->key, ((const struct s3xml_object *)y)->key);
+}
+
 static int cmp_obj(const void *x, const void *y)
 {
     return cmp_path(((const struct s3xml_object *)x)->key, ((const struct s3xml_object *)y)->key);
@@ -206,6 +229,14 @@ static int cmp_obj(const void *x, const void *y)
 static int64_t etag_id(const char *etag)
 {
     return etag[0] ? (int64_t)(hash_xxh64(etag, strlen(etag)) >> 1) : 0;
+}
+
+/* What objstore reads for key: a URL (http) or the bucket's key. */
+static struct objstore_target target_of(const struct source_s3 *r, const char *key)
+{
+    if (r->http)
+        return (struct objstore_target){.url = key};
+    return (struct objstore_target){.bucket = r->bucket, .key = key};
 }
 
 struct list_wait {
@@ -290,6 +321,255 @@ static int s3_index(struct source_s3 *r, const struct config_dataset *cfg, struc
     return 0;
 }
 
+/* ---- tar shards ---- */
+
+#define S3_SHARDS_MAX 1000000
+#define S3_WINDOW (1u << 20) /* bytes a header walk's ranged GET asks for at least */
+
+/* A ranged GET on the opening thread (before the source's thread runs). */
+struct range_wait {
+    struct event_base *base;
+    int done, rc;
+    struct img *out;
+    size_t cap;
+    uint64_t size;            /* the object's, as the response said */
+    char etag[S3XML_ETAG_MAX];
+    char msg[1024];
+};
+
+static int range_sink(void *arg, const uint8_t *data, size_t len)
+{
+    struct range_wait *w = arg;
+    size_t n = w->out->len + len > w->cap ? w->cap - w->out->len : len;
+    memcpy(w->out->data + w->out->len, data, n);
+    w->out->len += n;
+    return 0;
+}
+
+static void range_done(void *arg, int rc, struct objstore_result *res)
+{
+    struct range_wait *w = arg;
+    w->done = 1;
+    w->rc = rc;
+    if (rc == 0 && res) {
+        w->size = res->size;
+        snprintf(w->etag, sizeof(w->etag), "%s", res->etag);
+    }
+    if (rc < 0)
+        snprintf(w->msg, sizeof(w->msg), "%s",
+                 res && res->message ? res->message : strerror(-rc));
+    event_base_loopbreak(w->base);
+}
+
+/* A shard's header walk reads through a window of S3_WINDOW bytes: most
+ * of a shard's headers and labels come with one GET. */
+struct shard_win {
+    struct source_s3 *r;
+    const char *key;
+    uint64_t size;
+    uint64_t off; /* of win's bytes */
+    struct img win;
+    unsigned gets;
+};
+
+/* GETs [off, off + len) of key into out (reserved for len bytes) on the
+ * opening thread; w (may be NULL) receives the object's size and ETag.
+ * 0, or -errno with the objstore's message. */
+static int range_get(struct source_s3 *r, const char *key, uint64_t off, uint64_t len,
+                     struct img *out, struct range_wait *info, char *err, size_t errlen)
+{
+    struct range_wait w = {.base = r->base, .out = out, .cap = (size_t)len};
+    struct objstore_target t = target_of(r, key);
+    out->len = 0;
+    int rc = objstore_get(r->os, &t, off, len, range_sink, &w, range_done, &w);
+    if (rc < 0) {
+        snprintf(err, errlen, "GET: %s", strerror(-rc));
+        return rc;
+    }
+    while (!w.done)
+        if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
+            break;
+    if (!w.done || w.rc < 0) {
+        snprintf(err, errlen, "%s", w.done ? w.msg : "the event loop failed");
+        return w.done ? w.rc : -EIO;
+    }
+    if (info) {
+        info->size = w.size;
+        memcpy(info->etag, w.etag, sizeof(info->etag));
+    }
+    return 0;
+}
+
+static int shard_read(void *arg, uint64_t off, size_t len, struct img *out, char *err,
+                      size_t errlen)
+{
+    struct shard_win *sw = arg;
+    int rc;
+    if (off >= sw->size)
+        len = 0;
+    else if (len > sw->size - off)
+        len = (size_t)(sw->size - off);
+    if (len && (off < sw->off || off + len > sw->off + sw->win.len)) {
+        uint64_t want = len > S3_WINDOW ? len : S3_WINDOW;
+        if (want > sw->size - off)
+            want = sw->size - off;
+        if ((rc = img_reserve(&sw->win, (size_t)want)) < 0) {
+            snprintf(err, errlen, "no memory for %llu bytes", (unsigned long long)want);
+            return rc;
+        }
+        sw->off = off;
+        if ((rc = range_get(sw->r, sw->key, off, want, &sw->win, NULL, err, errlen)) < 0) {
+            sw->win.len = 0;
+            return rc;
+        }
+        sw->gets++;
+        if (len > sw->win.len) /* the server sent less: the shard ends there */
+            len = sw->win.len;
+    }
+    if ((rc = img_reserve(out, len ? len : 1)) < 0)
+        return rc;
+    if (len)
+        memcpy(out->data, sw->win.data + (off - sw->off), len);
+    out->len = len;
+    out->fmt = IMG_ENCODED;
+    return 0;
+}
+
+static int cmp_key(const void *k, const void *o)
+{
+    return strcmp(k, ((const struct s3xml_object *)o)->key);
+}
+
+/* Lists the directory of the shards' pattern (its keys up to the last '/'
+ * before the first brace) into w, sorted by key. 0 or -errno with a
+ * message. */
+static int list_shard_dir(struct source_s3 *r, const struct config_dataset *cfg,
+                          const char *pattern, struct list_wait *w, char *err, size_t errlen)
+{
+    const char *brace = strchr(pattern, '{');
+    size_t dlen = brace ? (size_t)(brace - pattern) : strlen(pattern);
+    while (dlen > 0 && pattern[dlen - 1] != '/')
+        dlen--;
+    char *dir = strndup(pattern, dlen);
+    if (!dir)
+        return -ENOMEM;
+    int rc = objstore_list(r->os, r->bucket, dir, cfg->source.page_keys, list_done, w);
+    free(dir);
+    if (rc < 0) {
+        snprintf(err, errlen, "dataset '%s': root %s: cannot list: %s", cfg->name, cfg->root,
+                 strerror(-rc));
+        return rc;
+    }
+    while (!w->done)
+        if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
+            break;
+    if (!w->done || w->rc < 0) {
+        snprintf(err, errlen, "dataset '%s': root %s: cannot list the bucket: %s", cfg->name,
+                 cfg->root, w->done ? w->msg : "the event loop failed");
+        return w->done ? w->rc : -EIO;
+    }
+    struct s3xml_object *o = w->listing.objects;
+    for (size_t i = 1; i < w->listing.n; i++) /* S3 lists in byte order; a server may not */
+        if (strcmp(o[i - 1].key, o[i].key) > 0) {
+            qsort(o, w->listing.n, sizeof(*o), cmp_obj_key);
+            break;
+        }
+    return 0;
+}
+
+/* A shard's size and ETag from the server (http: no listing): a GET of
+ * its first byte. 0 or -errno with a message. */
+static int probe_shard(struct source_s3 *r, const char *url, struct s3xml_object *obj,
+                       char *err, size_t errlen)
+{
+    struct img one = {0};
+    struct range_wait info = {0};
+    int rc = img_reserve(&one, 1);
+    if (rc == 0)
+        rc = range_get(r, url, 0, 1, &one, &info, err, errlen);
+    img_free(&one);
+    if (rc == 0 && info.size == 0) {
+        snprintf(err, errlen, "GET %s: the response does not say the object's size", url);
+        rc = -EPROTO;
+    }
+    if (rc == 0) {
+        obj->size = info.size;
+        memcpy(obj->etag, info.etag, sizeof(obj->etag));
+    }
+    return rc;
+}
+
+/* The shards root names (a key ending in .tar, or a brace pattern of
+ * them): listed under their directory for their sizes and ETags, then
+ * indexed (source_shards_index: their member lists in cache.dir, else
+ * their headers through ranged GETs). */
+static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg,
+                           struct index *ix, char *err, size_t errlen)
+{
+    const char *pattern = r->http ? cfg->root : cfg->root + 5 + strlen(r->bucket) + 1;
+    char msg[300];
+    size_t n = 0;
+    int rc = braces_expand(pattern, S3_SHARDS_MAX, &r->shard_keys, &n, msg, sizeof(msg));
+    if (rc < 0) {
+        snprintf(err, errlen, "dataset '%s': root %s: %s", cfg->name, cfg->root, msg);
+        return rc;
+    }
+    r->nshards = n;
+    struct list_wait w = {.base = r->base};
+    if (!r->http && (rc = list_shard_dir(r, cfg, pattern, &w, err, errlen)) < 0)
+        return rc;
+    struct s3xml_object *o = w.listing.objects;
+    size_t no = w.listing.n;
+    struct source_shard *shards = calloc(n ? n : 1, sizeof(*shards));
+    struct shard_win *wins = calloc(n ? n : 1, sizeof(*wins));
+    char **urls = calloc(n ? n : 1, sizeof(*urls));
+    rc = shards && wins && urls ? 0 : -ENOMEM;
+    if (rc < 0)
+        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        struct s3xml_object probed;
+        const struct s3xml_object *obj =
+            no ? bsearch(r->shard_keys[k], o, no, sizeof(*o), cmp_key) : NULL;
+        if (r->http && (rc = probe_shard(r, r->shard_keys[k], &probed, msg, sizeof(msg))) < 0) {
+            snprintf(err, errlen, "dataset '%s': shard %s: %s", cfg->name, r->shard_keys[k],
+                     msg);
+            break;
+        }
+        if (r->http)
+            obj = &probed;
+        if (!obj) {
+            rc = -ENOENT;
+            snprintf(err, errlen, "dataset '%s': shard s3://%s/%s: no such key", cfg->name,
+                     r->bucket, r->shard_keys[k]);
+            break;
+        }
+        struct objstore_target t = target_of(r, r->shard_keys[k]);
+        char url[2048];
+        objstore_url(r->os, &t, url, sizeof(url));
+        if (!(urls[k] = strdup(url))) {
+            rc = -ENOMEM;
+            snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+            break;
+        }
+        wins[k] = (struct shard_win){.r = r, .key = r->shard_keys[k], .size = obj->size};
+        shards[k] = (struct source_shard){r->shard_keys[k], urls[k], obj->size,
+                                          (uint64_t)etag_id(obj->etag), shard_read, &wins[k]};
+    }
+    if (!r->http)
+        objstore_listing_free(&w.listing);
+    if (rc == 0 && (rc = source_shards_index(shards, n, cfg, ix, &r->shard_of, &r->offset, err,
+                                             errlen)) > 0)
+        rc = 0;
+    for (size_t k = 0; urls && k < n; k++)
+        free(urls[k]);
+    for (size_t k = 0; wins && k < n; k++)
+        img_free(&wins[k].win);
+    free(urls);
+    free(wins);
+    free(shards);
+    return rc;
+}
+
 /* ---- the thread's side ---- */
 
 static void req_finish(struct source_s3 *r, struct rreq *rr, int rc, const char *etag)
@@ -335,8 +615,8 @@ static void get_done(void *arg, int rc, struct objstore_result *res)
 
 static void start_one(struct source_s3 *r, struct rreq *rr)
 {
-    struct objstore_target t = {.bucket = r->bucket, .key = rr->q->path};
-    int rc = objstore_get(r->os, &t, 0, 0, get_sink, rr, get_done, rr);
+    struct objstore_target t = target_of(r, rr->q->path);
+    int rc = objstore_get(r->os, &t, rr->off, rr->length, get_sink, rr, get_done, rr);
     if (rc < 0)
         req_finish(r, rr, rc, NULL);
 }
@@ -421,6 +701,10 @@ static void s3_free(struct source_s3 *r)
         close(r->efd);
     pthread_cond_destroy(&r->done);
     pthread_mutex_destroy(&r->lock);
+    if (r->shard_keys)
+        braces_free(r->shard_keys, r->nshards);
+    free(r->shard_of);
+    free(r->offset);
     free(r->bucket);
     free(r->prefix);
     free(r);
@@ -445,7 +729,7 @@ static void s3_open_error(const struct source *s, int rc, char *err, size_t errl
                        : rc == -EIO          ? "server error"
                        : rc == -ECANCELED    ? "cancelled (the source is closing)"
                                              : strerror(-rc);
-    snprintf(err, errlen, "GET from s3://%s: %s%s", r->bucket, what,
+    snprintf(err, errlen, "GET from %s: %s%s", r->origin, what,
              rc == -ECANCELED || rc == -EACCES || rc == -ENOENT ? ""
                                                                 : " after the last retry");
 }
@@ -462,7 +746,7 @@ static int s3_open_file(const struct source *s, const struct index *ix, uint32_t
 static void s3_req(const struct source *s, const struct index *ix, uint32_t sample, void *buf,
                    size_t len, struct io_req *q)
 {
-    (void)s;
+    const struct source_s3 *r = s->impl;
     q->fd = -1;
     q->buf = buf;
     q->len = len;
@@ -470,6 +754,15 @@ static void s3_req(const struct source *s, const struct index *ix, uint32_t samp
     q->path = index_path(ix, sample); /* the key: fixed while the index lives */
     q->real_root = NULL;
     q->direct = 0;
+    q->size = 0;
+    if (r->shard_keys) { /* a shard member: its byte range of the shard */
+        const struct index_sample *is = &ix->samples[sample];
+        q->path = r->shard_keys[r->shard_of[sample]];
+        q->off = r->offset[sample];
+        q->size = is->size;
+        if (q->len > is->size)
+            q->len = (size_t)is->size;
+    }
 }
 
 static void s3_submit(const struct source *s, struct io_req *q)
@@ -477,6 +770,7 @@ static void s3_submit(const struct source *s, struct io_req *q)
     struct source_s3 *r = s->impl;
     struct rreq *rr = calloc(1, sizeof(*rr));
     uint64_t one = 1;
+    uint64_t length = q->size; /* a shard member's (s3_req) */
     q->res = 0;
     q->failed = IO_STEP_NONE;
     q->size = 0;
@@ -489,6 +783,10 @@ static void s3_submit(const struct source *s, struct io_req *q)
     }
     rr->r = r;
     rr->q = q;
+    if (r->shard_keys) {
+        rr->off = q->off;
+        rr->length = length ? length : 1; /* never 0: that is the whole shard */
+    }
     __atomic_store_n(&q->state, IO_S_QUEUED, __ATOMIC_RELAXED);
     pthread_mutex_lock(&r->lock);
     int first = r->pending == NULL;
@@ -617,7 +915,9 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
     r->pending_tail = &r->pending;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->done, NULL);
-    const char *b = cfg->root + 5, *slash = strchr(b, '/');
+    r->http = s->kind == SOURCE_HTTP;
+    const char *b = cfg->root + (r->http ? strcspn(cfg->root, ":") + 3 : 5);
+    const char *slash = strchr(b, '/');
     size_t blen = slash ? (size_t)(slash - b) : strlen(b);
     const char *p = slash ? slash + 1 : "";
     size_t plen = strlen(p);
@@ -629,25 +929,35 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
         return -ENOMEM;
     }
     snprintf(r->prefix, plen + 2, "%s%s", p, plen && p[plen - 1] != '/' ? "/" : "");
-    if (blen == 0 || blen > 63 || strspn(r->bucket, "abcdefghijklmnopqrstuvwxyz0123456789.-") != blen) {
+    snprintf(r->origin, sizeof(r->origin), "%.*s", (int)(b - cfg->root + blen), cfg->root);
+    if (r->http && (!slash || !source_name_ends(cfg->root, ".tar"))) {
+        snprintf(err, errlen, "dataset '%s': root %s: an http(s):// root names tar shards "
+                 "(URL.tar, or a brace pattern of them)", cfg->name, cfg->root);
+        s3_free(r);
+        return -EINVAL;
+    }
+    if (!r->http && (blen == 0 || blen > 63 ||
+                     strspn(r->bucket, "abcdefghijklmnopqrstuvwxyz0123456789.-") != blen)) {
         snprintf(err, errlen, "dataset '%s': root %s: not s3://BUCKET/PREFIX (a bucket name is "
                  "3 to 63 lowercase letters, digits, '.' and '-')", cfg->name, cfg->root);
         s3_free(r);
         return -EINVAL;
     }
     char why[2048];
-    if ((rc = creds_get(cs, &c, why, sizeof(why))) < 0) {
+    if (r->http)
+        memset(&c, 0, sizeof(c)); /* plain HTTP: no credentials */
+    else if ((rc = creds_get(cs, &c, why, sizeof(why))) < 0) {
         snprintf(err, errlen, "dataset '%s': root %s: %s", cfg->name, cfg->root, why);
         creds_wipe(&c);
         s3_free(r);
         return rc;
     }
     struct objstore_config oc = {
-        .s3 = 1,
-        .endpoint = cs->endpoint,
+        .s3 = !r->http,
+        .endpoint = r->http ? NULL : cs->endpoint,
         .region = cs->region,
-        .access_key = c.ak,
-        .secret_key = c.sk,
+        .access_key = r->http ? NULL : c.ak,
+        .secret_key = r->http ? NULL : c.sk,
         .session_token = c.token[0] ? c.token : NULL,
         .depth = cs->depth,
         .retries = cs->retries,
@@ -670,7 +980,9 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
         s3_free(r);
         return rc;
     }
-    if ((rc = s3_index(r, cfg, ix, err, errlen)) < 0) {
+    if ((rc = slash && source_name_ends(cfg->root, ".tar")
+                  ? s3_index_shards(r, cfg, ix, err, errlen)
+                                                  : s3_index(r, cfg, ix, err, errlen)) < 0) {
         s3_free(r);
         return rc;
     }

@@ -11,6 +11,11 @@
  * by "SHARD/KEY.EXT", the member's size and the shard's mtime: a shard
  * rewritten invalidates its samples.
  *
+ * What the walk of a shard found is kept in cache.dir (shardidx.h), keyed
+ * by the shard's real path, size and mtime: a restart replays it instead
+ * of reading the shard, a rewritten shard is read again (and its list
+ * replaced). The log says how many lists were reused and shards read.
+ *
  * Shards stay open (one descriptor each) while the dataset lives.
  */
 #define _GNU_SOURCE
@@ -27,6 +32,7 @@
 #include "braces.h"
 #include "io.h"
 #include "log.h"
+#include "shardidx.h"
 #include "tar.h"
 #include "wds.h"
 
@@ -34,6 +40,7 @@
 
 struct shard {
     char *path;
+    char *locator; /* its real path: the key of its member list (shardidx.h) */
     int fd;
     uint64_t size;
     int64_t mtime_ns;
@@ -54,6 +61,7 @@ static void tar_free(struct source_tar *t)
         if (t->shards[i].fd >= 0)
             close(t->shards[i].fd);
         free(t->shards[i].path);
+        free(t->shards[i].locator);
     }
     free(t->shards);
     free(t->shard_of);
@@ -141,9 +149,10 @@ static const struct source_ops tar_ops = {
     .read = tar_read,
 };
 
-/* Walks shard k's headers into w. 0, or -errno with a message. */
-static int index_shard(struct wds *w, uint32_t k, const struct shard *sh, char *err,
-                       size_t errlen)
+/* Walks shard k's headers into w, recording what the reader gave into x
+ * (NULL: nothing recorded). 0, or -errno with a message. */
+static int index_shard(struct wds *w, uint32_t k, const struct source_shard *sh,
+                       struct shardidx *x, char *err, size_t errlen)
 {
     struct tar_reader *r = malloc(sizeof(*r));
     struct img buf = {0};
@@ -157,14 +166,16 @@ static int index_shard(struct wds *w, uint32_t k, const struct shard *sh, char *
         struct tar_entry e;
         if (tar_reader_want(r, &off, &want))
             break;
-        if ((rc = source_pread(sh->fd, off, want, &buf, err, errlen)) < 0)
+        if ((rc = sh->read(sh->arg, off, want, &buf, err, errlen)) < 0)
             break;
         rc = tar_reader_feed(r, buf.data, buf.len, &e);
         if (rc < 0) {
             snprintf(err, errlen, "%s", r->err);
             break;
         }
-        if (rc == 1 && e.data == NULL) {
+        if (rc == 1 && x && shardidx_add(x, &e) < 0)
+            rc = -ENOMEM;
+        else if (rc == 1 && e.data == NULL) {
             rc = wds_member(w, k, &e);
             if (rc == 1)
                 rc = tar_reader_want_data(r);
@@ -185,6 +196,72 @@ static int index_shard(struct wds *w, uint32_t k, const struct shard *sh, char *
     img_free(&buf);
     free(r);
     return rc < 0 ? rc : 0;
+}
+
+/* Gives w shard k's entries as x recorded them (the walk above, without
+ * reading the shard). 0, -errno with a message, or -ESTALE when w wants
+ * data x does not hold, or x holds data w does not want (a list another
+ * version of the grouping made): the shard must be read. */
+static int replay_shard(struct wds *w, uint32_t k, const struct shardidx *x, char *err,
+                        size_t errlen)
+{
+    int rc = 0;
+    for (size_t i = 0; i < shardidx_count(x) && rc >= 0; i++) {
+        struct tar_entry e;
+        const uint8_t *data;
+        size_t dlen;
+        shardidx_entry(x, i, &e, &data, &dlen);
+        rc = wds_member(w, k, &e);
+        if (rc == 1 && data) {
+            e.data = data;
+            rc = wds_member_data(w, &e);
+        } else if (rc == 1 || (rc == 0 && data)) {
+            return -ESTALE;
+        }
+    }
+    if (rc >= 0)
+        rc = wds_end_shard(w);
+    if (rc < 0)
+        snprintf(err, errlen, "%s", rc == -EINVAL ? wds_error(w) : strerror(-rc));
+    return rc < 0 ? rc : 0;
+}
+
+/* How a dataset's shards are being indexed: whether the member lists in
+ * cache.dir are used, whether new ones are kept (not after one could not
+ * be: the directory is unusable), how many were used. */
+struct tar_lists {
+    int use, keep;
+    size_t reused;
+};
+
+/* Indexes shard k into w: from its member list in cache.dir when one
+ * matches, else by reading it (and keeping the list it made).
+ * 0, -ESTALE (a list did not fit w: index again without them), or -errno
+ * with a message. */
+static int index_one(struct wds *w, uint32_t k, const struct source_shard *sh,
+                     const struct config_dataset *cfg, struct tar_lists *l, char *err,
+                     size_t errlen)
+{
+    const char *dir = cfg->source.cache_dir;
+    struct shardidx_id id = {sh->locator, sh->size, sh->version};
+    struct shardidx *x = NULL;
+    int rc;
+    if (l->use && dir[0] && shardidx_load(dir, &id, &x) == 0) {
+        rc = replay_shard(w, k, x, err, errlen);
+        shardidx_free(x);
+        l->reused += rc == 0;
+        return rc;
+    }
+    x = l->keep && dir[0] ? shardidx_new() : NULL;
+    rc = index_shard(w, k, sh, x, err, errlen);
+    if (rc == 0 && x && (rc = shardidx_save(dir, &id, x)) < 0) {
+        log_warn("dataset '%s': cannot keep tar shards' member lists in cache.dir %s (%s): "
+                 "a restart reads the shards again", cfg->name, dir, strerror(-rc));
+        l->keep = 0;
+        rc = 0;
+    }
+    shardidx_free(x);
+    return rc;
 }
 
 /* Opens the shards the root names. */
@@ -219,19 +296,28 @@ static int open_shards(struct source_tar *t, const struct config_dataset *cfg, c
         }
         sh->size = f.size;
         sh->mtime_ns = f.mtime_ns;
+        if (!(sh->locator = realpath(sh->path, NULL)) && !(sh->locator = strdup(sh->path))) {
+            rc = -ENOMEM;
+            snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+            break;
+        }
     }
     braces_free(names, n);
     return rc;
 }
 
-/* The index's samples from w. */
-static int index_samples(struct source_tar *t, const struct wds *w, struct index *ix)
+/* The index's samples from w: "SHARD/KEY.EXT" (SHARD the last component
+ * of the shard's name), the member's size, the shard's version as the
+ * disk tier's mtime; each sample's shard and offset into shard_of and
+ * offset. */
+static int index_samples(const struct source_shard *shards, const struct wds *w,
+                         struct index *ix, uint32_t **shard_of, uint64_t **offset)
 {
     size_t n = wds_count(w);
     uint32_t max_label = 0;
     int rc = 0;
-    if (!(t->shard_of = malloc((n ? n : 1) * sizeof(*t->shard_of))) ||
-        !(t->offset = malloc((n ? n : 1) * sizeof(*t->offset))))
+    if (!(*shard_of = malloc((n ? n : 1) * sizeof(**shard_of))) ||
+        !(*offset = malloc((n ? n : 1) * sizeof(**offset))))
         return -ENOMEM;
     for (uint32_t c = 0; c < wds_nclasses(w) && rc == 0; c++) {
         char *name = strdup(wds_class(w, c));
@@ -239,43 +325,62 @@ static int index_samples(struct source_tar *t, const struct wds *w, struct index
     }
     for (size_t i = 0; i < n && rc == 0; i++) {
         const struct wds_sample *ws = wds_sample(w, i);
-        const struct shard *sh = &t->shards[ws->shard];
-        const char *base = strrchr(sh->path, '/');
+        const struct source_shard *sh = &shards[ws->shard];
+        const char *base = strrchr(sh->name, '/');
         char path[TAR_NAME_MAX + 512];
-        snprintf(path, sizeof(path), "%s/%s%s", base ? base + 1 : sh->path, wds_key(w, i),
+        snprintf(path, sizeof(path), "%s/%s%s", base ? base + 1 : sh->name, wds_key(w, i),
                  fileext_name(ws->ext));
         uint32_t label = wds_label(w, i);
         if (label > max_label)
             max_label = label;
-        t->shard_of[i] = ws->shard;
-        t->offset[i] = ws->offset;
-        rc = index_add_sample(ix, path, label, ws->size, sh->mtime_ns);
+        (*shard_of)[i] = ws->shard;
+        (*offset)[i] = ws->offset;
+        rc = index_add_sample(ix, path, label, ws->size, (int64_t)sh->version);
     }
     if (rc == 0 && wds_nclasses(w) == 0)
         rc = source_int_classes(ix, n ? max_label + 1 : 0);
     return rc;
 }
 
-int source_tar_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
-                   char *err, size_t errlen)
+int source_shards_index(const struct source_shard *shards, size_t nshards,
+                        const struct config_dataset *cfg, struct index *ix,
+                        uint32_t **shard_of, uint64_t **offset, char *err, size_t errlen)
 {
-    struct source_tar *t = calloc(1, sizeof(*t));
     struct wds *w = wds_new();
     char msg[400] = "";
-    int rc;
-    if (w)
-        wds_set_audio(w, source_audio(cfg));
-    if (!t || !w) {
-        free(t);
-        wds_free(w);
+    int rc = 0;
+    *shard_of = NULL;
+    *offset = NULL;
+    if (!w) {
         snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
         return -ENOMEM;
     }
-    rc = open_shards(t, cfg, err, errlen);
-    for (size_t k = 0; rc == 0 && k < t->nshards; k++) {
-        if ((rc = index_shard(w, (uint32_t)k, &t->shards[k], msg, sizeof(msg))) < 0)
-            snprintf(err, errlen, "dataset '%s': shard %s: %s", cfg->name, t->shards[k].path,
+    wds_set_audio(w, source_audio(cfg));
+    struct tar_lists lists = {1, 1, 0};
+    while (rc == 0) {
+        size_t k = 0;
+        for (; rc == 0 && k < nshards; k++)
+            rc = index_one(w, (uint32_t)k, &shards[k], cfg, &lists, msg, sizeof(msg));
+        if (rc == -ESTALE && lists.use) {
+            /* a member list that does not fit this grouping: read them all */
+            log_warn("dataset '%s': shard %s's member list in cache.dir does not fit; "
+                     "reading every shard again", cfg->name, shards[k - 1].name);
+            wds_free(w);
+            lists = (struct tar_lists){0, lists.keep, 0};
+            if ((w = wds_new())) {
+                rc = 0;
+                continue;
+            }
+            rc = -ENOMEM;
+        }
+        if (rc == -ENOMEM) {
+            snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+            break;
+        }
+        if (rc < 0)
+            snprintf(err, errlen, "dataset '%s': shard %s: %s", cfg->name, shards[k - 1].name,
                      msg);
+        break;
     }
     if (rc == 0 && (rc = wds_finish(w)) < 0)
         snprintf(err, errlen, "dataset '%s': %s: %s", cfg->name, cfg->root,
@@ -283,9 +388,10 @@ int source_tar_new(struct source *s, const struct config_dataset *cfg, struct in
     if (rc == 0 && wds_count(w) == 0) {
         rc = -ENOENT;
         snprintf(err, errlen, "dataset '%s': %s: no samples (KEY.IMAGE with KEY.cls members) "
-                 "in %zu shards", cfg->name, cfg->root, t->nshards);
+                 "in %zu shards", cfg->name, cfg->root, nshards);
     }
-    if (rc == 0 && ((rc = index_samples(t, w, ix)) < 0 || (rc = index_finish(ix)) < 0))
+    if (rc == 0 && ((rc = index_samples(shards, w, ix, shard_of, offset)) < 0 ||
+                    (rc = index_finish(ix)) < 0))
         snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
                  rc == -E2BIG ? SOURCE_INT_CLASSES_MSG : strerror(-rc));
     if (rc == 0) {
@@ -293,19 +399,62 @@ int source_tar_new(struct source *s, const struct config_dataset *cfg, struct in
         char exts[256];
         source_ext_summary(c->images, exts, sizeof(exts));
         log_info("dataset '%s': %u samples in %u classes from %zu tar shards %s (%s; "
+                 "member lists: %zu from cache.dir, %zu shards read; "
                  "skipped: %llu without an image, %llu without a label, %llu extra images, "
                  "%llu unsafe names, %llu not files)",
-                 cfg->name, ix->n, ix->nclasses, t->nshards, cfg->root, exts,
+                 cfg->name, ix->n, ix->nclasses, nshards, cfg->root, exts,
+                 lists.reused, nshards - lists.reused,
                  (unsigned long long)c->no_image, (unsigned long long)c->no_label,
                  (unsigned long long)c->extra_images, (unsigned long long)c->unsafe_names,
                  (unsigned long long)c->not_files);
-        s->refused = c->unsafe_names;
+        rc = (int)(c->unsafe_names > INT32_MAX ? INT32_MAX : c->unsafe_names);
     }
     wds_free(w);
+    if (rc < 0) {
+        free(*shard_of);
+        free(*offset);
+        *shard_of = NULL;
+        *offset = NULL;
+    }
+    return rc;
+}
+
+static int shard_pread(void *arg, uint64_t off, size_t len, struct img *out, char *err,
+                       size_t errlen)
+{
+    const struct shard *sh = arg;
+    return source_pread(sh->fd, off, len, out, err, errlen);
+}
+
+int source_tar_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
+                   char *err, size_t errlen)
+{
+    struct source_tar *t = calloc(1, sizeof(*t));
+    struct source_shard *shards = NULL;
+    int rc;
+    if (!t) {
+        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+        return -ENOMEM;
+    }
+    rc = open_shards(t, cfg, err, errlen);
+    if (rc == 0 && !(shards = calloc(t->nshards ? t->nshards : 1, sizeof(*shards)))) {
+        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+        rc = -ENOMEM;
+    }
+    for (size_t k = 0; rc == 0 && k < t->nshards; k++) {
+        const struct shard *sh = &t->shards[k];
+        shards[k] = (struct source_shard){sh->path, sh->locator, sh->size,
+                                          (uint64_t)sh->mtime_ns, shard_pread, (void *)sh};
+    }
+    if (rc == 0)
+        rc = source_shards_index(shards, t->nshards, cfg, ix, &t->shard_of, &t->offset, err,
+                                 errlen);
+    free(shards);
     if (rc < 0) {
         tar_free(t);
         return rc;
     }
+    s->refused = (uint64_t)rc;
     s->ops = &tar_ops;
     s->impl = t;
     return 0;

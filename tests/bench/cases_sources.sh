@@ -48,8 +48,8 @@ bench_sources_cases() {
     local last
     last=$(printf '%06d' $((n - 1)))
     conf="$PRESTO_TMP/sources.yaml"
-    printf 'datasets:\n  - name: folder\n    root: "%s"\n  - name: tar\n    root: "%s"\n' \
-        "$data" "$shards/train-{000000..$last}.tar" >"$conf"
+    printf 'cache:\n  dir: "%s"\ndatasets:\n  - name: folder\n    root: "%s"\n  - name: tar\n    root: "%s"\n' \
+        "$PRESTO_TMP/cache" "$data" "$shards/train-{000000..$last}.tar" >"$conf"
     local folder_runs=() tar_runs=() round first second
     for round in $(seq 1 "$BENCH_SOURCES_ROUNDS"); do
         presto_start -c "$conf"

@@ -14,6 +14,11 @@
  *     back the epoch is whole and equal: nothing was cached from a failure;
  *   - "disk": after a restart the epoch comes from the disk tier (objects
  *     keyed by key, size and ETag) without a single request to S3;
+ *   - "tar": WebDataset shards in the bucket (a brace pattern of keys):
+ *     indexed with one ranged GET a shard, each sample then its member's
+ *     byte range; the epochs equal the folder's; after a restart the
+ *     shards' member lists in cache.dir are used (the listing is the only
+ *     request) and the epoch is still the folder's;
  *   - "refused": a wrong secret (403 SignatureDoesNotMatch from the proxy),
  *     a missing bucket, a server that is down, no credentials: prestod
  *     refuses to start, naming the URL and the server's message.
@@ -38,7 +43,8 @@
 
 static struct harness H;
 static struct objfixture fx;
-static char data_dir[HARNESS_PATH_MAX], endpoint[64];
+static char data_dir[HARNESS_PATH_MAX], shard_dir[HARNESS_PATH_MAX], endpoint[64];
+#define NSHARDS 4
 
 static void start_cache(const char *cache, const char *source_extra)
 {
@@ -106,6 +112,15 @@ static double stat_of(const char *json, const char *dataset, const char *key)
     const char *p = strstr(json, parent);
     ck_assert_msg(p, "no dataset %s in the stats", dataset);
     ck_assert_int_eq(harness_json_number(p, "source", key, &v), 0);
+    return v;
+}
+
+static double stat_of_now(const char *dataset, const char *key)
+{
+    char *json;
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    double v = stat_of(json, dataset, key);
+    free(json);
     return v;
 }
 
@@ -218,6 +233,51 @@ START_TEST(test_disk_tier)
 }
 END_TEST
 
+/* ---- case "tar": WebDataset shards in the bucket ---- */
+
+/* prestod with the folder and the shards in the bucket (cache.dir in the
+ * test's directory): the requests the start-up made to S3. */
+static long start_tar(void)
+{
+    char yaml[4096], cache[HARNESS_PATH_MAX];
+    harness_path(&H, "cache-tar", cache, sizeof(cache));
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\ncache:\n  memory: 64M\n  dir: %s\n"
+             "source:\n  endpoint: %s\n"
+             "datasets:\n"
+             "  - name: folder\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: s3tar\n    root: s3://data/shards/train-{000000..%06d}.tar\n"
+             "    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
+             cache, endpoint, data_dir, NSHARDS - 1);
+    long before = objfixture_stat(&fx, "requests");
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+    return objfixture_stat(&fx, "requests") - before;
+}
+
+START_TEST(test_tar_shards)
+{
+    /* first start: the listing, then one ranged GET per shard (its headers
+     * and labels come in one window); each member then by its own range */
+    long n = start_tar();
+    ck_assert(harness_log_contains(&H, "40 samples in 3 classes from 4 tar shards"));
+    ck_assert(harness_log_contains(&H, "member lists: 0 from cache.dir, 4 shards read"));
+    ck_assert_msg(n == 1 + NSHARDS, "%ld requests to index 4 shards", n);
+    same_as_folder("s3tar", 0, 0); /* cold */
+    same_as_folder("s3tar", 1, 1); /* from memory, shuffled */
+    ck_assert_msg(wait_source_stat("s3tar", "completed", 1 + NSHARDS + NSAMPLES) >=
+                      1 + NSHARDS + NSAMPLES, "fewer requests completed than samples");
+    ck_assert_msg(stat_of_now("s3tar", "failed") == 0, "failed requests");
+    harness_stop_checked(&H);
+    /* restarted: the listing only (the ETags and sizes match the lists
+     * kept), no shard read; the cold epoch is the folder's */
+    n = start_tar();
+    ck_assert(harness_log_contains(&H, "member lists: 4 from cache.dir, 0 shards read"));
+    ck_assert_msg(n == 1, "%ld requests to index 4 shards with their lists kept", n);
+    same_as_folder("s3tar", 2, 1);
+    harness_stop_checked(&H);
+}
+END_TEST
+
 /* ---- case "refused" ---- */
 
 /* prestod on a one-dataset config must exit non-zero with want in its output. */
@@ -279,9 +339,23 @@ int main(void)
         harness_cleanup(&H);
         return 1;
     }
-    char args[HARNESS_PATH_MAX + 256];
-    snprintf(args, sizeof(args), "s3 --bucket 'data/train=%s' --access-key %s --secret %s",
-             data_dir, AK, SK);
+    /* the same images as WebDataset shards, 10 a shard */
+    char script[HARNESS_PATH_MAX], pattern[HARNESS_PATH_MAX + 32], log[HARNESS_PATH_MAX];
+    harness_path(&H, "shards", shard_dir, sizeof(shard_dir));
+    harness_path(&H, "mkshards.log", log, sizeof(log));
+    snprintf(script, sizeof(script), "%s/tests/tools/mkshards.py", harness_env("PRESTO_SRC", "."));
+    snprintf(pattern, sizeof(pattern), "%s/train-%%06d.tar", shard_dir);
+    const char *mk[] = {harness_env("PYTHON", "/usr/bin/python3"), script, data_dir, pattern,
+                        "--per-shard", "10", NULL};
+    if (harness_run(mk, log, 120) != 0) {
+        fprintf(stderr, "test_s3: mkshards.py failed\n");
+        harness_cleanup(&H);
+        return 1;
+    }
+    char args[3 * HARNESS_PATH_MAX + 256];
+    snprintf(args, sizeof(args),
+             "s3 --bucket 'data/train=%s' --bucket 'data/shards=%s' --access-key %s --secret %s",
+             data_dir, shard_dir, AK, SK);
     int rc = objfixture_start(&fx, args);
     if (rc != 0) {
         fprintf(stderr, "test_s3: %s: skipped\n", fx.why);
@@ -302,6 +376,9 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = harness_tcase("disk", NULL, NULL, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_disk_tier);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("tar", NULL, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_tar_shards);
     suite_add_tcase(s, tc);
     tc = harness_tcase("refused", NULL, NULL, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_refused);

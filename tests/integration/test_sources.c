@@ -14,16 +14,27 @@
  *   - a manifest with a bad line, a label that would make millions of
  *     classes, a shard that is not a tar or is missing, refuses start-up
  *     with FILE:LINE (the shard's name);
+ *   - the same shards as a YAML list (root: [SHARD.tar, ...]) give the
+ *     same epochs;
+ *   - tar shards' member lists are kept in cache.dir: a restart reads no
+ *     shard (one whose header was broken keeping its size and mtime still
+ *     serves), a rewritten shard is read again and its samples are right;
+ *   - the shards served over HTTP by nginx (tests/tools/objfixture.py
+ *     http): each sample a ranged GET, the folder's epochs; a restart uses
+ *     the member lists kept in cache.dir;
  *   - a corrupt member in a shard is a bad sample (skipped, counted), the
  *     epoch goes on.
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "../tools/objfixture.h"
 #include "harness.h"
 #include "presto.h"
 
@@ -35,7 +46,7 @@
 static struct harness H;
 static char out_dir[HARNESS_PATH_MAX];
 
-static const char *const NAMES[] = {"folder", "csv", "jsonl", "tar"};
+static const char *const NAMES[] = {"folder", "csv", "jsonl", "tar", "tarlist"};
 #define NSOURCES (sizeof(NAMES) / sizeof(NAMES[0]))
 
 static int make_sources(void)
@@ -57,20 +68,33 @@ static int make_sources(void)
     return 0;
 }
 
-/* The four datasets over the same images, steps yaml_steps. */
-static void start_sources(const char *extra)
+/* The four datasets over the same images; cache.dir is cache_name in the
+ * test's directory (tar shards' member lists are kept there), extra more
+ * cache.* keys. */
+static void start_sources_in(const char *cache_name, const char *extra)
 {
-    char yaml[4096];
+    char yaml[4096], cache[HARNESS_PATH_MAX];
+    harness_path(&H, cache_name, cache, sizeof(cache));
     snprintf(yaml, sizeof(yaml),
-             "workers: 2\n%s"
+             "workers: 2\ncache:\n  dir: %s\n%s"
              "datasets:\n"
              "  - name: folder\n    root: %s/folder\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
              "  - name: csv\n    root: %s/list.csv\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
              "  - name: jsonl\n    root: %s/list.jsonl\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
              "  - name: tar\n    root: %s/shards/train-{000000..%06d}.tar\n"
+             "    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: tarlist\n    root:\n"
+             "      - %s/shards/train-000000.tar\n      - %s/shards/train-000001.tar\n"
+             "      - %s/shards/train-000002.tar\n      - %s/shards/train-000003.tar\n"
              "    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
-             extra, out_dir, out_dir, out_dir, out_dir, NSHARDS - 1);
+             cache, extra, out_dir, out_dir, out_dir, out_dir, NSHARDS - 1, out_dir, out_dir,
+             out_dir, out_dir);
     ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+}
+
+static void start_sources(const char *extra)
+{
+    start_sources_in("cache", extra);
 }
 
 static void daemon_teardown(void)
@@ -112,7 +136,7 @@ static void same_epochs(uint64_t epoch, int shuffle)
 
 static void same_setup(void)
 {
-    start_sources("cache:\n  memory: 64M\n");
+    start_sources("  memory: 64M\n");
 }
 
 START_TEST(test_same_epochs)
@@ -128,9 +152,9 @@ START_TEST(test_same_epochs)
         ck_assert_msg(strstr(json, want), "%s: no %s in the stats", NAMES[i], want);
     }
     /* decoded by format, found from the bytes: 12 PNGs and 4 WebPs a source */
-    ck_assert_msg(strstr(json, "\"png\":{\"decoded\":48,\"failed\":0,") &&
-                      strstr(json, "\"webp\":{\"decoded\":16,\"failed\":0,"),
-                  "the formats' counts are not 48 PNGs and 16 WebPs: %s", strstr(json, "formats"));
+    ck_assert_msg(strstr(json, "\"png\":{\"decoded\":60,\"failed\":0,") &&
+                      strstr(json, "\"webp\":{\"decoded\":20,\"failed\":0,"),
+                  "the formats' counts are not 60 PNGs and 20 WebPs: %s", strstr(json, "formats"));
     free(json);
     /* the log names what was indexed, by extension */
     ck_assert(harness_log_contains(&H, "12 .png, 4 .ppm"));
@@ -182,6 +206,156 @@ START_TEST(test_refused)
 }
 END_TEST
 
+/* ---- case "lists": shards' member lists kept in cache.dir ---- */
+
+/* The tar dataset's epochs (cold in order, then shuffled) equal the
+ * folder's, and the log of this start says how its shards were indexed. */
+static void lists_start(const char *how)
+{
+    start_sources_in("cache-lists", "");
+    ck_assert_msg(harness_log_contains(&H, how), "the log does not say '%s'", how);
+    struct harness_epoch ref, e;
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        pull("folder", 3, shuffle, &ref);
+        pull("tar", 3, shuffle, &e);
+        ck_assert_msg(e.samples == NSAMPLES && e.skipped == 0 && e.fnv == ref.fnv,
+                      "tar (%s): %llu samples, %llu skipped, not the folder's epoch", how,
+                      (unsigned long long)e.samples, (unsigned long long)e.skipped);
+    }
+    harness_stop_checked(&H);
+}
+
+/* Flips byte off of path, keeping its size and mtime (a change only a
+ * read of the shard can see). */
+static void flip_byte(const char *path, long off)
+{
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
+    int c = fgetc(f);
+    ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
+    ck_assert_int_ne(fputc(c ^ 0x5a, f), EOF);
+    ck_assert_int_eq(fclose(f), 0);
+    struct timespec ts[2] = {sb.st_atim, sb.st_mtim};
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
+START_TEST(test_shard_lists)
+{
+    char shard2[HARNESS_PATH_MAX + 32], shard3[HARNESS_PATH_MAX + 32], log[HARNESS_PATH_MAX];
+    snprintf(shard2, sizeof(shard2), "%s/shards/train-000002.tar", out_dir);
+    snprintf(shard3, sizeof(shard3), "%s/shards/train-000003.tar", out_dir);
+    /* first start: every shard read, its list kept */
+    lists_start("member lists: 0 from cache.dir, 4 shards read");
+    /* shard 2's first header made bad (its checksum field), size and mtime
+     * kept: a start that read it would refuse it; a restart does not */
+    flip_byte(shard2, 148);
+    lists_start("member lists: 4 from cache.dir, 0 shards read");
+    flip_byte(shard2, 148);
+    /* shard 3 rewritten with a member before the others: every offset in
+     * it moves; it is read again and its samples are right */
+    const char *script =
+        "import io, sys, tarfile\n"
+        "src = open(sys.argv[1], 'rb').read()\n"
+        "old = tarfile.open(fileobj=io.BytesIO(src))\n"
+        "with tarfile.open(sys.argv[1], 'w', format=tarfile.GNU_FORMAT) as out:\n"
+        "    pad = tarfile.TarInfo('000pad.txt'); pad.size = 1000\n"
+        "    out.addfile(pad, io.BytesIO(b'x' * 1000))\n"
+        "    for m in old.getmembers():\n"
+        "        out.addfile(m, old.extractfile(m))\n";
+    const char *argv[] = {harness_env("PYTHON", "/usr/bin/python3"), "-c", script, shard3,
+                          NULL};
+    harness_path(&H, "rewrite.log", log, sizeof(log));
+    ck_assert_int_eq(harness_run(argv, log, 60), 0);
+    lists_start("member lists: 3 from cache.dir, 1 shards read");
+    /* and kept again */
+    lists_start("member lists: 4 from cache.dir, 0 shards read");
+}
+END_TEST
+
+/* ---- case "http": the shards served by nginx ---- */
+
+/* prestod with the folder and the shards over HTTP (port: the proxy's in
+ * front of nginx), twice: "http2" is read only once the server is down.
+ * Returns the requests the start-up made. */
+static long start_http(struct objfixture *fx)
+{
+    char yaml[4096], cache[HARNESS_PATH_MAX], url[128];
+    harness_path(&H, "cache-http", cache, sizeof(cache));
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/shards/train-{000000..%06d}.tar", fx->port,
+             NSHARDS - 1);
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\ncache:\n  memory: 64M\n  dir: %s\n"
+             "source:\n  retries: 2\n  connect_timeout_ms: 1000\n"
+             "datasets:\n"
+             "  - name: folder\n    root: %s/folder\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: http\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: http2\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
+             cache, out_dir, url, url);
+    long before = objfixture_stat(fx, "requests");
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+    return objfixture_stat(fx, "requests") - before;
+}
+
+static void same_as_folder(const char *name, uint64_t epoch, int shuffle)
+{
+    struct harness_epoch ref, e;
+    pull("folder", epoch, shuffle, &ref);
+    pull(name, epoch, shuffle, &e);
+    ck_assert_msg(e.samples == NSAMPLES && e.skipped == 0 && e.fnv == ref.fnv,
+                  "%s: %llu samples, %llu skipped, not the folder's epoch %llu", name,
+                  (unsigned long long)e.samples, (unsigned long long)e.skipped,
+                  (unsigned long long)epoch);
+}
+
+START_TEST(test_http_shards)
+{
+    struct objfixture fx;
+    char args[HARNESS_PATH_MAX + 64];
+    snprintf(args, sizeof(args), "http --root '%s'", out_dir);
+    int rc = objfixture_start(&fx, args);
+    if (rc == 77) {
+        fprintf(stderr, "test_sources: http: %s: not run\n", fx.why);
+        return;
+    }
+    ck_assert_msg(rc == 0, "%s", fx.why);
+    /* first start: per shard a probe of its first byte and one 1 MiB
+     * window of headers, for each of the two datasets but the second
+     * finds the lists the first kept */
+    long n = start_http(&fx);
+    ck_assert(harness_log_contains(&H, "40 samples in 3 classes from 4 tar shards http://"));
+    ck_assert(harness_log_contains(&H, "member lists: 0 from cache.dir, 4 shards read"));
+    ck_assert_msg(n == 2 * NSHARDS + NSHARDS, "%ld requests at start-up", n);
+    same_as_folder("http", 0, 0); /* cold: each sample a ranged GET */
+    same_as_folder("http", 1, 1);
+    harness_stop_checked(&H);
+    /* restarted: each shard's size and ETag asked, its list in cache.dir */
+    n = start_http(&fx);
+    ck_assert(!harness_log_contains(&H, "0 from cache.dir"));
+    ck_assert_msg(n == 2 * NSHARDS, "%ld requests at start-up with the lists kept", n);
+    same_as_folder("http", 2, 1);
+    /* the server down: every sample of http2 fails after its last try,
+     * skipped and counted, the message names the server */
+    ck_assert_int_eq(objfixture_cmd(&fx, "down", NULL, 0), 0);
+    struct harness_epoch e;
+    pull("http2", 0, 0, &e);
+    ck_assert_msg(e.samples == 0 && e.skipped == NSAMPLES, "down: %llu samples, %llu skipped",
+                  (unsigned long long)e.samples, (unsigned long long)e.skipped);
+    char want[96];
+    snprintf(want, sizeof(want), "GET from http://127.0.0.1:%d: ", fx.port);
+    ck_assert_msg(harness_log_contains(&H, want), "the log does not say '%s'", want);
+    ck_assert(harness_log_contains(&H, "after the last retry"));
+    /* back up: the epoch is whole and the folder's (nothing was cached
+     * from the failed reads) */
+    ck_assert_int_eq(objfixture_cmd(&fx, "up", NULL, 0), 0);
+    same_as_folder("http2", 0, 0);
+    harness_stop_checked(&H);
+    objfixture_stop(&fx);
+}
+END_TEST
+
 /* ---- case "corrupt": a bad member is a bad sample ---- */
 
 static void corrupt_setup(void)
@@ -230,6 +404,12 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = harness_tcase("refused", NULL, NULL, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_refused);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("lists", NULL, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_shard_lists);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("http", NULL, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_http_shards);
     suite_add_tcase(s, tc);
     tc = harness_tcase("corrupt", corrupt_setup, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_corrupt_member);

@@ -6,7 +6,7 @@ loopback, started and removed by the caller.
                      [--access-key K --secret S [--token T]] [--region R]
                      [--delay-ms N] [--fail RATE [--fail-mode 503|reset|mix]]
                      [--seed N] [--empty-bucket NAME ...]
-    objfixture.py http --root DIR
+    objfixture.py http --root DIR [--direct] [--delay-ms N] [--fail RATE ...]
 
 s3: starts s3rver (DIR is where `make deps` installed it: DIR/node_modules/
 .bin/s3rver) on a free loopback port with a temporary data directory,
@@ -24,7 +24,9 @@ requests), and forwards the rest to s3rver (which runs with
 through unchanged.
 
 http: nginx (Debian's nginx-light) serving DIR on a free loopback port
-from a temporary prefix.
+from a temporary prefix, behind the same proxy (no signature check: it
+delays, fails, goes down and up on command), or with --direct nginx's own
+port (no commands).
 
 Either prints one line "READY {json}" (port, and for s3 the s3rver port)
 on stdout, then reads commands on stdin, one a line, answering each with
@@ -466,6 +468,11 @@ def main():
     s3.add_argument("--no-check", action="store_true", help="forward without the signature check")
     http = sub.add_parser("http")
     http.add_argument("--root", required=True)
+    http.add_argument("--direct", action="store_true", help="nginx's port, no proxy")
+    http.add_argument("--delay-ms", type=int, default=0)
+    http.add_argument("--fail", type=float, default=0.0)
+    http.add_argument("--fail-mode", default="503", choices=["503", "reset", "mix"])
+    http.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -475,10 +482,22 @@ def main():
             proc, port, prefix = start_nginx(a.root)
             procs.append(proc)
             temps.append(prefix)
-            print("READY " + json.dumps({"port": port}), flush=True)
             loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            if a.direct:
+                print("READY " + json.dumps({"port": port}), flush=True)
+                done = loop.create_future()
+                loop.run_until_complete(commands(None, done))
+                return 0
+            # the same proxy as S3's, without the signature check: delay,
+            # fail, down and up for HTTP too
+            proxy = Proxy(port, None, a.delay_ms, a.fail, a.fail_mode, a.seed)
+            loop.run_until_complete(proxy.start())
+            print("READY " + json.dumps({"port": proxy.port, "nginx_port": port}), flush=True)
             done = loop.create_future()
-            loop.run_until_complete(commands(None, done))
+            cmd_task = loop.create_task(commands(proxy, done))  # held: asyncio keeps tasks weakly
+            loop.run_until_complete(cmd_task)
+            loop.run_until_complete(proxy.down())
             return 0
         try:
             import botocore  # noqa: F401

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "braces.h"
 #include "config.h"
 #include "dataset.h"
 #include "hash.h"
@@ -500,6 +501,13 @@ static const struct bad_case bad_cases[] = {
     {"source page_keys zero", "workers: 1\nsource:\n  page_keys: 0\n", 3,
      {"source.page_keys"}},
     {"unknown source key", "source:\n  secret: x\n", 2, {"source.secret", "unknown"}},
+    {"root list not tar", "datasets:\n  - name: a\n    root:\n      - /s/a.tar\n      - /s/b.zip\n",
+     5, {"b.zip", "does not end in .tar"}},
+    {"root list mixed", "datasets:\n  - name: a\n    root: [/s/a.tar, s3://b/c.tar]\n", 3,
+     {"root", "all local"}},
+    {"root list buckets", "datasets:\n  - name: a\n    root: [s3://b/a.tar, s3://c/a.tar]\n", 3,
+     {"root", "one bucket"}},
+    {"root list empty", "datasets:\n  - name: a\n    root: []\n", 3, {"root", "empty"}},
     {"YAML syntax error", "socket: /x\nworkers: 2\n  bad: 1\n", 3, {NULL}},
     {"YAML unclosed flow list", "workers: 2\nsocket: [a, b\nprefetch: 2\n", 3, {NULL}},
 };
@@ -961,6 +969,40 @@ END_TEST
 
 /* source.*: defaults, the file's values, copied into every dataset (the
  * file's and the command line's) with io.depth. */
+/* root: a YAML list of shards is the brace pattern naming them, in order
+ * (braces_join), and expands back to the list; cache.dir reaches every
+ * dataset's source, --cache-dir too. */
+START_TEST(test_root_list)
+{
+    struct config a;
+    char err[512];
+    ck_assert_msg(load(&a, "cache:\n  dir: /var/cache/p\n"
+                           "datasets:\n  - name: d\n    root:\n      - /s/x/a.tar\n"
+                           "      - /s/x/b,{c}.tar\n      - /s/y.tar\n"
+                           "  - name: e\n    root: [s3://b/t/1.tar, s3://b/t/0.tar]\n",
+                       err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(a.datasets[0].root, "/s/{x/a,x/b\\,\\{c\\},y}.tar");
+    ck_assert_str_eq(a.datasets[1].root, "s3://b/t/{1,0}.tar");
+    char **names = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(braces_expand(a.datasets[0].root, 10, &names, &n, err, sizeof(err)), 0);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_str_eq(names[0], "/s/x/a.tar");
+    ck_assert_str_eq(names[1], "/s/x/b,{c}.tar");
+    ck_assert_str_eq(names[2], "/s/y.tar");
+    braces_free(names, n);
+    ck_assert_str_eq(a.datasets[1].source.cache_dir, "/var/cache/p");
+    ck_assert_int_eq(config_set_cache_dir(&a, "/tmp/other"), 0);
+    ck_assert_str_eq(a.datasets[0].source.cache_dir, "/tmp/other");
+    config_free(&a);
+    /* one shard: itself */
+    ck_assert_msg(load(&a, "datasets:\n  - name: d\n    root: [/s/a.tar]\n", err,
+                       sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(a.datasets[0].root, "/s/a.tar");
+    config_free(&a);
+}
+END_TEST
+
 START_TEST(test_source_keys)
 {
     struct config a;
@@ -1190,6 +1232,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_diff_and_restart_keys);
     tcase_add_test(tc, test_cluster_keys);
     tcase_add_test(tc, test_source_keys);
+    tcase_add_test(tc, test_root_list);
     tcase_add_test(tc, test_dataset_same_and_copy);
     tcase_add_test(tc, test_chain_pinned);
     suite_add_tcase(s, tc);

@@ -793,7 +793,7 @@ int main(void)
     }
     snprintf(s3_endpoint, sizeof(s3_endpoint), "http://127.0.0.1:%d", s3fx.port);
     chmod(dir, 0755);
-    snprintf(args, sizeof(args), "http --root '%s'", dir);
+    snprintf(args, sizeof(args), "http --direct --root '%s'", dir);
     rc = objfixture_start(&httpfx, args);
     have_http = rc == 0;
     if (rc == -1) {

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "shardidx.h"
 #include "tar.h"
 #include "wds.h"
 
@@ -555,6 +556,95 @@ START_TEST(test_wds_class_names)
 }
 END_TEST
 
+/* A shard's member list in cache.dir (shardidx.h): kept and given back
+ * whole; another identity, a flipped byte, a cut file, a planted link are
+ * "none" (-ENOENT), never a wrong list. */
+static void list_check(const struct shardidx *x)
+{
+    struct tar_entry e;
+    const uint8_t *data;
+    size_t dlen;
+    ck_assert_uint_eq(shardidx_count(x), 3);
+    shardidx_entry(x, 0, &e, &data, &dlen);
+    ck_assert_str_eq(e.name, "a/k1.jpg");
+    ck_assert_uint_eq(e.offset, 512);
+    ck_assert_uint_eq(e.size, 1000);
+    ck_assert_int_eq(e.type, TAR_FILE);
+    ck_assert_ptr_null(data);
+    shardidx_entry(x, 1, &e, &data, &dlen);
+    ck_assert_str_eq(e.name, "a/k1.cls");
+    ck_assert_uint_eq(dlen, 2);
+    ck_assert_int_eq(memcmp(data, "17", 2), 0);
+    shardidx_entry(x, 2, &e, &data, &dlen);
+    ck_assert_str_eq(e.name, "a/");
+    ck_assert_int_eq(e.type, TAR_DIR);
+}
+
+START_TEST(test_shard_lists)
+{
+    char cdir[300], file[400], name[64], path[400];
+    snprintf(cdir, sizeof(cdir), "%s/cache", dir);
+    struct shardidx *x = shardidx_new(), *y = NULL;
+    struct tar_entry e1 = {"a/k1.jpg", 512, 1000, TAR_FILE, NULL};
+    struct tar_entry e2 = {"a/k1.cls", 2048, 2, TAR_FILE, NULL};
+    struct tar_entry e2d = {"a/k1.cls", 2048, 2, TAR_FILE, (const uint8_t *)"17"};
+    struct tar_entry e3 = {"a/", 3072, 0, TAR_DIR, NULL};
+    ck_assert_ptr_nonnull(x);
+    ck_assert_int_eq(shardidx_add(x, &e2d), -EINVAL); /* data before any header */
+    ck_assert_int_eq(shardidx_add(x, &e1), 0);
+    ck_assert_int_eq(shardidx_add(x, &e2), 0);
+    ck_assert_int_eq(shardidx_add(x, &e2d), 0);
+    ck_assert_int_eq(shardidx_add(x, &e3), 0);
+    list_check(x);
+    struct shardidx_id id = {"/data/train-000001.tar", 10240, 1234567890123ull};
+    ck_assert_int_eq(shardidx_load(cdir, &id, &y), -ENOENT); /* no cache.dir yet */
+    ck_assert_int_eq(shardidx_save(cdir, &id, x), 0);
+    ck_assert_int_eq(shardidx_load(cdir, &id, &y), 0);
+    list_check(y);
+    shardidx_free(y);
+    /* another identity: none */
+    struct shardidx_id other = id;
+    other.version++;
+    ck_assert_int_eq(shardidx_load(cdir, &other, &y), -ENOENT);
+    other = id;
+    other.size = 2048; /* the entries would lie past the shard's end */
+    ck_assert_int_eq(shardidx_load(cdir, &other, &y), -ENOENT);
+    /* the one file in the directory, by name */
+    ck_assert_int_eq(sh("test $(ls '%s' | wc -l) = 1", cdir), 0);
+    ck_assert_int_eq(sh("ls '%s' | grep -q '^shard-[0-9a-f]\\{16\\}\\.idx$'", cdir), 0);
+    ck_assert_int_eq(sh("cd '%s' && cp $(ls) '%s/saved'", cdir, dir), 0);
+    snprintf(file, sizeof(file), "%s/saved", dir);
+    size_t len;
+    uint8_t *saved = slurp(file, &len);
+    shardidx_file_name(id.locator, name, sizeof(name));
+    snprintf(path, sizeof(path), "%s/%s", cdir, name);
+    /* a flipped byte anywhere: none */
+    for (size_t off = 0; off < len; off += 3) {
+        FILE *f = fopen(path, "wb");
+        ck_assert_ptr_nonnull(f);
+        saved[off] ^= 0x20;
+        ck_assert_uint_eq(fwrite(saved, 1, len, f), len);
+        saved[off] ^= 0x20;
+        fclose(f);
+        ck_assert_msg(shardidx_load(cdir, &id, &y) == -ENOENT, "byte %zu flipped: used", off);
+    }
+    free(saved);
+    /* cut short: none */
+    ck_assert_int_eq(sh("cd '%s' && f=$(ls) && head -c 100 '%s' > $f", cdir, file), 0);
+    ck_assert_int_eq(shardidx_load(cdir, &id, &y), -ENOENT);
+    /* a link planted under the name: not followed (the target is not read,
+     * and saving replaces the link, never writes its target) */
+    ck_assert_int_eq(sh("cd '%s' && f=$(ls) && rm $f && ln -s '%s' $f", cdir, file), 0);
+    ck_assert_int_eq(shardidx_load(cdir, &id, &y), -ENOENT);
+    ck_assert_int_eq(shardidx_save(cdir, &id, x), 0);
+    ck_assert_int_eq(sh("cd '%s' && f=$(ls) && test -f $f && ! test -L $f && cmp -s $f '%s'",
+                        cdir, file), 0);
+    ck_assert_int_eq(shardidx_load(cdir, &id, &y), 0);
+    shardidx_free(y);
+    shardidx_free(x);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("tar");
@@ -565,6 +655,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_hostile_headers);
     tcase_add_test(tc, test_wds_grouping);
     tcase_add_test(tc, test_wds_class_names);
+    tcase_add_test(tc, test_shard_lists);
     suite_add_tcase(s, tc);
     return s;
 }

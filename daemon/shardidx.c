@@ -1,0 +1,326 @@
+/*
+ * A tar shard's member list in cache.dir (shardidx.h).
+ *
+ * In memory and on disk the entries are one byte string of records:
+ *     u8 type, u8 zero[3], u32 name_len, u64 offset, u64 size, u32 data_len,
+ *     name (name_len bytes) and a NUL, data (data_len bytes)
+ * (host byte order: the file is this machine's cache). The file is
+ *     "PRSHIDX1", u32 format, u32 locator_len, u64 size, u64 version,
+ *     u64 count, u64 body_len, the locator, the body,
+ *     u64 XXH64 of everything before it.
+ */
+#define _GNU_SOURCE
+#include "shardidx.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cachedir.h"
+#include "hash.h"
+#include "vec.h"
+
+#define SHARDIDX_MAGIC "PRSHIDX1"
+#define SHARDIDX_FORMAT 1u
+#define SHARDIDX_FILE_MAX (512ull << 20) /* a larger file is not ours */
+#define REC_HEAD 28                      /* the fixed part of a record */
+#define FILE_HEAD 48                     /* the fixed part of the file */
+
+struct shardidx {
+    uint8_t *body;  /* the records */
+    size_t len, cap;
+    size_t *at;     /* where each record starts */
+    size_t n, ncap;
+};
+
+struct rec {
+    uint8_t type;
+    uint32_t name_len, data_len;
+    uint64_t offset, size;
+};
+
+static void rec_get(const uint8_t *p, struct rec *r)
+{
+    r->type = p[0];
+    memcpy(&r->name_len, p + 4, 4);
+    memcpy(&r->offset, p + 8, 8);
+    memcpy(&r->size, p + 16, 8);
+    memcpy(&r->data_len, p + 24, 4);
+}
+
+struct shardidx *shardidx_new(void)
+{
+    return calloc(1, sizeof(struct shardidx));
+}
+
+void shardidx_free(struct shardidx *x)
+{
+    if (!x)
+        return;
+    free(x->body);
+    free(x->at);
+    free(x);
+}
+
+static int body_reserve(struct shardidx *x, size_t more)
+{
+    if (more > SIZE_MAX - x->len)
+        return -ENOMEM;
+    uint8_t *b = vec_grow(x->body, &x->cap, x->len + more, 1, 4096);
+    if (!b)
+        return -ENOMEM;
+    x->body = b;
+    return 0;
+}
+
+static int at_push(struct shardidx *x, size_t pos)
+{
+    size_t *a = vec_grow(x->at, &x->ncap, x->n + 1, sizeof(*a), 256);
+    if (!a)
+        return -ENOMEM;
+    x->at = a;
+    x->at[x->n++] = pos;
+    return 0;
+}
+
+int shardidx_add(struct shardidx *x, const struct tar_entry *e)
+{
+    if (e->data) {
+        /* the data of the last header: it is the end of the body */
+        struct rec r;
+        if (x->n == 0 || e->size > TAR_DATA_MAX)
+            return -EINVAL;
+        rec_get(x->body + x->at[x->n - 1], &r);
+        if (r.data_len || r.size != e->size || body_reserve(x, e->size) < 0)
+            return r.data_len || r.size != e->size ? -EINVAL : -ENOMEM;
+        uint32_t dl = (uint32_t)e->size;
+        memcpy(x->body + x->len, e->data, e->size);
+        x->len += e->size;
+        memcpy(x->body + x->at[x->n - 1] + 24, &dl, 4);
+        return 0;
+    }
+    size_t nl = strlen(e->name);
+    if (nl > TAR_NAME_MAX)
+        return -EINVAL;
+    if (body_reserve(x, REC_HEAD + nl + 1) < 0 || at_push(x, x->len) < 0)
+        return -ENOMEM;
+    uint8_t *p = x->body + x->len;
+    uint32_t nl32 = (uint32_t)nl, zero = 0;
+    memset(p, 0, 4);
+    p[0] = (uint8_t)e->type;
+    memcpy(p + 4, &nl32, 4);
+    memcpy(p + 8, &e->offset, 8);
+    memcpy(p + 16, &e->size, 8);
+    memcpy(p + 24, &zero, 4);
+    memcpy(p + REC_HEAD, e->name, nl + 1);
+    x->len += REC_HEAD + nl + 1;
+    return 0;
+}
+
+size_t shardidx_count(const struct shardidx *x)
+{
+    return x->n;
+}
+
+void shardidx_entry(const struct shardidx *x, size_t i, struct tar_entry *e,
+                    const uint8_t **data, size_t *data_len)
+{
+    const uint8_t *p = x->body + x->at[i];
+    struct rec r;
+    rec_get(p, &r);
+    *e = (struct tar_entry){.name = (const char *)p + REC_HEAD, .offset = r.offset,
+                            .size = r.size, .type = (enum tar_type)r.type, .data = NULL};
+    *data = r.data_len ? p + REC_HEAD + r.name_len + 1 : NULL;
+    *data_len = r.data_len;
+}
+
+/* Checks the records of body (len bytes, count of them) against the
+ * shard's size, filling x->at. 0 or -EBADMSG / -ENOMEM. */
+static int parse_body(struct shardidx *x, uint64_t count, uint64_t shard_size)
+{
+    size_t pos = 0;
+    for (uint64_t i = 0; i < count; i++) {
+        struct rec r;
+        if (x->len - pos < REC_HEAD)
+            return -EBADMSG;
+        rec_get(x->body + pos, &r);
+        if (r.type > TAR_OTHER || r.name_len > TAR_NAME_MAX || r.offset > shard_size ||
+            r.size > shard_size - r.offset || r.data_len > TAR_DATA_MAX ||
+            (r.data_len && r.data_len != r.size))
+            return -EBADMSG;
+        size_t need = REC_HEAD + (size_t)r.name_len + 1 + r.data_len;
+        if (x->len - pos < need || x->body[pos + REC_HEAD + r.name_len] != 0 ||
+            memchr(x->body + pos + REC_HEAD, 0, r.name_len))
+            return -EBADMSG;
+        if (at_push(x, pos) < 0)
+            return -ENOMEM;
+        pos += need;
+    }
+    return pos == x->len ? 0 : -EBADMSG;
+}
+
+/* The file's name, or (tmp) a name of this process's own to write it
+ * under (several daemons may share cache.dir). */
+static void file_name(const char *locator, int tmp, char *buf, size_t len)
+{
+    static atomic_uint seq;
+    unsigned long long h = (unsigned long long)hash_xxh64(locator, strlen(locator));
+    if (tmp)
+        snprintf(buf, len, "shard-%016llx.idx.%d.%u.tmp", h, (int)getpid(),
+                 atomic_fetch_add(&seq, 1));
+    else
+        snprintf(buf, len, "shard-%016llx.idx", h);
+}
+
+void shardidx_file_name(const char *locator, char *buf, size_t len)
+{
+    file_name(locator, 0, buf, len);
+}
+
+static int read_all(int fd, uint8_t *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, buf + got, len - got, (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r < 0 ? -errno : -EBADMSG;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+int shardidx_load(const char *cache_dir, const struct shardidx_id *id, struct shardidx **out)
+{
+    char err[600], name[64];
+    struct stat sb;
+    uint8_t *file = NULL;
+    int rc;
+    *out = NULL;
+    if (!cache_dir || !*cache_dir)
+        return -ENOENT;
+    int dfd = cachedir_open(cache_dir, 0, err, sizeof(err));
+    if (dfd < 0)
+        return -ENOENT;
+    file_name(id->locator, 0, name, sizeof(name));
+    int fd = cachedir_open_file(dfd, name, O_RDONLY, 0);
+    close(dfd);
+    if (fd < 0)
+        return -ENOENT;
+    size_t ll = strlen(id->locator);
+    if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size > SHARDIDX_FILE_MAX ||
+        (uint64_t)sb.st_size < FILE_HEAD + ll + 8) {
+        close(fd);
+        return -ENOENT;
+    }
+    size_t flen = (size_t)sb.st_size;
+    if (!(file = malloc(flen))) {
+        close(fd);
+        return -ENOMEM;
+    }
+    rc = read_all(fd, file, flen);
+    close(fd);
+    uint32_t format, locator_len;
+    uint64_t size, version, count, body_len, sum;
+    memcpy(&format, file + 8, 4);
+    memcpy(&locator_len, file + 12, 4);
+    memcpy(&size, file + 16, 8);
+    memcpy(&version, file + 24, 8);
+    memcpy(&count, file + 32, 8);
+    memcpy(&body_len, file + 40, 8);
+    memcpy(&sum, file + flen - 8, 8);
+    if (rc < 0 || memcmp(file, SHARDIDX_MAGIC, 8) != 0 || format != SHARDIDX_FORMAT ||
+        locator_len != ll || memcmp(file + FILE_HEAD, id->locator, ll) != 0 ||
+        size != id->size || version != id->version || body_len != flen - FILE_HEAD - ll - 8 ||
+        sum != hash_xxh64(file, flen - 8)) {
+        free(file);
+        return rc == -ENOMEM ? rc : -ENOENT;
+    }
+    struct shardidx *x = shardidx_new();
+    if (!x || !(x->body = malloc(body_len ? body_len : 1))) {
+        shardidx_free(x);
+        free(file);
+        return -ENOMEM;
+    }
+    memcpy(x->body, file + FILE_HEAD + ll, body_len);
+    x->len = x->cap = body_len;
+    free(file);
+    if ((rc = parse_body(x, count, id->size)) < 0) {
+        shardidx_free(x);
+        return rc == -ENOMEM ? rc : -ENOENT;
+    }
+    *out = x;
+    return 0;
+}
+
+int shardidx_save(const char *cache_dir, const struct shardidx_id *id, const struct shardidx *x)
+{
+    char err[600], name[64], tmp[96];
+    if (!cache_dir || !*cache_dir)
+        return -ENOENT;
+    int dfd = cachedir_open(cache_dir, 1, err, sizeof(err));
+    if (dfd < 0)
+        return dfd;
+    file_name(id->locator, 0, name, sizeof(name));
+    file_name(id->locator, 1, tmp, sizeof(tmp));
+    /* 0640 like the segments: the umask may narrow it, never widen it. */
+    int fd = cachedir_open_file(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL, 0640);
+    if (fd < 0) {
+        close(dfd);
+        return fd;
+    }
+    size_t ll = strlen(id->locator);
+    uint8_t head[FILE_HEAD];
+    uint32_t format = SHARDIDX_FORMAT, l32 = (uint32_t)ll;
+    uint64_t count = x->n, body_len = x->len;
+    memcpy(head, SHARDIDX_MAGIC, 8);
+    memcpy(head + 8, &format, 4);
+    memcpy(head + 12, &l32, 4);
+    memcpy(head + 16, &id->size, 8);
+    memcpy(head + 24, &id->version, 8);
+    memcpy(head + 32, &count, 8);
+    memcpy(head + 40, &body_len, 8);
+    /* XXH64 of head, locator and body: one pass over a copy is simplest */
+    size_t flen = FILE_HEAD + ll + x->len;
+    uint8_t *file = malloc(flen + 8);
+    int rc = file ? 0 : -ENOMEM;
+    if (rc == 0) {
+        memcpy(file, head, FILE_HEAD);
+        memcpy(file + FILE_HEAD, id->locator, ll);
+        if (x->len)
+            memcpy(file + FILE_HEAD + ll, x->body, x->len);
+        uint64_t sum = hash_xxh64(file, flen);
+        memcpy(file + flen, &sum, 8);
+        rc = write_all(fd, file, flen + 8);
+    }
+    free(file);
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0)
+        rc = -errno;
+    if (rc < 0)
+        unlinkat(dfd, tmp, 0);
+    close(dfd);
+    return rc;
+}
