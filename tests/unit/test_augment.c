@@ -33,31 +33,11 @@
 #include "steps/geometry.h"
 #include "steps/jpeg_roi.h"
 #include "steps/mix.h"
+#include "photos.h"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 static const char *const photo_names[] = {"china.jpg", "flower.jpg", "grace_hopper.jpg"};
-
-static const char *photos_dir(void)
-{
-    const char *dir = getenv("PRESTO_PHOTOS");
-    return dir && *dir ? dir : "../shared/photos";
-}
-
-static int photos_present(void)
-{
-    DIR *d = opendir(photos_dir());
-    if (d == NULL)
-        return 0;
-    int found = 0;
-    struct dirent *e;
-    while (!found && (e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        found = n > 4 && strcmp(e->d_name + n - 4, ".jpg") == 0;
-    }
-    closedir(d);
-    return found;
-}
 
 static uint8_t *read_photo(const char *name, size_t *len)
 {

@@ -24,6 +24,7 @@
 #include "hash.h"
 #include "proto.h"
 #include "step.h"
+#include "photos.h"
 #include "step_impl.h"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -40,29 +41,6 @@ static const struct photo photos[] = {
 };
 
 /* ---- helpers: files, python, images ---- */
-
-static const char *photos_dir(void)
-{
-    const char *dir = getenv("PRESTO_PHOTOS");
-    return dir && *dir ? dir : "../shared/photos";
-}
-
-/* 1 when the photos directory holds at least one *.jpg (the rule of
- * tests/tools/mkdataset.py); the cases that read photos run only then. */
-static int photos_present(void)
-{
-    DIR *d = opendir(photos_dir());
-    if (d == NULL)
-        return 0;
-    int found = 0;
-    struct dirent *e;
-    while (!found && (e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        found = n > 4 && strcmp(e->d_name + n - 4, ".jpg") == 0;
-    }
-    closedir(d);
-    return found;
-}
 
 static void photo_path(const char *name, char *buf, size_t len)
 {
