@@ -6,7 +6,9 @@
 #ifndef PRESTO_TESTS_PHOTOS_H
 #define PRESTO_TESTS_PHOTOS_H
 
+#include <check.h>
 #include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +33,26 @@ static inline int photos_present(void)
     }
     closedir(d);
     return found;
+}
+
+/* Runs suite s and frees it. Without photos (with_photos 0: the suite left
+ * out its `skipped` photo cases) a run whose other cases pass ends with a
+ * skip line and 77, like the integration suites; a failure is EXIT_FAILURE. */
+static inline int photos_run(Suite *s, int with_photos, int skipped)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr), ran = srunner_ntests_run(sr);
+    srunner_free(sr);
+    if (failed)
+        return EXIT_FAILURE;
+    if (!with_photos) {
+        const char *env = getenv("PRESTO_PHOTOS");
+        printf("skip: no *.jpg photos at %s%s: %d photo cases not run (the other %d passed)\n",
+               env && *env ? "PRESTO_PHOTOS=" : "", photos_dir(), skipped, ran);
+        return 77;
+    }
+    return EXIT_SUCCESS;
 }
 
 #endif
