@@ -598,6 +598,102 @@ static int cfg_encoding(struct cfg_parse *ps, struct config_dataset *d, const ya
                      s ? s : "(not a scalar)");
 }
 
+/* ---- batch: how a dataset's samples become a batch (issue 18) ----
+ *
+ *   batch: {pad: longest, max_length: N}
+ *
+ * Samples whose time axis varies are padded with zeros to the longest in
+ * their batch, their lengths sent beside them; max_length (frames, or a
+ * spectrogram's columns) bounds a sample's slot, so a stream's buffers and
+ * ring have a fixed size whatever the clips; a longer sample is cropped to
+ * it. pad: none (the default) wants a fixed shape (time_crop). */
+#define CONFIG_PAD_MAX_LENGTH (1u << 24)
+
+struct batch_arg {
+    int pad;                        /* pad: longest */
+    uint64_t max_length;            /* 0: not given */
+    const yaml_node_t *max_node;
+};
+
+static const struct {
+    const char *key;
+    uint64_t min, max; /* max_length's range; pad is an enum */
+} batch_keys[] = {
+    {"pad", 0, 1},
+    {"max_length", 1, CONFIG_PAD_MAX_LENGTH},
+};
+
+static int cfg_batch_pair(struct cfg_parse *ps, void *arg, const char *key,
+                          const yaml_node_t *knode, const yaml_node_t *val)
+{
+    struct batch_arg *ba = arg;
+    char full[64];
+    const char *s = scalar(val);
+    uint64_t v;
+    size_t k = 0;
+    while (k < sizeof(batch_keys) / sizeof(batch_keys[0]) && strcmp(batch_keys[k].key, key))
+        k++;
+    snprintf(full, sizeof(full), "batch.%s", key);
+    if (k == sizeof(batch_keys) / sizeof(batch_keys[0]))
+        return cfg_error(ps, knode, full, "unknown key (batch.pad and batch.max_length are)");
+    if (!s)
+        return cfg_error(ps, val, full, "expected a scalar, found %s", node_kind(val));
+    if (k == 0) {
+        if (strcmp(s, "longest") != 0 && strcmp(s, "none") != 0)
+            return cfg_error(ps, val, full, "'%s' is not longest or none", s);
+        ba->pad = strcmp(s, "longest") == 0;
+        return 0;
+    }
+    if (parse_uint(s, 10, &v) < 0)
+        return cfg_error(ps, val, full, "'%s' is not a non-negative integer", s);
+    if (v < batch_keys[k].min || v > batch_keys[k].max)
+        return cfg_error(ps, val, full, "%s is out of range [%llu, %llu]", s,
+                         (unsigned long long)batch_keys[k].min,
+                         (unsigned long long)batch_keys[k].max);
+    ba->max_length = v;
+    ba->max_node = val;
+    return 0;
+}
+
+static int cfg_batch(struct cfg_parse *ps, struct config_dataset *d, const yaml_node_t *val)
+{
+    struct batch_arg ba = {0, 0, NULL};
+    int rc = cfg_each_pair(ps, val, "batch", cfg_batch_pair, &ba);
+    if (rc < 0)
+        return rc;
+    if (ba.pad && !ba.max_length)
+        return cfg_error(ps, val, "batch.max_length", "pad: longest needs max_length, the "
+                         "longest sample a batch holds (longer ones are cropped to it)");
+    if (!ba.pad && ba.max_length)
+        return cfg_error(ps, ba.max_node, "batch.max_length", "max_length is for pad: longest");
+    d->pad_max = (uint32_t)ba.max_length;
+    d->batch_line = (int)val->start_mark.line + 1;
+    return 0;
+}
+
+/* Once the steps are known: padding is for samples with a time axis (an
+ * audio sample's w), whose other dimensions are fixed. */
+static int cfg_batch_check(struct cfg_parse *ps, const struct config_dataset *d)
+{
+    const struct config_stage *o = &d->chain[d->nsteps];
+    char what[96];
+    if (!d->pad_max)
+        return 0;
+    step_type_describe(&o->type, what, sizeof(what));
+    if (o->type.domain != STEP_DOMAIN_WAVEFORM && o->type.domain != STEP_DOMAIN_SPECTROGRAM)
+        return cfg_error_line(ps, (size_t)d->batch_line, "batch.pad", "pad: longest pads the "
+                              "time axis of audio samples (waveform [C, T], spectrogram "
+                              "[C, F, T]), but the pipeline gives %s", what);
+    if (o->c == 0 || o->h == 0)
+        return cfg_error_line(ps, (size_t)d->batch_line, "batch.pad", "pad: longest pads "
+                              "only the time axis, but the pipeline's channels vary per file "
+                              "(decode_audio with mono: true)");
+    if (d->nbatch_steps)
+        return cfg_error_line(ps, (size_t)d->batch_line, "batch.pad", "pad: longest and "
+                              "batch-level steps (mixup, cutmix) do not go together");
+    return 0;
+}
+
 struct dataset_arg {
     struct config_dataset *d;
     const yaml_node_t *split; /* resolved after steps are known */
@@ -672,11 +768,13 @@ static int cfg_dataset_pair(struct cfg_parse *ps, void *arg, const char *key,
     }
     if (strcmp(key, "root") == 0 && val->type == YAML_SEQUENCE_NODE)
         return cfg_root_list(ps, d, val);
+    if (strcmp(key, "batch") == 0)
+        return cfg_batch(ps, d, val);
     if (strcmp(key, "name") != 0 && strcmp(key, "root") != 0 &&
         strcmp(key, "on_error") != 0)
         return cfg_error(ps, knode, key,
                          "unknown dataset key (name, root, steps, split, on_error, encoding, "
-                         "follow_symlinks)");
+                         "follow_symlinks, batch)");
     if (!s || !*s)
         return cfg_error(ps, val, key, "expected a non-empty scalar");
     if (strcmp(key, "name") == 0) {
@@ -821,6 +919,8 @@ static int cfg_datasets(struct cfg_parse *ps, struct config *c, const yaml_node_
         if (!d->root)
             return cfg_error(ps, n, "datasets.root", "dataset '%s' needs a root", d->name);
         if ((rc = cfg_split(ps, d, da.split)) < 0)
+            return rc;
+        if ((rc = cfg_batch_check(ps, d)) < 0)
             return rc;
     }
     return cfg_duplicates(ps, c);
@@ -1220,7 +1320,9 @@ struct proto_labels config_dataset_labels(const struct config_dataset *d)
         if (step_soft_classes(&d->batch_steps[i]))
             return (struct proto_labels){PROTO_DTYPE_F32,
                                          step_soft_classes(&d->batch_steps[i]), 0};
-    return PROTO_LABELS_INT64;
+    struct proto_labels l = PROTO_LABELS_INT64;
+    l.lengths = d->pad_max > 0; /* batch: {pad: longest} */
+    return l;
 }
 
 const struct config_dataset *config_find_dataset(const struct config *c, const char *name)
@@ -1249,7 +1351,7 @@ int config_dataset_same(const struct config_dataset *a, const struct config_data
     if (strcmp(a->name, b->name) != 0 || strcmp(a->root, b->root) != 0 ||
         a->nsteps != b->nsteps || a->split != b->split || a->on_error != b->on_error ||
         a->zstd_level != b->zstd_level || a->follow_symlinks != b->follow_symlinks ||
-        a->split_auto != b->split_auto)
+        a->split_auto != b->split_auto || a->pad_max != b->pad_max)
         return 0;
     /* A step's fingerprint covers every parameter, at full precision. */
     for (uint32_t i = 0; i < a->nsteps; i++)

@@ -117,6 +117,14 @@ struct config_dataset {
     struct step batch_steps[CONFIG_MAX_BATCH_STEPS];
     uint32_t nbatch_steps;
     int batch_lines[CONFIG_MAX_BATCH_STEPS]; /* where each was written */
+    /* batch: {pad: longest, max_length: N} (issue 18): samples whose time
+     * axis (an audio sample's w) varies are padded with zeros to the
+     * longest in their batch, each one's length sent beside it (the labels'
+     * lengths tensor); one longer than max_length is cropped to it. N bounds
+     * a sample's slot: the output is [C, (F,) N] as far as buffers go.
+     * 0: no padding (every sample has the pipeline's fixed shape). */
+    uint32_t pad_max;
+    int batch_line; /* where batch: was written (0: nowhere) */
 };
 
 struct config {
@@ -194,7 +202,8 @@ int config_check_roots(const struct config *c, char *err, size_t errlen);
  * err and *bad the index of the step at fault. */
 int config_dataset_chain(struct config_dataset *d, uint32_t *bad, char *err, size_t errlen);
 /* The label tensor a batch of d carries: int64 [n], or float32 [n, K] when
- * a batch-level step makes soft targets of K classes. */
+ * a batch-level step makes soft targets of K classes; with lengths when d
+ * pads its samples (batch: {pad: longest}). */
 struct proto_labels config_dataset_labels(const struct config_dataset *d);
 /* Sets cache.dir (--cache-dir) in c and in every dataset's source. 0 or -ENOMEM. */
 int config_set_cache_dir(struct config *c, const char *path);

@@ -397,6 +397,25 @@ static const struct bad_case bad_cases[] = {
     {"time mask offline", DS "    steps: [decode_audio, {mel_spectrogram: {n_mels: 8}}, "
                              "{time_mask: 4}]\n    split: 3\n", 5,
      {"split", "time_mask"}},
+    /* batch: {pad: longest} (issue 18) */
+    {"pad without max_length", DS "    steps: [{decode_audio: {mono: true}}]\n"
+                                  "    batch: {pad: longest}\n",
+     5, {"batch.max_length", "pad: longest needs max_length"}},
+    {"max_length without pad", DS "    steps: [{decode_audio: {mono: true}}]\n"
+                                  "    batch:\n      max_length: 100\n",
+     6, {"batch.max_length", "for pad: longest"}},
+    {"pad kind", DS "    batch: {pad: shortest, max_length: 9}\n", 4,
+     {"batch.pad", "'shortest' is not longest or none"}},
+    {"max_length range", DS "    batch: {pad: longest, max_length: 0}\n", 4,
+     {"batch.max_length", "out of range [1, 16777216]"}},
+    {"unknown batch key", DS "    batch: {pad: longest, fill: 0}\n", 4,
+     {"batch.fill", "unknown key"}},
+    {"pad an image", DS "    steps: [decode, {resize: 8}]\n"
+                        "    batch: {pad: longest, max_length: 8}\n",
+     5, {"batch.pad", "uint8 image [H, W, C]"}},
+    {"pad channels that vary", DS "    steps: [decode_audio]\n"
+                                  "    batch: {pad: longest, max_length: 8}\n",
+     5, {"batch.pad", "channels vary per file (decode_audio with mono: true)"}},
     {"dct_scale without a resize", DS "    steps:\n      - decode: {dct_scale: true}\n"
                                       "      - center_crop: 8\n",
      5, {"steps", "dct_scale"}},
@@ -553,6 +572,36 @@ START_TEST(test_batch_steps)
     f = config_dataset_labels(&c2.datasets[0]);
     ck_assert_uint_eq(f.dtype, PROTO_DTYPE_I64);
     ck_assert_uint_eq(f.classes, 0);
+    config_free(&c2);
+    config_free(&c);
+}
+END_TEST
+
+/* batch: {pad: longest, max_length: N}: the bound, its line, the lengths in
+ * the labels' format; a dataset that pads is not the same as one that does
+ * not. */
+START_TEST(test_batch_pad)
+{
+    struct config c, c2;
+    char err[512];
+    ck_assert_int_eq(load(&c, DS "    steps:\n      - decode_audio: {mono: true}\n"
+                                 "      - mel_spectrogram: {n_mels: 8}\n"
+                                 "    batch:\n      pad: longest\n      max_length: 300\n",
+                          err, sizeof(err)), 0);
+    const struct config_dataset *d = &c.datasets[0];
+    ck_assert_uint_eq(d->pad_max, 300);
+    ck_assert_int_eq(d->batch_line, 8);
+    ck_assert_uint_eq(d->chain[d->nsteps].w, 0); /* the samples' own lengths */
+    struct proto_labels f = config_dataset_labels(d);
+    ck_assert_uint_eq(f.dtype, PROTO_DTYPE_I64);
+    ck_assert_uint_eq(f.lengths, 1);
+    ck_assert_int_eq(load(&c2, DS "    steps:\n      - decode_audio: {mono: true}\n"
+                                  "      - mel_spectrogram: {n_mels: 8}\n"
+                                  "    batch: {pad: none}\n",
+                          err, sizeof(err)), 0);
+    ck_assert_uint_eq(c2.datasets[0].pad_max, 0);
+    ck_assert_uint_eq(config_dataset_labels(&c2.datasets[0]).lengths, 0);
+    ck_assert(!config_dataset_same(d, &c2.datasets[0]));
     config_free(&c2);
     config_free(&c);
 }
@@ -1219,6 +1268,7 @@ static Suite *config_suite(void)
     tc = tcase_create("errors");
     tcase_add_loop_test(tc, test_bad, 0, (int)NELEM(bad_cases));
     tcase_add_test(tc, test_batch_steps);
+    tcase_add_test(tc, test_batch_pad);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("misc");
