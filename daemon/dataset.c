@@ -72,8 +72,9 @@ static struct strategy *strategy_new(const struct config_dataset *cfg, uint32_t 
     }
     if (out) {
         const struct config_stage *o = &cfg->chain[cfg->nsteps];
-        *out = (struct dataset_output){o->h, o->w, o->c, o->dtype, o->layout,
-                                       (size_t)o->h * o->w * o->c * proto_dtype_size(o->dtype),
+        uint32_t w = cfg->pad_max ? cfg->pad_max : o->w; /* padded: a slot's room */
+        *out = (struct dataset_output){o->h, w, o->c, o->dtype, o->layout,
+                                       (size_t)o->h * w * o->c * proto_dtype_size(o->dtype),
                                        o->type, config_dataset_labels(cfg)};
     }
     return st;
@@ -316,6 +317,8 @@ uint64_t dataset_content_hash(const struct dataset *ds, uint64_t h)
      * so datasets without them keep their fingerprints). */
     for (uint32_t i = 0; i < dc->nbatch_steps; i++)
         h = hash_combine(h, step_fingerprint(&dc->batch_steps[i], 0xcbf29ce484222325ull));
+    if (dc->pad_max) /* batch: {pad: longest, max_length} */
+        h = hash_combine(h, 0x7061640000000000ull | dc->pad_max);
     return h;
 }
 

@@ -225,18 +225,44 @@ static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint3
     return 0;
 }
 
-/* The online steps, the last one writing straight into the batch's slot. */
+/* batch: {pad: longest}: a sample whose time axis (w) is its length goes
+ * into a slot of o->w (max_length) columns: each of its c x h rows cropped
+ * to that and zeros after it. *len is the length kept. */
+static int pad_into(const struct img *cur, const struct dataset_output *o, uint8_t *dst,
+                    int64_t *len, char *err, size_t errlen)
+{
+    size_t es = proto_dtype_size(o->dtype);
+    if (cur->fmt != IMG_PIXELS || cur->h != o->h || cur->c != o->c || cur->w == 0 ||
+        cur->dtype != o->dtype || cur->len != (size_t)cur->h * cur->w * cur->c * es) {
+        snprintf(err, errlen, "output is %ux%ux%u, the stream's is %ux%ux(up to %u)", cur->c,
+                 cur->h, cur->w, o->c, o->h, o->w);
+        return -EBADMSG;
+    }
+    uint32_t t = cur->w < o->w ? cur->w : o->w;
+    for (size_t r = 0; r < (size_t)o->c * o->h; r++) {
+        uint8_t *row = dst + r * o->w * es;
+        memcpy(row, cur->data + r * cur->w * es, t * es);
+        memset(row + t * es, 0, (o->w - t) * es);
+    }
+    *len = t;
+    return 0;
+}
+
+/* The online steps, the last one writing straight into the batch's slot
+ * (padded: through pad_into, *len the sample's length). */
 static int run_online(struct pipeline *p, const struct dataset *ds, const struct strategy *st,
                       const struct img *cur, uint64_t sample_seed, uint8_t *dst,
-                      struct worker_ctx *ctx, char *err, size_t errlen)
+                      int64_t *len, struct worker_ctx *ctx, char *err, size_t errlen)
 {
     const struct config_dataset *cfg = dataset_config(ds);
     const struct dataset_output *o = dataset_output(ds);
     struct img slot = {.fmt = IMG_PIXELS, .data = dst, .cap = o->bytes, .borrowed = 1};
-    int rc = run_steps(p, cfg, st->split, cfg->nsteps, sample_seed, ctx, &cur, &slot, err,
-                       errlen);
+    int rc = run_steps(p, cfg, st->split, cfg->nsteps, sample_seed, ctx, &cur,
+                       cfg->pad_max ? NULL : &slot, err, errlen);
     if (rc < 0)
         return rc;
+    if (cfg->pad_max)
+        return pad_into(cur, o, dst, len, err, errlen);
     if (cur->fmt != IMG_PIXELS || cur->h != o->h || cur->w != o->w || cur->c != o->c ||
         cur->len != o->bytes) {
         snprintf(err, errlen, "output is %ux%ux%u, the stream's is %ux%ux%u", cur->h,
@@ -841,6 +867,15 @@ uint32_t pipeline_batch(struct pipeline *p, struct dataset *ds, const uint32_t *
                         int64_t *labels, struct worker_ctx *ctx, struct pipeline_ahead *pre,
                         pipeline_bad_fn bad, void *arg)
 {
+    return pipeline_batch_padded(p, ds, ids, n, seed, epoch, dst, labels, NULL, ctx, pre,
+                                 bad, arg);
+}
+
+uint32_t pipeline_batch_padded(struct pipeline *p, struct dataset *ds, const uint32_t *ids,
+                               uint32_t n, uint64_t seed, uint64_t epoch, uint8_t *dst,
+                               int64_t *labels, int64_t *lengths, struct worker_ctx *ctx,
+                               struct pipeline_ahead *pre, pipeline_bad_fn bad, void *arg)
+{
     struct pipe_local *L = local_get(ctx);
     const struct strategy *st = dataset_strategy(ds); /* for the whole batch */
     size_t sample_bytes = dataset_output(ds)->bytes;
@@ -885,10 +920,13 @@ uint32_t pipeline_batch(struct pipeline *p, struct dataset *ds, const uint32_t *
                 f = item_materialize(p, &x, it, L, C, ctx, 1, &view, &im, err, sizeof(err));
             }
             ctx->step.name = dataset_path(ds, id);
+            int64_t len = 0;
             if (f == 0)
                 f = run_online(p, ds, st, im, hash_sample_seed(seed, epoch, id),
-                               dst + (size_t)k * sample_bytes, ctx, err, sizeof(err));
+                               dst + (size_t)k * sample_bytes, &len, ctx, err, sizeof(err));
             if (f == 0) {
+                if (lengths)
+                    lengths[k] = len;
                 labels[k++] = dataset_label(ds, id);
                 continue;
             }
@@ -986,4 +1024,22 @@ int pipeline_batch_steps(const struct dataset *ds, uint64_t seed, uint8_t *data,
               targets, k, scratch);
     free(scratch);
     return rc;
+}
+
+/* ---- padded batches (batch: {pad: longest}) ---- */
+
+uint32_t pipeline_pad_relay(uint8_t *data, uint32_t n, size_t rows, uint32_t max_length,
+                            size_t elem, const int64_t *lengths)
+{
+    uint32_t t = 1;
+    for (uint32_t i = 0; i < n; i++)
+        if (lengths[i] > (int64_t)t)
+            t = (uint32_t)lengths[i];
+    if (t > max_length)
+        t = max_length;
+    /* Row r moves from r * max_length to r * t elements: never later, so in
+     * ascending order no row is overwritten before it moved. */
+    for (size_t r = 1; t < max_length && r < (size_t)n * rows; r++)
+        memmove(data + r * t * elem, data + r * max_length * elem, t * elem);
+    return t;
 }

@@ -79,6 +79,20 @@ uint32_t pipeline_batch(struct pipeline *p, struct dataset *ds, const uint32_t *
                         uint32_t n, uint64_t seed, uint64_t epoch, uint8_t *dst,
                         int64_t *labels, struct worker_ctx *ctx, struct pipeline_ahead *pre,
                         pipeline_bad_fn bad, void *arg);
+/* The same, for a dataset that pads (batch: {pad: longest}): the k-th good
+ * sample goes to dst + k * (the output's bytes) as [C, (F,) max_length],
+ * its rows zero-filled after its length (cropped to max_length), which
+ * goes to lengths[k]. lengths may be NULL. */
+uint32_t pipeline_batch_padded(struct pipeline *p, struct dataset *ds, const uint32_t *ids,
+                               uint32_t n, uint64_t seed, uint64_t epoch, uint8_t *dst,
+                               int64_t *labels, int64_t *lengths, struct worker_ctx *ctx,
+                               struct pipeline_ahead *pre, pipeline_bad_fn bad, void *arg);
+/* Lays a padded batch out for the client (stream.c, a worker): n samples
+ * at data, each [rows, max_length] of elem-byte values, in place as
+ * [rows, T] with T the longest of lengths[0..n) (at least 1), the zeros
+ * after each length kept. Returns T. */
+uint32_t pipeline_pad_relay(uint8_t *data, uint32_t n, size_t rows, uint32_t max_length,
+                            size_t elem, const int64_t *lengths);
 
 /* The dataset's batch-level steps (mixup, cutmix; steps/mix.h) on a batch
  * of n good samples at data (the output's shape, float32) whose class

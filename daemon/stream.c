@@ -47,6 +47,8 @@ struct batch_job {
     int64_t *labels; /* batch_size: the samples' class indices (pipeline_batch) */
     uint8_t *lab;    /* batch_size rows of the label tensor (stream_label_row):
                         labels itself for int64 labels, else a buffer of its own */
+    int64_t *lengths; /* padded (batch: {pad: longest}): the samples' lengths */
+    uint32_t w;       /* padded: the batch's longest, its samples' w once laid out */
     uint8_t *buf;    /* [data_off bytes of room][batch_size samples] */
     uint32_t refs;   /* in flight, the batch being cut, pieces lent, the client */
     uint32_t slot;   /* shared memory: the job's slot of the stream's ring */
@@ -78,6 +80,7 @@ struct stream {
     uint32_t nparts, part_n;
     uint8_t *labels;         /* a two-segment batch's label rows, gathered */
     size_t lab_row;          /* bytes of a sample's row of the label tensor */
+    int padded;              /* batch: {pad: longest}: a job is a batch (stream_take_job) */
     uint64_t batches_sent, samples_sent, skipped;
     uint64_t first_batch;    /* where the stream started (params.start_batch) */
     size_t data_off;         /* where sample data starts in a job buffer */
@@ -210,7 +213,7 @@ void stream_ring_free(struct streams *ss, struct ring *r, struct budget *b, uid_
 static size_t job_bytes(const struct stream *s)
 {
     size_t b = sizeof(struct batch_job) + s->p.batch_size * sizeof(int64_t) +
-               job_extra_labels(s);
+               job_extra_labels(s) + (s->padded ? s->p.batch_size * sizeof(int64_t) : 0);
     if (!stream_shm(s))
         b += s->data_off + (size_t)s->p.batch_size * stream_sample_bytes(s);
     return b;
@@ -223,10 +226,11 @@ uint64_t stream_memory(const struct dataset *ds, const struct stream_params *p)
     uint64_t row = proto_label_row(&o->labels);
     uint64_t cap = (uint64_t)p->prefetch + 2; /* inflight's entries, most jobs */
     uint64_t room = ((uint64_t)p->room + 63) & ~(uint64_t)63;
+    uint64_t len = o->labels.lengths ? sizeof(int64_t) : 0; /* padded: lengths */
     uint64_t job = sizeof(struct batch_job) + bs * sizeof(int64_t) +
-                   (row == sizeof(int64_t) ? 0 : bs * row);
+                   (row == sizeof(int64_t) ? 0 : bs * row) + bs * len;
     uint64_t base = sizeof(struct stream) + (uint64_t)dataset_size(ds) * sizeof(uint32_t) +
-                    bs * row + cap * sizeof(struct batch_job *);
+                    bs * (row + len) + cap * sizeof(struct batch_job *);
     /* Socket: up to cap jobs with their buffers (never more than the
      * epoch's batches and the two a cut waits in), their frames queued by
      * reference (the frame's prefix is written in the room before them). */
@@ -237,7 +241,7 @@ uint64_t stream_memory(const struct dataset *ds, const struct stream_params *p)
     /* Shared memory: a job per slot and the ring; the BATCH_SHM frames
      * (header and labels) of every slot the client has not taken. */
     uint64_t slots = p->prefetch < 2 ? 2 : p->prefetch;
-    uint64_t frame = 128 + bs * row;
+    uint64_t frame = 128 + bs * (row + len);
     uint64_t shm = base + slots * (job + sizeof(struct batch_job *) + frame +
                                    ring_slot_size((size_t)(bs * sample)));
     return shm > sock ? shm : sock;
@@ -256,6 +260,7 @@ static void stream_free(struct stream *s)
         if (j->lab != (uint8_t *)j->labels)
             free(j->lab);
         free(j->labels);
+        free(j->lengths);
         readahead_free(ss->readahead, j->ahead);
         free(j);
     }
@@ -291,6 +296,13 @@ static void job_unref(struct batch_job *j)
 static uint8_t *job_sample(const struct batch_job *j, uint32_t i)
 {
     return j->buf + j->s->data_off + (size_t)i * stream_sample_bytes(j->s);
+}
+
+/* A sample's bytes as the job's batch goes out: padded, at its longest. */
+static size_t job_sample_bytes(const struct batch_job *j)
+{
+    const struct dataset_output *o = dataset_output(j->s->ds);
+    return j->s->padded ? o->bytes / o->w * j->w : o->bytes;
 }
 
 /* ---- worker thread ---- */
@@ -351,10 +363,16 @@ static void job_run(struct work *w, struct worker_ctx *ctx)
     planner_batch(&s->plan, j->index, &first, &len);
     j->skipped = 0;
     j->failed = 0;
-    j->n = pipeline_batch(s->ss->pipe, s->ds, s->plan.ids + first, len, s->p.seed, s->p.epoch,
-                          job_sample(j, 0), j->labels, ctx, j->ahead, job_bad, j);
+    j->n = pipeline_batch_padded(s->ss->pipe, s->ds, s->plan.ids + first, len, s->p.seed,
+                                 s->p.epoch, job_sample(j, 0), j->labels, j->lengths, ctx,
+                                 j->ahead, job_bad, j);
     if (j->failed)
         j->n = 0;
+    if (s->padded) { /* laid out at the batch's longest, here on the worker */
+        const struct dataset_output *o = dataset_output(s->ds);
+        j->w = pipeline_pad_relay(job_sample(j, 0), j->n, (size_t)o->c * o->h, o->w,
+                                  proto_dtype_size(o->dtype), j->lengths);
+    }
     if (j->lab != (uint8_t *)j->labels) /* soft targets: mixup, cutmix */
         job_batch_steps(j);
 }
@@ -400,14 +418,16 @@ static struct batch_job *job_get(struct stream *s)
     j->s = s;
     j->labels = malloc(s->p.batch_size * sizeof(*j->labels));
     j->lab = job_extra_labels(s) ? malloc(job_extra_labels(s)) : (uint8_t *)j->labels;
+    j->lengths = s->padded ? malloc(s->p.batch_size * sizeof(*j->lengths)) : NULL;
     if (stream_shm(s))
         j->buf = ring_slot(&s->shm, j->slot = s->nslots_used);
     else
         j->buf = malloc(s->data_off + (size_t)s->p.batch_size * stream_sample_bytes(s));
-    if (!j->labels || !j->lab || !j->buf) {
+    if (!j->labels || !j->lab || !j->buf || (s->padded && !j->lengths)) {
         if (j->lab != (uint8_t *)j->labels)
             free(j->lab);
         free(j->labels);
+        free(j->lengths);
         if (!stream_shm(s))
             free(j->buf);
         free(j);
@@ -488,30 +508,37 @@ static int stream_sent(struct stream *s, int rc, uint32_t n, uint64_t bytes)
 }
 
 /* Lends piece k of b: samples [off, off + n) of job j. */
-static void batch_piece(struct stream *s, struct reply_batch *b, struct batch_job *j,
-                        uint32_t off, uint32_t n)
+static void batch_piece(struct reply_batch *b, struct batch_job *j, uint32_t off, uint32_t n)
 {
     unsigned k = b->npieces++;
     b->piece[k].p = job_sample(j, off);
-    b->piece[k].len = (size_t)n * stream_sample_bytes(s);
+    b->piece[k].len = (size_t)n * job_sample_bytes(j);
     b->piece[k].ref = &j->ref;
     j->refs++;
 }
 
-/* The batch of n samples about to go out, without its samples. */
-static void batch_init(const struct stream *s, struct reply_batch *b, uint32_t n,
-                       const uint8_t *labels)
+/* The batch of n samples about to go out, without its samples. Padded, it
+ * is job j's, at its longest, its lengths gathered behind the labels. */
+static void batch_init(struct stream *s, struct reply_batch *b, uint32_t n,
+                       const uint8_t *labels, const struct batch_job *j)
 {
     const struct dataset_output *o = dataset_output(s->ds);
     memset(b, 0, sizeof(*b));
     b->index = s->first_batch + s->batches_sent;
     b->n = n;
     b->h = o->h;
-    b->w = o->w;
+    b->w = s->padded ? j->w : o->w;
     b->c = o->c;
     b->dtype = o->dtype;
     b->labels = labels;
     b->labels_len = (size_t)n * s->lab_row;
+    if (s->padded) { /* the label block: n rows, then n lengths */
+        if (labels != s->labels)
+            memcpy(s->labels, labels, b->labels_len);
+        memcpy(s->labels + b->labels_len, j->lengths, n * sizeof(int64_t));
+        b->labels = s->labels;
+        b->labels_len += n * sizeof(int64_t);
+    }
 }
 
 /* Sends the batch being cut without copying its samples: its segments are
@@ -530,11 +557,11 @@ static int stream_emit(struct stream *s)
         memcpy(s->labels + p0->n * s->lab_row, p1->job->lab, p1->n * s->lab_row);
         labels = s->labels;
     }
-    batch_init(s, &b, n, labels);
-    batch_piece(s, &b, p0->job, p0->off, p0->n);
+    batch_init(s, &b, n, labels, p0->job);
+    batch_piece(&b, p0->job, p0->off, p0->n);
     b.room = p0->off == 0 ? s->data_off : 0;
     if (s->nparts == 2)
-        batch_piece(s, &b, s->part[1].job, 0, s->part[1].n);
+        batch_piece(&b, s->part[1].job, 0, s->part[1].n);
     int rc = reply_batch(&s->reply, &b);
     stream_drop_parts(s); /* the pieces lent hold their own references */
     return stream_sent(s, rc, n, rc < 0 ? 0 : (uint64_t)rc);
@@ -596,7 +623,7 @@ static int stream_emit_shm(struct stream *s)
     struct batch_job *t = s->part[0].job;
     uint32_t n = s->part_n;
     struct reply_batch b;
-    batch_init(s, &b, n, t->lab);
+    batch_init(s, &b, n, t->lab, t);
     b.shm = 1;
     b.slot = t->slot;
     b.offset = (uint64_t)t->slot * s->shm.slot_bytes;
@@ -606,7 +633,7 @@ static int stream_emit_shm(struct stream *s)
     s->nheld++;
     s->nparts = 0;
     s->part_n = 0;
-    return stream_sent(s, rc, n, (uint64_t)n * stream_sample_bytes(s));
+    return stream_sent(s, rc, n, (uint64_t)n * job_sample_bytes(t));
 }
 
 /*
@@ -654,6 +681,28 @@ static int stream_take_shm(struct stream *s, struct batch_job *j)
     return rc;
 }
 
+/*
+ * Padded (batch: {pad: longest}): each job is one batch, laid out by its
+ * worker at its own longest, so batches are never cut across jobs: a
+ * planned batch with a bad sample skipped goes out short (a batch of none
+ * goes out not at all). Returns 0, or -ENOMEM when the stream failed.
+ */
+static int stream_take_job(struct stream *s, struct batch_job *j)
+{
+    int rc = 0;
+    s->skipped += j->skipped;
+    s->ss->n[SS_samples_skipped] += j->skipped;
+    if (j->n > 0) {
+        s->part[0] = (struct segment){j, 0, j->n};
+        s->nparts = 1;
+        s->part_n = j->n;
+        j->refs++;
+        rc = stream_shm(s) ? stream_emit_shm(s) : stream_emit(s);
+    }
+    job_unref(j);
+    return rc;
+}
+
 /* Every planned batch is in: the short last batch, then the end. */
 static void stream_end(struct stream *s)
 {
@@ -689,7 +738,8 @@ static void stream_pump(struct stream *s)
             job_unref(j);
             return;
         }
-        if ((stream_shm(s) ? stream_take_shm(s, j) : stream_take(s, j)) < 0)
+        if ((s->padded ? stream_take_job(s, j)
+                       : stream_shm(s) ? stream_take_shm(s, j) : stream_take(s, j)) < 0)
             return;
     }
     while (!s->done && s->next_submit < s->plan.batches &&
@@ -926,7 +976,8 @@ int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
     s->next_submit = s->next_send = s->first_batch;
     s->inflight = calloc(s->cap, sizeof(*s->inflight));
     s->lab_row = label_row(ds);
-    s->labels = malloc(p->batch_size * s->lab_row);
+    s->padded = dataset_config(ds)->pad_max > 0;
+    s->labels = malloc(p->batch_size * (s->lab_row + (s->padded ? sizeof(int64_t) : 0)));
     s->pump_ev = event_new(ss->base, -1, 0, stream_on_pump, s);
     s->release_ev = evtimer_new(ss->base, stream_on_release_timeout, s);
     if (!s->inflight || !s->labels || !s->pump_ev || !s->release_ev) {
