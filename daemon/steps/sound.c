@@ -243,6 +243,29 @@ static int copy_out(struct step_ctx *ctx, struct img *out, const struct audio_bu
     return rc;
 }
 
+/* decode_audio {dtype: int16}: b's samples x 32768, rounded to the nearest
+ * (ties to even, as torch.round) and clamped: a 16-bit PCM file's own
+ * samples, as torchaudio.load(normalize=False) gives them. */
+static int copy_out_i16(struct step_ctx *ctx, struct img *out, const struct audio_buf *b)
+{
+    size_t n = audio_buf_count(b);
+    if (n == 0 || b->frames > UINT32_MAX)
+        return step_fail(ctx, -EINVAL, "an empty or oversized clip (%u x %llu)", b->channels,
+                         (unsigned long long)b->frames);
+    int rc = step_out_pixels_as(ctx, out, 1, (uint32_t)b->frames, b->channels,
+                                PROTO_DTYPE_I16);
+    if (rc < 0)
+        return rc;
+    out->rate = b->rate;
+    int16_t *o = (int16_t *)(void *)out->data;
+    for (size_t i = 0; i < n; i++) {
+        float v = nearbyintf(b->data[i] * 32768.0f);
+        v = v == v ? v : 0.0f; /* a NaN (never from our decoders): 0 */
+        o[i] = (int16_t)(v > 32767.0f ? 32767.0f : v < -32768.0f ? -32768.0f : v);
+    }
+    return 0;
+}
+
 /* An audio function's failure: its message, and -EBADMSG for what is the
  * sample's fault (-E2BIG kept: over a limit). */
 static int sound_fail(struct step_ctx *ctx, struct step_sound *ss, int rc)
@@ -294,7 +317,9 @@ int step_sound_apply(const struct step *s, struct step_ctx *ctx, const struct im
             fmt = audio_format_sniff(in->data, in->len);
         rc = audio_decode(ss->ax, in->data, in->len, fmt ? fmt : AUDIO_FMT_MP3,
                           (int)a->mono, &lim, tmp);
-        return rc < 0 ? sound_fail(ctx, ss, rc) : copy_out(ctx, out, tmp);
+        if (rc < 0)
+            return sound_fail(ctx, ss, rc);
+        return a->int16 ? copy_out_i16(ctx, out, tmp) : copy_out(ctx, out, tmp);
     }
     if ((rc = view_in(ctx, s, in, &src)) < 0)
         return rc;

@@ -205,6 +205,7 @@ struct param {
 static const char *const no_yes[] = {"false", "true", NULL};
 static const char *const align_names[] = {"start", "center", NULL};
 static const char *const pad_names[] = {"end", "center", "random", NULL};
+static const char *const audio_dtype_names[] = {"float32", "int16", NULL};
 static const char *const pad_mode_names[] = {"reflect", "constant", "replicate", "circular",
                                              NULL};
 static const char *const norm_names[] = {"none", "slaney", NULL};
@@ -255,7 +256,8 @@ static const struct step_params {
                      {"switch_p", P_SWITCH, 0}}, 0},
     [STEP_CUTMIX] = {{{"alpha", P_ALPHA, 1}, {"num_classes", P_CLASSES, 1}, {"p", P_PROB, 0},
                       {"switch_p", P_SWITCH, 0}}, 0},
-    [STEP_DECODE_AUDIO] = {{{"mono", P_ENUM, 0, AU(mono), 0, 0, no_yes}}, 0},
+    [STEP_DECODE_AUDIO] = {{{"mono", P_ENUM, 0, AU(mono), 0, 0, no_yes},
+                            {"dtype", P_ENUM, 0, AU(int16), 0, 0, audio_dtype_names}}, 0},
     [STEP_RESAMPLE] = {{{"rate", P_U32, 1, AU(rate), 1, AUDIO_RATE_MAX, NULL},
                         {"lowpass_filter_width", P_U32, 0, AU(width), 1,
                          AUDIO_RESAMPLE_WIDTH_MAX, NULL},
@@ -995,7 +997,7 @@ void step_gives(const struct step *s, const struct step_type *in, struct step_ty
     t.domain = g->give_domain;
     t.rank = g->give_rank;
     if (g->give_dtype)
-        t.dtype = g->give_dtype;
+        t.dtype = step_out_dtype(s, t.dtype);
     t.layout = g->give_layout == 1   ? s->layout
                : g->give_layout == 2 ? STEP_LAYOUT_NCHW
                : in->domain == g->give_domain ? in->layout
@@ -1582,6 +1584,8 @@ uint32_t step_out_dtype(const struct step *s, uint32_t in_dtype)
 {
     if ((unsigned)s->kind >= STEP_KIND_MAX)
         return in_dtype;
+    if (s->kind == STEP_DECODE_AUDIO && s->au.int16) /* dtype: int16 */
+        return PROTO_DTYPE_I16;
     return step_sigs[s->kind].give_dtype ? step_sigs[s->kind].give_dtype : in_dtype;
 }
 

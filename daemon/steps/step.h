@@ -149,6 +149,8 @@ enum step_layout { STEP_LAYOUT_NHWC = 0, STEP_LAYOUT_NCHW = 1 };
 /* The audio steps' parameters (steps/sound.c; see the table above). */
 struct step_audio {
     uint32_t mono;           /* decode_audio: mix down to one channel */
+    uint32_t int16;          /* decode_audio: dtype int16 (the samples x 32768,
+                              * rounded: 16-bit PCM as the file has it) */
     uint32_t rate;           /* resample: the output's rate */
     uint32_t width;          /* resample: lowpass_filter_width (6) */
     double rolloff;          /* resample: 0.99 */

@@ -63,13 +63,21 @@ datasets:
       - decode_audio: {{mono: true}}
       - resample: {{rate: {rate}}}
     batch: {{pad: longest, max_length: {wave_max}}}
+  - name: pcm
+    root: {root}
+    steps:
+      - decode_audio: {{mono: true, dtype: int16}}
+    batch: {{pad: longest, max_length: {pcm_max}}}
 """
 
 _dir = _config = _daemon = None
 _files = []    # (path, label) of the good clips, in ImageFolder order
 _spec = []     # torchaudio's dB mel spectrograms [1, MELS, frames], uncropped
 _wave = []     # torchaudio's resampled mono waveforms [1, frames]
+_pcm = []      # torchaudio.load(normalize=False) for 16-bit WAV, else round(load() x 32768)
+_s16 = []      # which clips are 16-bit PCM WAV (torchaudio gives their int16 as is)
 _spec_max = 0
+PCM_MAX = 20000                       # frames at the file's own rate: some are cropped
 
 
 def setUpModule():
@@ -88,7 +96,20 @@ def setUpModule():
             if f != BAD:
                 _files.append((os.path.join(root, c, f), label))
     mel, db = AT.MelSpectrogram(RATE, n_mels=MELS), AT.AmplitudeToDB(top_db=80)
+    with open(os.path.join(root, "index.json")) as f:
+        encoding = {os.path.join(root, c["path"]): (c["format"], c["encoding"])
+                    for c in json.load(f)}
     for path, _ in _files:
+        s16 = encoding[path] == ("wav", "s16")
+        if s16:
+            x, _ = torchaudio.load(path, normalize=False)
+            assert x.dtype == torch.int16
+            x = x.float()
+        else:
+            x = torchaudio.load(path)[0] * 32768
+        _pcm.append(torch.round(x.mean(0, keepdim=True)).clamp(-32768, 32767)
+                    .to(torch.int16).unsqueeze(0))
+        _s16.append(s16)
         x, sr = torchaudio.load(path)
         x = AF.resample(x.mean(0, keepdim=True), sr, RATE)
         _wave.append(x)
@@ -99,7 +120,7 @@ def setUpModule():
     _config = os.path.join(_dir, "prestod.yaml")
     with open(_config, "w") as f:
         f.write(CONFIG.format(root=json.dumps(root), rate=RATE, mels=MELS,
-                              spec_max=_spec_max, wave_max=WAVE_MAX,
+                              spec_max=_spec_max, wave_max=WAVE_MAX, pcm_max=PCM_MAX,
                               cache=json.dumps(os.path.join(_dir, "cache"))))
     _daemon = pt.Daemon(_dir, ["-c", _config])
 
@@ -122,7 +143,7 @@ def epoch(name, seed=5):
 
 
 class PaddedBatches(unittest.TestCase):
-    def match(self, refs, cap, batches, what, tol):
+    def match(self, refs, cap, batches, what, tol, exact=None):
         """Each delivered batch equals pad_sequence of the reference samples
         it holds: a sample is identified by its label, length and content (the
         closest reference of that label and length). Returns the indices of
@@ -140,7 +161,8 @@ class PaddedBatches(unittest.TestCase):
                 self.assertTrue(cands, (what, i, labels[i], lengths[i]))
                 L = int(lengths[i])
                 k = min(cands, key=lambda k: float(np.abs(
-                    images[i, ..., :L] - refs[k][..., :L].numpy()).max()))
+                    images[i, ..., :L].astype(np.float64) -
+                    refs[k][..., :L].numpy()).max()))
                 picked.append(k)
                 seen.append(k)
             # torch's reference batch: the samples (time last) cropped to the
@@ -152,8 +174,13 @@ class PaddedBatches(unittest.TestCase):
                 lengths, [min(refs[k].shape[-1], cap) for k in picked], what)
             for i in range(n):  # exactly zero after each sample's length
                 self.assertFalse(np.any(images[i, ..., int(lengths[i]):]), what)
-            err = np.abs(images - want.numpy())
+            self.assertEqual(images.dtype, want.numpy().dtype, what)
+            err = np.abs(images.astype(np.float64) - want.numpy())
             self.assertLessEqual(float(err.max()), tol, what)
+            if exact:  # these samples bit for bit
+                for i, k in enumerate(picked):
+                    if exact[k]:
+                        np.testing.assert_array_equal(images[i], want[i].numpy(), what)
         return seen
 
     def check_epoch(self, what):
@@ -206,6 +233,30 @@ class PaddedBatches(unittest.TestCase):
         waves = [w.unsqueeze(0) for w in _wave]  # [1, 1, T]: C, h 1, T
         seen = self.match(waves, WAVE_MAX, batches, "waves", tol=1e-5)
         self.assertEqual(sorted(seen), list(range(len(_files))))
+
+    def test_4_int16(self):
+        """decode_audio {dtype: int16}: 16-bit WAV as torchaudio.load(
+        normalize=False) gives it, bit for bit; other encodings their float
+        samples x 32768 rounded (within 1: torch's channel mean and ours may
+        round apart); int16 to numpy and torch."""
+        batches, skipped, info = epoch("pcm", seed=4)
+        self.assertEqual(skipped, 1)
+        self.assertEqual(info.dtype, np.int16)
+        self.assertEqual(info.shape, (1, 1, PCM_MAX))
+        self.assertTrue(any(p.shape[-1] > PCM_MAX for p in _pcm))
+        self.assertGreater(sum(_s16), 0)
+        for images, _, _ in batches:
+            self.assertEqual(images.dtype, np.int16)
+        seen = self.match(_pcm, PCM_MAX, batches, "int16", tol=1, exact=_s16)
+        self.assertEqual(sorted(seen), list(range(len(_files))))
+        client = presto.Client(_daemon.sock)
+        try:
+            with client.stream("pcm", batch_size=BATCH, transport=TRANSPORT) as s:
+                x, _, n = next(iter(s)).tensors()
+                self.assertEqual(x.dtype, torch.int16)
+                self.assertEqual(x.shape[-1], int(n.max()))
+        finally:
+            client.close()
 
     def test_3_tensors_and_checksum(self):
         """Batch.tensors() gives the lengths as a third tensor; prestoctl's

@@ -397,6 +397,12 @@ static const struct bad_case bad_cases[] = {
     {"time mask offline", DS "    steps: [decode_audio, {mel_spectrogram: {n_mels: 8}}, "
                              "{time_mask: 4}]\n    split: 3\n", 5,
      {"split", "time_mask"}},
+    {"a float32 step after int16", DS "    steps:\n      - decode_audio: {dtype: int16}\n"
+                                      "      - resample: 16000\n",
+     6, {"steps", "resample takes a float32 waveform [C, T], but decode_audio gives "
+                  "int16 waveform [C, T]"}},
+    {"audio dtype", DS "    steps:\n      - decode_audio: {dtype: int8}\n", 5,
+     {"steps.decode_audio.dtype"}},
     /* batch: {pad: longest} (issue 18) */
     {"pad without max_length", DS "    steps: [{decode_audio: {mono: true}}]\n"
                                   "    batch: {pad: longest}\n",
