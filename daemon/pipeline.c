@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "audio.h"
 #include "decode_formats.h"
 #include "hash.h"
 #include "log.h"
@@ -19,10 +20,24 @@
  * step kind's calls, then its nanoseconds. */
 #define CNT_CALLS PIPELINE_ERR_MAX
 #define CNT_NS (PIPELINE_ERR_MAX + STEP_KIND_MAX)
+/* Per format, the image formats (enum decode_format) then the audio ones
+ * (enum audio_format from AUDIO_FMT_WAV): decoded, failed, region, bytes. */
+#define FMT_AUDIO_FIRST DECODE_FMT_MAX
+#define FMT_MAX (DECODE_FMT_MAX + AUDIO_FMT_MP3)
 #define CNT_FMT_OK (PIPELINE_ERR_MAX + 2 * STEP_KIND_MAX)
-#define CNT_FMT_FAIL (CNT_FMT_OK + DECODE_FMT_MAX)
-#define CNT_FMT_REGION (CNT_FMT_FAIL + DECODE_FMT_MAX)
-#define CNT_MAX (CNT_FMT_REGION + DECODE_FMT_MAX)
+#define CNT_FMT_FAIL (CNT_FMT_OK + FMT_MAX)
+#define CNT_FMT_REGION (CNT_FMT_FAIL + FMT_MAX)
+#define CNT_FMT_BYTES (CNT_FMT_REGION + FMT_MAX)
+#define CNT_MAX (CNT_FMT_BYTES + FMT_MAX)
+
+/* The stats' name of format f (lower case: a metric's label value). */
+static const char *fmt_name(int f)
+{
+    static const char *const audio[] = {"wav", "flac", "ogg", "mp3"};
+    _Static_assert(AUDIO_FMT_WAV == 1 && AUDIO_FMT_MP3 == 4, "audio formats 1..4");
+    return f < FMT_AUDIO_FIRST ? decode_format_name((enum decode_format)f)
+                               : audio[f - FMT_AUDIO_FIRST];
+}
 
 struct pipeline {
     struct tiers *tiers;
@@ -84,11 +99,12 @@ void pipeline_stats(const struct pipeline *p, struct stats_out *o)
     }
     stats_end(o);
     stats_begin(o, "formats", "", NULL, NULL);
-    for (int f = 0; f < DECODE_FMT_MAX; f++) {
-        const char *name = decode_format_name((enum decode_format)f);
-        uint64_t v[] = {c[CNT_FMT_OK + f], c[CNT_FMT_FAIL + f], c[CNT_FMT_REGION + f]};
+    for (int f = 0; f < FMT_MAX; f++) {
+        const char *name = fmt_name(f);
+        uint64_t v[] = {c[CNT_FMT_OK + f], c[CNT_FMT_FAIL + f], c[CNT_FMT_REGION + f],
+                        c[CNT_FMT_BYTES + f]};
         stats_begin(o, name, "format", "format", name);
-        stats_emit_u64(o, format_decl, v, 3);
+        stats_emit_u64(o, format_decl, v, 4);
         stats_end(o);
     }
     stats_end(o);
@@ -193,6 +209,7 @@ static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint3
                                              step_in_place(&cfg->steps[to - 1]))))
             out = last_out;
         ctx->step.seed = hash_mix64(seed + last);
+        size_t in_len = (*cur)->len; /* a decode's: the file's bytes */
         uint64_t t0 = stats_now_ns();
         int rc = fused ? step_decode_rrc_apply(s, &cfg->steps[last], &ctx->step, *cur, out)
                        : step_apply(s, &ctx->step, *cur, out);
@@ -208,9 +225,18 @@ static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint3
             i = last;
             rc = rc > 0 ? 0 : rc;
         }
+        int f = -1;
         if ((s->kind == STEP_DECODE || fused) && (unsigned)ctx->step.format < DECODE_FMT_MAX)
-            stats_percpu_add(&p->counters, ctx->index,
-                             (rc < 0 ? CNT_FMT_FAIL : CNT_FMT_OK) + ctx->step.format, 1);
+            f = ctx->step.format;
+        else if (s->kind == STEP_DECODE_AUDIO && ctx->step.audio_format >= AUDIO_FMT_WAV &&
+                 ctx->step.audio_format <= AUDIO_FMT_MP3)
+            f = FMT_AUDIO_FIRST + ctx->step.audio_format - AUDIO_FMT_WAV;
+        if (f >= 0) {
+            stats_percpu_add(&p->counters, ctx->index, (rc < 0 ? CNT_FMT_FAIL : CNT_FMT_OK) + f,
+                             1);
+            if (rc >= 0)
+                stats_percpu_add(&p->counters, ctx->index, CNT_FMT_BYTES + f, in_len);
+        }
         if (rc == -ENOSPC && out == last_out) {
             snprintf(err, errlen, "%s: output larger than the stream's %zu-byte sample",
                      step_name(s->kind), last_out->cap);

@@ -201,7 +201,8 @@ enum pipeline_error {
 #define PIPELINE_FORMAT_STATS(X)                                            \
     X(decoded, COUNTER, "files", "files of the format decoded")              \
     X(failed, COUNTER, "files", "files of the format that did not decode: bad samples") \
-    X(region, COUNTER, "files", "files decoded only where random_resized_crop cut them (the cold path)")
+    X(region, COUNTER, "files", "files decoded only where random_resized_crop cut them (the cold path)") \
+    X(bytes, COUNTER, "bytes", "bytes of the format's files decoded")
 
 #define PIPELINE_STEP_STATS(X)                                              \
     X(calls, COUNTER, "calls", "times the step ran")                         \

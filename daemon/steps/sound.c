@@ -303,6 +303,7 @@ int step_sound_apply(const struct step *s, struct step_ctx *ctx, const struct im
     int rc;
 
     if (s->kind == STEP_DECODE_AUDIO) {
+        ctx->audio_format = AUDIO_FMT_NONE;
         if (in->fmt != IMG_ENCODED)
             return step_fail(ctx, -EINVAL, "decode_audio: the input is not a file's bytes");
         struct audio_limits lim = {ctx->max_seconds, ctx->max_channels};
@@ -315,8 +316,9 @@ int step_sound_apply(const struct step *s, struct step_ctx *ctx, const struct im
                                           : AUDIO_FMT_NONE;
         if (fmt == AUDIO_FMT_NONE)
             fmt = audio_format_sniff(in->data, in->len);
-        rc = audio_decode(ss->ax, in->data, in->len, fmt ? fmt : AUDIO_FMT_MP3,
-                          (int)a->mono, &lim, tmp);
+        fmt = fmt ? fmt : AUDIO_FMT_MP3;
+        ctx->audio_format = (int)fmt; /* the pipeline's per-format counts */
+        rc = audio_decode(ss->ax, in->data, in->len, fmt, (int)a->mono, &lim, tmp);
         if (rc < 0)
             return sound_fail(ctx, ss, rc);
         return a->int16 ? copy_out_i16(ctx, out, tmp) : copy_out(ctx, out, tmp);

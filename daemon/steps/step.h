@@ -261,6 +261,8 @@ struct step_ctx {
     const char *name;       /* the sample's source path, or NULL: decode_audio takes
                              * the format its extension names (else the bytes') */
     double max_seconds;     /* decode_audio refuses longer clips (0 = no limit) */
+    int audio_format;       /* decode_audio: the enum audio_format of its last
+                             * input (0: it never got as far as choosing) */
     uint32_t max_channels;  /* and clips with more channels (0 = no limit) */
     char err[256];          /* message when a step fails */
     struct img aux;         /* the augmentations' scratch image (imgaug.c) */

@@ -204,9 +204,31 @@ class PaddedBatches(unittest.TestCase):
         self.assertGreater(cropped, 0)
         return batches
 
+    def check_formats(self):
+        """The cold epoch's decodes, counted per format (stats.formats.wav,
+        .flac: decoded, failed, bytes), in JSON and in Prometheus's text."""
+        c = presto.Client(_daemon.sock)
+        try:
+            formats = c.stats()["formats"]
+        finally:
+            c.close()
+        for ext in ("wav", "flac"):
+            files = [p for p, _ in _files if p.endswith("." + ext)]
+            got = formats[ext]
+            self.assertEqual(got["decoded"], len(files), (ext, got))
+            self.assertEqual(got["failed"], int(ext == "wav"), (ext, got))  # the empty WAV
+            self.assertEqual(got["bytes"], sum(os.path.getsize(p) for p in files), ext)
+        for ext in ("ogg", "mp3"):
+            self.assertEqual(formats[ext]["decoded"], 0, ext)
+        rc, out, err = pt.prestoctl(_daemon.sock, "stats", "--format", "prometheus")
+        self.assertEqual(rc, 0, err)
+        want = 'presto_format_decoded_total{format="flac"} %d' % formats["flac"]["decoded"]
+        self.assertIn(want, out.splitlines())
+
     def test_1_cold_warm_disk(self):
         global _daemon
         cold = self.check_epoch("cold")
+        self.check_formats()
         warm = self.check_epoch("warm (memory tier)")
         for a, b in zip(cold, warm):
             for x, y in zip(a, b):
