@@ -57,7 +57,7 @@ static void hdr_encode(const struct store_hdr *h, uint8_t b[STORE_HEADER_SIZE])
 {
     memset(b, 0, STORE_HEADER_SIZE);
     wr32(b + 0, STORE_MAGIC);
-    wr16(b + 4, STORE_VERSION);
+    wr16(b + 4, h->rate ? STORE_VERSION : 1); /* images: version 1, as they always were */
     b[6] = h->encoding;
     wr32(b + 12, h->data_crc);
     wr64(b + 16, h->key.dataset);
@@ -75,16 +75,23 @@ static void hdr_encode(const struct store_hdr *h, uint8_t b[STORE_HEADER_SIZE])
     wr32(b + 8, hash_crc32c(0, b, STORE_HEADER_SIZE));
 }
 
-/* Decodes and checks a header: 0, or -EBADMSG. */
+/* Decodes and checks a header: 0, -EBADMSG, or -EPROTONOSUPPORT for a
+ * sound header of a version after ours (a newer prestod's store). */
 static int hdr_decode(const uint8_t b[STORE_HEADER_SIZE], struct store_hdr *h)
 {
     uint8_t tmp[STORE_HEADER_SIZE];
-    if (rd32(b) != STORE_MAGIC || rd16(b + 4) != STORE_VERSION || b[6] > STORE_ENC_ZSTD ||
-        b[7] != 0 || rd32(b + 84) != 0)
+    uint16_t version = rd16(b + 4);
+    if (rd32(b) != STORE_MAGIC || version == 0)
         return -EBADMSG;
     memcpy(tmp, b, sizeof(tmp));
     memset(tmp + 8, 0, 4);
     if (hash_crc32c(0, tmp, sizeof(tmp)) != rd32(b + 8))
+        return -EBADMSG;
+    if (version > STORE_VERSION)
+        return -EPROTONOSUPPORT;
+    /* version 1 has no rate: its bytes 80..88 are reserved, 0 */
+    if (b[6] > STORE_ENC_ZSTD || b[7] != 0 || rd32(b + 84) != 0 ||
+        (version == 1 && rd32(b + 80) != 0))
         return -EBADMSG;
     h->encoding = b[6];
     h->data_crc = rd32(b + 12);
@@ -944,8 +951,8 @@ static int rd_next(struct seg_reader *rd, uint64_t off, struct store_hdr *h,
     int rc = rd_get(rd, off, STORE_HEADER_SIZE, &p);
     if (rc < 0)
         return rc;
-    if (hdr_decode(p, h) < 0)
-        return REC_BAD_HEADER;
+    if ((rc = hdr_decode(p, h)) < 0)
+        return rc == -EPROTONOSUPPORT ? rc : REC_BAD_HEADER;
     *len = rec_size(h->stored_len);
     if (*len > rd->fsize - off)
         return REC_TORN;
@@ -1019,8 +1026,8 @@ static int seg_load(struct store *st, uint32_t id, int newest, struct seg_reader
         } else {
             if (status < 0)
                 ioerr = status;
-            if (status == -ENOMEM)
-                return -ENOMEM;
+            if (status == -ENOMEM || status == -EPROTONOSUPPORT)
+                return status; /* a newer store: refused whole, nothing truncated */
             break;
         }
         off += len;
@@ -1154,7 +1161,14 @@ int store_open(struct store **out, const char *dir, uint64_t disk_budget,
     }
     for (uint32_t i = 0; i < nids; i++) {
         if ((rc = seg_load(st, ids[i], i + 1 == nids, &rd)) < 0) {
-            snprintf(err, errlen, "store: %s: %s", dir, strerror(-rc));
+            char name[STORE_NAME_MAX];
+            seg_name(name, ids[i]);
+            if (rc == -EPROTONOSUPPORT)
+                snprintf(err, errlen, "store: %s/%s holds records of a format after version "
+                         "%u, written by a newer prestod: left as it is (use that prestod, "
+                         "or another cache.dir)", dir, name, STORE_VERSION);
+            else
+                snprintf(err, errlen, "store: %s: %s", dir, strerror(-rc));
             goto fail;
         }
     }

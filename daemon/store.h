@@ -10,14 +10,14 @@
  * with flock(2) on the directory itself; a second store_open() of the same
  * directory fails with -EBUSY.
  *
- * Record format, version 1. All integers little-endian (the host order on
+ * Record format, version 2. All integers little-endian (the host order on
  * every supported target; a big-endian host sees bad magic and rebuilds).
  * Records start at 8-byte aligned offsets; a segment is a sequence of
  * records and nothing else.
  *
  *   off size field
  *     0   4  magic        "PSR1" (0x31525350)
- *     4   2  version      1
+ *     4   2  version      1, or 2 when rate is not 0
  *     6   1  encoding     STORE_ENC_RAW (0) or STORE_ENC_ZSTD (1)
  *     7   1  reserved     0
  *     8   4  hdr_crc      CRC32C of the 88 header bytes with hdr_crc = 0
@@ -34,8 +34,19 @@
  *    72   4  c
  *    76   4  dtype        PROTO_DTYPE_*
  *    80   4  rate         an audio clip's sample rate (img.rate), else 0
+ *                         (version 1: reserved, 0)
  *    84   4  reserved     0
  *    88      payload (stored_len bytes), then zero padding to 8 bytes
+ *
+ * Versions. Version 2 added the rate (issue 18). A record without one (an
+ * image) is still written as version 1, byte for byte what earlier daemons
+ * wrote and read, so an image store goes back and forth between versions;
+ * a record with a rate is version 2, and a version 1 daemon drops it as
+ * damaged (it cannot know better). Both are read here. Later versions keep
+ * magic, version and hdr_crc where they are: a header whose checksum holds
+ * but whose version is after STORE_VERSION makes store_open fail
+ * (-EPROTONOSUPPORT, naming the segment; the disk tier is then off), never
+ * a segment truncated or a record dropped.
  *
  * The header has its own checksum so that a record whose payload is
  * damaged (but whose length is trustworthy) is dropped alone at recovery,
@@ -124,7 +135,7 @@
 #include "img.h"
 
 #define STORE_MAGIC 0x31525350u /* "PSR1" */
-#define STORE_VERSION 1u
+#define STORE_VERSION 2u
 #define STORE_HEADER_SIZE 88u
 #define STORE_ALIGN 8u
 #define STORE_DEFAULT_SEGMENT_SIZE (256ull << 20)

@@ -721,6 +721,93 @@ START_TEST(test_corrupt_header)
 }
 END_TEST
 
+/* Rewrites the header of the record at off in segment seg as another
+ * prestod would have written it: version v, rate, a checksum that holds. */
+static void forge_header(uint32_t seg, uint64_t off, uint16_t v, uint32_t rate)
+{
+    char path[512];
+    uint8_t h[STORE_HEADER_SIZE];
+    seg_path(path, sizeof(path), seg);
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pread(fd, h, sizeof(h), (off_t)off), (ssize_t)sizeof(h));
+    h[4] = (uint8_t)v;
+    h[5] = (uint8_t)(v >> 8);
+    for (int i = 0; i < 4; i++)
+        h[80 + i] = (uint8_t)(rate >> (8 * i));
+    memset(h + 8, 0, 4);
+    uint32_t crc = hash_crc32c(0, h, sizeof(h));
+    for (int i = 0; i < 4; i++)
+        h[8 + i] = (uint8_t)(crc >> (8 * i));
+    ck_assert_int_eq(pwrite(fd, h, sizeof(h), (off_t)off), (ssize_t)sizeof(h));
+    close(fd);
+}
+
+static uint16_t version_at(uint32_t seg, uint64_t off)
+{
+    char path[512];
+    uint8_t v[2];
+    seg_path(path, sizeof(path), seg);
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pread(fd, v, 2, (off_t)off + 4), 2);
+    close(fd);
+    return (uint16_t)(v[0] | v[1] << 8);
+}
+
+/* The format versions: an image record is version 1 as before, an audio
+ * clip's (a rate) version 2, both read back (the rate with it); a version
+ * 1 header claiming a rate is damaged; a store with a record of a later
+ * version is refused whole at open, naming the segment, and left as it is. */
+START_TEST(test_versions)
+{
+    struct store *st = open_store(0, 0);
+    put_range(st, 0, 3, 0);
+    struct img clip;
+    synth(&clip, 1, 64, 7, 0);
+    clip.rate = 22050;
+    struct store_key kc = key_of(7);
+    ck_assert_int_eq(store_put(st, &kc, &clip, 0), 0);
+    struct store_key k1 = key_of(1), k2 = key_of(2);
+    struct store_loc l1 = locate(st, &k1), l2 = locate(st, &k2), lc = locate(st, &kc);
+    ck_assert_uint_gt(lc.off, l2.off); /* the clip is the last record */
+    store_close(st);
+    ck_assert_uint_eq(version_at(1, l1.off), 1);
+    ck_assert_uint_eq(version_at(1, lc.off), 2);
+
+    st = open_store(0, 0);
+    struct img got = {0};
+    ck_assert_int_eq(get_one(st, &kc, &got), 0);
+    ck_assert_uint_eq(got.rate, 22050);
+    assert_img_eq(&got, &clip);
+    img_free(&got);
+    check_range(st, 0, 3);
+    store_close(st);
+
+    forge_header(1, lc.off, 1, 22050); /* version 1 knows no rate */
+    st = open_store(0, 0);
+    struct store_stats ss;
+    store_get_stats(st, &ss);
+    ck_assert_uint_eq(ss.dropped, 1);
+    check_missing(st, 7);
+    check_range(st, 0, 3);
+    store_close(st);
+
+    forge_header(1, l2.off, STORE_VERSION + 1, 0); /* a newer prestod's record */
+    char path[512], err[512] = "";
+    seg_path(path, sizeof(path), 1);
+    off_t before = file_size(path);
+    st = NULL;
+    ck_assert_int_eq(store_open(&st, cdir(), 0, 0, err, sizeof(err)), -EPROTONOSUPPORT);
+    ck_assert_ptr_null(st);
+    ck_assert_msg(strstr(err, "seg-000001.dat holds records of a format after version 2") &&
+                  strstr(err, "newer prestod"), "%s", err);
+    ck_assert_int_eq(file_size(path), before); /* nothing truncated */
+    ck_assert_uint_eq(version_at(1, l2.off), STORE_VERSION + 1);
+    img_free(&clip);
+}
+END_TEST
+
 /* A torn tail (the file ends mid-record) is dropped and cut off on reopen;
  * later puts work and survive another reopen. */
 START_TEST(test_torn_tail)
@@ -1426,6 +1513,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_decode_view);
     tcase_add_test(tc, test_corrupt_header);
     tcase_add_test(tc, test_torn_tail);
+    tcase_add_test(tc, test_versions);
     tcase_add_test(tc, test_rollover);
     tcase_add_test(tc, test_budget);
     tcase_add_test(tc, test_degraded);
