@@ -224,6 +224,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     struct store *st = NULL;
     int rc = store_open(&st, store_dir, ctl & 0x20 ? 64u << 10 : 0, MIN_SEG, err, sizeof(err));
+    if (rc == -EPROTONOSUPPORT) { /* a sound header of a later version: refused whole */
+        free(seg);
+        return 0;
+    }
     if (rc < 0)
         fprintf(stderr, "store_open: %s\n", err);
     FUZZ_CHECK(rc == 0);
