@@ -146,7 +146,9 @@
  * float32 [n, K] soft targets (K = label_classes: a dataset whose steps end
  * with mixup or cutmix), each row n's K floats; then, when lengths is 1,
  * n x i64 lengths (variable-length samples padded to a batch's longest: the
- * length of each along its last axis before padding). In a BATCH or
+ * length of each along its last axis before padding; the daemon sends them
+ * for datasets with batch: {pad: longest}, whose batches' w is then that
+ * batch's longest, at most OPENED's w). In a BATCH or
  * BATCH_SHM the label tensor's n rows follow the fixed part, then the
  * lengths, then (BATCH) the samples; integers little-endian, floats IEEE
  * 754 binary32 little-endian. A client that does not set the flag gets

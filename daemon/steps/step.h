@@ -63,6 +63,8 @@
  *
  * Audio (steps/sound.c over audio.h; torchaudio 0.13 in the fidelity suite):
  *   decode_audio         mono: false | true        torchaudio.load (+ mean(0))
+ *                        dtype: float32 | int16    int16: x 32768 rounded, as
+ *                        torchaudio.load(normalize=False) for 16-bit PCM
  *   resample             rate: N, lowpass_filter_width: 6, rolloff: 0.99
  *                        functional.resample (sinc_interpolation, float32 kernel)
  *   time_crop            length: N, align: start | center    x[:, :N] or zero pad
