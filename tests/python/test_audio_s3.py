@@ -87,6 +87,9 @@ def tearDownModule():
             _fx.stdin.write("quit\n")
             _fx.stdin.flush()
             _fx.wait(60)
+        if _fx:
+            _fx.stdin.close()
+            _fx.stdout.close()
     finally:
         if _dir:
             pt.finish(_dir, _daemon)
