@@ -15,6 +15,7 @@
 #include "stats.h"
 
 #define ARENA_ALIGN 64u
+#define ARENA_GRAIN ((size_t)1 << 20) /* arenas grow in these (chunk_arena) */
 
 /* The pipeline's per-thread counters: bad samples by kind, then each
  * step kind's calls, then its nanoseconds. */
@@ -349,15 +350,20 @@ static size_t align_up(size_t n, size_t a)
     return (n + a - 1) & ~(a - 1);
 }
 
-/* Gives chunk C an arena of at least bytes, aligned for O_DIRECT reads.
- * 0, or -ENOMEM (C then has none). */
+/* Gives chunk C an arena of at least bytes, aligned for O_DIRECT reads,
+ * in whole ARENA_GRAIN units: batches of one dataset differ by a few
+ * records' alignment, and an arena grown by exactly that much each time was
+ * unmapped and mapped again (glibc mmaps these sizes), every page of the
+ * new one faulted in and zeroed by the next read. 0, or -ENOMEM (C then
+ * has none). */
 static int chunk_arena(struct chunk *C, size_t bytes)
 {
     void *p = NULL;
     if (bytes <= C->arena_cap)
         return 0;
     free(C->arena);
-    if (posix_memalign(&p, STORE_DIRECT_ALIGN, align_up(bytes, STORE_DIRECT_ALIGN)) != 0)
+    bytes = align_up(bytes, ARENA_GRAIN);
+    if (posix_memalign(&p, STORE_DIRECT_ALIGN, bytes) != 0)
         p = NULL;
     C->arena = p;
     C->arena_cap = p ? bytes : 0;
@@ -715,7 +721,7 @@ static int ahead_arena_get(struct pipeline_ahead_budget *b, struct pipeline_ahea
     struct chunk *C = &a->ck;
     void *spare[PIPELINE_AHEAD_KEEP];
     unsigned nspare = 0, best = UINT32_MAX;
-    bytes = align_up(bytes, STORE_DIRECT_ALIGN);
+    bytes = align_up(bytes, ARENA_GRAIN); /* as chunk_arena: kept ones fit the next */
     pthread_mutex_lock(&b->lock);
     for (unsigned i = 0; i < b->nkept; i++)
         if (b->kept_cap[i] >= bytes && (best == UINT32_MAX || b->kept_cap[i] < b->kept_cap[best]))
