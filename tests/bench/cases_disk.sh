@@ -17,7 +17,8 @@
 # measured in the same run. Each round is one run of the case; the median is reported.
 #
 # A case's ratio is presto's disk-tier read rate (record bytes read / epoch seconds)
-# over that raw rate; the target is 0.85. That read does less than prestod must with
+# over that raw rate; the target (issue 13) is 0.85 through the page cache and 0.9 with
+# O_DIRECT (disk-raw-direct). That read does less than prestod must with
 # each record (no checksum, no copy into a batch), so beside each raw case stands
 # NAME-same-work: the same epochs against ioread --check, which also checks each
 # record's checksums and copies its payload into a batch (for a raw record the work
@@ -141,11 +142,12 @@ ra0, ra1 = s0["io"].get("readahead", {}), s1["io"].get("readahead", {})
 ahead = {k: ra1.get(k, 0) - ra0.get(k, 0) for k in ("batches", "over_budget", "buffered_disk")}
 run["read_ahead"] = dict(ahead, max_in_flight=ra1.get("max_in_flight", 0))
 print("  %s epoch %d: %d samples from disk in %.2f s: %.1f MB/s read (%.1f MB/s served), "
-      "raw random read %.1f MB/s: %.2fx; prestod used %.2f cores, the machine's cores were "
-      "%.0f%% busy; %d batches read ahead, %d over its budget, %d left to the workers "
-      "(buffered disk records), %d reads in flight at most"
+      "raw random read %.1f MB/s: %.2fx; the first batch after %.3f s; prestod used %.2f "
+      "cores, the machine's cores were %.0f%% busy; %d batches read ahead, %d over its "
+      "budget, %d left to the workers (buffered disk records), %d reads in flight at most"
       % (name, epoch["epoch"], hits, secs, mbs, out_mbs, raw_mbs,
-         mbs / raw_mbs if raw_mbs else 0.0, daemon_cores, busy * 100, ahead["batches"],
+         mbs / raw_mbs if raw_mbs else 0.0, epoch.get("first_batch_s", 0.0), daemon_cores,
+         busy * 100, ahead["batches"],
          ahead["over_budget"], ahead["buffered_disk"], run["read_ahead"]["max_in_flight"]),
       file=sys.stderr)
 print(json.dumps(run))
@@ -166,12 +168,14 @@ EOF
 }
 
 # disk_case NAME ENCODING DATA_DIR [DIRECT_IO]: the case NAME against the bare read
-# and, for raw records, NAME-same-work against the checked read.
+# (target 0.85, 0.9 with O_DIRECT) and, for raw records, NAME-same-work against the
+# checked read.
 disk_case() {
-    local name=$1 encoding=$2 data=$3 direct=${4:-false}
+    local name=$1 encoding=$2 data=$3 direct=${4:-false} target=0.85
     local dir=$PRESTO_TMP/$name conf=$PRESTO_TMP/$name.yaml warm run runs=() same=() e
     local checked=0 lines
     [[ $encoding == raw ]] && checked=1
+    [[ $direct == true ]] && target=0.9
     mkdir -p "$dir"
     cat >"$conf" <<EOF
 cache:
@@ -195,7 +199,7 @@ EOF
             <<<"$lines"
     done
     presto_stop
-    bench_case "$name" 0.85 "${runs[@]}"
+    bench_case "$name" "$target" "${runs[@]}"
     if [[ $checked == 1 ]]; then
         bench_case "$name-same-work" 0 "${same[@]}"
     fi
