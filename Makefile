@@ -263,7 +263,9 @@ FUZZ_NAMES   := fuzz_frame fuzz_config fuzz_store fuzz_decode fuzz_decode_format
 FUZZ_BIN     := $(FUZZ_NAMES:%=$(FUZZ_DIR)/%)
 
 $(FUZZ_DIR)/fuzz_frame: tests/fuzz/fuzz_frame.c common/proto.c
-$(FUZZ_DIR)/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c $(FUZZ_STEPS)
+$(FUZZ_DIR)/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c daemon/braces.c daemon/vec.c daemon/cluster.c \
+                           $(FUZZ_STORE) \
+                           $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_store: tests/fuzz/fuzz_store.c $(FUZZ_STORE) $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_decode: tests/fuzz/fuzz_decode.c $(FUZZ_STEPS)
 $(FUZZ_DIR)/fuzz_decode_formats: tests/fuzz/fuzz_decode_formats.c $(wildcard daemon/steps/decode_*.c)
