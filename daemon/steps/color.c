@@ -122,6 +122,65 @@ static inline uint8_t smooth_px(const uint8_t *up, const uint8_t *mid, const uin
     return ss <= 0.0f ? 0 : ss >= 255.0f ? 255 : (uint8_t)ss;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define COLOR_HAVE_AVX2 1
+#define COLOR_AVX2 __attribute__((target("avx2")))
+
+/* Eight bytes at p as eight floats (exact). */
+COLOR_AVX2 static inline __m256 ld8f(const uint8_t *p)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* Truncation of v, clamped to [0, 255] first, as eight bytes at d. */
+COLOR_AVX2 static inline void st8u(uint8_t *d, __m256 v)
+{
+    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), _mm256_set1_ps(255.0f));
+    __m256i i = _mm256_cvttps_epi32(v);
+    __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    _mm_storel_epi64((__m128i *)d, _mm_packus_epi16(w, w));
+}
+
+/* One row of the sharpness blend, eight bytes at a time from byte i on
+ * while i + 8 <= end (every load stays in the three rows): smooth_px and
+ * blend_px for eight bytes, the same float operations in the same order
+ * (each a correctly rounded IEEE operation, no fused multiply-add: the
+ * target has none), so the same bytes. Returns where it stopped. */
+COLOR_AVX2 static size_t sharpness_row_avx2(const uint8_t *in, uint8_t *out, size_t row,
+                                            size_t d, size_t i, size_t end, float k1f,
+                                            float k5f, const struct blend *b)
+{
+    const __m256 k1 = _mm256_set1_ps(k1f), k5 = _mm256_set1_ps(k5f);
+    const __m256 half = _mm256_set1_ps(0.5f), alpha = _mm256_set1_ps(b->alpha);
+    const uint8_t *up = in - row, *down = in + row;
+    for (; i + 8 <= end; i += 8) {
+        __m256 ss = half;
+        __m256 t = _mm256_add_ps(_mm256_mul_ps(ld8f(down + i - d), k1),
+                                 _mm256_mul_ps(ld8f(down + i), k1));
+        ss = _mm256_add_ps(ss, _mm256_add_ps(t, _mm256_mul_ps(ld8f(down + i + d), k1)));
+        t = _mm256_add_ps(_mm256_mul_ps(ld8f(in + i - d), k1), _mm256_mul_ps(ld8f(in + i), k5));
+        ss = _mm256_add_ps(ss, _mm256_add_ps(t, _mm256_mul_ps(ld8f(in + i + d), k1)));
+        t = _mm256_add_ps(_mm256_mul_ps(ld8f(up + i - d), k1), _mm256_mul_ps(ld8f(up + i), k1));
+        ss = _mm256_add_ps(ss, _mm256_add_ps(t, _mm256_mul_ps(ld8f(up + i + d), k1)));
+        /* deg: the clamped truncation, back to float (exact) */
+        __m256 deg = _mm256_cvtepi32_ps(_mm256_cvttps_epi32(
+            _mm256_min_ps(_mm256_max_ps(ss, _mm256_setzero_ps()), _mm256_set1_ps(255.0f))));
+        __m256 img = ld8f(in + i);
+        /* (float)(img - deg): the difference of two integers, exact either way */
+        st8u(out + i, _mm256_add_ps(deg, _mm256_mul_ps(alpha, _mm256_sub_ps(img, deg))));
+    }
+    return i;
+}
+
+static int color_have_avx2(void)
+{
+    return __builtin_cpu_supports("avx2");
+}
+#else
+#define COLOR_HAVE_AVX2 0
+#endif
+
 void color_sharpness(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w, uint32_t c,
                      double factor)
 {
@@ -129,6 +188,16 @@ void color_sharpness(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w, u
     volatile float thirteen = 13.0f; /* the division happens at run time in Pillow */
     const float k1 = 1.0f / thirteen, k5 = 5.0f / thirteen;
     size_t row = (size_t)w * c;
+    if (b.kind == BLEND_IMAGE) { /* the image itself, border and all */
+        memcpy(dst, src, row * h);
+        return;
+    }
+    /* Interpolation and extrapolation both truncate a clamped float (an
+     * interpolation's value is already inside [0, 255]): one vector loop. */
+    int simd = 0;
+#if COLOR_HAVE_AVX2
+    simd = b.kind != BLEND_DEGENERATE && color_have_avx2();
+#endif
 
     for (uint32_t y = 0; y < h; y++) {
         const uint8_t *in = src + y * row;
@@ -139,7 +208,14 @@ void color_sharpness(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w, u
             continue;
         }
         memcpy(out, in, c);
-        for (size_t i = c; i < row - c; i++) {
+        size_t i = c;
+#if COLOR_HAVE_AVX2
+        if (simd)
+            i = sharpness_row_avx2(in, out, row, c, i, row - c, k1, k5, &b);
+#else
+        (void)simd;
+#endif
+        for (; i < row - c; i++) {
             uint8_t deg = smooth_px(in - row + i, in + i, in + row + i, c, k1, k5);
             out[i] = blend_px(&b, deg, in[i]);
         }
