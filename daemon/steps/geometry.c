@@ -200,10 +200,107 @@ bilinear_row(const uint8_t *src, uint8_t *out, uint32_t h, uint32_t w, const uin
     }
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define GEOM_HAVE_AVX2 1
+#define GEOM_AVX2 __attribute__((target("avx2")))
+
+/* An RGB pixel's three bytes as four doubles (the fourth 0); reads exactly
+ * three bytes. */
+GEOM_AVX2 static inline __m256d px3_pd(const uint8_t *p)
+{
+    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
+    return _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)v)));
+}
+
+/* bilinear_row for RGB with the three channels of a pixel in the lanes of
+ * one vector: the same coordinates (computed as there), then the same three
+ * interpolations in double, each lane's operations those of its channel
+ * (correctly rounded IEEE operations in the same order, no fused
+ * multiply-add: the target has none), so the same bytes. */
+GEOM_AVX2 static void bilinear_row3_avx2(const uint8_t *src, uint8_t *out, uint32_t h,
+                                         uint32_t w, const double *a, uint32_t y)
+{
+    size_t row = (size_t)w * 3;
+    const double yc = y + 0.5, rx = a[1] * yc, ry = a[4] * yc;
+    for (uint32_t x = 0; x < w; x++, out += 3) {
+        double xc = x + 0.5;
+        double xin = a[0] * xc + rx + a[2];
+        double yin = a[3] * xc + ry + a[5];
+        if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h)
+            continue; /* keeps the fill */
+        xin -= 0.5;
+        yin -= 0.5;
+        int xi = floor_int(xin), yi = floor_int(yin);
+        double dx = xin - xi, dy = yin - yi;
+        int yc0 = yi < 0 ? 0 : yi < (int)h ? yi : (int)h - 1;
+        int x0 = xi < 0 ? 0 : xi < (int)w ? xi : (int)w - 1;
+        int x1 = xi + 1 < 0 ? 0 : xi + 1 < (int)w ? xi + 1 : (int)w - 1;
+        const uint8_t *r0 = src + (size_t)yc0 * row;
+        __m256d vdx = _mm256_set1_pd(dx);
+        __m256d p0 = px3_pd(r0 + (size_t)x0 * 3), p1 = px3_pd(r0 + (size_t)x1 * 3);
+        __m256d v1 = _mm256_add_pd(p0, _mm256_mul_pd(_mm256_sub_pd(p1, p0), vdx)), v2 = v1;
+        if (yi + 1 >= 0 && yi + 1 < (int)h) {
+            const uint8_t *r1 = src + (size_t)(yi + 1) * row;
+            __m256d q0 = px3_pd(r1 + (size_t)x0 * 3), q1 = px3_pd(r1 + (size_t)x1 * 3);
+            v2 = _mm256_add_pd(q0, _mm256_mul_pd(_mm256_sub_pd(q1, q0), vdx));
+        }
+        v1 = _mm256_add_pd(v1, _mm256_mul_pd(_mm256_sub_pd(v2, v1), _mm256_set1_pd(dy)));
+        /* (uint8_t) of a value in [0, 255]: truncation */
+        __m128i i = _mm256_cvttpd_epi32(v1);
+        uint32_t v = (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(_mm_packus_epi32(i, i), i));
+        out[0] = (uint8_t)v;
+        out[1] = (uint8_t)(v >> 8);
+        out[2] = (uint8_t)(v >> 16);
+    }
+}
+
+static int geom_have_avx2(void)
+{
+    return __builtin_cpu_supports("avx2");
+}
+#else
+#define GEOM_HAVE_AVX2 0
+#endif
+
+/* A matrix that only moves by whole pixels (a translation by integers, what
+ * TranslateX/Y give): the bilinear filter's weights are then 0 (xin - 0.5
+ * is the integer x + a[2]), v1 + (v2 - v1) * 0 is v1 and each pixel is the
+ * source's at (x + a[2], y + a[5]) when that is inside, else the fill: rows
+ * copied. Returns 0 when the matrix is not such a move. */
+static int affine_shift(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w,
+                        uint32_t c, const double *a)
+{
+    if (!(a[0] == 1.0 && a[1] == 0.0 && a[3] == 0.0 && a[4] == 1.0 &&
+          a[2] == floor(a[2]) && a[5] == floor(a[5]) && fabs(a[2]) < 1 << 24 &&
+          fabs(a[5]) < 1 << 24 && w < 1 << 24 && h < 1 << 24))
+        return 0;
+    long dx = (long)a[2], dy = (long)a[5];
+    /* Columns x with 0 <= x + dx < w, rows likewise. */
+    long x0 = dx < 0 ? -dx : 0, x1 = (long)w - (dx > 0 ? dx : 0);
+    long y0 = dy < 0 ? -dy : 0, y1 = (long)h - (dy > 0 ? dy : 0);
+    if (x0 >= x1 || y0 >= y1)
+        return 1;
+    size_t row = (size_t)w * c;
+    for (long y = y0; y < y1; y++)
+        memcpy(dst + (size_t)y * row + (size_t)x0 * c,
+               src + (size_t)(y + dy) * row + (size_t)(x0 + dx) * c, (size_t)(x1 - x0) * c);
+    return 1;
+}
+
 static void affine_bilinear(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w,
                             uint32_t c, const double *a)
 {
+    if (affine_shift(src, dst, h, w, c, a))
+        return;
     size_t row = (size_t)w * c;
+#if GEOM_HAVE_AVX2
+    if (c == 3 && geom_have_avx2()) {
+        for (uint32_t y = 0; y < h; y++)
+            bilinear_row3_avx2(src, dst + (size_t)y * row, h, w, a, y);
+        return;
+    }
+#endif
     for (uint32_t y = 0; y < h; y++) {
         if (c == 3)
             bilinear_row(src, dst + (size_t)y * row, h, w, 3, a, y);
