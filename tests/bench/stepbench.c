@@ -1,11 +1,11 @@
 /*
  * stepbench: what each online image step costs per sample, on one thread.
  *
- *     stepbench DIR [ROUNDS]
+ *     stepbench DIR [ROUNDS] [FILES]
  *
- * Decodes every JPEG under DIR (an ImageFolder tree or a flat folder, files
- * in sorted order) with the decode step, then times, over ROUNDS seeds per
- * image (default 20):
+ * Decodes the first FILES JPEGs under DIR (an ImageFolder tree or a flat
+ * folder, files in sorted order; default and at most 256) with the decode
+ * step, then times, over ROUNDS seeds per image (default 20):
  *   random_resized_crop 224   on the full-resolution pixels
  *   random_flip               (p 0.5) on the 224x224 crop
  *   normalize nchw            (ImageNet mean and std) on the crop, into the
@@ -60,7 +60,7 @@ static int read_file(const char *path, struct img *f)
 }
 
 static char *paths[FILES_MAX];
-static size_t npaths;
+static size_t npaths, files_max = FILES_MAX;
 
 static void collect(const char *dir, int depth)
 {
@@ -75,7 +75,7 @@ static void collect(const char *dir, int depth)
         size_t len = strlen(name);
         if (name[0] != '.' && list[i]->d_type == DT_DIR && depth < 2)
             collect(path, depth + 1);
-        else if (len > 4 && strcmp(name + len - 4, ".jpg") == 0 && npaths < FILES_MAX)
+        else if (len > 4 && strcmp(name + len - 4, ".jpg") == 0 && npaths < files_max)
             paths[npaths++] = strdup(path);
         free(list[i]);
     }
@@ -105,10 +105,12 @@ static void die(const char *what, const char *err)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: stepbench DIR [ROUNDS]\n");
+        fprintf(stderr, "usage: stepbench DIR [ROUNDS] [FILES]\n");
         return 2;
     }
     int rounds = argc > 2 ? atoi(argv[2]) : 20;
+    if (argc > 3 && atoi(argv[3]) > 0 && atoi(argv[3]) < FILES_MAX)
+        files_max = (size_t)atoi(argv[3]);
     collect(argv[1], 0);
     if (npaths == 0)
         die(argv[1], "no .jpg files");
