@@ -159,10 +159,40 @@ static void affine_double(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t
 
 /* ---- bilinear (ImagingGenericTransform with bilinear_filter) ---- */
 
+/* Where pixel x of a row samples (BILINEAR_HEAD, and the clipped columns
+ * and rows of BILINEAR_BODY): 0 when it maps outside (it keeps the fill).
+ * The products a[1] * yc and a[4] * yc are the row's (rx, ry), and each sum
+ * is formed in the order of a[0] * xc + a[1] * yc + a[2]: the same doubles
+ * as per pixel. */
+struct bl_at {
+    double dx, dy;
+    int x0, x1, y0, y1; /* y1: the row below, -1 when there is none */
+};
+
+static inline __attribute__((always_inline)) int
+bilinear_at(uint32_t h, uint32_t w, const double *a, double rx, double ry, uint32_t x,
+            struct bl_at *p)
+{
+    /* affine_transform: the pixel's centre */
+    double xc = x + 0.5;
+    double xin = a[0] * xc + rx + a[2];
+    double yin = a[3] * xc + ry + a[5];
+    if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h)
+        return 0;
+    xin -= 0.5;
+    yin -= 0.5;
+    int xi = floor_int(xin), yi = floor_int(yin);
+    p->dx = xin - xi;
+    p->dy = yin - yi;
+    p->y0 = yi < 0 ? 0 : yi < (int)h ? yi : (int)h - 1;
+    p->x0 = xi < 0 ? 0 : xi < (int)w ? xi : (int)w - 1;
+    p->x1 = xi + 1 < 0 ? 0 : xi + 1 < (int)w ? xi + 1 : (int)w - 1;
+    p->y1 = yi + 1 >= 0 && yi + 1 < (int)h ? yi + 1 : -1;
+    return 1;
+}
+
 /* One row; c a constant where it is inlined for 3 (the compiler then
- * unrolls the channels). The products a[1] * yc and a[4] * yc are the
- * row's, and each sum is formed in the order of a[0] * xc + a[1] * yc +
- * a[2]: the same doubles as per pixel. */
+ * unrolls the channels). */
 static inline __attribute__((always_inline)) void
 bilinear_row(const uint8_t *src, uint8_t *out, uint32_t h, uint32_t w, const uint32_t c,
              const double *a, uint32_t y)
@@ -171,21 +201,13 @@ bilinear_row(const uint8_t *src, uint8_t *out, uint32_t h, uint32_t w, const uin
     {
         const double yc = y + 0.5, rx = a[1] * yc, ry = a[4] * yc;
         for (uint32_t x = 0; x < w; x++, out += c) {
-            /* affine_transform: the pixel's centre */
-            double xc = x + 0.5;
-            double xin = a[0] * xc + rx + a[2];
-            double yin = a[3] * xc + ry + a[5];
-            if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h)
+            struct bl_at at;
+            if (!bilinear_at(h, w, a, rx, ry, x, &at))
                 continue; /* keeps the fill */
-            xin -= 0.5;
-            yin -= 0.5;
-            int xi = floor_int(xin), yi = floor_int(yin);
-            double dx = xin - xi, dy = yin - yi;
-            int yc0 = yi < 0 ? 0 : yi < (int)h ? yi : (int)h - 1;
-            int x0 = xi < 0 ? 0 : xi < (int)w ? xi : (int)w - 1;
-            int x1 = xi + 1 < 0 ? 0 : xi + 1 < (int)w ? xi + 1 : (int)w - 1;
-            int next = yi + 1 >= 0 && yi + 1 < (int)h;
-            const uint8_t *r0 = src + (size_t)yc0 * row, *r1 = src + (size_t)(yi + 1) * row;
+            double dx = at.dx, dy = at.dy;
+            int x0 = at.x0, x1 = at.x1, next = at.y1 >= 0;
+            const uint8_t *r0 = src + (size_t)at.y0 * row;
+            const uint8_t *r1 = src + (size_t)(next ? at.y1 : at.y0) * row;
             for (uint32_t b = 0; b < c; b++) {
                 int p0 = r0[(size_t)x0 * c + b], p1 = r0[(size_t)x1 * c + b];
                 double v1 = p0 + (p1 - p0) * dx, v2 = v1;
@@ -223,28 +245,19 @@ GEOM_AVX2 static inline void bilinear_px3_avx2(const uint8_t *src, uint8_t *out,
                                                double ry, uint32_t x)
 {
     size_t row = (size_t)w * 3;
-    double xc = x + 0.5;
-    double xin = a[0] * xc + rx + a[2];
-    double yin = a[3] * xc + ry + a[5];
-    if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h)
+    struct bl_at at;
+    if (!bilinear_at(h, w, a, rx, ry, x, &at))
         return; /* keeps the fill */
-    xin -= 0.5;
-    yin -= 0.5;
-    int xi = floor_int(xin), yi = floor_int(yin);
-    double dx = xin - xi, dy = yin - yi;
-    int yc0 = yi < 0 ? 0 : yi < (int)h ? yi : (int)h - 1;
-    int x0 = xi < 0 ? 0 : xi < (int)w ? xi : (int)w - 1;
-    int x1 = xi + 1 < 0 ? 0 : xi + 1 < (int)w ? xi + 1 : (int)w - 1;
-    const uint8_t *r0 = src + (size_t)yc0 * row;
-    __m256d vdx = _mm256_set1_pd(dx);
-    __m256d p0 = px3_pd(r0 + (size_t)x0 * 3), p1 = px3_pd(r0 + (size_t)x1 * 3);
+    const uint8_t *r0 = src + (size_t)at.y0 * row;
+    __m256d vdx = _mm256_set1_pd(at.dx);
+    __m256d p0 = px3_pd(r0 + (size_t)at.x0 * 3), p1 = px3_pd(r0 + (size_t)at.x1 * 3);
     __m256d v1 = _mm256_add_pd(p0, _mm256_mul_pd(_mm256_sub_pd(p1, p0), vdx)), v2 = v1;
-    if (yi + 1 >= 0 && yi + 1 < (int)h) {
-        const uint8_t *r1 = src + (size_t)(yi + 1) * row;
-        __m256d q0 = px3_pd(r1 + (size_t)x0 * 3), q1 = px3_pd(r1 + (size_t)x1 * 3);
+    if (at.y1 >= 0) {
+        const uint8_t *r1 = src + (size_t)at.y1 * row;
+        __m256d q0 = px3_pd(r1 + (size_t)at.x0 * 3), q1 = px3_pd(r1 + (size_t)at.x1 * 3);
         v2 = _mm256_add_pd(q0, _mm256_mul_pd(_mm256_sub_pd(q1, q0), vdx));
     }
-    v1 = _mm256_add_pd(v1, _mm256_mul_pd(_mm256_sub_pd(v2, v1), _mm256_set1_pd(dy)));
+    v1 = _mm256_add_pd(v1, _mm256_mul_pd(_mm256_sub_pd(v2, v1), _mm256_set1_pd(at.dy)));
     /* (uint8_t) of a value in [0, 255]: truncation */
     __m128i i = _mm256_cvttpd_epi32(v1);
     uint32_t v = (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(_mm_packus_epi32(i, i), i));
