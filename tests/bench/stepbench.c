@@ -4,7 +4,7 @@
  *     stepbench DIR [ROUNDS] [FILES]
  *
  * Decodes the first FILES JPEGs under DIR (an ImageFolder tree or a flat
- * folder, files in sorted order; default and at most 256) with the decode
+ * folder, files in sorted order; default 256) with the decode
  * step, then times, over ROUNDS seeds per image (default 20):
  *   random_resized_crop 224   on the full-resolution pixels
  *   random_flip               (p 0.5) on the 224x224 crop
@@ -30,9 +30,9 @@
 #include "step.h"
 #include "step_impl.h"
 #include "steps/augment.h"
+#include "jpegdir.h"
 
 #define OUT 224
-#define FILES_MAX 256
 #define BATCH 64                               /* slots normalize writes into, in turn */
 #define SLOT_BYTES ((size_t)OUT * OUT * 3 * 4) /* a float32 224x224 RGB sample */
 
@@ -45,42 +45,14 @@ static double now_us(void)
 
 static int read_file(const char *path, struct img *f)
 {
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL)
-        return -errno;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    rewind(fp);
     memset(f, 0, sizeof(*f));
     f->fmt = IMG_ENCODED;
-    f->data = malloc((size_t)n);
-    f->len = f->cap = fread(f->data, 1, (size_t)n, fp);
-    fclose(fp);
-    return f->len == (size_t)n ? 0 : -EIO;
+    int rc = jpegdir_read(path, &f->data, &f->len);
+    f->cap = f->len;
+    return rc;
 }
 
-static char *paths[FILES_MAX];
-static size_t npaths, files_max = FILES_MAX;
-
-static void collect(const char *dir, int depth)
-{
-    struct dirent **list;
-    int n = scandir(dir, &list, NULL, alphasort);
-    if (n < 0)
-        return;
-    for (int i = 0; i < n; i++) {
-        const char *name = list[i]->d_name;
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/%s", dir, name);
-        size_t len = strlen(name);
-        if (name[0] != '.' && list[i]->d_type == DT_DIR && depth < 2)
-            collect(path, depth + 1);
-        else if (len > 4 && strcmp(name + len - 4, ".jpg") == 0 && npaths < files_max)
-            paths[npaths++] = strdup(path);
-        free(list[i]);
-    }
-    free(list);
-}
+static struct jpegdir dir;
 
 struct acc {
     const char *name;
@@ -109,10 +81,11 @@ int main(int argc, char **argv)
         return 2;
     }
     int rounds = argc > 2 ? atoi(argv[2]) : 20;
-    if (argc > 3 && atoi(argv[3]) > 0 && atoi(argv[3]) < FILES_MAX)
-        files_max = (size_t)atoi(argv[3]);
-    collect(argv[1], 0);
-    if (npaths == 0)
+    size_t files_max = argc > 3 && atoi(argv[3]) > 0 ? (size_t)atoi(argv[3]) : 256;
+    jpegdir_collect(&dir, argv[1], 0);
+    if (dir.n > files_max)
+        dir.n = files_max;
+    if (dir.n == 0)
         die(argv[1], "no .jpg files");
 
     char err[256];
@@ -141,12 +114,12 @@ int main(int argc, char **argv)
     if (batch == NULL)
         die("batch", "out of memory");
 
-    for (size_t f = 0; f < npaths; f++) {
+    for (size_t f = 0; f < dir.n; f++) {
         struct img file, pix = {0}, crop = {0}, flipped = {0};
-        if (read_file(paths[f], &file) < 0)
-            die(paths[f], "unreadable");
+        if (read_file(dir.paths[f], &file) < 0)
+            die(dir.paths[f], "unreadable");
         if (step_apply(&dec, &ctx, &file, &pix) < 0)
-            die(paths[f], ctx.err);
+            die(dir.paths[f], ctx.err);
         uint8_t *dst = malloc((size_t)OUT * OUT * 3);
         for (int r = 0; r < rounds; r++) {
             ctx.seed = hash_mix64((uint64_t)f * 1000 + (uint64_t)r);
@@ -192,7 +165,7 @@ int main(int argc, char **argv)
     step_ctx_free(&ctx);
     free(batch);
 
-    printf("{\"images\": %zu, \"rounds\": %d", npaths, rounds);
+    printf("{\"images\": %zu, \"rounds\": %d", dir.n, rounds);
     struct acc *all[3 + AUG_SPACE_OPS] = {&a_rrc, &a_flip, &a_norm};
     for (int op = 0; op < AUG_SPACE_OPS; op++)
         all[3 + op] = &a_op[op];
