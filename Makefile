@@ -141,6 +141,10 @@ $(STEPS_HOOK): $(STEPS_HOOK_SRC) $(wildcard daemon/steps/*.h daemon/step*.h)
 $(BUILD)/roibench: tests/bench/roibench.c $(DAEMON_LIB_OBJ) $(COMMON_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(call pkg_libs,$(PKG_DAEMON)) -lm
 
+# The online image steps' cost per sample and output digests (`make bench`).
+$(BUILD)/stepbench: tests/bench/stepbench.c $(DAEMON_LIB_OBJ) $(COMMON_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(call pkg_libs,$(PKG_DAEMON)) -lm
+
 # The raw random-read reader the disk cases of `make bench` compare with.
 $(BUILD)/ioread: tests/bench/ioread.c $(BUILD)/obj/daemon/io.o $(BUILD)/obj/daemon/access.o \
                  $(BUILD)/obj/daemon/hash.o $(BUILD)/obj/daemon/stats.o $(BUILD)/obj/daemon/json.o $(BUILD)/obj/common/log.o
@@ -192,7 +196,7 @@ run: deps
 	BUILD=$(BUILD) PYTHON=$(PYTHON) tests/tools/demo.sh
 
 bench: deps
-	$(MAKE) --no-print-directory all $(BUILD)/ioread $(BUILD)/roibench $(SLOWFS)
+	$(MAKE) --no-print-directory all $(BUILD)/ioread $(BUILD)/roibench $(BUILD)/stepbench $(SLOWFS)
 	BUILD=build PYTHON=$(PYTHON) tests/bench/bench.sh
 
 # The cluster tier's cases alone (tests/bench/cases_cluster.sh), on their own data set.

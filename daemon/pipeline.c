@@ -192,8 +192,10 @@ static void local_account(struct worker_ctx *ctx, struct pipe_local *L)
  * lives in one of the two ping-pong scratch images (or is *cur unchanged),
  * or in last_out for the last step when last_out is given. decode followed
  * by random_resized_crop, both in the range (online: the cold path), run
- * as one (step_decode_rrc_apply: only the crop's region decoded); the time
- * is decode's, each step counts its call. */
+ * as one (step_decode_rrc_apply: only the crop's region decoded); so does
+ * random_resized_crop followed by random_flip (the resize writes its rows
+ * mirrored, when the flip's own seed says so, instead of a pass of its
+ * own); the time is the first step's, each step counts its call. */
 static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint32_t from,
                      uint32_t to, uint64_t seed, struct worker_ctx *ctx,
                      const struct img **cur, struct img *last_out, char *err, size_t errlen)
@@ -202,29 +204,39 @@ static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint3
         const struct step *s = &cfg->steps[i];
         int fused = s->kind == STEP_DECODE && i + 1 < to &&
                     cfg->steps[i + 1].kind == STEP_RANDOM_RESIZED_CROP;
-        uint32_t last = i + (uint32_t)fused; /* the step whose output this is */
+        uint32_t crop = i + (uint32_t)fused; /* random_resized_crop, when fused */
+        int flip = cfg->steps[crop].kind == STEP_RANDOM_RESIZED_CROP && crop + 1 < to &&
+                   cfg->steps[crop + 1].kind == STEP_RANDOM_FLIP;
+        uint32_t last = crop + (uint32_t)flip; /* the step whose output this is */
         struct img *out = &ctx->scratch[1 + (*cur == &ctx->scratch[1])];
         /* The last step writes into the slot, or, when it works in place
          * there (random_erasing), the one before it does. */
         if (last_out && (last + 1 == to || (last + 2 == to && *cur != last_out &&
                                              step_in_place(&cfg->steps[to - 1]))))
             out = last_out;
-        ctx->step.seed = hash_mix64(seed + last);
+        ctx->step.seed = hash_mix64(seed + crop);
         size_t in_len = (*cur)->len; /* a decode's: the file's bytes */
         uint64_t t0 = stats_now_ns();
-        int rc = fused ? step_decode_rrc_apply(s, &cfg->steps[last], &ctx->step, *cur, out)
-                       : step_apply(s, &ctx->step, *cur, out);
+        int mirror = flip && step_flip_decide(cfg->steps[last].p, hash_mix64(seed + last));
+        int rc = fused || flip ? step_decode_rrc_mirror_apply(fused ? s : NULL,
+                                                              &cfg->steps[crop], mirror,
+                                                              &ctx->step, *cur, out)
+                               : step_apply(s, &ctx->step, *cur, out);
         stats_percpu_add(&p->counters, ctx->index, CNT_CALLS + s->kind, 1);
         stats_percpu_add(&p->counters, ctx->index, CNT_NS + s->kind, stats_now_ns() - t0);
+        if (flip)
+            stats_percpu_add(&p->counters, ctx->index, CNT_CALLS + STEP_RANDOM_FLIP, 1);
         if (fused) {
             stats_percpu_add(&p->counters, ctx->index,
                              CNT_CALLS + STEP_RANDOM_RESIZED_CROP, 1);
             if (rc == 1 && (unsigned)ctx->step.format < DECODE_FMT_MAX)
                 stats_percpu_add(&p->counters, ctx->index,
                                  CNT_FMT_REGION + ctx->step.format, 1);
-            s = &cfg->steps[last];
-            i = last;
             rc = rc > 0 ? 0 : rc;
+        }
+        if (fused || flip) {
+            s = &cfg->steps[crop];
+            i = last;
         }
         int f = -1;
         if ((s->kind == STEP_DECODE || fused) && (unsigned)ctx->step.format < DECODE_FMT_MAX)

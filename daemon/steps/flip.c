@@ -103,35 +103,46 @@ static int flip_simd_level(void)
     return l;
 }
 
+void step_flip_row(const uint8_t *src, uint8_t *dst, uint32_t w, uint32_t c)
+{
+    size_t row = (size_t)w * c;
+    const uint8_t *s = src + row;
+    uint8_t *d = dst;
+    if (c == 3) {
+        int simd = flip_simd_level();
+        uint32_t x = 0;
+        if (simd == 2) /* whole blocks of 21 pixels, then of 5 */
+            x = flip_row3_vbmi(src, dst, w);
+        if (simd >= 1 && x < w)
+            x += flip_row3_ssse3(src, dst + (size_t)x * 3, w - x);
+        s -= (size_t)x * 3;
+        d += (size_t)x * 3;
+        for (; x < w; x++, d += 3) {
+            s -= 3;
+            d[0] = s[0];
+            d[1] = s[1];
+            d[2] = s[2];
+        }
+    } else {
+        for (uint32_t x = 0; x < w; x++, d += c) {
+            s -= c;
+            memcpy(d, s, c);
+        }
+    }
+}
+
 static void flip_rows(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w,
                       uint32_t c)
 {
     size_t row = (size_t)w * c;
-    int simd = c == 3 ? flip_simd_level() : 0;
-    for (uint32_t y = 0; y < h; y++, src += row, dst += row) {
-        const uint8_t *s = src + row;
-        uint8_t *d = dst;
-        if (c == 3) {
-            uint32_t x = 0;
-            if (simd == 2) /* whole blocks of 21 pixels, then of 5 */
-                x = flip_row3_vbmi(src, dst, w);
-            if (simd >= 1 && x < w)
-                x += flip_row3_ssse3(src, dst + (size_t)x * 3, w - x);
-            s -= (size_t)x * 3;
-            d += (size_t)x * 3;
-            for (; x < w; x++, d += 3) {
-                s -= 3;
-                d[0] = s[0];
-                d[1] = s[1];
-                d[2] = s[2];
-            }
-        } else {
-            for (uint32_t x = 0; x < w; x++, d += c) {
-                s -= c;
-                memcpy(d, s, c);
-            }
-        }
-    }
+    for (uint32_t y = 0; y < h; y++, src += row, dst += row)
+        step_flip_row(src, dst, w, c);
+}
+
+int step_flip_decide(double p, uint64_t seed)
+{
+    uint64_t state = seed;
+    return hash_rand01(&state) < p;
 }
 
 int step_flip_apply(double p, struct step_ctx *ctx, const struct img *in,
@@ -144,8 +155,7 @@ int step_flip_apply(double p, struct step_ctx *ctx, const struct img *in,
     if (rc < 0)
         return rc;
 
-    uint64_t state = ctx->seed;
-    if (hash_rand01(&state) < p)
+    if (step_flip_decide(p, ctx->seed))
         flip_rows(in->data, out->data, in->h, in->w, in->c);
     else
         memcpy(out->data, in->data, out->len);

@@ -596,6 +596,7 @@ void step_resample_src_img(struct step_resample_src *src, const struct img *in)
     src->y0 = 0.0;
     src->x1 = in->w;
     src->y1 = in->h;
+    src->mirror = 0;
 }
 
 int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
@@ -630,8 +631,12 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
         return rc;
     size_t in_row = src->stride, mid_row = (size_t)out_w * c;
     if (!need_h && !need_v) {
-        for (uint32_t y = 0; y < in_h; y++)
-            memcpy(out->data + y * mid_row, src->data + y * in_row, mid_row);
+        for (uint32_t y = 0; y < in_h; y++) {
+            if (src->mirror)
+                step_flip_row(src->data + y * in_row, out->data + y * mid_row, out_w, c);
+            else
+                memcpy(out->data + y * mid_row, src->data + y * in_row, mid_row);
+        }
         return 0;
     }
 
@@ -657,6 +662,8 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
 #endif
     if (need_h && need_v)
         bytes += mid_row * vtaps;
+    if (src->mirror) /* an output row before it is mirrored into out */
+        bytes += mid_row;
     uint8_t *block = malloc(bytes), *p = block;
     if (block == NULL)
         return step_fail(ctx, -ENOMEM, "%s: out of memory (%zu bytes of scratch)", who,
@@ -672,15 +679,32 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
     if (r.avx2_h)
         rs_hplan_make(&r.hplan, &p, &r.ah, in_w, out_w, c);
 #endif
+    /* Mirrored: each output row goes to tmp, then reversed into out (the
+     * passes work on columns apart, so mirroring their rows mirrors the
+     * image: the same bytes as random_flip after the resize). */
+    uint8_t *tmp = NULL;
+    if (src->mirror) {
+        tmp = p;
+        p += mid_row;
+    }
+#define RS_ROW(y) (tmp ? tmp : out->data + (size_t)(y) * mid_row)
+#define RS_EMIT(y)                                                                     \
+    do {                                                                               \
+        if (tmp)                                                                       \
+            step_flip_row(tmp, out->data + (size_t)(y) * mid_row, out_w, c);           \
+    } while (0)
 
     if (!need_v) {
-        for (uint32_t y = 0; y < in_h; y++)
-            rs_run_hrow(&r, src->data + y * in_row, out->data + y * mid_row);
+        for (uint32_t y = 0; y < in_h; y++) {
+            rs_run_hrow(&r, src->data + y * in_row, RS_ROW(y));
+            RS_EMIT(y);
+        }
     } else if (!need_h) {
         for (uint32_t yy = 0; yy < out_h; yy++) {
             for (uint32_t t = 0; t < r.av.count[yy]; t++)
                 rows[t] = src->data + (size_t)(r.av.first[yy] + t) * in_row;
-            rs_run_vrow(&r, rows, yy, out->data + yy * mid_row, mid_row);
+            rs_run_vrow(&r, rows, yy, RS_ROW(yy), mid_row);
+            RS_EMIT(yy);
         }
     } else {
         /* Input row y goes to ring slot y % slots. An output row reads at
@@ -697,9 +721,12 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
                             ring + (size_t)(next % slots) * mid_row);
             for (uint32_t y = first; y < end; y++)
                 rows[y - first] = ring + (size_t)(y % slots) * mid_row;
-            rs_run_vrow(&r, rows, yy, out->data + yy * mid_row, mid_row);
+            rs_run_vrow(&r, rows, yy, RS_ROW(yy), mid_row);
+            RS_EMIT(yy);
         }
     }
+#undef RS_ROW
+#undef RS_EMIT
     free(block);
     return 0;
 }

@@ -90,6 +90,12 @@ int step_rrc_params(const struct step *s, uint64_t seed, uint32_t h, uint32_t w,
 int step_rrc_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                    struct img *out)
 {
+    return step_rrc_mirror_apply(s, 0, ctx, in, out);
+}
+
+int step_rrc_mirror_apply(const struct step *s, int mirror, struct step_ctx *ctx,
+                          const struct img *in, struct img *out)
+{
     int rc = step_check_pixels(ctx, in, "random_resized_crop");
     if (rc < 0)
         return rc;
@@ -105,6 +111,7 @@ int step_rrc_apply(const struct step *s, struct step_ctx *ctx, const struct img 
         .y0 = 0.0,
         .x1 = box.w,
         .y1 = box.h,
+        .mirror = mirror,
     };
     return step_resample(ctx, STEP_RESIZE_ISA_AUTO, &src, s->h, s->w, out,
                          "random_resized_crop");
@@ -127,8 +134,8 @@ static uint32_t rrc_dct_eighths(uint32_t bh, uint32_t bw, uint32_t out_h, uint32
 
 /* A JPEG's crop box, decoded alone into ctx->aux and resized into out.
  * -ENOTSUP: not for the region decoder (decode it whole). */
-static int rrc_region(const struct step *dec, const struct step *rrc, struct step_ctx *ctx,
-                      const struct img *in, struct img *out)
+static int rrc_region(const struct step *dec, const struct step *rrc, int mirror,
+                      struct step_ctx *ctx, const struct img *in, struct img *out)
 {
     char err[160];
     struct roi_header hdr;
@@ -175,6 +182,7 @@ static int rrc_region(const struct step *dec, const struct step *rrc, struct ste
         .y0 = num == den ? 0.0 : b.top * f - top,
         .x1 = num == den ? box.w : (b.left + b.w) * f - left,
         .y1 = num == den ? box.h : (b.top + b.h) * f - top,
+        .mirror = mirror,
     };
     if (src.x1 > box.w)
         src.x1 = box.w;
@@ -187,9 +195,19 @@ static int rrc_region(const struct step *dec, const struct step *rrc, struct ste
 int step_decode_rrc_apply(const struct step *dec, const struct step *rrc,
                           struct step_ctx *ctx, const struct img *in, struct img *out)
 {
+    return step_decode_rrc_mirror_apply(dec, rrc, 0, ctx, in, out);
+}
+
+int step_decode_rrc_mirror_apply(const struct step *dec, const struct step *rrc, int mirror,
+                                 struct step_ctx *ctx, const struct img *in, struct img *out)
+{
+    if (dec == NULL) {
+        int rc = step_rrc_mirror_apply(rrc, mirror, ctx, in, out);
+        return rc < 0 ? rc : 0;
+    }
     if (in->fmt == IMG_ENCODED && in->len > 0 && in->data != NULL &&
         decode_sniff(in->data, in->len) == DECODE_FMT_JPEG) {
-        int rc = rrc_region(dec, rrc, ctx, in, out);
+        int rc = rrc_region(dec, rrc, mirror, ctx, in, out);
         if (rc != -ENOTSUP) {
             ctx->format = DECODE_FMT_JPEG;
             return rc < 0 ? rc : 1;
@@ -202,6 +220,6 @@ int step_decode_rrc_apply(const struct step *dec, const struct step *rrc,
     int rc = step_decode_apply(&whole, ctx, in, &ctx->aux);
     if (rc < 0)
         return rc;
-    rc = step_rrc_apply(rrc, ctx, &ctx->aux, out);
+    rc = step_rrc_mirror_apply(rrc, mirror, ctx, &ctx->aux, out);
     return rc < 0 ? rc : 0;
 }

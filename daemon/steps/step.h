@@ -362,5 +362,12 @@ int step_in_place(const struct step *s);
  * image, or -errno as the two steps do. */
 int step_decode_rrc_apply(const struct step *dec, const struct step *rrc,
                           struct step_ctx *ctx, const struct img *in, struct img *out);
+/* The same with the output mirrored left-right when mirror is set: a
+ * random_flip right after the crop, fused (step_flip_decide gives its
+ * decision); dec NULL: random_resized_crop alone on in's pixels. */
+int step_decode_rrc_mirror_apply(const struct step *dec, const struct step *rrc, int mirror,
+                                 struct step_ctx *ctx, const struct img *in, struct img *out);
+/* random_flip's decision for p from its per-sample seed: 1 to mirror. */
+int step_flip_decide(double p, uint64_t seed);
 
 #endif

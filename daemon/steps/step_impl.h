@@ -84,6 +84,7 @@ struct step_resample_src {
     size_t stride;
     uint32_t h, w, c;
     double x0, y0, x1, y1;
+    int mirror; /* the output mirrored left-right (random_flip fused in) */
 };
 /* The whole of in, box and all. */
 void step_resample_src_img(struct step_resample_src *src, const struct img *in);
@@ -114,12 +115,18 @@ struct step_box {
  * the fallback). */
 int step_rrc_params(const struct step *s, uint64_t seed, uint32_t h, uint32_t w,
                     struct step_box *box);
+/* step_rrc_apply with its output mirrored left-right when mirror is set (a
+ * random_flip after it, fused: the same bytes as the two steps). */
+int step_rrc_mirror_apply(const struct step *s, int mirror, struct step_ctx *ctx,
+                          const struct img *in, struct img *out);
 int step_rrc_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                    struct img *out);
 
 
 /* ---- random_flip ---- */
 
+/* One row of w pixels of c bytes, mirrored from src into dst (not in place). */
+void step_flip_row(const uint8_t *src, uint8_t *dst, uint32_t w, uint32_t c);
 int step_flip_apply(double p, struct step_ctx *ctx, const struct img *in,
                     struct img *out);
 

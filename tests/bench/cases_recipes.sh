@@ -26,6 +26,12 @@
 #                         boxes of the bench JPEGs, the region alone against the whole
 #                         image cut to the box (pixels checked equal); ratio = full over
 #                         region
+#   step costs            tests/bench/stepbench: one thread, 200 JPEGs x 4 seeds, each
+#                         online image step alone (random_resized_crop, random_flip,
+#                         normalize into batch slots, each TrivialAugmentWide op, bilinear),
+#                         microseconds of CPU per call and a digest of the outputs (no
+#                         ratio: the figures the per-step lines below come from, measured
+#                         without a daemon)
 # After each presto case the step costs of its daemon (stats: seconds / calls per step)
 # are printed: what each step costs per sample on a worker thread.
 
@@ -74,6 +80,17 @@ print(json.dumps({"samples": r["crops"], "seconds": r["crops"] * r["roi_us"] / 1
     bench_case roi-decode 0 "${runs[@]}"
 }
 
+bench_recipes_step_bench() {
+    local out
+    echo "== step costs: each online image step alone (stepbench, one thread, 200 JPEGs x 4)"
+    out=$("$BUILD/stepbench" "$BENCH_DATA" 4 200) || presto_fail "stepbench failed"
+    "$PYTHON" -c 'import json, sys
+r = json.loads(sys.argv[1])
+print("  " + ", ".join("%s %.1f us" % (k, v["us"]) for k, v in r.items()
+                       if isinstance(v, dict)))
+print("  trivial_augment_wide (mean of its 14 ops): %.1f us" % r["trivial_augment_wide_mean_us"])' "$out"
+}
+
 bench_recipes_cases() {
     local crop="{random_resized_crop: 224}" flip="{random_flip: 0.5}" recipe mix=()
     echo "== warm-train: decode cached; random_resized_crop 224 on the full-resolution" \
@@ -110,6 +127,7 @@ bench_recipes_cases() {
     bench_case_vs "$baseline" "$name-cold" 0 "$BENCH_COLD" "${BENCH_WARM[@]}"
 
     bench_recipes_roi_case
+    bench_recipes_step_bench
 }
 
 # The baselines these cases are measured against (besides train): recipe or

@@ -28,6 +28,7 @@
 #include "step.h"
 #include "step_impl.h"
 #include "steps/jpeg_roi.h"
+#include "jpegdir.h"
 
 #define OUT_SIZE 224
 
@@ -36,47 +37,7 @@ struct file {
     size_t len;
 };
 
-static char **paths;
-static size_t npaths, cap_paths;
-
-static void collect(const char *dir, int depth)
-{
-    struct dirent **list;
-    int n = scandir(dir, &list, NULL, alphasort);
-    if (n < 0)
-        return;
-    for (int i = 0; i < n; i++) {
-        const char *name = list[i]->d_name;
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/%s", dir, name);
-        size_t len = strlen(name);
-        if (name[0] != '.' && list[i]->d_type == DT_DIR && depth < 2)
-            collect(path, depth + 1);
-        else if (len > 4 && strcmp(name + len - 4, ".jpg") == 0) {
-            if (npaths == cap_paths) {
-                cap_paths = cap_paths ? cap_paths * 2 : 256;
-                paths = realloc(paths, cap_paths * sizeof(*paths));
-            }
-            paths[npaths++] = strdup(path);
-        }
-        free(list[i]);
-    }
-    free(list);
-}
-
-static int read_file(const char *path, struct file *f)
-{
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL)
-        return -errno;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    rewind(fp);
-    f->data = malloc((size_t)n);
-    f->len = fread(f->data, 1, (size_t)n, fp);
-    fclose(fp);
-    return f->len == (size_t)n ? 0 : -EIO;
-}
+static struct jpegdir dir;
 
 static double now(void)
 {
@@ -109,17 +70,17 @@ int main(int argc, char **argv)
     }
     size_t want = argc > 2 ? strtoul(argv[2], NULL, 10) : 400;
     int rounds = argc > 3 ? atoi(argv[3]) : 3;
-    collect(argv[1], 0);
-    if (npaths == 0) {
+    jpegdir_collect(&dir, argv[1], 0);
+    if (dir.n == 0) {
         fprintf(stderr, "roibench: no .jpg under %s\n", argv[1]);
         return 1;
     }
-    if (want > npaths)
-        want = npaths;
+    if (want > dir.n)
+        want = dir.n;
     struct file *files = calloc(want, sizeof(*files));
     for (size_t i = 0; i < want; i++)
-        if (read_file(paths[i], &files[i]) < 0) {
-            fprintf(stderr, "roibench: cannot read %s\n", paths[i]);
+        if (jpegdir_read(dir.paths[i], &files[i].data, &files[i].len) < 0) {
+            fprintf(stderr, "roibench: cannot read %s\n", dir.paths[i]);
             return 1;
         }
 
@@ -187,7 +148,7 @@ int main(int argc, char **argv)
                                  (size_t)sbox.w * 3, err, sizeof(err));
             double t4 = now();
             if (rc < 0 || rc2 < 0) {
-                fprintf(stderr, "roibench: %s: %s\n", paths[i], err);
+                fprintf(stderr, "roibench: %s: %s\n", dir.paths[i], err);
                 return 1;
             }
             mismatches += memcmp(crop, roi, (size_t)b.h * b.w * 3) != 0;

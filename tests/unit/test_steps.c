@@ -2528,11 +2528,14 @@ END_TEST
 
 /* decode + random_resized_crop as the cold path runs them: the crop's region
  * alone, the same bytes as decode then crop (RGB and grey), and at the DCT
- * scale close to them. */
+ * scale close to them. With random_flip fused in (the resize writing its rows
+ * mirrored), on the region and on decoded pixels: the bytes of crop then
+ * flip. */
 START_TEST(test_decode_rrc_region)
 {
     struct step_ctx ctx;
-    struct img enc, full = {0}, want = {0}, got = {0};
+    struct img enc, full = {0}, want = {0}, got = {0}, flipped = {0};
+    struct step flip = make_stepv("random_flip", "p=1");
     step_ctx_init(&ctx);
     for (size_t p = 0; p < sizeof(photos) / sizeof(photos[0]); p++) {
         read_photo(&photos[p], &enc);
@@ -2549,6 +2552,23 @@ START_TEST(test_decode_rrc_region)
                 ck_assert_msg(memcmp(got.data, want.data, got.len) == 0,
                               "%s grey %d seed %llu: region differs", photos[p].name, grey,
                               (unsigned long long)seed);
+                /* crop then flip, and the two fused: on the region, on the pixels */
+                apply_ok(&flip, &ctx, &want, &flipped);
+                ck_assert_int_eq(step_decode_rrc_mirror_apply(&dec, &rrc, 1, &ctx, &enc, &got),
+                                 1);
+                ck_assert(got.len == flipped.len);
+                ck_assert_msg(memcmp(got.data, flipped.data, got.len) == 0,
+                              "%s grey %d seed %llu: mirrored region differs", photos[p].name,
+                              grey, (unsigned long long)seed);
+                ck_assert_int_eq(
+                    step_decode_rrc_mirror_apply(NULL, &rrc, 1, &ctx, &full, &got), 0);
+                ck_assert(got.len == flipped.len);
+                ck_assert_msg(memcmp(got.data, flipped.data, got.len) == 0,
+                              "%s grey %d seed %llu: mirrored crop differs", photos[p].name,
+                              grey, (unsigned long long)seed);
+                ck_assert_int_eq(
+                    step_decode_rrc_mirror_apply(NULL, &rrc, 0, &ctx, &full, &got), 0);
+                ck_assert(memcmp(got.data, want.data, got.len) == 0);
             }
         }
         /* dct_scale: a region at a reduced scale for small crops; close. */
@@ -2578,6 +2598,7 @@ START_TEST(test_decode_rrc_region)
     struct step dec = make_step("decode", NULL);
     struct step rrc = make_stepv("random_resized_crop", "size=8");
     ck_assert_int_eq(step_decode_rrc_apply(&dec, &rrc, &ctx, &bad, &got), -EBADMSG);
+    img_free(&flipped);
     img_free(&full);
     img_free(&want);
     img_free(&got);
