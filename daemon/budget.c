@@ -25,6 +25,8 @@ struct budget_user {
     uint64_t queued;  /* of used, replies queued on its connections */
     uint32_t queues;  /* its connections' queues (budget_queue_new) */
     uint32_t paused;  /* of those, waiting */
+    uint64_t ahead;   /* of used, chunks read ahead for its streams */
+    uint64_t peak;    /* the most used at once */
 };
 
 /* A connection's queued replies. */
@@ -55,6 +57,7 @@ struct budget {
     size_t nleft, capleft;
     uint64_t left_bytes;
     uint64_t queued, paused, pauses, pauses_user, pauses_all;
+    uint64_t ahead, ahead_peak, ahead_skipped; /* read-ahead charged (of used), batches without */
     void (*notify)(void *arg); /* charges went down while connections wait */
     void *notify_arg;
 };
@@ -165,7 +168,11 @@ uint64_t budget_cap(const struct budget *b, uid_t uid, uint64_t floor, uint64_t 
     uint64_t room = budget_room(b, uid, by_user);
     if (floor == 0 || floor > room)
         return 0;
-    uint64_t used = budget_used(b, uid);
+    /* The share is reckoned without the uid's read-ahead, which goes as
+     * its batches run (a stream's grant is for its life); the room, the
+     * hard bound, with it. */
+    const struct budget_user *u = budget_user(b, uid);
+    uint64_t used = u ? u->used - u->ahead : 0;
     uint64_t mine = used < b->user_limit ? b->user_limit - used : 0;
     uint64_t most = b->user_limit / 4 * 3; /* the reserve's most: see budget.h */
     uint64_t reserve = later > most / floor ? most : later * floor;
@@ -180,6 +187,8 @@ int budget_charge(struct budget *b, uid_t uid, uint64_t bytes)
     if (!u)
         return -ENOMEM;
     u->used += bytes;
+    if (u->used > u->peak)
+        u->peak = u->used;
     b->used += bytes;
     if (b->used > b->peak)
         b->peak = b->used;
@@ -360,6 +369,50 @@ static void budget_on_inotify(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* Half of what the charges other than read-ahead leave under limit, less
+ * the read-ahead charged already. */
+static uint64_t ahead_half(uint64_t limit, uint64_t used, uint64_t ahead)
+{
+    uint64_t other = used - ahead;
+    uint64_t half = other < limit ? (limit - other) / 2 : 0;
+    return half > ahead ? half - ahead : 0;
+}
+
+uint64_t budget_ahead_room(const struct budget *b, uid_t uid)
+{
+    const struct budget_user *u = budget_user(b, uid);
+    uint64_t mine = ahead_half(b->user_limit, u ? u->used : 0, u ? u->ahead : 0);
+    uint64_t all = ahead_half(b->limit, b->used, b->ahead);
+    return mine < all ? mine : all;
+}
+
+int budget_ahead_charge(struct budget *b, uid_t uid, uint64_t bytes)
+{
+    int rc = budget_charge(b, uid, bytes);
+    if (rc < 0)
+        return rc;
+    budget_user(b, uid)->ahead += bytes; /* made by the charge */
+    b->ahead += bytes;
+    if (b->ahead > b->ahead_peak)
+        b->ahead_peak = b->ahead;
+    return 0;
+}
+
+void budget_ahead_uncharge(struct budget *b, uid_t uid, uint64_t bytes)
+{
+    struct budget_user *u = budget_user(b, uid);
+    if (!u || bytes == 0)
+        return;
+    u->ahead -= bytes < u->ahead ? bytes : u->ahead;
+    b->ahead -= bytes < b->ahead ? bytes : b->ahead;
+    budget_uncharge(b, uid, bytes);
+}
+
+void budget_ahead_skipped(struct budget *b)
+{
+    b->ahead_skipped++;
+}
+
 void budget_lowered(struct budget *b)
 {
     b->lowered++;
@@ -373,7 +426,8 @@ void budget_stats(const struct budget *b, struct stats_out *o)
     const uint64_t v[BUD_MAX] = {b->limit,    b->user_limit, b->used,   b->peak,
                                  users,       b->lowered,    b->nleft,  b->left_bytes,
                                  b->queued,   b->paused,     b->pauses, b->pauses_user,
-                                 b->pauses_all};
+                                 b->pauses_all, b->ahead,       b->ahead_peak,
+                                 b->ahead_skipped};
     stats_begin(o, "client_memory", NULL, NULL, NULL);
     stats_emit_u64(o, budget_decl, v, BUD_MAX);
     stats_list_begin(o, "per_uid");
@@ -384,8 +438,9 @@ void budget_stats(const struct budget *b, struct stats_out *o)
         snprintf(uid, sizeof(uid), "%u", (unsigned)b->users[i].uid);
         stats_begin(o, NULL, "user", "uid", uid);
         struct stats_val u[] = {stats_str(uid), stats_u64(b->users[i].used),
-                                stats_u64(b->users[i].queued), stats_u64(b->users[i].paused)};
-        stats_emit(o, user_decl, u, 4);
+                                stats_u64(b->users[i].peak), stats_u64(b->users[i].queued), stats_u64(b->users[i].paused),
+                                stats_u64(b->users[i].ahead)};
+        stats_emit(o, user_decl, u, sizeof(u) / sizeof(u[0]));
         stats_end(o);
     }
     stats_list_end(o);

@@ -57,12 +57,18 @@ struct event_base;
     X(paused, GAUGE, "connections", "connections whose requests wait on queued replies") \
     X(pauses, COUNTER, "times", "connections made to wait on queued replies")          \
     X(pauses_user, COUNTER, "times", "... because their uid was at limits.user_memory") \
-    X(pauses_all, COUNTER, "times", "... because all clients were at limits.client_memory")
+    X(pauses_all, COUNTER, "times", "... because all clients were at limits.client_memory") \
+    X(read_ahead, GAUGE, "bytes", "chunks read ahead for the streams, not yet run (in used)") \
+    X(read_ahead_peak, GAUGE, "bytes", "the most read-ahead charged at once since start")  \
+    X(read_ahead_skipped, COUNTER, "batches",                                          \
+      "batches not read ahead: their uid's budget had no room (the worker read them)")
 #define BUDGET_USER_STATS(X)                                                          \
     X(uid, LABEL, "", "the clients' uid")                                              \
     X(used, GAUGE, "bytes", "charged to the clients of this uid")                      \
+    X(peak, GAUGE, "bytes", "the most charged to it at once (while it had an entry)")  \
     X(queued, GAUGE, "bytes", "of that, replies queued on their connections")         \
-    X(paused, GAUGE, "connections", "their connections whose requests wait")
+    X(paused, GAUGE, "connections", "their connections whose requests wait")         \
+    X(read_ahead, GAUGE, "bytes", "of used, chunks read ahead for their streams")
 
 /* base: where the rings let go are watched (NULL: they are not, and
  * budget_linger fails). */
@@ -88,7 +94,9 @@ uint64_t budget_room(const struct budget *b, uid_t uid, int *by_user);
  * alone gets its whole prefetch whenever it needs at most a quarter of its
  * uid's budget (and more of it, the whole room at most, where few streams
  * may follow), and a burst of streams each gets at least 2 batches as long
- * as floors fit: 1 + 3/4 x user_memory / floor streams at least. Returns
+ * as floors fit: 1 + 3/4 x user_memory / floor streams at least. What
+ * is free is reckoned without the uid's read-ahead (it goes as its batches
+ * run), but never past the room (read-ahead included). Returns
  * at least floor, or 0 when not even floor fits in the room (the stream is
  * refused; *by_user says which limit, as budget_room).
  */
@@ -109,6 +117,30 @@ void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes);
  * batches of the ring keeps them intact, and the pages go with its last
  * mapping. */
 int budget_linger(struct budget *b, uid_t uid, uint64_t bytes, int fd);
+/* ---- read-ahead (readahead.h) ----
+ *
+ * A batch's first chunk read ahead on the event loop (its arena and its
+ * pipeline_ahead) is charged to its stream's uid from the moment it is
+ * armed until the job that ran it is done (back on the event loop), or
+ * the stream goes: always on the event loop, so no lock (the worker that
+ * runs the chunk only gives its arena back to io.readahead's pool, a leaf
+ * lock of its own). Read-ahead is what a stream may go without: it takes
+ * at most half of the room a uid's other charges (streams, rings, replies)
+ * leave under limits.user_memory, and half of what all clients' leave
+ * under limits.client_memory, so a new stream always finds at least half
+ * the room it would without it; a chunk that does not fit is not read
+ * ahead (the worker reads it, as with io.readahead 0), never refused. */
+
+/* Bytes of read-ahead uid may still be charged now (see above). */
+uint64_t budget_ahead_room(const struct budget *b, uid_t uid);
+/* Charges a chunk read ahead (bytes within budget_ahead_room): 0, or
+ * -ENOMEM (nothing charged). */
+int budget_ahead_charge(struct budget *b, uid_t uid, uint64_t bytes);
+/* ... it ran, or its stream went: given back. */
+void budget_ahead_uncharge(struct budget *b, uid_t uid, uint64_t bytes);
+/* A batch was not read ahead for want of room (counted). */
+void budget_ahead_skipped(struct budget *b);
+
 /* A stream got a lower prefetch to fit (counted). */
 void budget_lowered(struct budget *b);
 /* ---- queued replies ---- */
