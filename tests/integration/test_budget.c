@@ -18,6 +18,7 @@
  *    closes within a second; the daemon serves the next client.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -171,6 +172,11 @@ START_TEST(test_kept_memfd_charged)
            (unsigned long long)(USER_MEMORY >> 20));
     fflush(stdout);
     ck_assert_msg(blocks > 0, "the kept rings lost their pages");
+    /* The shmem the kept rings hold (what the system's Shmem counts for
+     * them, to the page; the system's own figure is everyone's) is within
+     * the uid's budget. */
+    ck_assert_msg((uint64_t)blocks * 512 <= USER_MEMORY,
+                  "the kept rings hold %ld kB of shmem, over limits.user_memory", blocks / 2);
     ck_assert_msg(refused >= 1, "the kept rings never exhausted the budget");
     ck_assert_msg(used >= (double)kept_bytes && used <= (double)USER_MEMORY,
                   "charged %.0f for %llu bytes of kept rings", used,
@@ -436,9 +442,74 @@ END_TEST
 #define FAIR_BATCH 8
 #define FAIR_PREFETCH 64
 
+/* The issue's own figures: 16 clients x prefetch 64 x batch 256 (of 8x8
+ * samples, so that it takes a few MiB, not the issue's 4.9 GB: the
+ * ratios are the same) over 4,096 samples (the 256 files listed 16 times
+ * in a CSV manifest: 16 batches an epoch) under limits.user_memory 6 MiB:
+ * asked, 8 rings of 3 MiB and 8 socket streams of 0.9 MiB. */
+#define FAIR256_DATASET "big"
+#define FAIR256_REPEAT 16
+#define FAIR256_USER (6ull << 20)
+#define FAIR256_BATCH 256
+#define FAIR256_SIDE 8
+
+/* One fair case: the dataset, its samples, the batch and the budget. */
+struct fair_case {
+    const char *dataset;
+    uint32_t samples, batch;
+    uint64_t user;
+};
+
 static void fair_setup(void)
 {
     start_daemon_limits(CLIENT_MEMORY, FAIR_USER, "");
+}
+
+/* The 256 files of data_root, FAIR256_REPEAT times, in a CSV manifest
+ * beside them (its paths relative to it). */
+static void write_big_manifest(char *path, size_t len)
+{
+    struct dirent **cls = NULL;
+    int ncls = scandir(data_root, &cls, NULL, alphasort), label = 0;
+    ck_assert_int_gt(ncls, 0);
+    snprintf(path, len, "%s/big.csv", data_root);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "path,label\n");
+    for (int c = 0; c < ncls; c++) {
+        char dir[HARNESS_PATH_MAX + 300];
+        struct dirent **names = NULL;
+        snprintf(dir, sizeof(dir), "%s/%s", data_root, cls[c]->d_name);
+        int n = cls[c]->d_name[0] == '.' ? -1 : scandir(dir, &names, NULL, alphasort);
+        for (int r = 0; r < FAIR256_REPEAT; r++)
+            for (int i = 0; i < n; i++)
+                if (strstr(names[i]->d_name, ".jpg"))
+                    fprintf(f, "%s/%s,%d\n", cls[c]->d_name, names[i]->d_name, label);
+        for (int i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        label += n >= 0;
+        free(cls[c]);
+    }
+    free(cls);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void fair256_setup(void)
+{
+    char csv[HARNESS_PATH_MAX + 16], yaml[2048];
+    write_big_manifest(csv, sizeof(csv));
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\n"
+             "socket_mode: 0666\n"
+             "limits:\n  client_memory: %llu\n  user_memory: %llu\n"
+             "datasets:\n"
+             "  - name: " FAIR256_DATASET "\n"
+             "    root: %s\n"
+             "    steps: [decode, {resize: %d}, {center_crop: %d}]\n",
+             (unsigned long long)CLIENT_MEMORY, (unsigned long long)FAIR256_USER, csv,
+             FAIR256_SIDE, FAIR256_SIDE);
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
 }
 
 struct fair_client {
@@ -484,14 +555,14 @@ static long meminfo_shmem_kb(void)
     return kb;
 }
 
-START_TEST(test_fair_grants)
+static void fair_run(const struct fair_case *fcase)
 {
     static struct fair_client fc[FAIR_CLIENTS];
     presto_stream_opts_t o;
     struct harness_epoch ref[2];
     presto_stream_opts_init(&o);
-    o.dataset = DATASET;
-    o.batch_size = FAIR_BATCH;
+    o.dataset = fcase->dataset;
+    o.batch_size = fcase->batch;
     o.seed = 5;
     /* The unconstrained epochs (the daemon's default prefetch, well inside
      * the budget) on both transports: the checksums, and the memory tier
@@ -499,7 +570,7 @@ START_TEST(test_fair_grants)
     for (int t = 0; t < 2; t++) {
         o.transport = t ? PRESTO_TRANSPORT_SOCKET : PRESTO_TRANSPORT_SHM;
         ck_assert_int_eq(harness_pull_epoch(&H, &o, &ref[t]), 0);
-        ck_assert_uint_eq(ref[t].batches, NSAMPLES / FAIR_BATCH);
+        ck_assert_uint_eq(ref[t].batches, fcase->samples / fcase->batch);
     }
     ck_assert_uint_eq(ref[0].fnv, ref[1].fnv);
     long rss0 = harness_proc_status_kb(H.pid, "VmRSS");
@@ -532,9 +603,9 @@ START_TEST(test_fair_grants)
     double used = stat_of("client_memory", "used"), peak = stat_of("client_memory", "peak");
     double hits = stat_of("limits.user_memory", "hits");
     double nlowered = stat_of("client_memory", "lowered");
-    printf("fair: %d clients (shm and socket alternately) asked prefetch %d of batch %d "
-           "under limits.user_memory %llu MiB: granted", FAIR_CLIENTS, FAIR_PREFETCH,
-           FAIR_BATCH, (unsigned long long)(FAIR_USER >> 20));
+    printf("fair: %d clients (shm and socket alternately) asked prefetch %d of batch %u "
+           "(%s) under limits.user_memory %llu MiB: granted", FAIR_CLIENTS, FAIR_PREFETCH,
+           fcase->batch, fcase->dataset, (unsigned long long)(fcase->user >> 20));
     for (int i = 0; i < FAIR_CLIENTS; i++)
         printf(" %u", fc[i].prefetch);
     printf("; %d lowered, %g refused; charged %.2f MiB (peak %.2f), stream buffers %.2f MiB; "
@@ -545,11 +616,11 @@ START_TEST(test_fair_grants)
     ck_assert_int_eq(lowered, FAIR_CLIENTS);
     ck_assert_double_eq(nlowered, FAIR_CLIENTS);
     ck_assert_double_eq(hits, 0);
-    ck_assert_msg(peak <= (double)FAIR_USER, "peak %.0f over user_memory", peak);
+    ck_assert_msg(peak <= (double)fcase->user, "peak %.0f over user_memory", peak);
     /* The system's Shmem is everyone's (other tests may run beside this
      * one): printed, not checked; prestod's VmRSS counts the rings' pages
      * it wrote. */
-    assert_held(used, buffers, rss1 - rss0, FAIR_USER, 8 << 20);
+    assert_held(used, buffers, rss1 - rss0, fcase->user, 8 << 20);
 
     /* All complete their epochs, concurrently, with the unconstrained
      * run's checksums. */
@@ -561,7 +632,7 @@ START_TEST(test_fair_grants)
     for (int i = 0; i < FAIR_CLIENTS; i++) {
         ck_assert_msg(fc[i].rc == 0, "client %d: %s", i, fc[i].err);
         ck_assert_uint_eq(fc[i].e.batches, ref[0].batches);
-        ck_assert_uint_eq(fc[i].e.samples, NSAMPLES);
+        ck_assert_uint_eq(fc[i].e.samples, fcase->samples);
         ck_assert_msg(fc[i].e.fnv == ref[0].fnv, "client %d (prefetch %u): another epoch", i,
                       fc[i].prefetch);
         presto_stream_close(fc[i].s);
@@ -569,6 +640,20 @@ START_TEST(test_fair_grants)
     }
     ck_assert_msg(harness_wait_stat(&H, "client_memory", "used", 0, 5000, &v) == 0,
                   "%.0f bytes still charged", v);
+}
+
+START_TEST(test_fair_grants)
+{
+    const struct fair_case c = {DATASET, NSAMPLES, FAIR_BATCH, FAIR_USER};
+    fair_run(&c);
+}
+END_TEST
+
+START_TEST(test_fair_grants_256)
+{
+    const struct fair_case c = {FAIR256_DATASET, NSAMPLES * FAIR256_REPEAT, FAIR256_BATCH,
+                                FAIR256_USER};
+    fair_run(&c);
 }
 END_TEST
 
@@ -1049,6 +1134,8 @@ static Suite *budget_suite(void)
     harness_add_cases(s, hogs, 2, daemon_setup, daemon_teardown, CASE_TIMEOUT_S);
     const struct harness_case fair[] = {{"fair", test_fair_grants}};
     harness_add_cases(s, fair, 1, fair_setup, daemon_teardown, CASE_TIMEOUT_S);
+    const struct harness_case fair256[] = {{"fair256", test_fair_grants_256}};
+    harness_add_cases(s, fair256, 1, fair256_setup, daemon_teardown, CASE_TIMEOUT_S);
     const struct harness_case held[] = {{"stop_keeps_held", test_stop_keeps_held_batches}};
     harness_add_cases(s, held, 1, daemon_setup, daemon_teardown, CASE_TIMEOUT_S);
     const struct harness_case out[] = {{"output", test_queued_replies_bounded}};
