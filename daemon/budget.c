@@ -64,6 +64,19 @@ struct budget {
 
 static void budget_on_inotify(evutil_socket_t fd, short what, void *arg);
 
+/* A gauge up by n (its peak kept), and down by n (never below 0). */
+static void gauge_add(uint64_t *v, uint64_t *peak, uint64_t n)
+{
+    *v += n;
+    if (*v > *peak)
+        *peak = *v;
+}
+
+static void gauge_sub(uint64_t *v, uint64_t n)
+{
+    *v -= n < *v ? n : *v;
+}
+
 int budget_create(struct budget **out, struct event_base *base, uint64_t limit,
                   uint64_t user_limit)
 {
@@ -186,12 +199,8 @@ int budget_charge(struct budget *b, uid_t uid, uint64_t bytes)
     struct budget_user *u = budget_user_add(b, uid);
     if (!u)
         return -ENOMEM;
-    u->used += bytes;
-    if (u->used > u->peak)
-        u->peak = u->used;
-    b->used += bytes;
-    if (b->used > b->peak)
-        b->peak = b->used;
+    gauge_add(&u->used, &u->peak, bytes);
+    gauge_add(&b->used, &b->peak, bytes);
     return 0;
 }
 
@@ -200,8 +209,8 @@ void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes)
     struct budget_user *u = budget_user(b, uid);
     if (!u || bytes == 0)
         return;
-    u->used -= bytes < u->used ? bytes : u->used;
-    b->used -= bytes < b->used ? bytes : b->used;
+    gauge_sub(&u->used, bytes);
+    gauge_sub(&b->used, bytes);
     budget_user_drop(b, u);
     if (b->paused && b->notify)
         b->notify(b->notify_arg);
@@ -392,9 +401,7 @@ int budget_ahead_charge(struct budget *b, uid_t uid, uint64_t bytes)
     if (rc < 0)
         return rc;
     budget_user(b, uid)->ahead += bytes; /* made by the charge */
-    b->ahead += bytes;
-    if (b->ahead > b->ahead_peak)
-        b->ahead_peak = b->ahead;
+    gauge_add(&b->ahead, &b->ahead_peak, bytes);
     return 0;
 }
 
@@ -403,8 +410,8 @@ void budget_ahead_uncharge(struct budget *b, uid_t uid, uint64_t bytes)
     struct budget_user *u = budget_user(b, uid);
     if (!u || bytes == 0)
         return;
-    u->ahead -= bytes < u->ahead ? bytes : u->ahead;
-    b->ahead -= bytes < b->ahead ? bytes : b->ahead;
+    gauge_sub(&u->ahead, bytes);
+    gauge_sub(&b->ahead, bytes);
     budget_uncharge(b, uid, bytes);
 }
 

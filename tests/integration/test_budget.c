@@ -52,23 +52,32 @@
 static struct harness H;
 static char data_root[HARNESS_PATH_MAX];
 
-static void start_daemon_limits(uint64_t client, uint64_t user, const char *extra)
+/* A daemon serving dataset name (root, resized and cropped to side) under
+ * the limits given; top: more top-level keys, extra: more limits keys. */
+static void start_daemon_with(const char *name, const char *root, int side, uint64_t client,
+                              uint64_t user, const char *top, const char *extra)
 {
     char yaml[2048];
     snprintf(yaml, sizeof(yaml),
              "workers: 2\n"
              "socket_mode: 0666\n"
+             "%s"
              "limits:\n"
              "  client_memory: %llu\n"
              "  user_memory: %llu\n"
              "%s"
              "datasets:\n"
-             "  - name: " DATASET "\n"
+             "  - name: %s\n"
              "    root: %s\n"
              "    steps: [decode, {resize: %d}, {center_crop: %d}]\n",
-             (unsigned long long)client, (unsigned long long)user, extra, data_root, SIDE,
-             SIDE);
+             top, (unsigned long long)client, (unsigned long long)user, extra, name, root, side,
+             side);
     ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+}
+
+static void start_daemon_limits(uint64_t client, uint64_t user, const char *extra)
+{
+    start_daemon_with(DATASET, data_root, SIDE, client, user, "", extra);
 }
 
 static void start_daemon(const char *extra)
@@ -497,19 +506,9 @@ static void write_big_manifest(char *path, size_t len)
 
 static void fair256_setup(void)
 {
-    char csv[HARNESS_PATH_MAX + 16], yaml[2048];
+    char csv[HARNESS_PATH_MAX + 16];
     write_big_manifest(csv, sizeof(csv));
-    snprintf(yaml, sizeof(yaml),
-             "workers: 2\n"
-             "socket_mode: 0666\n"
-             "limits:\n  client_memory: %llu\n  user_memory: %llu\n"
-             "datasets:\n"
-             "  - name: " FAIR256_DATASET "\n"
-             "    root: %s\n"
-             "    steps: [decode, {resize: %d}, {center_crop: %d}]\n",
-             (unsigned long long)CLIENT_MEMORY, (unsigned long long)FAIR256_USER, csv,
-             FAIR256_SIDE, FAIR256_SIDE);
-    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+    start_daemon_with(FAIR256_DATASET, csv, FAIR256_SIDE, CLIENT_MEMORY, FAIR256_USER, "", "");
 }
 
 struct fair_client {
@@ -835,19 +834,8 @@ END_TEST
 
 static void readahead_setup(void)
 {
-    char yaml[2048];
-    snprintf(yaml, sizeof(yaml),
-             "workers: 2\n"
-             "socket_mode: 0666\n"
-             "cache:\n  memory: 1KiB\n"
-             "limits:\n  client_memory: %llu\n  user_memory: %llu\n"
-             "datasets:\n"
-             "  - name: " RA_DATASET "\n"
-             "    root: %s\n"
-             "    steps: [decode, {resize: %d}, {center_crop: %d}]\n",
-             (unsigned long long)CLIENT_MEMORY, (unsigned long long)RA_USER, data_root,
-             RA_SIDE, RA_SIDE);
-    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+    start_daemon_with(RA_DATASET, data_root, RA_SIDE, CLIENT_MEMORY, RA_USER,
+                      "cache:\n  memory: 1KiB\n", "");
 }
 
 static void ra_opts(presto_stream_opts_t *o, uint32_t prefetch)
