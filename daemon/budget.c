@@ -27,6 +27,7 @@ struct budget_user {
     uint32_t paused;  /* of those, waiting */
     uint64_t ahead;   /* of used, chunks read ahead for its streams */
     uint64_t peak;    /* the most used at once */
+    uint64_t floor;   /* the largest floor (budget_cap) of its streams so far */
 };
 
 /* A connection's queued replies. */
@@ -58,6 +59,7 @@ struct budget {
     uint64_t left_bytes;
     uint64_t queued, paused, pauses, pauses_user, pauses_all;
     uint64_t ahead, ahead_peak, ahead_skipped; /* read-ahead charged (of used), batches without */
+    uint64_t floor; /* the largest floor of any stream so far */
     void (*notify)(void *arg); /* charges went down while connections wait */
     void *notify_arg;
 };
@@ -175,16 +177,20 @@ uint64_t budget_room(const struct budget *b, uid_t uid, int *by_user)
     return mine < all ? mine : all;
 }
 
-uint64_t budget_cap(const struct budget *b, uid_t uid, uint64_t floor, uint64_t later,
+uint64_t budget_cap(struct budget *b, uid_t uid, uint64_t floor, uint64_t later,
                     int *by_user)
 {
+    struct budget_user *u = budget_user(b, uid); /* there: the connection's queue */
+    if (u && floor > u->floor) /* read-ahead leaves room for one more such stream */
+        u->floor = floor;
+    if (floor > b->floor)
+        b->floor = floor;
     uint64_t room = budget_room(b, uid, by_user);
     if (floor == 0 || floor > room)
         return 0;
     /* The share is reckoned without the uid's read-ahead, which goes as
      * its batches run (a stream's grant is for its life); the room, the
      * hard bound, with it. */
-    const struct budget_user *u = budget_user(b, uid);
     uint64_t used = u ? u->used - u->ahead : 0;
     uint64_t mine = used < b->user_limit ? b->user_limit - used : 0;
     uint64_t most = b->user_limit / 4 * 3; /* the reserve's most: see budget.h */
@@ -378,11 +384,13 @@ static void budget_on_inotify(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* Half of what the charges other than read-ahead leave under limit, less
- * the read-ahead charged already. */
-static uint64_t ahead_half(uint64_t limit, uint64_t used, uint64_t ahead)
+/* Half of what the charges other than read-ahead leave under limit, and a
+ * stream's floor besides, less the read-ahead charged already: a stream
+ * opening as large as the largest so far is never refused for read-ahead
+ * (budget.h). */
+static uint64_t ahead_half(uint64_t limit, uint64_t used, uint64_t ahead, uint64_t floor)
 {
-    uint64_t other = used - ahead;
+    uint64_t other = used - ahead + floor;
     uint64_t half = other < limit ? (limit - other) / 2 : 0;
     return half > ahead ? half - ahead : 0;
 }
@@ -390,8 +398,9 @@ static uint64_t ahead_half(uint64_t limit, uint64_t used, uint64_t ahead)
 uint64_t budget_ahead_room(const struct budget *b, uid_t uid)
 {
     const struct budget_user *u = budget_user(b, uid);
-    uint64_t mine = ahead_half(b->user_limit, u ? u->used : 0, u ? u->ahead : 0);
-    uint64_t all = ahead_half(b->limit, b->used, b->ahead);
+    uint64_t mine = ahead_half(b->user_limit, u ? u->used : 0, u ? u->ahead : 0,
+                               u ? u->floor : 0);
+    uint64_t all = ahead_half(b->limit, b->used, b->ahead, b->floor);
     return mine < all ? mine : all;
 }
 

@@ -100,7 +100,7 @@ uint64_t budget_room(const struct budget *b, uid_t uid, int *by_user);
  * at least floor, or 0 when not even floor fits in the room (the stream is
  * refused; *by_user says which limit, as budget_room).
  */
-uint64_t budget_cap(const struct budget *b, uid_t uid, uint64_t floor, uint64_t later,
+uint64_t budget_cap(struct budget *b, uid_t uid, uint64_t floor, uint64_t later,
                     int *by_user);
 /* Bytes charged to uid now. */
 uint64_t budget_used(const struct budget *b, uid_t uid);
@@ -126,9 +126,12 @@ int budget_linger(struct budget *b, uid_t uid, uint64_t bytes, int fd);
  * runs the chunk only gives its arena back to io.readahead's pool, a leaf
  * lock of its own). Read-ahead is what a stream may go without: it takes
  * at most half of the room a uid's other charges (streams, rings, replies)
- * leave under limits.user_memory, and half of what all clients' leave
- * under limits.client_memory, so a new stream always finds at least half
- * the room it would without it; a chunk that does not fit is not read
+ * leave under limits.user_memory once the floor of the largest stream the
+ * uid opened so far is set aside (budget_cap notes it), and the same of
+ * all clients' under limits.client_memory. So a new stream always finds
+ * at least half the room it would without read-ahead, and one no larger
+ * than the uid's largest so far is never refused because of read-ahead
+ * (it may get a lower prefetch); a chunk that does not fit is not read
  * ahead (the worker reads it, as with io.readahead 0), never refused. */
 
 /* Bytes of read-ahead uid may still be charged now (see above). */
