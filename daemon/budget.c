@@ -60,6 +60,7 @@ struct budget {
     uint64_t queued, paused, pauses, pauses_user, pauses_all;
     uint64_t ahead, ahead_peak, ahead_skipped; /* read-ahead charged (of used), batches without */
     uint64_t floor; /* the largest floor of any stream so far */
+    uint64_t ahead_waits, pauses_ahead; /* OPENs waiting on read-ahead now, ever */
     void (*notify)(void *arg); /* charges went down while connections wait */
     void *notify_arg;
 };
@@ -312,6 +313,12 @@ void budget_queue_pause(struct budget_queue *q, enum budget_wait why)
 {
     struct budget *b = q->b;
     struct budget_user *u = budget_user(b, q->uid);
+    if (q->paused == BUDGET_WAIT_AHEAD && why != BUDGET_WAIT_AHEAD)
+        b->ahead_waits--;
+    else if (q->paused != BUDGET_WAIT_AHEAD && why == BUDGET_WAIT_AHEAD) {
+        b->ahead_waits++;
+        b->pauses_ahead++;
+    }
     if ((q->paused != BUDGET_GO) == (why != BUDGET_GO)) {
         q->paused = why;
         return;
@@ -395,9 +402,20 @@ static uint64_t ahead_half(uint64_t limit, uint64_t used, uint64_t ahead, uint64
     return half > ahead ? half - ahead : 0;
 }
 
+int budget_ahead_blocks(const struct budget *b, uid_t uid, uint64_t floor)
+{
+    const struct budget_user *u = budget_user(b, uid);
+    if (b->ahead == 0 || floor <= budget_room(b, uid, NULL))
+        return 0;
+    uint64_t other = u ? u->used - u->ahead : 0, all = b->used - b->ahead;
+    return other + floor <= b->user_limit && all + floor <= b->limit;
+}
+
 uint64_t budget_ahead_room(const struct budget *b, uid_t uid)
 {
     const struct budget_user *u = budget_user(b, uid);
+    if (b->ahead_waits > 0) /* an OPEN waits for read-ahead to go */
+        return 0;
     uint64_t mine = ahead_half(b->user_limit, u ? u->used : 0, u ? u->ahead : 0,
                                u ? u->floor : 0);
     uint64_t all = ahead_half(b->limit, b->used, b->ahead, b->floor);
@@ -442,7 +460,7 @@ void budget_stats(const struct budget *b, struct stats_out *o)
     const uint64_t v[BUD_MAX] = {b->limit,    b->user_limit, b->used,   b->peak,
                                  users,       b->lowered,    b->nleft,  b->left_bytes,
                                  b->queued,   b->paused,     b->pauses, b->pauses_user,
-                                 b->pauses_all, b->ahead,       b->ahead_peak,
+                                 b->pauses_all, b->pauses_ahead, b->ahead,  b->ahead_peak,
                                  b->ahead_skipped};
     stats_begin(o, "client_memory", NULL, NULL, NULL);
     stats_emit_u64(o, budget_decl, v, BUD_MAX);

@@ -58,6 +58,7 @@ struct event_base;
     X(pauses, COUNTER, "times", "connections made to wait on queued replies")          \
     X(pauses_user, COUNTER, "times", "... because their uid was at limits.user_memory") \
     X(pauses_all, COUNTER, "times", "... because all clients were at limits.client_memory") \
+    X(pauses_ahead, COUNTER, "times", "... because an OPEN fits once read-ahead is given back") \
     X(read_ahead, GAUGE, "bytes", "chunks read ahead for the streams, not yet run (in used)") \
     X(read_ahead_peak, GAUGE, "bytes", "the most read-ahead charged at once since start")  \
     X(read_ahead_skipped, COUNTER, "batches",                                          \
@@ -134,6 +135,12 @@ int budget_linger(struct budget *b, uid_t uid, uint64_t bytes, int fd);
  * (it may get a lower prefetch); a chunk that does not fit is not read
  * ahead (the worker reads it, as with io.readahead 0), never refused. */
 
+/* 1 when a stream of uid needing floor bytes does not fit now but would
+ * once the read-ahead charged (uid's, all clients') is given back: its
+ * OPEN waits (BUDGET_WAIT_AHEAD) instead of being refused, and while any
+ * OPEN waits so no chunk is read ahead (so the wait ends: read-ahead only
+ * drains, as its batches run on the workers). */
+int budget_ahead_blocks(const struct budget *b, uid_t uid, uint64_t floor);
 /* Bytes of read-ahead uid may still be charged now (see above). */
 uint64_t budget_ahead_room(const struct budget *b, uid_t uid);
 /* Charges a chunk read ahead (bytes within budget_ahead_room): 0, or
@@ -156,6 +163,7 @@ enum budget_wait {
     BUDGET_WAIT_OWN,  /* its own queued replies are over its limit */
     BUDGET_WAIT_USER, /* its uid has replies queued and is at limits.user_memory */
     BUDGET_WAIT_ALL,  /* its uid has replies queued, all clients at client_memory */
+    BUDGET_WAIT_AHEAD, /* its OPEN fits once read-ahead in flight is given back */
 };
 
 /* A connection of uid: its queued replies' account. 0, or -ENOMEM. */

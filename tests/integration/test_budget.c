@@ -414,7 +414,8 @@ START_TEST(test_lower_prefetch_granted)
            (unsigned long long)(USER_MEMORY >> 20), n);
     for (int i = 0; i < n; i++)
         printf(" %u", slots[i]);
-    printf(" slots of 768 KiB; the next: %s\n", text);
+    printf(" slots of 768 KiB (%g OPENs waited for read-ahead to give room back); the next: "
+           "%s\n", stat_of("client_memory", "pauses_ahead"), text);
     fflush(stdout);
     ck_assert_int_lt(n, MAXCONNS);
     ck_assert_int_ge(n, 3);
