@@ -27,7 +27,7 @@ struct budget_user {
     uint32_t paused;  /* of those, waiting */
     uint64_t ahead;   /* of used, chunks read ahead for its streams */
     uint64_t peak;    /* the most used at once */
-    uint64_t floor;   /* the largest floor (budget_cap) of its streams so far */
+    uint64_t floor;   /* the largest floor of its streams granted so far (budget_cap) */
 };
 
 /* A connection's queued replies. */
@@ -59,7 +59,6 @@ struct budget {
     uint64_t left_bytes;
     uint64_t queued, paused, pauses, pauses_user, pauses_all;
     uint64_t ahead, ahead_peak, ahead_skipped; /* read-ahead charged (of used), batches without */
-    uint64_t floor; /* the largest floor of any stream so far */
     uint64_t ahead_waits, pauses_ahead; /* OPENs waiting on read-ahead now, ever */
     void (*notify)(void *arg); /* charges went down while connections wait */
     void *notify_arg;
@@ -182,13 +181,11 @@ uint64_t budget_cap(struct budget *b, uid_t uid, uint64_t floor, uint64_t later,
                     int *by_user)
 {
     struct budget_user *u = budget_user(b, uid); /* there: the connection's queue */
-    if (u && floor > u->floor) /* read-ahead leaves room for one more such stream */
-        u->floor = floor;
-    if (floor > b->floor)
-        b->floor = floor;
     uint64_t room = budget_room(b, uid, by_user);
     if (floor == 0 || floor > room)
         return 0;
+    if (u && floor > u->floor) /* granted: read-ahead leaves room for one more */
+        u->floor = floor;
     /* The share is reckoned without the uid's read-ahead, which goes as
      * its batches run (a stream's grant is for its life); the room, the
      * hard bound, with it. */
@@ -416,9 +413,12 @@ uint64_t budget_ahead_room(const struct budget *b, uid_t uid)
     const struct budget_user *u = budget_user(b, uid);
     if (b->ahead_waits > 0) /* an OPEN waits for read-ahead to go */
         return 0;
+    uint64_t floor = 0; /* the largest of any uid's now */
+    for (size_t i = 0; i < b->n; i++)
+        floor = b->users[i].floor > floor ? b->users[i].floor : floor;
     uint64_t mine = ahead_half(b->user_limit, u ? u->used : 0, u ? u->ahead : 0,
                                u ? u->floor : 0);
-    uint64_t all = ahead_half(b->limit, b->used, b->ahead, b->floor);
+    uint64_t all = ahead_half(b->limit, b->used, b->ahead, floor);
     return mine < all ? mine : all;
 }
 

@@ -128,8 +128,10 @@ int budget_linger(struct budget *b, uid_t uid, uint64_t bytes, int fd);
  * lock of its own). Read-ahead is what a stream may go without: it takes
  * at most half of the room a uid's other charges (streams, rings, replies)
  * leave under limits.user_memory once the floor of the largest stream the
- * uid opened so far is set aside (budget_cap notes it), and the same of
- * all clients' under limits.client_memory. So a new stream always finds
+ * uid was granted so far is set aside (budget_cap notes it; forgotten when
+ * the uid has nothing charged and no connection), and the same of all
+ * clients' under limits.client_memory (the largest floor of any uid's
+ * set aside; a refused stream's is not). So a new stream always finds
  * at least half the room it would without read-ahead, and one no larger
  * than the uid's largest so far is never refused because of read-ahead
  * (it may get a lower prefetch); a chunk that does not fit is not read

@@ -138,6 +138,11 @@ START_TEST(test_read_ahead)
     ck_assert_int_eq(budget_queue_new(b, 1000, &q), 0);
     ck_assert_int_eq(budget_charge(b, 1000, 2 * MiB), 0);     /* a stream */
     ck_assert_uint_eq(budget_ahead_room(b, 1000), 2 * MiB);   /* (6 - 2) / 2 */
+    /* A stream refused (its floor over the room) leaves read-ahead as it
+     * was: asking for the impossible stops nobody's read-ahead. */
+    ck_assert_uint_eq(budget_cap(b, 1000, 100 * MiB, 0, NULL), 0);
+    ck_assert_uint_eq(budget_ahead_room(b, 1000), 2 * MiB);
+    ck_assert_uint_eq(budget_ahead_room(b, 2000), 3 * MiB);   /* 6 / 2, under (10 - 2) / 2 */
     /* A stream of floor 1 MiB seen: read-ahead leaves it aside. */
     ck_assert_uint_ge(budget_cap(b, 1000, MiB, 0, NULL), MiB);
     ck_assert_uint_eq(budget_ahead_room(b, 1000), 3 * MiB / 2); /* (6 - 2 - 1) / 2 */
