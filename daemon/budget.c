@@ -25,6 +25,9 @@ struct budget_user {
     uint64_t queued;  /* of used, replies queued on its connections */
     uint32_t queues;  /* its connections' queues (budget_queue_new) */
     uint32_t paused;  /* of those, waiting */
+    uint64_t ahead;   /* of used, chunks read ahead for its streams */
+    uint64_t peak;    /* the most used at once */
+    uint64_t floor;   /* the largest floor of its streams granted so far (budget_cap) */
 };
 
 /* A connection's queued replies. */
@@ -55,11 +58,26 @@ struct budget {
     size_t nleft, capleft;
     uint64_t left_bytes;
     uint64_t queued, paused, pauses, pauses_user, pauses_all;
+    uint64_t ahead, ahead_peak, ahead_skipped; /* read-ahead charged (of used), batches without */
+    uint64_t ahead_waits, pauses_ahead; /* OPENs waiting on read-ahead now, ever */
     void (*notify)(void *arg); /* charges went down while connections wait */
     void *notify_arg;
 };
 
 static void budget_on_inotify(evutil_socket_t fd, short what, void *arg);
+
+/* A gauge up by n (its peak kept), and down by n (never below 0). */
+static void gauge_add(uint64_t *v, uint64_t *peak, uint64_t n)
+{
+    *v += n;
+    if (*v > *peak)
+        *peak = *v;
+}
+
+static void gauge_sub(uint64_t *v, uint64_t n)
+{
+    *v -= n < *v ? n : *v;
+}
 
 int budget_create(struct budget **out, struct event_base *base, uint64_t limit,
                   uint64_t user_limit)
@@ -159,13 +177,19 @@ uint64_t budget_room(const struct budget *b, uid_t uid, int *by_user)
     return mine < all ? mine : all;
 }
 
-uint64_t budget_cap(const struct budget *b, uid_t uid, uint64_t floor, uint64_t later,
+uint64_t budget_cap(struct budget *b, uid_t uid, uint64_t floor, uint64_t later,
                     int *by_user)
 {
+    struct budget_user *u = budget_user(b, uid); /* there: the connection's queue */
     uint64_t room = budget_room(b, uid, by_user);
     if (floor == 0 || floor > room)
         return 0;
-    uint64_t used = budget_used(b, uid);
+    if (u && floor > u->floor) /* granted: read-ahead leaves room for one more */
+        u->floor = floor;
+    /* The share is reckoned without the uid's read-ahead, which goes as
+     * its batches run (a stream's grant is for its life); the room, the
+     * hard bound, with it. */
+    uint64_t used = u ? u->used - u->ahead : 0;
     uint64_t mine = used < b->user_limit ? b->user_limit - used : 0;
     uint64_t most = b->user_limit / 4 * 3; /* the reserve's most: see budget.h */
     uint64_t reserve = later > most / floor ? most : later * floor;
@@ -179,10 +203,8 @@ int budget_charge(struct budget *b, uid_t uid, uint64_t bytes)
     struct budget_user *u = budget_user_add(b, uid);
     if (!u)
         return -ENOMEM;
-    u->used += bytes;
-    b->used += bytes;
-    if (b->used > b->peak)
-        b->peak = b->used;
+    gauge_add(&u->used, &u->peak, bytes);
+    gauge_add(&b->used, &b->peak, bytes);
     return 0;
 }
 
@@ -191,8 +213,8 @@ void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes)
     struct budget_user *u = budget_user(b, uid);
     if (!u || bytes == 0)
         return;
-    u->used -= bytes < u->used ? bytes : u->used;
-    b->used -= bytes < b->used ? bytes : b->used;
+    gauge_sub(&u->used, bytes);
+    gauge_sub(&b->used, bytes);
     budget_user_drop(b, u);
     if (b->paused && b->notify)
         b->notify(b->notify_arg);
@@ -288,6 +310,12 @@ void budget_queue_pause(struct budget_queue *q, enum budget_wait why)
 {
     struct budget *b = q->b;
     struct budget_user *u = budget_user(b, q->uid);
+    if (q->paused == BUDGET_WAIT_AHEAD && why != BUDGET_WAIT_AHEAD)
+        b->ahead_waits--;
+    else if (q->paused != BUDGET_WAIT_AHEAD && why == BUDGET_WAIT_AHEAD) {
+        b->ahead_waits++;
+        b->pauses_ahead++;
+    }
     if ((q->paused != BUDGET_GO) == (why != BUDGET_GO)) {
         q->paused = why;
         return;
@@ -360,6 +388,65 @@ static void budget_on_inotify(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* Half of what the charges other than read-ahead leave under limit, and a
+ * stream's floor besides, less the read-ahead charged already: a stream
+ * opening as large as the largest so far is never refused for read-ahead
+ * (budget.h). */
+static uint64_t ahead_half(uint64_t limit, uint64_t used, uint64_t ahead, uint64_t floor)
+{
+    uint64_t other = used - ahead + floor;
+    uint64_t half = other < limit ? (limit - other) / 2 : 0;
+    return half > ahead ? half - ahead : 0;
+}
+
+int budget_ahead_blocks(const struct budget *b, uid_t uid, uint64_t floor)
+{
+    const struct budget_user *u = budget_user(b, uid);
+    if (b->ahead == 0 || floor <= budget_room(b, uid, NULL))
+        return 0;
+    uint64_t other = u ? u->used - u->ahead : 0, all = b->used - b->ahead;
+    return other + floor <= b->user_limit && all + floor <= b->limit;
+}
+
+uint64_t budget_ahead_room(const struct budget *b, uid_t uid)
+{
+    const struct budget_user *u = budget_user(b, uid);
+    if (b->ahead_waits > 0) /* an OPEN waits for read-ahead to go */
+        return 0;
+    uint64_t floor = 0; /* the largest of any uid's now */
+    for (size_t i = 0; i < b->n; i++)
+        floor = b->users[i].floor > floor ? b->users[i].floor : floor;
+    uint64_t mine = ahead_half(b->user_limit, u ? u->used : 0, u ? u->ahead : 0,
+                               u ? u->floor : 0);
+    uint64_t all = ahead_half(b->limit, b->used, b->ahead, floor);
+    return mine < all ? mine : all;
+}
+
+int budget_ahead_charge(struct budget *b, uid_t uid, uint64_t bytes)
+{
+    int rc = budget_charge(b, uid, bytes);
+    if (rc < 0)
+        return rc;
+    budget_user(b, uid)->ahead += bytes; /* made by the charge */
+    gauge_add(&b->ahead, &b->ahead_peak, bytes);
+    return 0;
+}
+
+void budget_ahead_uncharge(struct budget *b, uid_t uid, uint64_t bytes)
+{
+    struct budget_user *u = budget_user(b, uid);
+    if (!u || bytes == 0)
+        return;
+    gauge_sub(&u->ahead, bytes);
+    gauge_sub(&b->ahead, bytes);
+    budget_uncharge(b, uid, bytes);
+}
+
+void budget_ahead_skipped(struct budget *b)
+{
+    b->ahead_skipped++;
+}
+
 void budget_lowered(struct budget *b)
 {
     b->lowered++;
@@ -373,7 +460,8 @@ void budget_stats(const struct budget *b, struct stats_out *o)
     const uint64_t v[BUD_MAX] = {b->limit,    b->user_limit, b->used,   b->peak,
                                  users,       b->lowered,    b->nleft,  b->left_bytes,
                                  b->queued,   b->paused,     b->pauses, b->pauses_user,
-                                 b->pauses_all};
+                                 b->pauses_all, b->pauses_ahead, b->ahead,  b->ahead_peak,
+                                 b->ahead_skipped};
     stats_begin(o, "client_memory", NULL, NULL, NULL);
     stats_emit_u64(o, budget_decl, v, BUD_MAX);
     stats_list_begin(o, "per_uid");
@@ -384,8 +472,9 @@ void budget_stats(const struct budget *b, struct stats_out *o)
         snprintf(uid, sizeof(uid), "%u", (unsigned)b->users[i].uid);
         stats_begin(o, NULL, "user", "uid", uid);
         struct stats_val u[] = {stats_str(uid), stats_u64(b->users[i].used),
-                                stats_u64(b->users[i].queued), stats_u64(b->users[i].paused)};
-        stats_emit(o, user_decl, u, 4);
+                                stats_u64(b->users[i].peak), stats_u64(b->users[i].queued), stats_u64(b->users[i].paused),
+                                stats_u64(b->users[i].ahead)};
+        stats_emit(o, user_decl, u, sizeof(u) / sizeof(u[0]));
         stats_end(o);
     }
     stats_list_end(o);

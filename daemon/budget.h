@@ -57,12 +57,19 @@ struct event_base;
     X(paused, GAUGE, "connections", "connections whose requests wait on queued replies") \
     X(pauses, COUNTER, "times", "connections made to wait on queued replies")          \
     X(pauses_user, COUNTER, "times", "... because their uid was at limits.user_memory") \
-    X(pauses_all, COUNTER, "times", "... because all clients were at limits.client_memory")
+    X(pauses_all, COUNTER, "times", "... because all clients were at limits.client_memory") \
+    X(pauses_ahead, COUNTER, "times", "... because an OPEN fits once read-ahead is given back") \
+    X(read_ahead, GAUGE, "bytes", "chunks read ahead for the streams, not yet run (in used)") \
+    X(read_ahead_peak, GAUGE, "bytes", "the most read-ahead charged at once since start")  \
+    X(read_ahead_skipped, COUNTER, "batches",                                          \
+      "batches not read ahead: their uid's budget had no room (the worker read them)")
 #define BUDGET_USER_STATS(X)                                                          \
     X(uid, LABEL, "", "the clients' uid")                                              \
     X(used, GAUGE, "bytes", "charged to the clients of this uid")                      \
+    X(peak, GAUGE, "bytes", "the most charged to it at once (while it had an entry)")  \
     X(queued, GAUGE, "bytes", "of that, replies queued on their connections")         \
-    X(paused, GAUGE, "connections", "their connections whose requests wait")
+    X(paused, GAUGE, "connections", "their connections whose requests wait")         \
+    X(read_ahead, GAUGE, "bytes", "of used, chunks read ahead for their streams")
 
 /* base: where the rings let go are watched (NULL: they are not, and
  * budget_linger fails). */
@@ -88,11 +95,13 @@ uint64_t budget_room(const struct budget *b, uid_t uid, int *by_user);
  * alone gets its whole prefetch whenever it needs at most a quarter of its
  * uid's budget (and more of it, the whole room at most, where few streams
  * may follow), and a burst of streams each gets at least 2 batches as long
- * as floors fit: 1 + 3/4 x user_memory / floor streams at least. Returns
+ * as floors fit: 1 + 3/4 x user_memory / floor streams at least. What
+ * is free is reckoned without the uid's read-ahead (it goes as its batches
+ * run), but never past the room (read-ahead included). Returns
  * at least floor, or 0 when not even floor fits in the room (the stream is
  * refused; *by_user says which limit, as budget_room).
  */
-uint64_t budget_cap(const struct budget *b, uid_t uid, uint64_t floor, uint64_t later,
+uint64_t budget_cap(struct budget *b, uid_t uid, uint64_t floor, uint64_t later,
                     int *by_user);
 /* Bytes charged to uid now. */
 uint64_t budget_used(const struct budget *b, uid_t uid);
@@ -109,6 +118,41 @@ void budget_uncharge(struct budget *b, uid_t uid, uint64_t bytes);
  * batches of the ring keeps them intact, and the pages go with its last
  * mapping. */
 int budget_linger(struct budget *b, uid_t uid, uint64_t bytes, int fd);
+/* ---- read-ahead (readahead.h) ----
+ *
+ * A batch's first chunk read ahead on the event loop (its arena and its
+ * pipeline_ahead) is charged to its stream's uid from the moment it is
+ * armed until the job that ran it is done (back on the event loop), or
+ * the stream goes: always on the event loop, so no lock (the worker that
+ * runs the chunk only gives its arena back to io.readahead's pool, a leaf
+ * lock of its own). Read-ahead is what a stream may go without: it takes
+ * at most half of the room a uid's other charges (streams, rings, replies)
+ * leave under limits.user_memory once the floor of the largest stream the
+ * uid was granted so far is set aside (budget_cap notes it; forgotten when
+ * the uid has nothing charged and no connection), and the same of all
+ * clients' under limits.client_memory (the largest floor of any uid's
+ * set aside; a refused stream's is not). So a new stream always finds
+ * at least half the room it would without read-ahead, and one no larger
+ * than the uid's largest so far is never refused because of read-ahead
+ * (it may get a lower prefetch); a chunk that does not fit is not read
+ * ahead (the worker reads it, as with io.readahead 0), never refused. */
+
+/* 1 when a stream of uid needing floor bytes does not fit now but would
+ * once the read-ahead charged (uid's, all clients') is given back: its
+ * OPEN waits (BUDGET_WAIT_AHEAD) instead of being refused, and while any
+ * OPEN waits so no chunk is read ahead (so the wait ends: read-ahead only
+ * drains, as its batches run on the workers). */
+int budget_ahead_blocks(const struct budget *b, uid_t uid, uint64_t floor);
+/* Bytes of read-ahead uid may still be charged now (see above). */
+uint64_t budget_ahead_room(const struct budget *b, uid_t uid);
+/* Charges a chunk read ahead (bytes within budget_ahead_room): 0, or
+ * -ENOMEM (nothing charged). */
+int budget_ahead_charge(struct budget *b, uid_t uid, uint64_t bytes);
+/* ... it ran, or its stream went: given back. */
+void budget_ahead_uncharge(struct budget *b, uid_t uid, uint64_t bytes);
+/* A batch was not read ahead for want of room (counted). */
+void budget_ahead_skipped(struct budget *b);
+
 /* A stream got a lower prefetch to fit (counted). */
 void budget_lowered(struct budget *b);
 /* ---- queued replies ---- */
@@ -121,6 +165,7 @@ enum budget_wait {
     BUDGET_WAIT_OWN,  /* its own queued replies are over its limit */
     BUDGET_WAIT_USER, /* its uid has replies queued and is at limits.user_memory */
     BUDGET_WAIT_ALL,  /* its uid has replies queued, all clients at client_memory */
+    BUDGET_WAIT_AHEAD, /* its OPEN fits once read-ahead in flight is given back */
 };
 
 /* A connection of uid: its queued replies' account. 0, or -ENOMEM. */

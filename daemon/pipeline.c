@@ -693,6 +693,11 @@ int pipeline_ahead_armed(const struct pipeline_ahead *a)
     return a && a->ck.m > 0;
 }
 
+size_t pipeline_ahead_arena(const struct pipeline_ahead *a)
+{
+    return a ? a->reserved : 0;
+}
+
 void pipeline_ahead_budget_init(struct pipeline_ahead_budget *b, uint64_t limit)
 {
     memset(b, 0, sizeof(*b));
@@ -723,20 +728,23 @@ void pipeline_ahead_budget_use(const struct pipeline_ahead_budget *b, uint64_t *
     pthread_mutex_unlock(lock);
 }
 
-/* Gives a (not armed, no arena) an arena of at least bytes under budget b:
- * the smallest kept one large enough, else a new one where the budget has
- * room (kept ones freed to make it). 0, -ENOBUFS (the budget is in use) or
- * -ENOMEM. */
+/* Gives a (not armed, no arena) an arena of at least bytes, at most room,
+ * under budget b: the smallest kept one large enough, else a new one where
+ * the budget has room (kept ones freed to make it). 0, -EDQUOT (bytes are
+ * over room), -ENOBUFS (the budget is in use) or -ENOMEM. */
 static int ahead_arena_get(struct pipeline_ahead_budget *b, struct pipeline_ahead *a,
-                           size_t bytes)
+                           size_t bytes, uint64_t room)
 {
     struct chunk *C = &a->ck;
     void *spare[PIPELINE_AHEAD_KEEP];
     unsigned nspare = 0, best = UINT32_MAX;
     bytes = align_up(bytes, ARENA_GRAIN); /* as chunk_arena: kept ones fit the next */
+    if (bytes > room)
+        return -EDQUOT;
     pthread_mutex_lock(&b->lock);
     for (unsigned i = 0; i < b->nkept; i++)
-        if (b->kept_cap[i] >= bytes && (best == UINT32_MAX || b->kept_cap[i] < b->kept_cap[best]))
+        if (b->kept_cap[i] >= bytes && b->kept_cap[i] <= room &&
+            (best == UINT32_MAX || b->kept_cap[i] < b->kept_cap[best]))
             best = i;
     if (best != UINT32_MAX) {
         C->arena = b->kept_arena[best];
@@ -826,8 +834,8 @@ static void ahead_read_done(struct io_req *q)
 
 int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t *ids,
                          uint32_t n, struct pipeline_ahead *a, struct io_ring *io,
-                         struct pipeline_ahead_budget *budget, void (*ready)(void *arg),
-                         void *arg)
+                         struct pipeline_ahead_budget *budget, uint64_t room,
+                         void (*ready)(void *arg), void *arg)
 {
     size_t bytes;
     uint32_t reads = 0;
@@ -852,7 +860,7 @@ int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t 
             return buffered ? -EAGAIN : 0;
         }
     }
-    int rc = reads == 0 ? 0 : ahead_arena_get(budget, a, bytes); /* every read is made */
+    int rc = reads == 0 ? 0 : ahead_arena_get(budget, a, bytes, room); /* every read is made */
     if (reads == 0 || rc < 0) {
         pipeline_ahead_drop(a);
         return rc;

@@ -151,13 +151,17 @@ int pipeline_ahead_armed(const struct pipeline_ahead *a);
  * from within this call); 2 when a is armed and its reads all ended within
  * the call (deferred: the ring could not take them), so ready is not
  * called; 0 when there is nothing to read (a is not armed); -ENOBUFS (over
- * the budget), -EAGAIN (a disk record read through the page cache: its copy
- * would run on io's thread, so the worker's ring reads it) or -ENOMEM when
- * it did not read ahead (a is not armed): the worker reads. */
+ * the budget), -EDQUOT (its arena would be over room, what its stream's
+ * client may be charged: budget.h), -EAGAIN (a disk record read through
+ * the page cache: its copy would run on io's thread, so the worker's ring
+ * reads it) or -ENOMEM when it did not read ahead (a is not armed): the
+ * worker reads. */
 int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t *ids,
                          uint32_t n, struct pipeline_ahead *a, struct io_ring *io,
-                         struct pipeline_ahead_budget *budget, void (*ready)(void *arg),
-                         void *arg);
+                         struct pipeline_ahead_budget *budget, uint64_t room,
+                         void (*ready)(void *arg), void *arg);
+/* The bytes of a's arena, while it is armed. */
+size_t pipeline_ahead_arena(const struct pipeline_ahead *a);
 /* Lets go of an armed chunk whose reads are done (pins, arena, budget, its
  * strategy); it is no longer armed. NULL is fine. Any thread. */
 void pipeline_ahead_drop(struct pipeline_ahead *a);

@@ -8,7 +8,12 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "budget.h"
 #include "log.h"
+
+/* pipeline_ahead structures kept for the next chunks (the rest are freed
+ * as their jobs are done): a job holds one only while its chunk is armed. */
+#define READAHEAD_POOL 16u
 
 struct readahead {
     struct io_ring *io;
@@ -16,8 +21,10 @@ struct readahead {
     struct event *ev;
     struct pipeline_ahead *scratch; /* gathers a batch; swapped into a job's slot */
     struct pipeline_ahead_budget budget;
-    uint64_t batches, nothing, over_budget, buffered_disk;
-    uint64_t chunks; /* pipeline_ahead made (the scratch one included) */
+    struct pipeline_ahead *pool[READAHEAD_POOL]; /* not armed, for the next */
+    unsigned npool;
+    uint64_t batches, nothing, over_budget, over_user, buffered_disk;
+    uint64_t chunks; /* pipeline_ahead made (the scratch and pooled ones included) */
 };
 
 /* io_uring completed something: take it, queue more. */
@@ -91,42 +98,76 @@ void readahead_destroy(struct readahead *ra)
         return;
     readahead_stop(ra);
     free(ra->scratch); /* never armed between calls */
+    while (ra->npool > 0)
+        free(ra->pool[--ra->npool]);
     pipeline_ahead_budget_release(&ra->budget);
     free(ra);
 }
 
 int readahead_batch(struct readahead *ra, struct pipeline *pipe, struct dataset *ds,
-                    const uint32_t *ids, uint32_t n, struct pipeline_ahead **slot,
+                    const uint32_t *ids, uint32_t n, struct readahead_slot *slot,
                     void (*ready)(void *arg), void *arg)
 {
     if (!ra || !ra->io)
         return 0;
-    if (!ra->scratch) {
-        if (!(ra->scratch = pipeline_ahead_new()))
+    readahead_done(ra, slot); /* a job's last chunk is done by now: nothing */
+    uint64_t room = UINT64_MAX, self = pipeline_ahead_size();
+    if (slot->budget) { /* the chunk's arena and its structure, charged */
+        room = budget_ahead_room(slot->budget, slot->uid);
+        if (room <= self) {
+            ra->over_user++;
+            budget_ahead_skipped(slot->budget);
             return 0;
-        ra->chunks++;
+        }
+        room -= self;
     }
-    int rc = pipeline_ahead_start(pipe, ds, ids, n, ra->scratch, ra->io, &ra->budget, ready,
-                                  arg);
+    if (!ra->scratch) {
+        if (ra->npool > 0)
+            ra->scratch = ra->pool[--ra->npool];
+        else if (!(ra->scratch = pipeline_ahead_new()))
+            return 0;
+        else
+            ra->chunks++;
+    }
+    int rc = pipeline_ahead_start(pipe, ds, ids, n, ra->scratch, ra->io, &ra->budget, room,
+                                  ready, arg);
     if (rc <= 0) {
         ra->nothing += rc == 0;
         ra->over_budget += rc == -ENOBUFS;
         ra->buffered_disk += rc == -EAGAIN;
+        if (rc == -EDQUOT) {
+            ra->over_user++;
+            budget_ahead_skipped(slot->budget);
+        }
         return 0;
     }
+    uint64_t charge = slot->budget ? pipeline_ahead_arena(ra->scratch) + self : 0;
+    if (charge && budget_ahead_charge(slot->budget, slot->uid, charge) < 0)
+        charge = 0; /* no entry could be made: within room all the same */
     ra->batches++;
-    struct pipeline_ahead *t = *slot; /* the job's (not armed), or none yet */
-    *slot = ra->scratch;
-    ra->scratch = t;
+    slot->a = ra->scratch; /* the slot held none: readahead_done emptied it */
+    slot->charged = charge;
+    ra->scratch = NULL;
     return rc == 1; /* 2: nothing in flight after all; the worker reads */
 }
 
-void readahead_free(struct readahead *ra, struct pipeline_ahead *a)
+void readahead_done(struct readahead *ra, struct readahead_slot *slot)
 {
+    struct pipeline_ahead *a = slot->a;
     if (!a)
         return;
+    pipeline_ahead_drop(a); /* when it never ran; else dropped by its worker */
+    if (slot->budget)
+        budget_ahead_uncharge(slot->budget, slot->uid, slot->charged);
+    slot->charged = 0;
+    slot->a = NULL;
+    if (ra && ra->npool < READAHEAD_POOL) {
+        ra->pool[ra->npool++] = a;
+        return;
+    }
     pipeline_ahead_free(a);
-    ra->chunks--;
+    if (ra)
+        ra->chunks--;
 }
 
 static const struct stats_decl readahead_decl[] = {READAHEAD_STATS(STATS_DECL)};
@@ -147,6 +188,7 @@ void readahead_stats(const struct readahead *ra, struct stats_out *o)
                     ra ? ra->batches : 0,
                     ra ? ra->nothing : 0,
                     ra ? ra->over_budget : 0,
+                    ra ? ra->over_user : 0,
                     ra ? ra->buffered_disk : 0,
                     io.in_flight,
                     io.max_in_flight,

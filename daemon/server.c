@@ -676,7 +676,8 @@ static int conn_fit_budget(struct conn *c, uint32_t req_id, const struct dataset
     int by_user;
     char err[320];
 
-    budget_uncharge(s->budget, uid, c->kept_charge);
+    uint64_t kept = c->kept_charge;
+    budget_uncharge(s->budget, uid, kept);
     c->kept_charge = 0;
     uint32_t asked = p->prefetch, open = user_streams(s, uid);
     p->prefetch = asked < 2 ? asked : 2;
@@ -684,6 +685,12 @@ static int conn_fit_budget(struct conn *c, uint32_t req_id, const struct dataset
     uint32_t later = cfg->max_streams_per_user > open + 1 ? cfg->max_streams_per_user - open - 1
                                                           : 0;
     uint64_t cap = budget_cap(s->budget, uid, floor, later, &by_user);
+    if (cap == 0 && budget_ahead_blocks(s->budget, uid, floor) &&
+        budget_charge(s->budget, uid, kept) == 0) { /* waits: as it was */
+        c->kept_charge = kept;
+        p->prefetch = asked;
+        return -EAGAIN;
+    }
     if (cap > 0) { /* the largest prefetch in [floor's, asked] under cap */
         uint32_t lo = p->prefetch, hi = asked;
         while (lo < hi) {
@@ -719,7 +726,9 @@ static int conn_fit_budget(struct conn *c, uint32_t req_id, const struct dataset
     return 0;
 }
 
-static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
+/* 1 when the OPEN waits for read-ahead to give room back (the request
+ * stays in the connection's input: conn_on_read), else 0 (answered). */
+static int handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
 {
     struct server *s = c->srv;
     const struct config *cfg = s->d.cfg;
@@ -729,42 +738,42 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
 
     if (proto_get_open(r, &req) < 0) {
         conn_fail(c, req_id, PROTO_E_PROTO, "malformed OPEN");
-        return;
+        return 0;
     }
     if (!(ds = conn_dataset(c, req_id, req.dataset)))
-        return;
+        return 0;
     if (req.batch_size == 0) {
         conn_error(c, req_id, -EINVAL, "batch_size 0");
-        return;
+        return 0;
     }
     if (req.batch_size > cfg->max_batch_size) {
         snprintf(err, sizeof(err), "batch_size %u is over limits.batch_size (%u)",
                  req.batch_size, cfg->max_batch_size);
         refuse_limit(c, req_id, LIMIT_batch_size, err);
-        return;
+        return 0;
     }
     if (req.world == 0 || req.rank >= req.world) {
         snprintf(err, sizeof(err), "rank %u is not below world %u", req.rank, req.world);
         conn_error(c, req_id, -EINVAL, err);
-        return;
+        return 0;
     }
     if (req.prefetch > cfg->max_prefetch) {
         snprintf(err, sizeof(err), "prefetch %u is over limits.prefetch (%u)", req.prefetch,
                  cfg->max_prefetch);
         refuse_limit(c, req_id, LIMIT_prefetch, err);
-        return;
+        return 0;
     }
     if (c->nstreams >= cfg->max_streams_per_conn || c->nstreams >= c->stream_cap) {
         snprintf(err, sizeof(err), "limits.streams_per_connection (%u) reached",
                  cfg->max_streams_per_conn);
         refuse_limit(c, req_id, LIMIT_streams_per_connection, err);
-        return;
+        return 0;
     }
     if (user_streams(s, c->peer.uid) >= cfg->max_streams_per_user) {
         snprintf(err, sizeof(err), "limits.streams_per_user (%u) reached for uid %u",
                  cfg->max_streams_per_user, (unsigned)c->peer.uid);
         refuse_limit(c, req_id, LIMIT_streams_per_user, err);
-        return;
+        return 0;
     }
     struct stream_params p = {
         .seed = req.seed, .epoch = req.epoch, .rank = req.rank, .world = req.world,
@@ -777,8 +786,9 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         .info = !!(req.flags & PROTO_OPEN_INFO),
         .labels = !!(req.flags & PROTO_OPEN_LABELS),
     };
-    if (conn_fit_budget(c, req_id, ds, &p) < 0)
-        return;
+    int fit = conn_fit_budget(c, req_id, ds, &p);
+    if (fit < 0)
+        return fit == -EAGAIN;
     struct conn_job *cj = c->streams;
     while (cj->st) /* a free slot: nstreams < stream_cap */
         cj++;
@@ -791,11 +801,12 @@ static void handle_open(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
         budget_uncharge(s->budget, c->peer.uid, p.charge);
         conn_kept_free(c); /* uncharged by conn_fit_budget: not kept uncharged */
         conn_error(c, req_id, rc, err);
-        return;
+        return 0;
     }
     cj->st = st;
     c->nstreams++;
     profiler_first_use(s->profiler, ds); /* split: auto without a choice yet */
+    return 0;
 }
 
 static void handle_close(struct conn *c, uint32_t req_id, struct proto_rbuf *r)
@@ -966,7 +977,9 @@ static void handle_drop_cache(struct conn *c, uint32_t req_id, struct proto_rbuf
     reply_json(c, PROTO_DROP_CACHE_REPLY, req_id, j.failed ? NULL : j.buf);
 }
 
-static void conn_dispatch(struct conn *c, const struct proto_header *h, const uint8_t *body)
+/* 1 when the request waits (it stays in the input: an OPEN waiting for
+ * read-ahead to give room back), else 0. */
+static int conn_dispatch(struct conn *c, const struct proto_header *h, const uint8_t *body)
 {
     struct proto_rbuf r;
     char msg[128];
@@ -983,8 +996,7 @@ static void conn_dispatch(struct conn *c, const struct proto_header *h, const ui
         reply_json(c, PROTO_DATASETS_REPLY, h->req_id, server_datasets_json(c->srv));
         break;
     case PROTO_OPEN:
-        handle_open(c, h->req_id, &r);
-        break;
+        return handle_open(c, h->req_id, &r);
     case PROTO_CLOSE:
         handle_close(c, h->req_id, &r);
         break;
@@ -1012,6 +1024,7 @@ static void conn_dispatch(struct conn *c, const struct proto_header *h, const ui
                  proto_type_name(h->type));
         frame_send_error(c->bev, c->q, h->req_id, PROTO_E_PROTO, msg);
     }
+    return 0;
 }
 
 /* ---- the output limit ---- */
@@ -1100,9 +1113,10 @@ static int conn_wait_output(struct conn *c, enum budget_wait why)
               "charge %llu: its requests wait (%s)", (int)c->peer.pid, (unsigned)c->peer.uid,
               (unsigned long long)budget_queue_bytes(c->q),
               (unsigned long long)budget_used(c->srv->budget, c->peer.uid),
-              why == BUDGET_WAIT_OWN    ? "limits.output_buffer"
-              : why == BUDGET_WAIT_USER ? "limits.user_memory"
-                                        : "limits.client_memory");
+              why == BUDGET_WAIT_OWN     ? "limits.output_buffer"
+              : why == BUDGET_WAIT_USER  ? "limits.user_memory"
+              : why == BUDGET_WAIT_AHEAD ? "an OPEN, for read-ahead to give room back"
+                                         : "limits.client_memory");
     bufferevent_disable(c->bev, EV_READ);
     conn_stall_arm(c);
     return 0;
@@ -1224,7 +1238,14 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
             frame_send_error(bev, c->q, h.req_id, PROTO_E_VERSION, msg);
         } else {
             const uint8_t *body = h.body_len ? evbuffer_pullup(in, h.body_len) : NULL;
-            conn_dispatch(c, &h, body);
+            if (conn_dispatch(c, &h, body) > 0) { /* the request waits, whole */
+                int rc2 = evbuffer_prepend(in, hdr, sizeof(hdr));
+                conn_charge_input(c);
+                if (rc2 == 0 && conn_wait_output(c, BUDGET_WAIT_AHEAD) == 0)
+                    return;
+                conn_fail(c, h.req_id, PROTO_E_NOMEM, "out of memory");
+                break;
+            }
         }
         evbuffer_drain(in, h.body_len);
         conn_charge_input(c);

@@ -52,7 +52,7 @@ struct batch_job {
     uint8_t *buf;    /* [data_off bytes of room][batch_size samples] */
     uint32_t refs;   /* in flight, the batch being cut, pieces lent, the client */
     uint32_t slot;   /* shared memory: the job's slot of the stream's ring */
-    struct pipeline_ahead *ahead; /* its first chunk, read ahead (readahead.h) */
+    struct readahead_slot ahead; /* its first chunk, read ahead (readahead.h) */
     int ready;
     struct batch_job *next_free;
 };
@@ -261,7 +261,7 @@ static void stream_free(struct stream *s)
             free(j->lab);
         free(j->labels);
         free(j->lengths);
-        readahead_free(ss->readahead, j->ahead);
+        readahead_done(ss->readahead, &j->ahead); /* done already: nothing */
         free(j);
     }
     planner_free(&s->plan);
@@ -365,7 +365,7 @@ static void job_run(struct work *w, struct worker_ctx *ctx)
     j->failed = 0;
     j->n = pipeline_batch_padded(s->ss->pipe, s->ds, s->plan.ids + first, len, s->p.seed,
                                  s->p.epoch, job_sample(j, 0), j->labels, j->lengths, ctx,
-                                 j->ahead, job_bad, j);
+                                 j->ahead.a, job_bad, j);
     if (j->failed)
         j->n = 0;
     if (s->padded) { /* laid out at the batch's longest, here on the worker */
@@ -395,8 +395,8 @@ static void job_done(struct work *w, int cancelled)
 {
     struct batch_job *j = (struct batch_job *)w;
     struct stream *s = j->s;
+    readahead_done(s->ss->readahead, &j->ahead); /* its charge back (budget.h) */
     if (cancelled || s->closing) {
-        pipeline_ahead_drop(j->ahead); /* when it never ran */
         job_unref(j);
         return;
     }
@@ -435,6 +435,8 @@ static struct batch_job *job_get(struct stream *s)
     }
     if (stream_shm(s))
         s->nslots_used++;
+    j->ahead.budget = s->p.budget;
+    j->ahead.uid = s->p.uid;
     j->work.run = job_run;
     j->work.done = job_done;
     j->ref.release = job_piece_back;
@@ -449,7 +451,7 @@ static void job_read(void *arg)
     struct batch_job *j = arg;
     struct stream *s = j->s;
     if (s->closing) {
-        pipeline_ahead_drop(j->ahead);
+        readahead_done(s->ss->readahead, &j->ahead);
         job_unref(j);
         return;
     }

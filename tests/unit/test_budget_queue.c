@@ -127,6 +127,56 @@ START_TEST(test_pause_counts_and_notify)
 }
 END_TEST
 
+/* Read-ahead: charged to the uid within half of the room its other
+ * charges leave, the floor of its largest stream set aside (budget_cap
+ * notes it); an OPEN that fits only once read-ahead is given back waits
+ * (budget_ahead_blocks), and while it waits nothing is read ahead, so the
+ * wait ends; the grant reckons the share without read-ahead. */
+START_TEST(test_read_ahead)
+{
+    struct budget_queue *q;
+    ck_assert_int_eq(budget_queue_new(b, 1000, &q), 0);
+    ck_assert_int_eq(budget_charge(b, 1000, 2 * MiB), 0);     /* a stream */
+    ck_assert_uint_eq(budget_ahead_room(b, 1000), 2 * MiB);   /* (6 - 2) / 2 */
+    /* A stream refused (its floor over the room) leaves read-ahead as it
+     * was: asking for the impossible stops nobody's read-ahead. */
+    ck_assert_uint_eq(budget_cap(b, 1000, 100 * MiB, 0, NULL), 0);
+    ck_assert_uint_eq(budget_ahead_room(b, 1000), 2 * MiB);
+    ck_assert_uint_eq(budget_ahead_room(b, 2000), 3 * MiB);   /* 6 / 2, under (10 - 2) / 2 */
+    /* A stream of floor 1 MiB seen: read-ahead leaves it aside. */
+    ck_assert_uint_ge(budget_cap(b, 1000, MiB, 0, NULL), MiB);
+    ck_assert_uint_eq(budget_ahead_room(b, 1000), 3 * MiB / 2); /* (6 - 2 - 1) / 2 */
+    ck_assert_int_eq(budget_ahead_charge(b, 1000, MiB), 0);
+    ck_assert_uint_eq(budget_used(b, 1000), 3 * MiB);
+    ck_assert_uint_eq(budget_ahead_room(b, 1000), MiB / 2);
+    /* The grant: the share without read-ahead (4 MiB free, no reserve),
+     * never past the room (3 MiB). */
+    ck_assert_uint_eq(budget_cap(b, 1000, MiB, 0, NULL), 3 * MiB);
+    /* Another uid's read-ahead is half of all clients' room at most. */
+    ck_assert_uint_eq(budget_ahead_room(b, 2000), (10 * MiB - 2 * MiB - MiB) / 2 - MiB);
+    /* Streams take the uid's room to 1.5 MiB: one of floor 2 MiB fits
+     * only without the read-ahead: its OPEN waits, nothing is read ahead
+     * meanwhile (for anyone), and once it is given back the OPEN fits. */
+    ck_assert_int_eq(budget_charge(b, 1000, 3 * MiB / 2), 0);
+    ck_assert_uint_eq(budget_room(b, 1000, NULL), 3 * MiB / 2);
+    ck_assert_int_eq(budget_ahead_blocks(b, 1000, 2 * MiB), 1);
+    ck_assert_int_eq(budget_ahead_blocks(b, 1000, 3 * MiB), 0); /* never fits: refused */
+    ck_assert_int_eq(budget_ahead_blocks(b, 1000, MiB), 0);     /* fits now */
+    budget_queue_pause(q, BUDGET_WAIT_AHEAD);
+    ck_assert_uint_eq(budget_ahead_room(b, 1000), 0);
+    ck_assert_uint_eq(budget_ahead_room(b, 2000), 0);
+    budget_ahead_uncharge(b, 1000, MiB);
+    ck_assert_int_eq(budget_ahead_blocks(b, 1000, 2 * MiB), 0);
+    ck_assert_uint_eq(budget_room(b, 1000, NULL), 5 * MiB / 2);
+    budget_queue_pause(q, BUDGET_GO);
+    ck_assert_uint_gt(budget_ahead_room(b, 2000), 0);
+    budget_ahead_skipped(b);
+    budget_uncharge(b, 1000, 7 * MiB / 2);
+    ck_assert_uint_eq(budget_used(b, 1000), 0);
+    budget_queue_close(q);
+}
+END_TEST
+
 static Suite *budget_queue_suite(void)
 {
     Suite *s = suite_create("budget_queue");
@@ -136,6 +186,7 @@ static Suite *budget_queue_suite(void)
     tcase_add_test(tc, test_wait_reasons);
     tcase_add_test(tc, test_other_uid_goes_on);
     tcase_add_test(tc, test_pause_counts_and_notify);
+    tcase_add_test(tc, test_read_ahead);
     suite_add_tcase(s, tc);
     return s;
 }
