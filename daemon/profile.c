@@ -452,6 +452,8 @@ struct profile_job {
     uint8_t *buf;    /* nbuf batches, written in turn (see PROFILE_RING_BYTES) */
     uint32_t nbuf, turn;
     int64_t *labels;
+    float *targets;  /* soft targets of the batch-level steps (NULL: none) */
+    uint64_t index;  /* the batch's number in its epoch (the batch steps' seed) */
     uint64_t wall_ns, cpu_ns;
     uint32_t good, failed;
     int busy;
@@ -538,9 +540,15 @@ static void job_run(struct work *wk, struct worker_ctx *ctx)
         j->good = (uint32_t)(res.done - res.failed);
         j->failed = (uint32_t)res.failed;
     } else {
+        uint8_t *dst = j->buf + (size_t)j->turn * PROFILE_BATCH * p->out_bytes;
         j->good = pipeline_batch(p->tpipe, p->tds, p->list + j->first, j->n, PROFILE_SEED,
-                                 j->epoch, j->buf + (size_t)j->turn * PROFILE_BATCH * p->out_bytes,
-                                 j->labels, ctx, NULL, job_bad, j);
+                                 j->epoch, dst, j->labels, ctx, NULL, job_bad, j);
+        /* The batch-level steps (mixup, cutmix) run on the whole batch as a
+         * stream's job runs them (stream.c job_batch_steps): part of every
+         * online rate of a dataset that has them. */
+        if (j->targets)
+            pipeline_batch_steps(p->tds, hash_batch_seed(PROFILE_SEED, j->epoch, j->index), dst,
+                                 j->good, j->labels, j->targets);
         j->turn = (j->turn + 1) % j->nbuf;
     }
     j->cpu_ns = thread_cpu_ns() - c0;
@@ -962,6 +970,7 @@ static void profile_pump(struct profile *p)
             j->first = p->next;
             j->n = p->nlist - p->next < chunk ? p->nlist - p->next : chunk;
             j->epoch = p->pass;
+            j->index = p->next / chunk;
             p->next += j->n;
             j->busy = 1;
             p->busy++;
@@ -1067,6 +1076,7 @@ static void profile_free(struct profile *p)
     for (uint32_t i = 0; p->jobs && i < p->njobs; i++) {
         free(p->jobs[i].buf);
         free(p->jobs[i].labels);
+        free(p->jobs[i].targets);
     }
     free(p->jobs);
     free(p->ids);
@@ -1201,7 +1211,9 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
             j->nbuf = share > batch ? (uint32_t)(share / batch) : 1;
             j->buf = malloc(j->nbuf * batch);
             j->labels = malloc(PROFILE_BATCH * sizeof(*j->labels));
-            ok = j->buf && j->labels;
+            uint32_t classes = dc->nbatch_steps ? o->labels.classes : 0;
+            j->targets = classes ? malloc((size_t)PROFILE_BATCH * classes * sizeof(float)) : NULL;
+            ok = j->buf && j->labels && (!classes || j->targets);
         }
     }
     if (!ok) {
