@@ -116,6 +116,16 @@ static double stat_num(const char *parent, const char *key)
     return v;
 }
 
+/* The text of the file at path in buf (empty when it cannot be read). */
+static void read_text(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+}
+
 /* ---- profiles ---- */
 
 struct progress_seen {
@@ -273,11 +283,8 @@ START_TEST(test_slow_online_step_loses)
     int rc = harness_run(argv, out, CASE_TIMEOUT_S - 30);
     ck_assert_msg(rc == 0, "prestoctl profile exited %d", rc);
     /* Not a terminal: a progress line per strategy, then the table. */
-    FILE *f = fopen(out, "r");
     char text[16384];
-    size_t n = fread(text, 1, sizeof(text) - 1, f);
-    fclose(f);
-    text[n] = '\0';
+    read_text(out, text, sizeof(text));
     ck_assert_msg(strstr(text, "profile slow: strategy 17/17"), "%s", text);
     ck_assert_msg(strstr(text, "<- winner") && strstr(text, "winner: "), "%s", text);
 
@@ -289,17 +296,9 @@ START_TEST(test_slow_online_step_loses)
     snprintf(out, sizeof(out), "%s.py.out", dir);
     rc = harness_run(pyargv, out, 60);
     if (rc != 0) {
-        f = fopen(out, "r");
-        n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
-        if (f)
-            fclose(f);
-        text[n] = '\0';
-        f = fopen(json, "r");
+        read_text(out, text, sizeof(text));
         char doc[16384];
-        size_t m = f ? fread(doc, 1, sizeof(doc) - 1, f) : 0;
-        if (f)
-            fclose(f);
-        doc[m] = '\0';
+        read_text(json, doc, sizeof(doc));
         ck_abort_msg("the profile's files failed the checks (%d):\n%s\n%s", rc, text, doc);
     }
 
@@ -527,11 +526,7 @@ START_TEST(test_verify)
                           "--steps", SLOW_STEPS, "--samples", nsamples, "--only",
                           "none,center_crop/raw", "--epochs", "1", "--out", json, NULL};
     int rc = harness_run(argv, out, CASE_TIMEOUT_S - 30);
-    FILE *f = fopen(out, "r");
-    size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
-    if (f)
-        fclose(f);
-    text[n] = '\0';
+    read_text(out, text, sizeof(text));
     ck_assert_msg(rc == 0, "profile_accuracy.py exited %d:\n%s", rc, text);
     /* Side by side: a row per strategy under the header, and the worst ratio. */
     ck_assert_msg(strstr(text, "warm mem/s predicted/measured") &&
@@ -545,11 +540,7 @@ START_TEST(test_verify)
     const char *pyargv[] = {python, py, json, ns, NULL};
     snprintf(out, sizeof(out), "%s.py.out", dir);
     rc = harness_run(pyargv, out, 60);
-    f = fopen(out, "r");
-    n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
-    if (f)
-        fclose(f);
-    text[n] = '\0';
+    read_text(out, text, sizeof(text));
     ck_assert_msg(rc == 0, "the verification's JSON failed the checks (%d):\n%s", rc, text);
     ck_assert_int_eq(count_entries(dir, "cache-"), 0); /* the helper removed its caches */
 }
@@ -608,11 +599,7 @@ START_TEST(test_cli_verify)
     const char *argv[] = {prestoctl, "-s", H.sock, "profile", "ver", "--apply", "--verify-top",
                           "2", "--csv", csv, "--json", json, NULL};
     int rc = harness_run(argv, out, CASE_TIMEOUT_S - 60);
-    FILE *f = fopen(out, "r");
-    size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
-    if (f)
-        fclose(f);
-    text[n] = '\0';
+    read_text(out, text, sizeof(text));
     ck_assert_msg(rc == 0, "prestoctl profile --verify-top 2 exited %d:\n%s", rc, text);
     /* The table: predicted, measured and their ratio for each tier, per
      * strategy verified, and the worst ratio. */
@@ -627,12 +614,8 @@ START_TEST(test_cli_verify)
     char pyout[LEN];
     snprintf(pyout, sizeof(pyout), "%s.py.out", dir);
     rc = harness_run(pyargv, pyout, 60);
-    f = fopen(pyout, "r");
     char res[2048];
-    n = f ? fread(res, 1, sizeof(res) - 1, f) : 0;
-    if (f)
-        fclose(f);
-    res[n] = '\0';
+    read_text(pyout, res, sizeof(res));
     ck_assert_msg(rc == 0, "the verification's files failed the checks (%d):\n%s\n%s", rc, res,
                   text);
     char wname[64];
