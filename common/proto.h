@@ -205,7 +205,7 @@
  *                          u64 memory_budget, u64 disk_budget (0: no disk
  *                          tier), f64 w_throughput, f64 w_offline,
  *                          f64 w_storage, f64 seconds (the profile's run
- *                          time), u32 winner (index), u32 applied (enum
+ *                          time, a verification's aside), u32 winner (index), u32 applied (enum
  *                          proto_profile_applied), u32 count, then count
  *                          strategies, each: str name, u32 split, str
  *                          last_step ("" when nothing runs offline),

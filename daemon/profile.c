@@ -502,6 +502,7 @@ struct profile {
     struct profile_job *jobs;
     uint32_t busy;
     uint64_t t0_ns, sent_ns;
+    double profile_s; /* the profile's run time, its verification aside */
     struct event *ev; /* finishes outside of any callback of ours */
     int done, closing;
     int err_code;   /* why it failed: -errno (0: it did not) */
@@ -616,9 +617,11 @@ static double progress_fraction(const struct profile *p)
 {
     double in = 0;
     if (p->verifying) { /* the profile done, then a third per real epoch */
+        double passes = p->phase == PH_VCOLD ? 1 : PROFILE_VERIFY_PASSES;
         double f = p->phase >= PH_VCOLD && p->phase < PH_END
                        ? ((double)(p->phase - PH_VCOLD) +
-                          (p->nlist ? (double)p->next / p->nlist : 1.0)) / 3
+                          (fmin(p->pass, passes - 1) +
+                           (p->nlist ? (double)p->next / p->nlist : 1.0)) / passes) / 3
                        : 0;
         double frac = (p->nst + p->vi + fmin(f, 1.0)) / (double)(p->nst + p->nver);
         return fmin(frac, 1.0);
@@ -674,7 +677,7 @@ static void send_result(struct profile *p)
     m.w_throughput = p->req.w_throughput;
     m.w_offline = p->req.w_offline;
     m.w_storage = p->req.w_storage;
-    m.seconds = since_s(p->t0_ns);
+    m.seconds = p->profile_s;
     m.winner = p->winner;
     m.applied = p->applied;
     m.count = p->nst;
@@ -1030,9 +1033,19 @@ static void profile_pump(struct profile *p)
         uint64_t pass_ns = stats_now_ns() - p->pass_t0;
         p->wall_ns += pass_ns;
         p->pass++;
-        if (p->phase == PH_DISK && pass_ns > 0 && p->nreps < PROFILE_MAX_REPS)
+        int verify_warm = p->phase == PH_VMEMORY || p->phase == PH_VDISK;
+        if ((p->phase == PH_DISK || verify_warm) && pass_ns > 0 && p->nreps < PROFILE_MAX_REPS)
             p->reps[p->nreps++] = (double)p->pass_good * 1e9 / (double)pass_ns;
         p->pass_good = 0;
+        if (verify_warm && p->nlist > 0 && p->pass < PROFILE_VERIFY_PASSES) {
+            /* Another warm epoch (the median is measured): one short pass is
+             * at the mercy of one hiccup of a busy machine. */
+            p->next = 0;
+            if (p->phase == PH_VDISK)
+                drop_page_cache(p);
+            p->pass_t0 = stats_now_ns();
+            continue;
+        }
         if (p->phase == PH_DISK && p->nlist > 0 &&
             (p->wall_ns < PROFILE_MIN_PHASE_MS * 1000000ull || p->pass < PROFILE_MIN_REPS) &&
             p->pass < PROFILE_MAX_PASSES) {
@@ -1181,11 +1194,11 @@ static void profile_conclude(struct profile *p);
  * through the same pipeline code: a first epoch with nothing cached (the
  * source files dropped from the page cache; the offline steps' output
  * stored in the trial store and admitted to the trial memory tier of
- * profile.memory bytes), a warm epoch of what that tier then holds, and
- * one from the trial store with its segments dropped from the page cache
- * (split 0: the files from the page cache, then dropped). Each is one pass
- * on the profile's workers, its batches written as a stream's are, timed
- * by the wall clock. The trial store is bounded by cache.disk: a strategy
+ * profile.memory bytes), warm epochs of what that tier then holds, and
+ * from the trial store with its segments dropped from the page cache
+ * before each (split 0: the files from the page cache, then dropped): the
+ * median of PROFILE_VERIFY_PASSES each. All on the profile's workers,
+ * their batches written as a stream's are, timed by the wall clock. The trial store is bounded by cache.disk: a strategy
  * whose predicted storage exceeds it is not verified (its note says so).
  * Progress goes on as for the profile; a stop or the requester going
  * cancels it. */
@@ -1217,7 +1230,9 @@ static void verify_next(struct profile *p)
 static void verify_phase_end(struct profile *p)
 {
     struct proto_profile_verified *v = &p->ver[p->cur];
-    double rate = p->wall_ns ? (double)p->good * 1e9 / (double)p->wall_ns : 0;
+    double spread, rate = p->wall_ns ? (double)p->good * 1e9 / (double)p->wall_ns : 0;
+    if (p->phase != PH_VCOLD) /* the median of the warm epochs */
+        rate = p->nlist ? online_rate(p, &spread) : 0;
     switch (p->phase) {
     case PH_VCOLD: {
         v->samples = (uint32_t)p->good;
@@ -1312,6 +1327,7 @@ static void profile_finish(struct profile *p)
                                cfg->cache_disk, tiers_store(p->pr->tiers) != NULL};
     uint32_t w = profile_rank(p->st, p->nst, &sc, p->req.w_throughput, p->req.w_offline,
                               p->req.w_storage);
+    p->profile_s = since_s(p->t0_ns);
     const struct proto_profile_strategy *win = &p->st[w];
     log_info("profile of dataset '%s': %u strategies on %u samples in %.1f s; best: %s, "
              "%.0f samples/s expected, %.1f MiB on disk, %.1f s offline", dataset_name(p->ds),

@@ -78,10 +78,10 @@
  * ranking, the K best strategies (all with K 0) run their real epochs on
  * the whole dataset in the profile's trial tiers, through the same pipeline
  * code: a first epoch (the files dropped from the page cache; stored in the
- * trial store, admitted to a trial memory tier of profile.memory bytes), a
- * warm epoch of what that tier holds, one from the trial store dropped from
- * the page cache; one pass each on the profile's workers, timed by the wall
- * clock, reported per strategy in PROFILE_RESULT (proto_profile_verified).
+ * trial store, admitted to a trial memory tier of profile.memory bytes),
+ * warm epochs of what that tier holds and from the trial store dropped from
+ * the page cache (the median of PROFILE_VERIFY_PASSES each), on the
+ * profile's workers, timed by the wall clock, reported per strategy in PROFILE_RESULT (proto_profile_verified).
  * The trial store is bounded by cache.disk (a strategy predicted over it
  * is skipped), the memory tier by profile.memory; progress goes on and a
  * stop or the requester leaving cancels it.
@@ -149,6 +149,7 @@
 #define PROFILE_MAX_REPS 64u
 #define PROFILE_MAX_PASSES 10000u
 #define PROFILE_TIE_PCT 10u
+#define PROFILE_VERIFY_PASSES 3u /* --verify: warm epochs from each tier (the median) */
 #define PROFILE_TIE_SPREAD_PCT 15u /* a rate's spread counts in a tie up to this */
 #define PROFILE_PROGRESS_MS 100u
 #define PROFILE_SEED 0x70726f66696c65ull /* the online epochs' stream seed */
