@@ -894,7 +894,7 @@ static void profile_strategy_out(presto_profile_strategy_t *d,
 }
 
 /* Reads a PROFILE_RESULT body into a new result. */
-static int profile_recv_result(struct conn *c, const struct proto_header *h,
+static int profile_recv_result(struct conn *c, const struct proto_header *h, int verify,
                                presto_profile_result_t **out)
 {
     struct proto_profile_result m;
@@ -920,11 +920,28 @@ static int profile_recv_result(struct conn *c, const struct proto_header *h,
     }
     for (uint32_t i = 0; i < m.count; i++) {
         struct proto_profile_strategy st;
-        if (proto_get_profile_strategy(&r, &st, i + 1 == m.count) < 0) {
+        if (proto_get_profile_strategy(&r, &st, !verify && i + 1 == m.count) < 0) {
             rc = conn_fail(c, PRESTO_E_PROTO, "malformed PROFILE_RESULT from prestod");
             goto fail;
         }
         profile_strategy_out(&res->strategies[i], &st);
+    }
+    for (uint32_t i = 0; verify && i < m.count; i++) {
+        struct proto_profile_verified v;
+        presto_profile_strategy_t *d = &res->strategies[i];
+        if (proto_get_profile_verified(&r, &v, i + 1 == m.count) < 0) {
+            rc = conn_fail(c, PRESTO_E_PROTO, "malformed PROFILE_RESULT from prestod");
+            goto fail;
+        }
+        d->verified = v.verified != 0;
+        d->verified_samples = v.samples;
+        d->measured_cold_rate = v.cold_rate;
+        d->measured_memory_rate = v.memory_rate;
+        d->measured_disk_rate = v.disk_rate;
+        d->measured_memory_fraction = v.memory_fraction;
+        d->measured_bytes = v.stored_bytes;
+        d->verify_seconds = v.seconds;
+        memcpy(d->verify_note, v.note, sizeof(d->verify_note));
     }
     memcpy(res->dataset, m.dataset, sizeof(res->dataset));
     res->samples = m.samples;
@@ -940,6 +957,7 @@ static int profile_recv_result(struct conn *c, const struct proto_header *h,
     res->winner = m.winner;
     res->applied = (int)m.applied;
     res->count = m.count;
+    res->verify = verify;
     free(body);
     *out = res;
     return 0;
@@ -960,7 +978,8 @@ static int profile_run(struct conn *c, uint32_t req, const presto_profile_opts_t
     memset(&m, 0, sizeof(m));
     memcpy(m.dataset, o->dataset, strlen(o->dataset));
     m.samples = o->samples;
-    m.flags = o->apply ? PROTO_PROFILE_APPLY : 0;
+    m.flags = (o->apply ? PROTO_PROFILE_APPLY : 0) | (o->verify ? PROTO_PROFILE_VERIFY : 0);
+    m.verify_top = o->verify_top;
     m.w_throughput = o->w_throughput;
     m.w_offline = o->w_offline;
     m.w_storage = o->w_storage;
@@ -974,7 +993,7 @@ static int profile_run(struct conn *c, uint32_t req, const presto_profile_opts_t
         if (h.type == PROTO_ERROR)
             return conn_recv_error(c, &h);
         if (h.type == PROTO_PROFILE_RESULT)
-            return profile_recv_result(c, &h, out);
+            return profile_recv_result(c, &h, o->verify != 0, out);
         if (h.type != PROTO_PROFILE_PROGRESS)
             return conn_unexpected(c, &h);
         uint8_t body[PROFILE_PROGRESS_MAX];

@@ -223,6 +223,9 @@ typedef struct presto_profile_opts {
     double w_throughput, w_offline, w_storage; /* objective weights, >= 0; all 0
                             (the default): throughput only */
     int apply;           /* a split: auto dataset records (and uses) the winner */
+    int verify;          /* then each strategy's real epochs on the whole dataset
+                            (presto_profile_strategy_t's verified fields) */
+    uint32_t verify_top; /* with verify: only the K best (0: every strategy) */
 } presto_profile_opts_t;
 
 typedef struct presto_profile_progress {
@@ -261,6 +264,16 @@ typedef struct presto_profile_strategy {
                                    half their range over the median (0.1: +-10%) */
     int fits_memory, fits_disk, feasible; /* feasible: fits the disk budget */
     uint32_t rank;              /* 1: the winner */
+    /* With opts.verify: real epochs of the whole dataset on the daemon's
+     * workers, after the profile (verified 0: not run, verify_note says why). */
+    int verified;
+    uint32_t verified_samples;  /* delivered by the first epoch */
+    double measured_cold_rate, measured_memory_rate, measured_disk_rate; /* samples/s */
+    double measured_memory_fraction; /* of the dataset the memory epoch read from memory
+                                        (the trial tier has profile.memory bytes) */
+    double measured_bytes;      /* stored on disk after the first epoch */
+    double verify_seconds;
+    char verify_note[128];
 } presto_profile_strategy_t;
 
 enum {
@@ -283,6 +296,7 @@ typedef struct presto_profile_result {
     int applied;                 /* PRESTO_APPLIED_* */
     uint32_t count;
     presto_profile_strategy_t *strategies;
+    int verify;                  /* opts.verify: the strategies' verified fields are set */
 } presto_profile_result_t;
 
 void presto_profile_opts_init(presto_profile_opts_t *o);

@@ -77,6 +77,10 @@ static const char usage_text[] =
     "                        storage (default t=1,o=0,s=0: throughput only; always\n"
     "                        within the disk budget)\n"
     "      --apply           a split: auto dataset records and uses the winner\n"
+    "      --verify          then run each strategy's real epochs on the whole dataset\n"
+    "                        (cold, warm from memory, warm from disk) and print them\n"
+    "                        against the predictions\n"
+    "      --verify-top K    --verify, for the K best strategies only\n"
     "      --csv FILE        write every strategy's figures as CSV ('-': stdout)\n"
     "      --json FILE       ... as JSON\n"
     "      --svg FILE        draw throughput against storage per strategy (SVG)\n"
@@ -262,6 +266,8 @@ enum {
     OPT_SAMPLES,
     OPT_WEIGHTS,
     OPT_APPLY,
+    OPT_VERIFY,
+    OPT_VERIFY_TOP,
     OPT_CSV,
     OPT_SVG,
     OPT_QUIET,
@@ -601,6 +607,8 @@ static int cmd_profile(const char *sock, int argc, char *argv[])
         {"samples", required_argument, NULL, OPT_SAMPLES},
         {"weights", required_argument, NULL, OPT_WEIGHTS},
         {"apply", no_argument, NULL, OPT_APPLY},
+        {"verify", no_argument, NULL, OPT_VERIFY},
+        {"verify-top", required_argument, NULL, OPT_VERIFY_TOP},
         {"csv", required_argument, NULL, OPT_CSV},
         {"json", required_argument, NULL, OPT_JSON},
         {"svg", required_argument, NULL, OPT_SVG},
@@ -621,6 +629,11 @@ static int cmd_profile(const char *sock, int argc, char *argv[])
             break;
         case OPT_WEIGHTS: parse_weights(optarg, &o); break;
         case OPT_APPLY: o.apply = 1; break;
+        case OPT_VERIFY: o.verify = 1; break;
+        case OPT_VERIFY_TOP:
+            o.verify = 1;
+            o.verify_top = (uint32_t)parse_u64("--verify-top", optarg, 1, 1000);
+            break;
         case OPT_CSV: csv = optarg; break;
         case OPT_JSON: json = optarg; break;
         case OPT_SVG: svg = optarg; break;
@@ -641,6 +654,8 @@ static int cmd_profile(const char *sock, int argc, char *argv[])
         die(presto_errmsg(p));
     if (!v.quiet)
         profile_report_table(stdout, r);
+    if (!v.quiet && r->verify)
+        profile_report_verify(stdout, r);
     if (csv)
         write_report(csv, profile_report_csv, r);
     if (json)

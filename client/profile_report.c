@@ -145,6 +145,91 @@ int profile_report_table(FILE *f, const presto_profile_result_t *r)
     return finish(f);
 }
 
+/* max(p/m, m/p): how far a prediction is from what was measured (inf
+ * when either is missing). */
+double profile_ratio(double predicted, double measured)
+{
+    if (!(predicted > 0) || !(measured > 0) || !isfinite(predicted) || !isfinite(measured))
+        return INFINITY;
+    return predicted > measured ? predicted / measured : measured / predicted;
+}
+
+static void fmt_ratio(char *buf, size_t len, double ratio)
+{
+    if (isfinite(ratio))
+        snprintf(buf, len, "%.2fx", ratio);
+    else
+        snprintf(buf, len, "-");
+}
+
+/* One figure of the verification: "41.2k +-6%  38.1k  1.08x". */
+static void verify_cell(FILE *f, double pred, double spread, double meas, double *worst,
+                        const char **worst_name, const char *name)
+{
+    char p[32], m[32], q[16];
+    double x = profile_ratio(pred, meas);
+    profile_fmt_rate(p, sizeof(p), pred, spread);
+    profile_fmt_rate(m, sizeof(m), meas, 0);
+    fmt_ratio(q, sizeof(q), x);
+    fprintf(f, " | %12s %7s %6s", p, m, q);
+    if (isfinite(x) && x > *worst) {
+        *worst = x;
+        *worst_name = name;
+    }
+}
+
+int profile_report_verify(FILE *f, const presto_profile_result_t *r)
+{
+    double worst = 0;
+    const char *worst_name = NULL;
+    /* The epochs ran on the profile's workers: the predictions for them. */
+    double k = r->workers ? (double)r->profile_workers / r->workers : 1;
+    fprintf(f, "\nverification: real epochs of all %llu samples on %u of %u workers through the "
+               "same pipeline, after the profile:\npredicted (+- its spread%s), measured, and "
+               "max(predicted/measured, measured/predicted)\n\n",
+            (unsigned long long)r->samples, r->profile_workers, r->workers,
+            k < 1 ? "; rates for those workers" : "");
+    fprintf(f, "%-20s | %27s | %27s | %27s | %27s | %5s %8s\n", "strategy",
+            "warm memory/s", "warm disk/s", "cold/s", "stored MiB", "mem%", "time");
+    for (uint32_t i = 0; i < r->count; i++) {
+        const presto_profile_strategy_t *s = &r->strategies[i];
+        if (!s->verified) {
+            if (s->verify_note[0] && strncmp(s->verify_note, "not among", 9) != 0)
+                fprintf(f, "%-20s   not verified: %s\n", s->name, s->verify_note);
+            continue;
+        }
+        char sec[32], p[32], m[32], q[16];
+        fprintf(f, "%-20s", s->name);
+        verify_cell(f, k * tier_rate(r, s->epoch_memory_s), s->memory_spread,
+                    s->measured_memory_rate, &worst, &worst_name, s->name);
+        verify_cell(f, k * tier_rate(r, s->epoch_disk_s), s->disk_spread,
+                    s->measured_disk_rate, &worst, &worst_name, s->name);
+        verify_cell(f, k * s->cold_rate, s->cold_spread, s->measured_cold_rate, &worst,
+                    &worst_name, s->name);
+        if (s->split) {
+            double x = profile_ratio(s->total_bytes, s->measured_bytes);
+            snprintf(p, sizeof(p), "%.1f", s->total_bytes / (1 << 20));
+            snprintf(m, sizeof(m), "%.1f", s->measured_bytes / (1 << 20));
+            fmt_ratio(q, sizeof(q), x);
+            if (isfinite(x) && x > worst) {
+                worst = x;
+                worst_name = s->name;
+            }
+        } else {
+            snprintf(p, sizeof(p), "-");
+            snprintf(m, sizeof(m), "-");
+            snprintf(q, sizeof(q), "-");
+        }
+        profile_fmt_seconds(sec, sizeof(sec), s->verify_seconds);
+        fprintf(f, " | %12s %7s %6s | %4.0f%% %8s%s%s\n", p, m, q,
+                s->measured_memory_fraction * 100, sec, s->verify_note[0] ? "  " : "",
+                s->verify_note);
+    }
+    if (worst_name)
+        fprintf(f, "\nworst ratio: %.2fx (%s)\n", worst, worst_name);
+    return finish(f);
+}
+
 /* ---- CSV ---- */
 
 static void csv_str(FILE *f, const char *s)
@@ -167,7 +252,12 @@ int profile_report_csv(FILE *f, const presto_profile_result_t *r)
           "disk_samples_per_s,total_offline_s,total_bytes,memory_fraction,fits_memory,"
           "fits_disk,feasible,epoch_memory_s,epoch_disk_s,expected_samples_per_s,"
           "expected_epoch_s,score,cold_samples_per_s,memory_spread,disk_spread,"
-          "cold_spread\n", f);
+          "cold_spread", f);
+    if (r->verify)
+        fputs(",verified,measured_cold_samples_per_s,measured_memory_samples_per_s,"
+              "measured_disk_samples_per_s,measured_memory_fraction,measured_bytes,"
+              "verify_s,verify_note", f);
+    fputc('\n', f);
     for (uint32_t i = 0; i < r->count; i++) {
         const presto_profile_strategy_t *s = &r->strategies[i];
         fprintf(f, "%u,%d,", s->rank, i == r->winner);
@@ -175,7 +265,7 @@ int profile_report_csv(FILE *f, const presto_profile_result_t *r)
         fprintf(f, ",%u,", s->split);
         csv_str(f, s->last_step);
         fprintf(f, ",%d,%u,%u,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%d,"
-                   "%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g\n",
+                   "%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g",
                 s->zstd_level, s->samples, s->failed, s->offline_s, s->stored_bytes,
                 s->raw_bytes, s->memory_rate, s->disk_rate, s->memory_cpu_s, s->disk_cpu_s,
                 tier_rate(r, s->epoch_memory_s), tier_rate(r, s->epoch_disk_s),
@@ -183,6 +273,13 @@ int profile_report_csv(FILE *f, const presto_profile_result_t *r)
                 s->fits_disk, s->feasible, s->epoch_memory_s, s->epoch_disk_s,
                 s->expected_rate, s->expected_epoch_s, s->score, s->cold_rate,
                 s->memory_spread, s->disk_spread, s->cold_spread);
+        if (r->verify) {
+            fprintf(f, ",%d,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,", s->verified,
+                    s->measured_cold_rate, s->measured_memory_rate, s->measured_disk_rate,
+                    s->measured_memory_fraction, s->measured_bytes, s->verify_seconds);
+            csv_str(f, s->verify_note);
+        }
+        fputc('\n', f);
     }
     return finish(f);
 }
@@ -267,7 +364,19 @@ int profile_report_json(FILE *f, const presto_profile_result_t *r)
         json_num(f, "disk_spread", s->disk_spread, 0);
         json_num(f, "cold_spread", s->cold_spread, 0);
         json_num(f, "expected_epoch_s", s->expected_epoch_s, 0);
-        json_num(f, "score", s->score, 1);
+        json_num(f, "score", s->score, !r->verify);
+        if (r->verify) {
+            fprintf(f, "      \"verified\": %s,\n      \"verify_note\": ",
+                    s->verified ? "true" : "false");
+            json_str(f, s->verify_note);
+            fputs(",\n", f);
+            json_num(f, "measured_cold_samples_per_s", s->measured_cold_rate, 0);
+            json_num(f, "measured_memory_samples_per_s", s->measured_memory_rate, 0);
+            json_num(f, "measured_disk_samples_per_s", s->measured_disk_rate, 0);
+            json_num(f, "measured_memory_fraction", s->measured_memory_fraction, 0);
+            json_num(f, "measured_bytes", s->measured_bytes, 0);
+            json_num(f, "verify_s", s->verify_seconds, 1);
+        }
         fputs(i + 1 < r->count ? "    },\n" : "    }\n", f);
     }
     fputs("  ]\n}\n", f);

@@ -20,6 +20,11 @@ void profile_fmt_per_sample(char *buf, size_t len, double secs);
 void profile_fmt_rate(char *buf, size_t len, double rate, double spread);
 
 int profile_report_table(FILE *f, const presto_profile_result_t *r);
+/* The verification's table (opts.verify): predicted against measured per
+ * strategy verified, with their ratios and the worst of them. */
+int profile_report_verify(FILE *f, const presto_profile_result_t *r);
+/* max(predicted/measured, measured/predicted); INFINITY when one is missing. */
+double profile_ratio(double predicted, double measured);
 int profile_report_csv(FILE *f, const presto_profile_result_t *r);
 int profile_report_json(FILE *f, const presto_profile_result_t *r);
 int profile_report_svg(FILE *f, const presto_profile_result_t *r);

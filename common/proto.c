@@ -629,6 +629,8 @@ void proto_put_profile(struct proto_wbuf *w, const struct proto_profile *m)
     proto_put_f64(w, m->w_throughput);
     proto_put_f64(w, m->w_offline);
     proto_put_f64(w, m->w_storage);
+    if (m->flags & PROTO_PROFILE_VERIFY) /* appended: only then (older daemons) */
+        proto_put_u32(w, m->verify_top);
 }
 
 int proto_get_profile(struct proto_rbuf *r, struct proto_profile *m)
@@ -641,6 +643,8 @@ int proto_get_profile(struct proto_rbuf *r, struct proto_profile *m)
     proto_get_f64(r, &m->w_throughput);
     proto_get_f64(r, &m->w_offline);
     proto_get_f64(r, &m->w_storage);
+    if (m->flags & PROTO_PROFILE_VERIFY)
+        proto_get_u32(r, &m->verify_top);
     return r->failed || proto_remaining(r) ? -PROTO_E_PROTO : 0;
 }
 
@@ -758,6 +762,31 @@ int proto_get_profile_strategy(struct proto_rbuf *r, struct proto_profile_strate
     proto_get_u32(r, &m->fits_disk);
     proto_get_u32(r, &m->feasible);
     proto_get_u32(r, &m->rank);
+    return r->failed || (last && proto_remaining(r)) ? -PROTO_E_PROTO : 0;
+}
+
+void proto_put_profile_verified(struct proto_wbuf *w, const struct proto_profile_verified *m)
+{
+    proto_put_u32(w, m->verified);
+    proto_put_u32(w, m->samples);
+    const double f[] = {m->cold_rate,       m->memory_rate,  m->disk_rate,
+                        m->memory_fraction, m->stored_bytes, m->seconds};
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        proto_put_f64(w, f[i]);
+    put_text(w, m->note);
+}
+
+int proto_get_profile_verified(struct proto_rbuf *r, struct proto_profile_verified *m, int last)
+{
+    memset(m, 0, sizeof(*m));
+    proto_get_u32(r, &m->verified);
+    proto_get_u32(r, &m->samples);
+    double *f[] = {&m->cold_rate,       &m->memory_rate,  &m->disk_rate,
+                   &m->memory_fraction, &m->stored_bytes, &m->seconds};
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        proto_get_f64(r, f[i]);
+    if (r->failed || get_text(r, m->note, sizeof(m->note)) < 0)
+        return -PROTO_E_PROTO;
     return r->failed || (last && proto_remaining(r)) ? -PROTO_E_PROTO : 0;
 }
 

@@ -188,7 +188,10 @@
  *                          sample size), u32 flags (PROTO_PROFILE_*),
  *                          f64 w_throughput, f64 w_offline, f64 w_storage
  *                          (weights of the objective; all 0: throughput
- *                          only). Measures every legal strategy (split point
+ *                          only), and with PROTO_PROFILE_VERIFY in flags
+ *                          u32 verify_top (0: verify every strategy; K:
+ *                          the K best): after ranking, each runs its real
+ *                          epochs on the whole dataset. Measures every legal strategy (split point
  *                          with no random step offline x encoding raw,
  *                          zstd:1, zstd:3, zstd:9) on one sample of the
  *                          dataset and ranks them; with PROTO_PROFILE_APPLY
@@ -204,7 +207,7 @@
  *                          u64 memory_budget, u64 disk_budget (0: no disk
  *                          tier), f64 w_throughput, f64 w_offline,
  *                          f64 w_storage, f64 seconds (the profile's run
- *                          time), u32 winner (index), u32 applied (enum
+ *                          time, a verification's aside), u32 winner (index), u32 applied (enum
  *                          proto_profile_applied), u32 count, then count
  *                          strategies, each: str name, u32 split, str
  *                          last_step ("" when nothing runs offline),
@@ -232,7 +235,18 @@
  *                          each rate scattered: half their range over the
  *                          median, 0.1: +-10%), u32 fits_memory, u32 fits_disk,
  *                          u32 feasible (fits the disk budget), u32 rank
- *                          (1: the winner)
+ *                          (1: the winner); then, when PROFILE asked
+ *                          PROTO_PROFILE_VERIFY, count verifications, one
+ *                          per strategy in the same order: u32 verified
+ *                          (0: not run: not among the K best, over the
+ *                          disk budget, no sample delivered), u32 samples
+ *                          (the cold epoch's), f64 cold_rate,
+ *                          f64 memory_rate, f64 disk_rate (samples/s of a
+ *                          real first epoch, a warm one from memory, one
+ *                          from disk, on the whole dataset, all workers),
+ *                          f64 memory_fraction (of the dataset the memory
+ *                          epoch found in memory: profile.memory bounds
+ *                          it), f64 stored_bytes, f64 seconds, str note
  *
  * f64 is an IEEE 754 double sent as the u64 of its bits. After PROFILE the
  * daemon sends PROFILE_PROGRESS frames, then PROFILE_RESULT, all with the
@@ -508,6 +522,7 @@ void proto_put_progress(struct proto_wbuf *w, const struct proto_progress *m);
 int proto_get_progress(struct proto_rbuf *r, struct proto_progress *m);
 /* ---- the profiler ---- */
 #define PROTO_PROFILE_APPLY 0x1u
+#define PROTO_PROFILE_VERIFY 0x2u /* then each strategy's real epochs (below) */
 enum proto_profile_applied {
     PROTO_APPLIED_NO = 0,        /* not asked, or not a split: auto dataset */
     PROTO_APPLIED_NOW = 1,       /* the dataset switched to the winner */
@@ -519,6 +534,7 @@ struct proto_profile {
     char dataset[256];
     uint32_t samples, flags;
     double w_throughput, w_offline, w_storage;
+    uint32_t verify_top; /* with PROTO_PROFILE_VERIFY: the K best (0: all) */
 };
 struct proto_profile_progress {
     uint32_t strategy, strategies;
@@ -538,6 +554,16 @@ struct proto_profile_strategy {
     double epoch_memory_s, epoch_disk_s, expected_rate, expected_epoch_s, score;
     double cold_rate, memory_spread, disk_spread, cold_spread;
     uint32_t fits_memory, fits_disk, feasible, rank;
+};
+/* A strategy's real epochs on the whole dataset (PROTO_PROFILE_VERIFY). */
+struct proto_profile_verified {
+    uint32_t verified; /* 1: measured; 0: not (see note) */
+    uint32_t samples;  /* delivered by the cold epoch */
+    double cold_rate, memory_rate, disk_rate; /* samples/s of each epoch */
+    double memory_fraction; /* of the dataset the memory epoch read from memory */
+    double stored_bytes;    /* the disk tier's bytes after the cold epoch */
+    double seconds;         /* the verification's run time */
+    char note[128];         /* why not verified, or "" */
 };
 /* PROFILE_RESULT's fixed part; count strategies follow. */
 struct proto_profile_result {
@@ -562,6 +588,10 @@ void proto_put_profile_strategy(struct proto_wbuf *w, const struct proto_profile
 /* last: 1 for the body's last strategy (nothing may follow it). */
 int proto_get_profile_strategy(struct proto_rbuf *r, struct proto_profile_strategy *m,
                                int last);
+/* With PROTO_PROFILE_VERIFY asked, count of these follow the strategies,
+ * one for each in order; last as above. */
+void proto_put_profile_verified(struct proto_wbuf *w, const struct proto_profile_verified *m);
+int proto_get_profile_verified(struct proto_rbuf *r, struct proto_profile_verified *m, int last);
 
 void proto_put_error(struct proto_wbuf *w, uint32_t code, const char *msg);
 /* msg is copied (truncated) into buf. */

@@ -135,11 +135,14 @@ static void extrapolate(struct proto_profile_strategy *s, const struct profile_s
 }
 
 /* How far the expected rate of s may be off: its tiers' spreads, mixed as
- * the rate is (capped: a wild one must not tie everything). */
+ * the rate is, capped at PROFILE_TIE_SPREAD_PCT: a wild one must not tie
+ * everything (at 0.5 each, two spreads tied a strategy 1,000 times slower
+ * with the best, and the tie went to "none", which stores nothing). */
 static double rate_spread(const struct proto_profile_strategy *s)
 {
     double f = s->memory_fraction;
-    return fmin(f * s->memory_spread + (1 - f) * s->disk_spread, 0.5);
+    return fmin(f * s->memory_spread + (1 - f) * s->disk_spread,
+                PROFILE_TIE_SPREAD_PCT / 100.0);
 }
 
 /* 1 when a is better than b among tied strategies: the cheaper encoding
@@ -436,10 +439,13 @@ void profile_clean_trials(const char *cache_dir)
 
 /* ---- a running profile ---- */
 
-enum phase { PH_OFFLINE, PH_LOAD, PH_MEMORY, PH_DISK, PH_END };
-static const char *const phase_names[] = {"offline", "load", "memory", "disk", "done"};
+/* The profile's phases on the sample, then (PROTO_PROFILE_VERIFY) the
+ * real epochs on the whole dataset: PH_VCOLD .. PH_VDISK. */
+enum phase { PH_OFFLINE, PH_LOAD, PH_MEMORY, PH_DISK, PH_VCOLD, PH_VMEMORY, PH_VDISK, PH_END };
+static const char *const phase_names[] = {"offline", "load", "memory", "disk", "verify cold",
+                                          "verify memory", "verify disk", "done"};
 /* Share of a strategy's progress each phase stands for. */
-static const double phase_share[] = {0.4, 0.1, 0.25, 0.25, 0};
+static const double phase_share[] = {0.4, 0.1, 0.25, 0.25, 0, 0, 0, 0};
 
 struct profile;
 
@@ -452,6 +458,8 @@ struct profile_job {
     uint8_t *buf;    /* nbuf batches, written in turn (see PROFILE_RING_BYTES) */
     uint32_t nbuf, turn;
     int64_t *labels;
+    float *targets;  /* soft targets of the batch-level steps (NULL: none) */
+    uint64_t index;  /* the batch's number in its epoch (the batch steps' seed) */
     uint64_t wall_ns, cpu_ns;
     uint32_t good, failed;
     int busy;
@@ -467,6 +475,13 @@ struct profile {
     struct proto_profile_strategy st[PROFILE_MAX_STRATEGIES];
     uint32_t nst, cur;
     uint32_t *ids, k;        /* the sample, ids of ds */
+    uint32_t tk;             /* the trial's samples: k, or (verifying) all of ds */
+    /* Verification (PROTO_PROFILE_VERIFY): the strategies' real epochs. */
+    int verifying;
+    struct proto_profile_verified ver[PROFILE_MAX_STRATEGIES];
+    uint32_t vorder[PROFILE_MAX_STRATEGIES], nver, vi;
+    uint32_t *all_ids;
+    uint64_t v_t0;
     uint32_t workers, njobs; /* the daemon's; the profile's */
     uint64_t out_bytes;      /* a sample's output */
     /* The current strategy's trial. */
@@ -487,6 +502,7 @@ struct profile {
     struct profile_job *jobs;
     uint32_t busy;
     uint64_t t0_ns, sent_ns;
+    double profile_s; /* the profile's run time, its verification aside */
     struct event *ev; /* finishes outside of any callback of ours */
     int done, closing;
     int err_code;   /* why it failed: -errno (0: it did not) */
@@ -538,9 +554,15 @@ static void job_run(struct work *wk, struct worker_ctx *ctx)
         j->good = (uint32_t)(res.done - res.failed);
         j->failed = (uint32_t)res.failed;
     } else {
+        uint8_t *dst = j->buf + (size_t)j->turn * PROFILE_BATCH * p->out_bytes;
         j->good = pipeline_batch(p->tpipe, p->tds, p->list + j->first, j->n, PROFILE_SEED,
-                                 j->epoch, j->buf + (size_t)j->turn * PROFILE_BATCH * p->out_bytes,
-                                 j->labels, ctx, NULL, job_bad, j);
+                                 j->epoch, dst, j->labels, ctx, NULL, job_bad, j);
+        /* The batch-level steps (mixup, cutmix) run on the whole batch as a
+         * stream's job runs them (stream.c job_batch_steps): part of every
+         * online rate of a dataset that has them. */
+        if (j->targets)
+            pipeline_batch_steps(p->tds, hash_batch_seed(PROFILE_SEED, j->epoch, j->index), dst,
+                                 j->good, j->labels, j->targets);
         j->turn = (j->turn + 1) % j->nbuf;
     }
     j->cpu_ns = thread_cpu_ns() - c0;
@@ -594,6 +616,16 @@ static void job_done(struct work *wk, int cancelled)
 static double progress_fraction(const struct profile *p)
 {
     double in = 0;
+    if (p->verifying) { /* the profile done, then a third per real epoch */
+        double passes = p->phase == PH_VCOLD ? 1 : PROFILE_VERIFY_PASSES;
+        double f = p->phase >= PH_VCOLD && p->phase < PH_END
+                       ? ((double)(p->phase - PH_VCOLD) +
+                          (fmin(p->pass, passes - 1) +
+                           (p->nlist ? (double)p->next / p->nlist : 1.0)) / passes) / 3
+                       : 0;
+        double frac = (p->nst + p->vi + fmin(f, 1.0)) / (double)(p->nst + p->nver);
+        return fmin(frac, 1.0);
+    }
     for (int ph = 0; ph < (int)p->phase && ph < PH_END; ph++)
         in += phase_share[ph];
     if (p->phase < PH_END) {
@@ -645,12 +677,13 @@ static void send_result(struct profile *p)
     m.w_throughput = p->req.w_throughput;
     m.w_offline = p->req.w_offline;
     m.w_storage = p->req.w_storage;
-    m.seconds = since_s(p->t0_ns);
+    m.seconds = p->profile_s;
     m.winner = p->winner;
     m.applied = p->applied;
     m.count = p->nst;
     rm.profile.result = &m;
     rm.profile.strategies = p->st;
+    rm.profile.verified = p->req.flags & PROTO_PROFILE_VERIFY ? p->ver : NULL;
     reply_done(&p->reply, &rm); /* the owner says if it could not be queued */
 }
 
@@ -686,7 +719,8 @@ static int trial_open(struct profile *p, const struct proto_profile_strategy *s)
 {
     const struct config *cfg = *p->pr->cfg;
     char err[512];
-    if (dataset_subset(&p->tds, p->ds, p->ids, p->k, s->split, s->zstd_level) < 0) {
+    if (dataset_subset(&p->tds, p->ds, p->verifying ? p->all_ids : p->ids, p->tk, s->split,
+                       s->zstd_level) < 0) {
         profile_fail(p, -ENOMEM, "no memory for a trial dataset");
         return -ENOMEM;
     }
@@ -728,7 +762,7 @@ static int trial_open(struct profile *p, const struct proto_profile_strategy *s)
 static void drop_sources(struct profile *p)
 {
     char err[160];
-    for (uint32_t i = 0; i < p->k; i++) {
+    for (uint32_t i = 0; i < p->tk; i++) {
         struct source_file f;
         if (dataset_open_file(p->tds, i, UINT64_MAX, &f, err, sizeof(err)) < 0)
             continue;
@@ -772,9 +806,9 @@ static void drop_page_cache(struct profile *p)
 static void phase_list(struct profile *p, enum phase ph)
 {
     p->nlist = 0;
-    for (uint32_t i = 0; i < p->k; i++) {
+    for (uint32_t i = 0; i < p->tk; i++) {
         int in = 1;
-        if (p->tst->split > 0 && ph == PH_MEMORY)
+        if (p->tst->split > 0 && (ph == PH_MEMORY || ph == PH_VMEMORY))
             in = tiers_in_memory(p->ttiers, p->tds, p->tst, i);
         else if (p->tst->split > 0)
             in = tiers_on_disk(p->ttiers, p->tds, p->tst, i);
@@ -793,19 +827,35 @@ static void phase_begin(struct profile *p, enum phase ph)
     switch (ph) {
     case PH_OFFLINE:
         tiers_memory_off(p->ttiers, 1);
-        p->nlist = p->k;
+        p->nlist = p->tk;
         drop_sources(p); /* a first epoch reads them from the disk */
         break;
     case PH_LOAD:
         tiers_memory_off(p->ttiers, p->tst->split == 0);
         phase_list(p, ph); /* split 0: one epoch to warm the page cache */
-        p->nlist = p->tst->split > 0 ? p->k : p->nlist;
+        p->nlist = p->tst->split > 0 ? p->tk : p->nlist;
         break;
     case PH_MEMORY:
         tiers_memory_off(p->ttiers, p->tst->split == 0);
         phase_list(p, ph);
         break;
     case PH_DISK:
+        tiers_memory_off(p->ttiers, 1);
+        phase_list(p, ph);
+        drop_page_cache(p);
+        break;
+    case PH_VCOLD: /* the first epoch: nothing cached, the files from the disk */
+        tiers_memory_off(p->ttiers, p->tst->split == 0);
+        for (uint32_t i = 0; i < p->tk; i++)
+            p->list[i] = i;
+        p->nlist = p->tk;
+        drop_sources(p);
+        break;
+    case PH_VMEMORY: /* what the cold epoch left in memory (split 0: the page cache) */
+        tiers_memory_off(p->ttiers, p->tst->split == 0);
+        phase_list(p, ph);
+        break;
+    case PH_VDISK:
         tiers_memory_off(p->ttiers, 1);
         phase_list(p, ph);
         drop_page_cache(p);
@@ -817,6 +867,7 @@ static void phase_begin(struct profile *p, enum phase ph)
 }
 
 static void strategy_begin(struct profile *p);
+static void verify_phase_end(struct profile *p);
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -891,11 +942,11 @@ static void phase_end(struct profile *p)
     case PH_LOAD:
         if (p->tst->split == 0) {
             uint64_t bytes = 0;
-            for (uint32_t i = 0; i < p->k; i++)
+            for (uint32_t i = 0; i < p->tk; i++)
                 bytes += dataset_file_size(p->tds, i);
             s->samples = (uint32_t)p->good;
             s->failed = (uint32_t)p->failed;
-            s->raw_bytes = p->k ? (double)bytes / p->k : 0; /* the page cache's */
+            s->raw_bytes = p->tk ? (double)bytes / p->tk : 0; /* the page cache's */
         }
         phase_begin(p, PH_MEMORY);
         break;
@@ -913,6 +964,11 @@ static void phase_end(struct profile *p)
         trial_close(p);
         p->cur++;
         strategy_begin(p);
+        break;
+    case PH_VCOLD:
+    case PH_VMEMORY:
+    case PH_VDISK:
+        verify_phase_end(p);
         break;
     case PH_END:
         break;
@@ -940,7 +996,7 @@ static void profile_pump(struct profile *p)
     for (;;) {
         if (p->done || p->closing)
             return;
-        int online = p->phase == PH_MEMORY || p->phase == PH_DISK ||
+        int online = p->phase == PH_MEMORY || p->phase == PH_DISK || p->phase >= PH_VCOLD ||
                      (p->phase == PH_LOAD && p->tst->split == 0);
         uint32_t chunk = online ? PROFILE_BATCH : PROFILE_JOB_SAMPLES;
         for (uint32_t i = 0; i < p->njobs; i++) {
@@ -962,6 +1018,7 @@ static void profile_pump(struct profile *p)
             j->first = p->next;
             j->n = p->nlist - p->next < chunk ? p->nlist - p->next : chunk;
             j->epoch = p->pass;
+            j->index = p->next / chunk;
             p->next += j->n;
             j->busy = 1;
             p->busy++;
@@ -976,9 +1033,19 @@ static void profile_pump(struct profile *p)
         uint64_t pass_ns = stats_now_ns() - p->pass_t0;
         p->wall_ns += pass_ns;
         p->pass++;
-        if (p->phase == PH_DISK && pass_ns > 0 && p->nreps < PROFILE_MAX_REPS)
+        int verify_warm = p->phase == PH_VMEMORY || p->phase == PH_VDISK;
+        if ((p->phase == PH_DISK || verify_warm) && pass_ns > 0 && p->nreps < PROFILE_MAX_REPS)
             p->reps[p->nreps++] = (double)p->pass_good * 1e9 / (double)pass_ns;
         p->pass_good = 0;
+        if (verify_warm && p->nlist > 0 && p->pass < PROFILE_VERIFY_PASSES) {
+            /* Another warm epoch (the median is measured): one short pass is
+             * at the mercy of one hiccup of a busy machine. */
+            p->next = 0;
+            if (p->phase == PH_VDISK)
+                drop_page_cache(p);
+            p->pass_t0 = stats_now_ns();
+            continue;
+        }
         if (p->phase == PH_DISK && p->nlist > 0 &&
             (p->wall_ns < PROFILE_MIN_PHASE_MS * 1000000ull || p->pass < PROFILE_MIN_REPS) &&
             p->pass < PROFILE_MAX_PASSES) {
@@ -1067,9 +1134,11 @@ static void profile_free(struct profile *p)
     for (uint32_t i = 0; p->jobs && i < p->njobs; i++) {
         free(p->jobs[i].buf);
         free(p->jobs[i].labels);
+        free(p->jobs[i].targets);
     }
     free(p->jobs);
     free(p->ids);
+    free(p->all_ids);
     free(p->list);
     struct dataset *ds = p->ds;
     free(p);
@@ -1116,6 +1185,134 @@ static void profile_fail(struct profile *p, int code, const char *fmt, ...)
     profile_end(p);
 }
 
+static void profile_conclude(struct profile *p);
+
+/* ---- verification: each strategy's real epochs on the whole dataset ----
+ *
+ * After ranking, with PROTO_PROFILE_VERIFY, the K best strategies (all with
+ * K 0), in rank order, each in a trial of its own over the whole dataset
+ * through the same pipeline code: a first epoch with nothing cached (the
+ * source files dropped from the page cache; the offline steps' output
+ * stored in the trial store and admitted to the trial memory tier of
+ * profile.memory bytes), warm epochs of what that tier then holds, and
+ * from the trial store with its segments dropped from the page cache
+ * before each (split 0: the files from the page cache, then dropped): the
+ * median of PROFILE_VERIFY_PASSES each. All on the profile's workers,
+ * their batches written as a stream's are, timed by the wall clock. The trial store is bounded by cache.disk: a strategy
+ * whose predicted storage exceeds it is not verified (its note says so).
+ * Progress goes on as for the profile; a stop or the requester going
+ * cancels it. */
+
+static void verify_next(struct profile *p)
+{
+    const struct config *cfg = *p->pr->cfg;
+    while (p->vi < p->nver) {
+        uint32_t i = p->vorder[p->vi];
+        struct proto_profile_strategy *s = &p->st[i];
+        struct proto_profile_verified *v = &p->ver[i];
+        if (s->split > 0 && s->total_bytes > (double)cfg->cache_disk) {
+            snprintf(v->note, sizeof(v->note), "its %.1f MiB on disk exceed cache.disk",
+                     s->total_bytes / (1 << 20));
+            p->vi++;
+            continue;
+        }
+        p->cur = i;
+        p->v_t0 = stats_now_ns();
+        if (trial_open(p, s) < 0)
+            return; /* the profile failed */
+        phase_begin(p, PH_VCOLD);
+        return;
+    }
+    p->phase = PH_END;
+    profile_conclude(p);
+}
+
+static void verify_phase_end(struct profile *p)
+{
+    struct proto_profile_verified *v = &p->ver[p->cur];
+    double spread, rate = p->wall_ns ? (double)p->good * 1e9 / (double)p->wall_ns : 0;
+    if (p->phase != PH_VCOLD) /* the median of the warm epochs */
+        rate = p->nlist ? online_rate(p, &spread) : 0;
+    switch (p->phase) {
+    case PH_VCOLD: {
+        v->samples = (uint32_t)p->good;
+        v->cold_rate = rate;
+        struct store *st = tiers_store(p->ttiers);
+        if (st && p->tst->split > 0) {
+            struct store_stats ss;
+            store_get_stats(st, &ss);
+            v->stored_bytes = (double)ss.bytes_disk;
+        }
+        if (p->good == 0) {
+            snprintf(v->note, sizeof(v->note), "no sample of the dataset was delivered");
+            break;
+        }
+        phase_begin(p, PH_VMEMORY);
+        return;
+    }
+    case PH_VMEMORY:
+        v->memory_rate = rate;
+        v->memory_fraction = p->tk ? (double)p->nlist / p->tk : 0;
+        if (p->nlist == 0)
+            snprintf(v->note, sizeof(v->note), "profile.memory held none of it");
+        phase_begin(p, PH_VDISK);
+        return;
+    case PH_VDISK:
+        v->disk_rate = rate;
+        v->verified = 1;
+        break;
+    default:
+        return;
+    }
+    v->seconds = since_s(p->v_t0);
+    double k = (double)p->njobs / p->workers; /* the predictions for the profile's workers */
+    log_info("profile of '%s': verified %s on %u samples: %.0f samples/s cold, %.0f from "
+             "memory (%.0f%% of it), %.0f from disk, %.1f MiB stored (predicted %.0f, %.0f, "
+             "%.0f, %.1f MiB)", dataset_name(p->ds), p->st[p->cur].name, v->samples,
+             v->cold_rate, v->memory_rate, v->memory_fraction * 100, v->disk_rate,
+             v->stored_bytes / (1 << 20), k * p->st[p->cur].cold_rate,
+             k * safe_div(p->tk, p->st[p->cur].epoch_memory_s),
+             k * safe_div(p->tk, p->st[p->cur].epoch_disk_s),
+             p->st[p->cur].total_bytes / (1 << 20));
+    trial_close(p);
+    p->vi++;
+    verify_next(p);
+}
+
+/* Starts the verification of the ranked strategies; 0, or -ENOMEM after
+ * failing the profile. */
+static int verify_begin(struct profile *p)
+{
+    uint32_t n = dataset_size(p->ds);
+    uint32_t *list = realloc(p->list, (n ? n : 1) * sizeof(*list));
+    if (list)
+        p->list = list;
+    p->all_ids = malloc((n ? n : 1) * sizeof(*p->all_ids));
+    if (!list || !p->all_ids) {
+        profile_fail(p, -ENOMEM, "no memory to verify on the whole dataset");
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        p->all_ids[i] = i;
+    uint32_t top = p->req.verify_top && p->req.verify_top < p->nst ? p->req.verify_top : p->nst;
+    p->nver = 0;
+    for (uint32_t r = 1; r <= p->nst && p->nver < top; r++)
+        for (uint32_t i = 0; i < p->nst; i++)
+            if (p->st[i].rank == r)
+                p->vorder[p->nver++] = i;
+    for (uint32_t i = 0; i < p->nst; i++)
+        snprintf(p->ver[i].note, sizeof(p->ver[i].note), "not among the %u best", top);
+    for (uint32_t i = 0; i < p->nver; i++)
+        p->ver[p->vorder[i]].note[0] = '\0';
+    p->verifying = 1;
+    p->tk = n;
+    p->vi = 0;
+    log_info("profile of '%s': verifying %u strategies on all %u samples", dataset_name(p->ds),
+             p->nver, n);
+    verify_next(p);
+    return 0;
+}
+
 static void profile_finish(struct profile *p)
 {
     const struct config *cfg = *p->pr->cfg;
@@ -1130,6 +1327,7 @@ static void profile_finish(struct profile *p)
                                cfg->cache_disk, tiers_store(p->pr->tiers) != NULL};
     uint32_t w = profile_rank(p->st, p->nst, &sc, p->req.w_throughput, p->req.w_offline,
                               p->req.w_storage);
+    p->profile_s = since_s(p->t0_ns);
     const struct proto_profile_strategy *win = &p->st[w];
     log_info("profile of dataset '%s': %u strategies on %u samples in %.1f s; best: %s, "
              "%.0f samples/s expected, %.1f MiB on disk, %.1f s offline", dataset_name(p->ds),
@@ -1139,6 +1337,15 @@ static void profile_finish(struct profile *p)
     p->applied = PROTO_APPLIED_NO;
     if (dataset_config(p->ds)->split_auto && (p->background || (p->req.flags & PROTO_PROFILE_APPLY)))
         p->applied = profile_apply(p, win);
+    if (!p->background && (p->req.flags & PROTO_PROFILE_VERIFY)) {
+        verify_begin(p);
+        return;
+    }
+    profile_conclude(p);
+}
+
+static void profile_conclude(struct profile *p)
+{
     send_progress(p);
     profile_end(p); /* the result follows from the event loop */
 }
@@ -1175,6 +1382,7 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
     p->t0_ns = stats_now_ns();
     p->nst = profile_strategies(dc->steps, dc->nsteps, p->st, PROFILE_MAX_STRATEGIES);
     p->k = profile_sample_size(dataset_size(ds), req->samples, cfg->profile_samples);
+    p->tk = p->k;
     p->workers = workers_count(pr->workers);
     p->njobs = p->workers * cfg->profile_worker_share / 100;
     if (p->njobs == 0)
@@ -1201,7 +1409,9 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
             j->nbuf = share > batch ? (uint32_t)(share / batch) : 1;
             j->buf = malloc(j->nbuf * batch);
             j->labels = malloc(PROFILE_BATCH * sizeof(*j->labels));
-            ok = j->buf && j->labels;
+            uint32_t classes = dc->nbatch_steps ? o->labels.classes : 0;
+            j->targets = classes ? malloc((size_t)PROFILE_BATCH * classes * sizeof(float)) : NULL;
+            ok = j->buf && j->labels && (!classes || j->targets);
         }
     }
     if (!ok) {

@@ -71,15 +71,28 @@
  * offline_s / W more per sample); the first (cold) epoch takes
  * offline_s / W + 1 / memory rate per sample (split 0: the disk rate, the
  * files read from the disk). tests/bench/profile_accuracy.py (make bench's
- * profile-accuracy, prestoctl profile --verify's measurements) sets these
- * against real epochs.
+ * profile-accuracy) sets these against real epochs, each in a daemon of its
+ * own.
+ *
+ * Verification (PROTO_PROFILE_VERIFY, prestoctl profile --verify): after
+ * ranking, the K best strategies (all with K 0) run their real epochs on
+ * the whole dataset in the profile's trial tiers, through the same pipeline
+ * code: a first epoch (the files dropped from the page cache; stored in the
+ * trial store, admitted to a trial memory tier of profile.memory bytes),
+ * warm epochs of what that tier holds and from the trial store dropped from
+ * the page cache (the median of PROFILE_VERIFY_PASSES each), on the
+ * profile's workers, timed by the wall clock, reported per strategy in PROFILE_RESULT (proto_profile_verified).
+ * The trial store is bounded by cache.disk (a strategy predicted over it
+ * is skipped), the memory tier by profile.memory; progress goes on and a
+ * stop or the requester leaving cancels it.
  *
  * Ranking. A strategy is feasible unless its storage exceeds the disk
  * budget (with a disk tier; split 0 stores nothing). Over the feasible
  * ones, score = wt x rate / best rate + wo x (1 - offline / most offline)
  * + ws x (1 - storage / most storage); weights from PROFILE (all 0:
  * throughput only). Scores within PROFILE_TIE_PCT percent of the best, or
- * within wt x the two expected rates' spreads, are a tie (timings on a
+ * within wt x the two expected rates' spreads (each counted up to
+ * PROFILE_TIE_SPREAD_PCT), are a tie (timings on a
  * busy machine vary that much from run to run), won
  * by the cheapest encoding (raw, then zstd by level: compression buys
  * nothing when the rates tie, and costs encoding time), then the least
@@ -136,6 +149,8 @@
 #define PROFILE_MAX_REPS 64u
 #define PROFILE_MAX_PASSES 10000u
 #define PROFILE_TIE_PCT 10u
+#define PROFILE_VERIFY_PASSES 3u /* --verify: warm epochs from each tier (the median) */
+#define PROFILE_TIE_SPREAD_PCT 15u /* a rate's spread counts in a tie up to this */
 #define PROFILE_PROGRESS_MS 100u
 #define PROFILE_SEED 0x70726f66696c65ull /* the online epochs' stream seed */
 

@@ -51,6 +51,7 @@ struct reply_msg {
         struct {
             const struct proto_profile_result *result;
             const struct proto_profile_strategy *strategies; /* result->count */
+            const struct proto_profile_verified *verified; /* result->count, or NULL */
         } profile;
     };
 };

@@ -375,6 +375,8 @@ static int conn_send_msg(const struct conn_job *cj, uint16_t type, const struct 
         proto_put_profile_result(&w, m->profile.result);
         for (uint32_t i = 0; i < m->profile.result->count; i++)
             proto_put_profile_strategy(&w, &m->profile.strategies[i]);
+        for (uint32_t i = 0; m->profile.verified && i < m->profile.result->count; i++)
+            proto_put_profile_verified(&w, &m->profile.verified[i]);
         break;
     }
     if (type == PROTO_END && (cj->c->srv->d.faults & SERVER_FAULT_END))

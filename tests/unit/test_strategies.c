@@ -255,6 +255,14 @@ START_TEST(test_rank_ties_and_weights)
     st[2].memory_spread = st[3].memory_spread = 0.1;
     w = profile_rank(st, NELEM(st), &roomy, 1, 0, 0);
     ck_assert_str_eq(st[w].name, "crop/raw");
+    /* A wild spread ties no more than PROFILE_TIE_SPREAD_PCT allows: "none",
+     * 1,000 times slower and +-115%, does not win the tie as the cheapest. */
+    st[0].memory_spread = st[0].disk_spread = 1.15;
+    st[2].memory_spread = st[3].memory_spread = 0.54;
+    w = profile_rank(st, NELEM(st), &roomy, 1, 0, 0);
+    ck_assert_str_ne(st[w].name, "none");
+    ck_assert_uint_gt(st[w].split, 0);
+    st[0].memory_spread = st[0].disk_spread = 0;
     st[2].memory_spread = st[3].memory_spread = 0;
     st[1].memory_rate = 900;
     /* Offline time only: nothing offline is free. */
@@ -313,6 +321,21 @@ START_TEST(test_proto_roundtrip)
         proto_rbuf_init(&r, w.data, cut);
         ck_assert_int_eq(proto_get_profile(&r, &got), -PROTO_E_PROTO);
     }
+    size_t plain = w.len;
+    proto_wbuf_free(&w);
+    /* VERIFY appends verify_top; without the flag the frame is as before
+     * (what older daemons read). */
+    req.flags = PROTO_PROFILE_VERIFY;
+    req.verify_top = 3;
+    proto_wbuf_init(&w);
+    proto_put_profile(&w, &req);
+    ck_assert_uint_eq(w.len, plain + 4);
+    proto_rbuf_init(&r, w.data, w.len);
+    ck_assert_int_eq(proto_get_profile(&r, &got), 0);
+    ck_assert_uint_eq(got.flags, PROTO_PROFILE_VERIFY);
+    ck_assert_uint_eq(got.verify_top, 3);
+    proto_rbuf_init(&r, w.data, plain); /* the flag without its field */
+    ck_assert_int_eq(proto_get_profile(&r, &got), -PROTO_E_PROTO);
     proto_wbuf_free(&w);
 
     struct proto_profile_result res = {.samples = 3200, .sample_size = 64, .workers = 2,
@@ -348,6 +371,30 @@ START_TEST(test_proto_roundtrip)
     ck_assert_str_eq(gst.last_step, "");
     ck_assert_int_eq(proto_get_profile_strategy(&r, &gst, 1), 0);
     ck_assert_mem_eq(&gst, &st[1], sizeof(gst));
+    /* With VERIFY, a verification per strategy follows the last strategy. */
+    struct proto_profile_verified ver = {.verified = 1, .samples = 3200, .cold_rate = 410.5,
+                                         .memory_rate = 41e3, .disk_rate = 9e3,
+                                         .memory_fraction = 0.5, .stored_bytes = 4.8e8,
+                                         .seconds = 3.25};
+    struct proto_profile_verified none = {0}, gv;
+    snprintf(none.note, sizeof(none.note), "not among the 1 best");
+    proto_put_profile_verified(&w, &none);
+    proto_put_profile_verified(&w, &ver);
+    proto_rbuf_init(&r, w.data, w.len);
+    ck_assert_int_eq(proto_get_profile_result(&r, &gres), 0);
+    ck_assert_int_eq(proto_get_profile_strategy(&r, &gst, 0), 0);
+    ck_assert_int_eq(proto_get_profile_strategy(&r, &gst, 0), 0);
+    ck_assert_int_eq(proto_get_profile_verified(&r, &gv, 0), 0);
+    ck_assert(!gv.verified);
+    ck_assert_str_eq(gv.note, "not among the 1 best");
+    ck_assert_int_eq(proto_get_profile_verified(&r, &gv, 1), 0);
+    ck_assert_mem_eq(&gv, &ver, sizeof(gv));
+    proto_rbuf_init(&r, w.data, w.len - 1); /* cut: refused */
+    ck_assert_int_eq(proto_get_profile_result(&r, &gres), 0);
+    ck_assert_int_eq(proto_get_profile_strategy(&r, &gst, 0), 0);
+    ck_assert_int_eq(proto_get_profile_strategy(&r, &gst, 0), 0);
+    ck_assert_int_eq(proto_get_profile_verified(&r, &gv, 0), 0);
+    ck_assert_int_eq(proto_get_profile_verified(&r, &gv, 1), -PROTO_E_PROTO);
     /* A winner past the strategies is malformed. */
     res.winner = 2;
     struct proto_wbuf w2;
