@@ -363,18 +363,18 @@ static size_t align_up(size_t n, size_t a)
 }
 
 /* Gives chunk C an arena of at least bytes, aligned for O_DIRECT reads,
- * in whole ARENA_GRAIN units: batches of one dataset differ by a few
- * records' alignment, and an arena grown by exactly that much each time was
- * unmapped and mapped again (glibc mmaps these sizes), every page of the
- * new one faulted in and zeroed by the next read. 0, or -ENOMEM (C then
- * has none). */
+ * of exactly bytes where a new one is made (the read-ahead charges that).
+ * Callers round bytes up to whole ARENA_GRAIN units where they may: batches
+ * of one dataset differ by a few records' alignment, and an arena grown by
+ * exactly that much each time was unmapped and mapped again (glibc mmaps
+ * these sizes), every page of the new one faulted in and zeroed by the next
+ * read. 0, or -ENOMEM (C then has none). */
 static int chunk_arena(struct chunk *C, size_t bytes)
 {
     void *p = NULL;
     if (bytes <= C->arena_cap)
         return 0;
     free(C->arena);
-    bytes = align_up(bytes, ARENA_GRAIN);
     if (posix_memalign(&p, STORE_DIRECT_ALIGN, bytes) != 0)
         p = NULL;
     C->arena = p;
@@ -500,7 +500,8 @@ static int item_reads(const struct item *it)
 static void chunk_prepare(struct chunk *C, struct io_ring *io, size_t bytes,
                           void (*on_done)(struct io_req *), void *arg)
 {
-    int have_arena = chunk_arena(C, bytes) == 0;
+    /* a new arena in whole grains; one read ahead is already large enough */
+    int have_arena = bytes <= C->arena_cap || chunk_arena(C, align_up(bytes, ARENA_GRAIN)) == 0;
     C->nreq = 0;
     for (uint32_t i = 0; i < C->m; i++) {
         struct item *it = &C->items[i];
@@ -738,7 +739,11 @@ static int ahead_arena_get(struct pipeline_ahead_budget *b, struct pipeline_ahea
     struct chunk *C = &a->ck;
     void *spare[PIPELINE_AHEAD_KEEP];
     unsigned nspare = 0, best = UINT32_MAX;
-    bytes = align_up(bytes, ARENA_GRAIN); /* as chunk_arena: kept ones fit the next */
+    /* whole grains (kept ones then fit the next chunk) where the uid's room
+     * allows, else only the O_DIRECT alignment: a small budget still reads
+     * ahead */
+    size_t grain = align_up(bytes, ARENA_GRAIN);
+    bytes = grain <= room ? grain : align_up(bytes, STORE_DIRECT_ALIGN);
     if (bytes > room)
         return -EDQUOT;
     pthread_mutex_lock(&b->lock);
