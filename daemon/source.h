@@ -154,6 +154,8 @@ void source_cancel(const struct source *s, struct io_ring *io, struct io_req *q)
     X(failed_http, COUNTER, "requests", "... of them with an HTTP error status")      \
     X(failed_timeout, COUNTER, "requests", "... of them timed out")                   \
     X(failed_connect, COUNTER, "requests", "... refused, reset, unreachable or cut short") \
+    X(failed_changed, COUNTER, "requests", "... the object was replaced since indexing (412)") \
+    X(cancelled, COUNTER, "requests", "requests taken back: their batch or source went away") \
     X(status_5xx, COUNTER, "responses", "5xx responses, every attempt")               \
     X(status_429, COUNTER, "responses", "429 responses, every attempt")               \
     X(status_4xx, COUNTER, "responses", "other 4xx responses, every attempt")         \

@@ -45,6 +45,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,21 @@ struct rreq {
     struct rreq *next;
 };
 
+/* A shard as its members' reads name it (an io_req's path is key, so the
+ * shard is found from the request): the ETag it was indexed at, sent as
+ * If-Match with every read of a member, so a shard replaced since is a
+ * clear error, never another version's bytes at this version's offsets. */
+struct shard_ref {
+    char etag[S3XML_ETAG_MAX];
+    int changed; /* logged as replaced (the thread's) */
+    char key[];
+};
+
+static struct shard_ref *shard_ref_of(const char *key)
+{
+    return (struct shard_ref *)(void *)(key - offsetof(struct shard_ref, key));
+}
+
 struct source_s3 {
     const char *root, *name;
     char *bucket, *prefix; /* prefix "" or ending in '/' */
@@ -93,6 +109,7 @@ struct source_s3 {
     /* tar shards (a root ending in .tar): their keys, each sample's shard
      * and image member offset; NULL for an ImageFolder bucket */
     char **shard_keys;
+    struct shard_ref **shards; /* nshards, each shard's key and ETag */
     size_t nshards;
     uint32_t *shard_of;
     uint64_t *offset;
@@ -366,6 +383,7 @@ static void range_done(void *arg, int rc, struct objstore_result *res)
 struct shard_win {
     struct source_s3 *r;
     const char *key;
+    const char *etag; /* the listing's (or the probe's): the walk reads that version */
     uint64_t size;
     uint64_t off; /* of win's bytes */
     struct img win;
@@ -375,11 +393,13 @@ struct shard_win {
 /* GETs [off, off + len) of key into out (reserved for len bytes) on the
  * opening thread; w (may be NULL) receives the object's size and ETag.
  * 0, or -errno with the objstore's message. */
-static int range_get(struct source_s3 *r, const char *key, uint64_t off, uint64_t len,
-                     struct img *out, struct range_wait *info, char *err, size_t errlen)
+static int range_get(struct source_s3 *r, const char *key, const char *etag, uint64_t off,
+                     uint64_t len, struct img *out, struct range_wait *info, char *err,
+                     size_t errlen)
 {
     struct range_wait w = {.base = r->base, .out = out, .cap = (size_t)len};
     struct objstore_target t = target_of(r, key);
+    t.if_match = etag;
     out->len = 0;
     int rc = objstore_get(r->os, &t, off, len, range_sink, &w, range_done, &w);
     if (rc < 0) {
@@ -418,7 +438,7 @@ static int shard_read(void *arg, uint64_t off, size_t len, struct img *out, char
             return rc;
         }
         sw->off = off;
-        if ((rc = range_get(sw->r, sw->key, off, want, &sw->win, NULL, err, errlen)) < 0) {
+        if ((rc = range_get(sw->r, sw->key, sw->etag, off, want, &sw->win, NULL, err, errlen)) < 0) {
             sw->win.len = 0;
             return rc;
         }
@@ -486,7 +506,7 @@ static int probe_shard(struct source_s3 *r, const char *url, struct s3xml_object
     struct range_wait info = {0};
     int rc = img_reserve(&one, 1);
     if (rc == 0)
-        rc = range_get(r, url, 0, 1, &one, &info, err, errlen);
+        rc = range_get(r, url, NULL, 0, 1, &one, &info, err, errlen);
     img_free(&one);
     if (rc == 0 && info.size == 0) {
         snprintf(err, errlen, "GET %s: the response does not say the object's size", url);
@@ -515,6 +535,10 @@ static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg
         return rc;
     }
     r->nshards = n;
+    if (!(r->shards = calloc(n ? n : 1, sizeof(*r->shards)))) {
+        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+        return -ENOMEM;
+    }
     struct list_wait w = {.base = r->base};
     if (!r->http && (rc = list_shard_dir(r, cfg, pattern, &w, err, errlen)) < 0)
         return rc;
@@ -546,12 +570,17 @@ static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg
         struct objstore_target t = target_of(r, r->shard_keys[k]);
         char url[2048];
         objstore_url(r->os, &t, url, sizeof(url));
-        if (!(urls[k] = strdup(url))) {
+        size_t klen = strlen(r->shard_keys[k]);
+        if (!(urls[k] = strdup(url)) ||
+            !(r->shards[k] = calloc(1, sizeof(struct shard_ref) + klen + 1))) {
             rc = -ENOMEM;
             snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
             break;
         }
-        wins[k] = (struct shard_win){.r = r, .key = r->shard_keys[k], .size = obj->size};
+        memcpy(r->shards[k]->key, r->shard_keys[k], klen + 1);
+        snprintf(r->shards[k]->etag, sizeof(r->shards[k]->etag), "%s", obj->etag);
+        wins[k] = (struct shard_win){.r = r, .key = r->shard_keys[k], .etag = obj->etag[0]
+                                     ? r->shards[k]->etag : NULL, .size = obj->size};
         shards[k] = (struct source_shard){r->shard_keys[k], urls[k], obj->size,
                                           (uint64_t)etag_id(obj->etag), shard_read, &wins[k]};
     }
@@ -606,6 +635,13 @@ static void get_done(void *arg, int rc, struct objstore_result *res)
 {
     struct rreq *rr = arg;
     struct source_s3 *r = rr->r;
+    if (rc == -ESTALE && r->shards && !shard_ref_of(rr->q->path)->changed) {
+        struct shard_ref *sh = shard_ref_of(rr->q->path);
+        sh->changed = 1;
+        log_warn("dataset '%s': shard %s was replaced since it was indexed (ETag \"%s\" "
+                 "asked for): its samples fail until it is indexed again (a restart of "
+                 "prestod indexes it)", r->name, sh->key, sh->etag);
+    }
     if (rc < 0 && rc != -ECANCELED && r->logged++ < S3_FAILS_LOGGED)
         log_warn("dataset '%s': %s (after %u tries)%s", r->name,
                  res && res->message ? res->message : strerror(-rc), res ? res->attempts : 0,
@@ -616,6 +652,8 @@ static void get_done(void *arg, int rc, struct objstore_result *res)
 static void start_one(struct source_s3 *r, struct rreq *rr)
 {
     struct objstore_target t = target_of(r, rr->q->path);
+    if (r->shards)
+        t.if_match = shard_ref_of(rr->q->path)->etag;
     int rc = objstore_get(r->os, &t, rr->off, rr->length, get_sink, rr, get_done, rr);
     if (rc < 0)
         req_finish(r, rr, rc, NULL);
@@ -701,6 +739,9 @@ static void s3_free(struct source_s3 *r)
         close(r->efd);
     pthread_cond_destroy(&r->done);
     pthread_mutex_destroy(&r->lock);
+    for (size_t k = 0; r->shards && k < r->nshards; k++)
+        free(r->shards[k]);
+    free(r->shards);
     if (r->shard_keys)
         braces_free(r->shard_keys, r->nshards);
     free(r->shard_of);
@@ -721,6 +762,8 @@ static void s3_open_error(const struct source *s, int rc, char *err, size_t errl
     const struct source_s3 *r = s->impl;
     const char *what = rc == -EACCES         ? "access denied (HTTP 403)"
                        : rc == -ENOENT       ? "no such key (HTTP 404)"
+                       : rc == -ESTALE && r->shards
+                           ? "the shard was replaced since it was indexed (If-Match failed)"
                        : rc == -ESTALE       ? "the object changed while it was read"
                        : rc == -EFBIG        ? "the object is over the size limit"
                        : rc == -ETIMEDOUT    ? "timed out"
@@ -757,7 +800,7 @@ static void s3_req(const struct source *s, const struct index *ix, uint32_t samp
     q->size = 0;
     if (r->shard_keys) { /* a shard member: its byte range of the shard */
         const struct index_sample *is = &ix->samples[sample];
-        q->path = r->shard_keys[r->shard_of[sample]];
+        q->path = r->shards[r->shard_of[sample]]->key;
         q->off = r->offset[sample];
         q->size = is->size;
         if (q->len > is->size)
@@ -880,7 +923,7 @@ static void s3_stats(const struct source *s, struct stats_out *o)
     pthread_mutex_unlock(&r->lock);
     uint64_t v[] = {st.in_flight, st.queued, st.waiting, st.depth, st.requests, st.attempts,
                     st.retries, st.completed, st.failed, st.failed_http, st.failed_timeout,
-                    st.failed_connect, st.status_5xx, st.status_429, st.status_4xx, st.bytes,
+                    st.failed_connect, st.failed_changed, st.cancelled, st.status_5xx, st.status_429, st.status_4xx, st.bytes,
                     st.bytes_per_s, st.lat_p50_us, st.lat_p99_us, st.lat_max_us};
     stats_emit_u64(o, s3_decl, v, sizeof(v) / sizeof(v[0]));
 }

@@ -19,6 +19,11 @@
  *     byte range; the epochs equal the folder's; after a restart the
  *     shards' member lists in cache.dir are used (the listing is the only
  *     request) and the epoch is still the folder's;
+ *   - "changed": a shard replaced in the bucket after indexing: its
+ *     members' GETs carry the indexed ETag (If-Match), the proxy answers
+ *     412 as S3 does, its samples fail at once with a message saying so
+ *     (no other version's bytes at the old offsets); a restart indexes it
+ *     again;
  *   - "refused": a wrong secret (403 SignatureDoesNotMatch from the proxy),
  *     a missing bucket, a server that is down, no credentials: prestod
  *     refuses to start, naming the URL and the server's message.
@@ -237,10 +242,10 @@ END_TEST
 
 /* prestod with the folder and the shards in the bucket (cache.dir in the
  * test's directory): the requests the start-up made to S3. */
-static long start_tar(void)
+static long start_tar_in(const char *cache_name)
 {
     char yaml[4096], cache[HARNESS_PATH_MAX];
-    harness_path(&H, "cache-tar", cache, sizeof(cache));
+    harness_path(&H, cache_name, cache, sizeof(cache));
     snprintf(yaml, sizeof(yaml),
              "workers: 2\ncache:\n  memory: 64M\n  dir: %s\n"
              "source:\n  endpoint: %s\n"
@@ -252,6 +257,11 @@ static long start_tar(void)
     long before = objfixture_stat(&fx, "requests");
     ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
     return objfixture_stat(&fx, "requests") - before;
+}
+
+static long start_tar(void)
+{
+    return start_tar_in("cache-tar");
 }
 
 START_TEST(test_tar_shards)
@@ -274,6 +284,54 @@ START_TEST(test_tar_shards)
     ck_assert(harness_log_contains(&H, "member lists: 4 from cache.dir, 0 shards read"));
     ck_assert_msg(n == 1, "%ld requests to index 4 shards with their lists kept", n);
     same_as_folder("s3tar", 2, 1);
+    harness_stop_checked(&H);
+}
+END_TEST
+
+/* ---- case "changed": a shard replaced between indexing and reading ---- */
+
+static void put_shard(unsigned into, unsigned from)
+{
+    char cmd[HARNESS_PATH_MAX + 128];
+    snprintf(cmd, sizeof(cmd), "put data/shards/train-%06u.tar %s/train-%06u.tar", into,
+             shard_dir, from);
+    ck_assert_int_eq(objfixture_cmd(&fx, cmd, NULL, 0), 0);
+}
+
+START_TEST(test_shard_changed)
+{
+    /* indexed at one version (ETag) of shard 1 ... */
+    start_tar_in("cache-changed");
+    long pre = objfixture_stat(&fx, "precondition_failed");
+    /* ... which is then replaced (shard 2's bytes: other members at other
+     * offsets) before any sample is read */
+    put_shard(1, 2);
+    struct harness_epoch e;
+    pull("s3tar", 0, 0, &e);
+    /* every member GET carried the indexed ETag (If-Match): shard 1's 10
+     * samples fail at once (412, not retried), the others are the folder's */
+    ck_assert_msg(e.samples == NSAMPLES - 10 && e.skipped == 10,
+                  "%llu samples, %llu skipped", (unsigned long long)e.samples,
+                  (unsigned long long)e.skipped);
+    ck_assert_msg(objfixture_stat(&fx, "precondition_failed") - pre == 10,
+                  "%ld GETs refused by If-Match", objfixture_stat(&fx, "precondition_failed") - pre);
+    ck_assert(wait_source_stat("s3tar", "failed_changed", 10) == 10);
+    ck_assert(stat_of_now("s3tar", "retries") == 0);
+    ck_assert(harness_log_contains(&H, "shard shards/train-000001.tar was replaced since it "
+                                       "was indexed"));
+    ck_assert(harness_log_contains(&H, "the shard was replaced since it was indexed"));
+    harness_stop_checked(&H);
+    /* a restart indexes the replaced shard again (its list's ETag differs)
+     * and serves all of it */
+    start_tar_in("cache-changed");
+    ck_assert(harness_log_contains(&H, "member lists: 3 from cache.dir, 1 shards read"));
+    pull("s3tar", 0, 0, &e);
+    ck_assert_msg(e.samples == NSAMPLES && e.skipped == 0, "%llu samples after the re-index",
+                  (unsigned long long)e.samples);
+    harness_stop_checked(&H);
+    put_shard(1, 1); /* as it was (the same bytes: the same ETag) */
+    start_tar_in("cache-changed");
+    same_as_folder("s3tar", 0, 0);
     harness_stop_checked(&H);
 }
 END_TEST
@@ -379,6 +437,9 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = harness_tcase("tar", NULL, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_tar_shards);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("changed", NULL, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_shard_changed);
     suite_add_tcase(s, tc);
     tc = harness_tcase("refused", NULL, NULL, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_refused);
