@@ -474,7 +474,7 @@ static void chunk_need(struct worker_ctx *ctx, struct chunk *C, struct item *it)
         return;
     io_poll(ctx->io); /* completions in, more reads out */
     if (it->where == TIERS_SOURCE)
-        source_wait(dataset_source(C->x.ds), ctx->io, &C->reqs[it->req]);
+        source_wait(dataset_source(C->x.ds), ctx->io, &C->reqs[it->req], ctx->stop);
     else
         io_wait(ctx->io, &C->reqs[it->req]);
     tiers_unpin(&C->x, &it->t);
@@ -890,6 +890,10 @@ uint32_t pipeline_batch(struct pipeline *p, struct dataset *ds, const uint32_t *
                                dst + (size_t)k * sample_bytes, ctx, err, sizeof(err));
             if (f == 0) {
                 labels[k++] = dataset_label(ds, id);
+                continue;
+            }
+            if (f == -ECANCELED && ctx->stop && __atomic_load_n(ctx->stop, __ATOMIC_ACQUIRE)) {
+                stop = 1; /* its stream went away: not a bad sample */
                 continue;
             }
             fault_report(p, ctx, ds, id, f, err);

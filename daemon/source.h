@@ -134,8 +134,16 @@ struct io_ring;
 /* Runs q (made by source_req): on io for files, on the source's own loop
  * for a remote source. Any thread but the event loop's for a remote one. */
 void source_submit(const struct source *s, struct io_ring *io, struct io_req *q);
-/* Blocks until q is done; returns q->res. */
-ssize_t source_wait(const struct source *s, struct io_ring *io, struct io_req *q);
+/* Blocks until q is done; returns q->res. A remote source's wait also
+ * ends once *stop (a relaxed atomic int; NULL: none) is set and
+ * source_wake is called: q is then taken back (its transfer dropped, the
+ * connection closed) and ends with -ECANCELED unless it completed first.
+ * A file's read is short: it is waited for. */
+ssize_t source_wait(const struct source *s, struct io_ring *io, struct io_req *q,
+                    const int *stop);
+/* Any thread: the waiters of s look at their stop flags again (call it
+ * after setting one). NULL is fine. */
+void source_wake(const struct source *s);
 /* Takes q back (done once this returns; -ECANCELED when it had not started). */
 void source_cancel(const struct source *s, struct io_ring *io, struct io_req *q);
 

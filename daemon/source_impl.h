@@ -24,10 +24,12 @@ struct source_ops {
                 uint64_t max_size, struct img *out, struct source_file *f, char *err,
                 size_t errlen);
     /* Remote sources (NULL for files: the caller's I/O ring runs req's
-     * requests): a request made by req handed to the source, waited for,
-     * taken back; and the source's own stats section. */
+     * requests): a request made by req handed to the source, waited for
+     * (taken back once *stop is set), taken back; the waiters woken to
+     * look at their stop flags; and the source's own stats section. */
     void (*submit)(const struct source *s, struct io_req *q);
-    ssize_t (*wait)(const struct source *s, struct io_req *q);
+    ssize_t (*wait)(const struct source *s, struct io_req *q, const int *stop);
+    void (*wake)(const struct source *s);
     void (*cancel)(const struct source *s, struct io_req *q);
     void (*stats)(const struct source *s, struct stats_out *o);
 };

@@ -72,6 +72,10 @@ struct rreq {
     uint64_t off, length; /* a shard member's range; length 0: the whole object */
     uint64_t got; /* body bytes seen (those past q->len are not kept) */
     struct rreq *next;
+    /* started: on r->started (under r->lock) until it finishes */
+    struct rreq *sprev, *snext;
+    int cancel;         /* a waiter took it back: the thread cancels it */
+    struct rreq *cnext; /* the thread's list of those to cancel */
 };
 
 /* A shard as its members' reads name it (an io_req's path is key, so the
@@ -103,6 +107,8 @@ struct source_s3 {
     pthread_mutex_t lock;
     pthread_cond_t done; /* a request became done */
     struct rreq *pending, **pending_tail; /* handed over, not yet started */
+    struct rreq *started;                 /* on the objstore, not yet finished */
+    unsigned cancels;                     /* started ones taken back, not yet cancelled */
     int stopping;
     struct objstore_stats snap; /* the objstore's, every S3_SNAPSHOT_MS */
     uint64_t logged;            /* failures logged (the thread's) */
@@ -605,6 +611,14 @@ static void req_finish(struct source_s3 *r, struct rreq *rr, int rc, const char 
 {
     struct io_req *q = rr->q;
     pthread_mutex_lock(&r->lock);
+    if (rr->sprev)
+        rr->sprev->snext = rr->snext;
+    else if (r->started == rr)
+        r->started = rr->snext;
+    if (rr->snext)
+        rr->snext->sprev = rr->sprev;
+    if (rr->cancel && r->cancels)
+        r->cancels--;
     if (rc < 0) {
         q->res = rc;
         q->failed = IO_STEP_OPEN;
@@ -667,11 +681,31 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         log_warn("dataset '%s': source wake-up: %s", r->name, strerror(errno));
     pthread_mutex_lock(&r->lock);
-    struct rreq *list = r->pending;
+    struct rreq *list = r->pending, *cancel = NULL;
     int stopping = r->stopping;
     r->pending = NULL;
     r->pending_tail = &r->pending;
+    for (struct rreq *rr = list; rr && !stopping; rr = rr->next) {
+        rr->sprev = NULL;
+        rr->snext = r->started;
+        if (r->started)
+            r->started->sprev = rr;
+        r->started = rr;
+    }
+    /* Started ones a waiter took back: only this thread finishes a
+     * request, so each stays valid until objstore_cancel finishes it. */
+    for (struct rreq *rr = r->started; rr && r->cancels; rr = rr->snext)
+        if (rr->cancel == 1) {
+            rr->cancel = 2;
+            rr->cnext = cancel;
+            cancel = rr;
+        }
     pthread_mutex_unlock(&r->lock);
+    while (cancel) {
+        struct rreq *rr = cancel;
+        cancel = rr->cnext;
+        objstore_cancel(r->os, rr); /* -ENOENT: failing already, done soon */
+    }
     while (list) {
         struct rreq *rr = list;
         list = rr->next;
@@ -840,24 +874,10 @@ static void s3_submit(const struct source *s, struct io_req *q)
         log_warn("dataset '%s': source wake-up: %s", r->name, strerror(errno));
 }
 
-static ssize_t s3_wait(const struct source *s, struct io_req *q)
+/* Takes q back under r->lock: out of the queue when not started (done
+ * now); else marked for the thread to cancel (1 when it must be woken). */
+static int take_back(struct source_s3 *r, struct io_req *q)
 {
-    struct source_s3 *r = s->impl;
-    pthread_mutex_lock(&r->lock);
-    while (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) != IO_S_DONE)
-        pthread_cond_wait(&r->done, &r->lock);
-    pthread_mutex_unlock(&r->lock);
-    return q->res;
-}
-
-static void s3_cancel(const struct source *s, struct io_req *q)
-{
-    struct source_s3 *r = s->impl;
-    if (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) == IO_S_IDLE)
-        return;
-    /* Not started yet: taken out of the queue; else its end is waited for
-     * (the thread writes into its buffer until then). */
-    pthread_mutex_lock(&r->lock);
     for (struct rreq **pp = &r->pending; *pp; pp = &(*pp)->next) {
         struct rreq *rr = *pp;
         if (rr->q != q)
@@ -867,11 +887,58 @@ static void s3_cancel(const struct source *s, struct io_req *q)
             r->pending_tail = pp;
         free(rr);
         q->res = -ECANCELED;
+        q->failed = IO_STEP_OPEN;
         __atomic_store_n(&q->state, IO_S_DONE, __ATOMIC_RELEASE);
-        break;
+        return 0;
+    }
+    for (struct rreq *rr = r->started; rr; rr = rr->snext)
+        if (rr->q == q && !rr->cancel) {
+            rr->cancel = 1;
+            r->cancels++;
+            return 1;
+        }
+    return 0;
+}
+
+/* Waits for q; once *stop (may be NULL) is set, takes it back first. */
+static ssize_t s3_wait(const struct source *s, struct io_req *q, const int *stop)
+{
+    struct source_s3 *r = s->impl;
+    int asked = 0;
+    uint64_t one = 1;
+    pthread_mutex_lock(&r->lock);
+    while (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) != IO_S_DONE) {
+        if (!asked && stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+            asked = 1;
+            if (take_back(r, q) && write(r->efd, &one, sizeof(one)) < 0)
+                log_warn("dataset '%s': source wake-up: %s", r->name, strerror(errno));
+            continue;
+        }
+        pthread_cond_wait(&r->done, &r->lock);
     }
     pthread_mutex_unlock(&r->lock);
-    s3_wait(s, q);
+    return q->res;
+}
+
+/* Not started yet: taken out of the queue; in flight: the thread cancels
+ * it (its transfer dropped), and its end is waited for (the thread writes
+ * into its buffer until then). */
+static void s3_cancel(const struct source *s, struct io_req *q)
+{
+    static const int now = 1;
+    if (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) == IO_S_IDLE)
+        return;
+    s3_wait(s, q, &now);
+}
+
+/* A waiter's stop flag was set (its stream went away): waiters look at
+ * theirs again. */
+static void s3_wake(const struct source *s)
+{
+    struct source_s3 *r = s->impl;
+    pthread_mutex_lock(&r->lock);
+    pthread_cond_broadcast(&r->done);
+    pthread_mutex_unlock(&r->lock);
 }
 
 static int s3_read(const struct source *s, const struct index *ix, uint32_t sample,
@@ -890,7 +957,7 @@ static int s3_read(const struct source *s, const struct index *ix, uint32_t samp
         struct io_req q = {0};
         s3_req(s, ix, sample, out->data, (size_t)want, &q);
         s3_submit(s, &q);
-        ssize_t got = s3_wait(s, &q);
+        ssize_t got = s3_wait(s, &q, NULL);
         if (got < 0) {
             s3_open_error(s, (int)got, err, errlen);
             return (int)got;
@@ -936,6 +1003,7 @@ static const struct source_ops s3_ops = {
     .read = s3_read,
     .submit = s3_submit,
     .wait = s3_wait,
+    .wake = s3_wake,
     .cancel = s3_cancel,
     .stats = s3_stats,
 };

@@ -12,6 +12,9 @@
  *     down mid-run every sample fails after its last try (counted, skipped
  *     under on_error: skip, the message names the server), and once it is
  *     back the epoch is whole and equal: nothing was cached from a failure;
+ *   - "cancel": a trainer closes its stream while the server holds every
+ *     GET: the running batch jobs take their requests back (transfers
+ *     dropped) at once, no bad sample is reported, nothing is kept;
  *   - "disk": after a restart the epoch comes from the disk tier (objects
  *     keyed by key, size and ETag) without a single request to S3;
  *   - "tar": WebDataset shards in the bucket (a brace pattern of keys):
@@ -78,6 +81,7 @@ static void daemon_teardown(void)
     harness_stop_checked(&H);
     objfixture_cmd(&fx, "up", NULL, 0);
     objfixture_cmd(&fx, "fail 0 503", NULL, 0);
+    objfixture_cmd(&fx, "delay 0", NULL, 0);
 }
 
 static void pull(const char *name, uint64_t epoch, int shuffle, struct harness_epoch *e)
@@ -206,6 +210,49 @@ START_TEST(test_faults)
     /* back up: whole and equal, nothing kept from the failed reads */
     ck_assert_int_eq(objfixture_cmd(&fx, "up", NULL, 0), 0);
     same_as_folder("s3b", 1, 1);
+}
+END_TEST
+
+/* ---- case "cancel": a stream closed while its GETs hang ---- */
+
+static void cancel_setup(void)
+{
+    /* a GET would wait out the proxy's delay (300 s) within its timeout */
+    start_daemon("  retries: 2\n  timeout_ms: 240000\n");
+}
+
+START_TEST(test_cancel)
+{
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 300000", NULL, 0), 0);
+    presto_t *p;
+    presto_stream_t *st;
+    presto_stream_opts_t o;
+    presto_stream_opts_init(&o);
+    o.dataset = "s3";
+    o.batch_size = 7;
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    ck_assert_int_eq(presto_stream_open(p, &o, &st), 0);
+    ck_assert_msg(wait_source_stat("s3", "in_flight", 7) >= 7, "the batch's GETs never went out");
+    /* the trainer goes away: its running batch jobs take their GETs back
+     * (the transfers dropped) instead of waiting for the server */
+    presto_stream_close(st);
+    presto_close(p);
+    double left = -1;
+    for (int i = 0; i < 600; i++) {
+        left = stat_of_now("s3", "in_flight") + stat_of_now("s3", "queued") +
+               stat_of_now("s3", "waiting");
+        if (left == 0)
+            break;
+        usleep(100 * 1000);
+    }
+    ck_assert_msg(left == 0, "%g requests still out 60 s after the stream closed", left);
+    ck_assert(stat_of_now("s3", "cancelled") >= 7);
+    ck_assert(stat_of_now("s3", "failed") == 0);
+    ck_assert_msg(!harness_log_contains(&H, "bad sample"), "a taken-back read was a bad sample");
+    /* the server answers again: the dataset is whole, nothing was kept
+     * from the reads taken back */
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 0", NULL, 0), 0);
+    same_as_folder("s3", 1, 1);
 }
 END_TEST
 
@@ -431,6 +478,9 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = harness_tcase("faults", faults_setup, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_faults);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("cancel", cancel_setup, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_cancel);
     suite_add_tcase(s, tc);
     tc = harness_tcase("disk", NULL, NULL, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_disk_tier);
