@@ -49,7 +49,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "braces.h"
@@ -59,6 +61,7 @@
 #include "log.h"
 #include "objstore.h"
 #include "stats.h"
+#include "trust.h"
 
 /* Failures after the last try logged one by one per source; the rest counted. */
 #define S3_FAILS_LOGGED 10
@@ -142,6 +145,50 @@ static char *trim(char *s)
     return s;
 }
 
+/* Opens a credentials file only if nobody but root and the daemon's user
+ * could have written what it says: its directories trusted (trust.h),
+ * the file itself a regular file (no link followed) of root's or the
+ * user's, writable by neither group nor others. A stream, or NULL with a
+ * message. */
+static FILE *creds_open(const char *path, char *err, size_t errlen)
+{
+    char dir[1024], why[512];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1,
+             slash ? (slash == path ? "/" : path) : ".");
+    struct trust_opts o = {.uid = geteuid(), .flags = TRUST_STICKY_OK};
+    int dfd = trust_open_dir(dir, &o, why, sizeof(why));
+    if (dfd < 0) {
+        snprintf(err, errlen, "source.credentials_file %s: %s%s", path,
+                 dfd == -EPERM ? "not trusted: " : "", why);
+        return NULL;
+    }
+    int fd = openat(dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+    int rc = fd < 0 ? -errno : 0;
+    close(dfd);
+    struct stat st;
+    if (rc == 0 && fstat(fd, &st) < 0)
+        rc = -errno;
+    if (rc < 0) {
+        snprintf(err, errlen, "source.credentials_file %s: %s", path,
+                 rc == -ELOOP ? "a symbolic link (not followed)" : strerror(-rc));
+    } else if (!S_ISREG(st.st_mode) || (st.st_uid != 0 && st.st_uid != geteuid()) ||
+               (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        rc = -EPERM;
+        snprintf(err, errlen, "source.credentials_file %s: not trusted: %s", path,
+                 !S_ISREG(st.st_mode) ? "not a regular file"
+                 : (st.st_mode & (S_IWGRP | S_IWOTH)) ? "writable by its group or others"
+                                                        : "owned by another user");
+    }
+    FILE *f = rc == 0 ? fdopen(fd, "re") : NULL;
+    if (rc == 0 && !f)
+        snprintf(err, errlen, "source.credentials_file %s: %s", path, strerror(errno));
+    if (!f && fd >= 0)
+        close(fd);
+    return f;
+}
+
 /* An AWS credentials file's profile: aws_access_key_id, ... 0 or -errno
  * with a message (which never quotes a value). */
 static int creds_file(const char *path, struct creds *c, char *err, size_t errlen)
@@ -149,12 +196,9 @@ static int creds_file(const char *path, struct creds *c, char *err, size_t errle
     const char *profile = getenv("AWS_PROFILE");
     char line[8192], want[300];
     int in = 0, lineno = 0;
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        int rc = -errno;
-        snprintf(err, errlen, "source.credentials_file %s: %s", path, strerror(-rc));
-        return rc;
-    }
+    FILE *f = creds_open(path, err, errlen);
+    if (!f)
+        return -EACCES;
     snprintf(want, sizeof(want), "[%s]", profile && *profile ? profile : "default");
     while (fgets(line, sizeof(line), f)) {
         char *s = trim(line), *eq;

@@ -27,6 +27,9 @@
  *     412 as S3 does, its samples fail at once with a message saying so
  *     (no other version's bytes at the old offsets); a restart indexes it
  *     again;
+ *   - "own": a dataset's own source keys (endpoint, credentials_file)
+ *     reach the bucket while the global ones name no server and the
+ *     environment a wrong secret;
  *   - "refused": a wrong secret (403 SignatureDoesNotMatch from the proxy),
  *     a missing bucket, a server that is down, no credentials: prestod
  *     refuses to start, naming the URL and the server's message.
@@ -383,6 +386,39 @@ START_TEST(test_shard_changed)
 }
 END_TEST
 
+/* ---- case "own": a dataset's own endpoint and credentials ---- */
+
+START_TEST(test_own_source)
+{
+    char creds[HARNESS_PATH_MAX], yaml[4096];
+    ck_assert_int_eq(harness_write_file(&H, "own-creds",
+                                        "[default]\naws_access_key_id = " AK "\n"
+                                        "aws_secret_access_key = " SK "\n",
+                                        creds, sizeof(creds)), 0);
+    ck_assert_int_eq(chmod(creds, 0600), 0);
+    /* the global keys name a server that is not there and the environment
+     * a wrong secret: only the dataset's own keys can reach the bucket */
+    setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret", 1);
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\ncache:\n  memory: 64M\n"
+             "source:\n  endpoint: http://127.0.0.1:1\n  retries: 0\n"
+             "datasets:\n"
+             "  - name: folder\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: s3own\n    root: s3://data/train\n"
+             "    source:\n      endpoint: %s\n      credentials_file: %s\n"
+             "    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
+             data_dir, endpoint, creds);
+    long denied = objfixture_stat(&fx, "denied");
+    int rc = harness_start_config(&H, yaml, NULL);
+    setenv("AWS_SECRET_ACCESS_KEY", SK, 1);
+    ck_assert_msg(rc == 0, "prestod did not start");
+    same_as_folder("s3own", 0, 0);
+    ck_assert_msg(objfixture_stat(&fx, "denied") == denied, "requests signed with another secret");
+    ck_assert_msg(!harness_log_contains(&H, SK), "the secret is in the log");
+    harness_stop_checked(&H);
+}
+END_TEST
+
 /* ---- case "refused" ---- */
 
 /* prestod on a one-dataset config must exit non-zero with want in its output. */
@@ -419,6 +455,10 @@ START_TEST(test_refused)
                                         "aws_secret_access_key = " SK "\n",
                                         creds, sizeof(creds)), 0);
     refused(src, "s3://nosuchbucket/x", "NoSuchBucket");
+    /* a credentials file others may write is not read */
+    ck_assert_int_eq(chmod(creds, 0662), 0);
+    refused(src, "s3://data/train", "not trusted: writable by its group or others");
+    ck_assert_int_eq(chmod(creds, 0600), 0);
     /* an empty prefix */
     refused(src, "s3://data/nothing-here", "no PREFIX/CLASS/IMAGE objects");
     /* the server down at start: the URL named */
@@ -490,6 +530,9 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = harness_tcase("changed", NULL, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_shard_changed);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("own", NULL, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_own_source);
     suite_add_tcase(s, tc);
     tc = harness_tcase("refused", NULL, NULL, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_refused);
