@@ -50,6 +50,12 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
                   char *err, size_t errlen);
 int source_tar_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
                    char *err, size_t errlen);
+/* A manifest whose rows are URLs (source_manifest.c hands it over): all
+ * s3://BUCKET/KEY of one bucket (listed for sizes and ETags) or all
+ * http(s):// (each probed, all at once), read as S3 objects are. */
+struct manifest;
+int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
+                       const struct manifest *m, struct index *ix, char *err, size_t errlen);
 
 /* Tar shards in the WebDataset layout, local (source_tar.c) or remote
  * (source_s3.c): what indexing needs of a shard. */

@@ -59,6 +59,7 @@
 #include "hash.h"
 #include "io.h"
 #include "log.h"
+#include "manifest.h"
 #include "objstore.h"
 #include "stats.h"
 #include "trust.h"
@@ -1052,24 +1053,35 @@ static const struct source_ops s3_ops = {
     .stats = s3_stats,
 };
 
-int source_s3_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
-                  char *err, size_t errlen)
+static int s3_client(struct source_s3 *r, const struct config_dataset *cfg, char *err,
+                     size_t errlen);
+static int s3_start(struct source *s, struct source_s3 *r, const struct config_dataset *cfg,
+                    char *err, size_t errlen);
+
+static struct source_s3 *s3_alloc(const struct config_dataset *cfg)
 {
     struct source_s3 *r = calloc(1, sizeof(*r));
-    const struct config_source *cs = &cfg->source;
-    struct creds c;
-    int rc;
-
-    if (!r) {
-        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
-        return -ENOMEM;
-    }
+    if (!r)
+        return NULL;
     r->root = cfg->root;
     r->name = cfg->name;
     r->efd = -1;
     r->pending_tail = &r->pending;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->done, NULL);
+    return r;
+}
+
+int source_s3_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
+                  char *err, size_t errlen)
+{
+    struct source_s3 *r = s3_alloc(cfg);
+    int rc;
+
+    if (!r) {
+        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+        return -ENOMEM;
+    }
     r->http = s->kind == SOURCE_HTTP;
     const char *b = cfg->root + (r->http ? strcspn(cfg->root, ":") + 3 : 5);
     const char *slash = strchr(b, '/');
@@ -1098,13 +1110,33 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
         s3_free(r);
         return -EINVAL;
     }
+    if ((rc = s3_client(r, cfg, err, errlen)) < 0) {
+        s3_free(r);
+        return rc;
+    }
+    if ((rc = slash && source_name_ends(cfg->root, ".tar")
+                  ? s3_index_shards(r, cfg, ix, err, errlen)
+                                                  : s3_index(r, cfg, ix, err, errlen)) < 0) {
+        s3_free(r);
+        return rc;
+    }
+    return s3_start(s, r, cfg, err, errlen);
+}
+
+/* r's objstore (r->base's), with the dataset's credentials (none for
+ * http). 0 or -errno with a message. */
+static int s3_client(struct source_s3 *r, const struct config_dataset *cfg, char *err,
+                     size_t errlen)
+{
+    const struct config_source *cs = &cfg->source;
+    struct creds c;
     char why[2048];
+    int rc;
     if (r->http)
         memset(&c, 0, sizeof(c)); /* plain HTTP: no credentials */
     else if ((rc = creds_get(cs, &c, why, sizeof(why))) < 0) {
         snprintf(err, errlen, "dataset '%s': root %s: %s", cfg->name, cfg->root, why);
         creds_wipe(&c);
-        s3_free(r);
         return rc;
     }
     struct objstore_config oc = {
@@ -1130,17 +1162,17 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
     }
     creds_wipe(&c);
     explicit_bzero(&oc, sizeof(oc));
-    if (rc < 0) {
+    if (rc < 0)
         snprintf(err, errlen, "dataset '%s': root %s: %s", cfg->name, cfg->root, why);
-        s3_free(r);
-        return rc;
-    }
-    if ((rc = slash && source_name_ends(cfg->root, ".tar")
-                  ? s3_index_shards(r, cfg, ix, err, errlen)
-                                                  : s3_index(r, cfg, ix, err, errlen)) < 0) {
-        s3_free(r);
-        return rc;
-    }
+    return rc;
+}
+
+/* The source's thread (r indexed): s serves through it from now on.
+ * Frees r on failure. */
+static int s3_start(struct source *s, struct source_s3 *r, const struct config_dataset *cfg,
+                    char *err, size_t errlen)
+{
+    int rc = 0;
     struct timeval tv = {0, S3_SNAPSHOT_MS * 1000};
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->efd >= 0)
@@ -1159,4 +1191,276 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
     s->ops = &s3_ops;
     s->impl = r;
     return 0;
+}
+
+/* ---- a manifest of URLs ---- */
+
+/* Probes of many objects at once (io.depth in flight): each one's size
+ * and ETag from a GET of its first byte. */
+struct probe_all {
+    struct event_base *base;
+    size_t left;
+};
+
+struct probe_one {
+    struct probe_all *all;
+    int rc;
+    uint64_t size;
+    char etag[S3XML_ETAG_MAX];
+    char msg[512];
+};
+
+static int probe_sink(void *arg, const uint8_t *data, size_t len)
+{
+    (void)arg, (void)data, (void)len;
+    return 0;
+}
+
+static void probe_done(void *arg, int rc, struct objstore_result *res)
+{
+    struct probe_one *p = arg;
+    p->rc = rc;
+    if (rc == 0 && res) {
+        p->size = res->size;
+        snprintf(p->etag, sizeof(p->etag), "%s", res->etag);
+    } else {
+        snprintf(p->msg, sizeof(p->msg), "%s",
+                 res && res->message ? res->message : strerror(-rc));
+    }
+    if (--p->all->left == 0)
+        event_base_loopbreak(p->all->base);
+}
+
+/* Probes keys[0..n) (URLs, or the bucket's keys) into out[], all in flight
+ * together on the opening thread. 0 (each out[i].rc says how it went), or
+ * -errno when the loop failed. */
+static int probe_many(struct source_s3 *r, const char *const *keys, size_t n,
+                      struct probe_one *out)
+{
+    struct probe_all all = {.base = r->base, .left = n};
+    for (size_t i = 0; i < n; i++) {
+        out[i] = (struct probe_one){.all = &all};
+        struct objstore_target t = target_of(r, keys[i]);
+        int rc = objstore_get(r->os, &t, 0, 1, probe_sink, NULL, probe_done, &out[i]);
+        if (rc < 0) {
+            out[i].rc = rc;
+            snprintf(out[i].msg, sizeof(out[i].msg), "GET %s: %s", keys[i], strerror(-rc));
+            all.left--;
+        }
+    }
+    while (all.left)
+        if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
+            return -EIO;
+    return 0;
+}
+
+/* Lists every directory (key up to its last '/') the keys lie in, merged
+ * into *objs sorted by key. 0 or -errno with a message. */
+static int list_dirs(struct source_s3 *r, const struct config_dataset *cfg,
+                     const char *const *keys, size_t n, struct s3xml_object **objs,
+                     size_t *nobjs, unsigned *listings, char *err, size_t errlen)
+{
+    char **dirs = calloc(n ? n : 1, sizeof(*dirs));
+    size_t nd = 0;
+    int rc = dirs ? 0 : -ENOMEM;
+    *objs = NULL;
+    *nobjs = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const char *slash = strrchr(keys[i], '/');
+        size_t len = slash ? (size_t)(slash - keys[i]) + 1 : 0;
+        if (nd && strlen(dirs[nd - 1]) == len && strncmp(dirs[nd - 1], keys[i], len) == 0)
+            continue; /* rows of one directory usually come together */
+        int seen = 0;
+        for (size_t k = 0; k < nd && !seen; k++)
+            seen = strlen(dirs[k]) == len && strncmp(dirs[k], keys[i], len) == 0;
+        if (!seen && !(dirs[nd++] = strndup(keys[i], len)))
+            rc = -ENOMEM;
+    }
+    for (size_t k = 0; k < nd && rc == 0; k++) {
+        struct list_wait w = {.base = r->base};
+        if ((rc = objstore_list(r->os, r->bucket, dirs[k], cfg->source.page_keys, list_done,
+                                &w)) < 0)
+            break;
+        while (!w.done)
+            if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
+                break;
+        if (!w.done || w.rc < 0) {
+            rc = w.done ? w.rc : -EIO;
+            snprintf(err, errlen, "dataset '%s': root %s: cannot list s3://%s/%s: %s",
+                     cfg->name, cfg->root, r->bucket, dirs[k],
+                     w.done ? w.msg : "the event loop failed");
+            break;
+        }
+        (*listings)++;
+        struct s3xml_object *grown =
+            realloc(*objs, (*nobjs + w.listing.n + 1) * sizeof(**objs));
+        if (!grown) {
+            rc = -ENOMEM;
+        } else {
+            *objs = grown;
+            memcpy(*objs + *nobjs, w.listing.objects, w.listing.n * sizeof(**objs));
+            *nobjs += w.listing.n;
+            w.listing.n = 0; /* the keys are *objs' now */
+        }
+        objstore_listing_free(&w.listing);
+    }
+    for (size_t k = 0; k < nd; k++)
+        free(dirs[k]);
+    free(dirs);
+    if (rc == -ENOMEM)
+        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+    else if (rc < 0 && !err[0])
+        snprintf(err, errlen, "dataset '%s': root %s: cannot list: %s", cfg->name, cfg->root,
+                 strerror(-rc));
+    if (rc == 0 && *nobjs)
+        qsort(*objs, *nobjs, sizeof(**objs), cmp_obj_key);
+    return rc;
+}
+
+/* The rows' kind: "s3://BUCKET/KEY" rows of one bucket, or http(s) URLs;
+ * r->http and r->bucket set from the first, every other row checked
+ * (FILE:LINE). keys[i]: the row's key in the bucket, or its URL. */
+static int rows_check(struct source_s3 *r, const struct config_dataset *cfg,
+                      const struct manifest *m, const char **keys, char *err, size_t errlen)
+{
+    size_t n = manifest_count(m);
+    for (size_t i = 0; i < n; i++) {
+        const char *u = manifest_path(m, i);
+        int http = strncmp(u, "s3://", 5) != 0;
+        const char *why = NULL;
+        if (i == 0) {
+            r->http = http;
+            if (!http) {
+                size_t blen = strcspn(u + 5, "/");
+                if (!(r->bucket = strndup(u + 5, blen)))
+                    return -ENOMEM;
+                snprintf(r->origin, sizeof(r->origin), "s3://%s", r->bucket);
+            } else {
+                const char *h = u + strcspn(u, ":") + 3;
+                snprintf(r->origin, sizeof(r->origin), "%.*s", (int)(h - u + strcspn(h, "/")),
+                         u);
+            }
+        }
+        if (http != r->http) {
+            why = "the rows are all s3:// URLs or all http(s):// ones";
+        } else if (!http) {
+            size_t blen = strlen(r->bucket);
+            if (strncmp(u + 5, r->bucket, blen) != 0 || u[5 + blen] != '/')
+                why = "another bucket than the first row's (one bucket a dataset)";
+            else if (!u[6 + blen])
+                why = "no key after the bucket";
+            keys[i] = u + 6 + blen;
+        } else {
+            keys[i] = u;
+        }
+        if (why) {
+            snprintf(err, errlen, "dataset '%s': %s:%llu: %s: %s", cfg->name, cfg->root,
+                     (unsigned long long)manifest_line(m, i), u, why);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
+                       const struct manifest *m, struct index *ix, char *err, size_t errlen)
+{
+    size_t n = manifest_count(m);
+    struct source_s3 *r = s3_alloc(cfg);
+    const char **keys = calloc(n ? n : 1, sizeof(*keys));
+    struct probe_one *probes = NULL;
+    struct s3xml_object *objs = NULL;
+    size_t nobjs = 0;
+    unsigned listings = 0;
+    uint64_t missing = 0;
+    uint32_t max_label = 0;
+    int rc = r && keys ? 0 : -ENOMEM;
+    err[0] = 0;
+    if (rc == 0 && (r->prefix = strdup("")) == NULL)
+        rc = -ENOMEM;
+    if (rc == 0)
+        rc = rows_check(r, cfg, m, keys, err, errlen);
+    if (rc == 0)
+        rc = s3_client(r, cfg, err, errlen);
+    if (rc == 0 && r->http) { /* no listing: each URL probed, all at once */
+        if (!(probes = calloc(n ? n : 1, sizeof(*probes))))
+            rc = -ENOMEM;
+        else
+            rc = probe_many(r, keys, n, probes);
+    } else if (rc == 0) {
+        rc = list_dirs(r, cfg, keys, n, &objs, &nobjs, &listings, err, errlen);
+    }
+    for (uint32_t c = 0; c < manifest_nclasses(m) && rc == 0; c++) {
+        char *name = strdup(manifest_class(m, c));
+        rc = name ? index_add_class(ix, name) : -ENOMEM;
+    }
+    size_t failed_connect = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        uint64_t size = 0;
+        const char *etag = "";
+        const char *why = "no such key";
+        if (probes) {
+            if (probes[i].rc == 0) {
+                size = probes[i].size;
+                etag = probes[i].etag;
+                why = NULL;
+            } else {
+                why = probes[i].msg;
+                failed_connect += probes[i].rc == -ECONNREFUSED ||
+                                  probes[i].rc == -ECONNRESET || probes[i].rc == -ETIMEDOUT ||
+                                  probes[i].rc == -EHOSTUNREACH;
+            }
+        } else {
+            struct s3xml_object key = {.key = (char *)keys[i]};
+            const struct s3xml_object *o =
+                nobjs ? bsearch(&key, objs, nobjs, sizeof(*objs), cmp_obj_key) : NULL;
+            if (o) {
+                size = o->size;
+                etag = o->etag;
+                why = NULL;
+            }
+        }
+        if (why && missing++ < 5)
+            log_warn("dataset '%s': %s:%llu: %s: %s (a bad sample when read)", cfg->name,
+                     cfg->root, (unsigned long long)manifest_line(m, i), manifest_path(m, i),
+                     why);
+        uint32_t label = manifest_label(m, i);
+        if (label > max_label)
+            max_label = label;
+        rc = index_add_sample(ix, keys[i], label, size, etag_id(etag));
+    }
+    if (rc == 0 && n && failed_connect == n) { /* nothing reached: the server is not there */
+        rc = -ECONNREFUSED;
+        snprintf(err, errlen, "dataset '%s': root %s: no URL could be read: %s", cfg->name,
+                 cfg->root, probes[0].msg);
+    }
+    if (rc == 0 && manifest_nclasses(m) == 0)
+        rc = source_int_classes(ix, max_label + 1);
+    if (rc == 0)
+        rc = index_finish(ix);
+    if (rc < 0 && !err[0])
+        snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
+                 rc == -E2BIG ? SOURCE_INT_CLASSES_MSG : strerror(-rc));
+    if (rc == 0) {
+        char how[64];
+        if (r->http)
+            snprintf(how, sizeof(how), "%zu probes", n);
+        else
+            snprintf(how, sizeof(how), "%u listings", listings);
+        log_info("dataset '%s': %u samples in %u classes from the manifest %s (URLs of %s; "
+                 "%s)%s", cfg->name, ix->n, ix->nclasses, cfg->root, r->origin, how,
+                 missing ? "; some objects missing: see above" : "");
+    }
+    free(probes);
+    for (size_t k = 0; k < nobjs; k++)
+        free(objs[k].key);
+    free(objs);
+    free(keys);
+    if (rc < 0) {
+        if (r)
+            s3_free(r);
+        return rc;
+    }
+    /* keys point into m; the index keeps its own copies */
+    return s3_start(s, r, cfg, err, errlen);
 }

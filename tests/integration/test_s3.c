@@ -30,11 +30,16 @@
  *   - "own": a dataset's own source keys (endpoint, credentials_file)
  *     reach the bucket while the global ones name no server and the
  *     environment a wrong secret;
+ *   - "rows": a CSV manifest whose rows are s3:// URLs (the folder's
+ *     images in its order): indexed with one listing per directory, its
+ *     epochs equal the folder's; rows of two buckets, a URL among local
+ *     paths: refused with FILE:LINE;
  *   - "refused": a wrong secret (403 SignatureDoesNotMatch from the proxy),
  *     a missing bucket, a server that is down, no credentials: prestod
  *     refuses to start, naming the URL and the server's message.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -419,6 +424,86 @@ START_TEST(test_own_source)
 }
 END_TEST
 
+/* ---- case "rows": a manifest whose rows name objects ---- */
+
+static int cmp_name(const struct dirent **a, const struct dirent **b)
+{
+    return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+/* A CSV manifest (name, in the test's directory) of the folder's images in
+ * its order, each row base + CLASS/NAME and the class name. */
+static void write_url_manifest(const char *name, const char *base, char *path, size_t len)
+{
+    struct dirent **cls;
+    char text[16384];
+    size_t at = (size_t)snprintf(text, sizeof(text), "path,label\n");
+    int nc = scandir(data_dir, &cls, NULL, cmp_name);
+    ck_assert_int_gt(nc, 0);
+    for (int c = 0; c < nc; c++) {
+        char dir[HARNESS_PATH_MAX + 256];
+        struct dirent **f;
+        snprintf(dir, sizeof(dir), "%s/%s", data_dir, cls[c]->d_name);
+        int nf = cls[c]->d_name[0] == '.' ? -1 : scandir(dir, &f, NULL, cmp_name);
+        for (int i = 0; i < nf; i++) {
+            if (f[i]->d_name[0] != '.')
+                at += (size_t)snprintf(text + at, sizeof(text) - at, "%s%s/%s,%s\n", base,
+                                       cls[c]->d_name, f[i]->d_name, cls[c]->d_name);
+            free(f[i]);
+        }
+        if (nf >= 0)
+            free(f);
+        free(cls[c]);
+    }
+    free(cls);
+    ck_assert(at < sizeof(text));
+    ck_assert_int_eq(harness_write_file(&H, name, text, path, len), 0);
+}
+
+START_TEST(test_url_rows)
+{
+    char csv[HARNESS_PATH_MAX], yaml[4096];
+    write_url_manifest("rows.csv", "s3://data/train/", csv, sizeof(csv));
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\ncache:\n  memory: 64M\nsource:\n  endpoint: %s\n"
+             "datasets:\n"
+             "  - name: folder\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: rows\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
+             endpoint, data_dir, csv);
+    long before = objfixture_stat(&fx, "requests");
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+    /* indexing: one listing a class directory, no request per row */
+    long n = objfixture_stat(&fx, "requests") - before;
+    ck_assert_msg(n == NCLASSES, "%ld requests to index the rows", n);
+    ck_assert(harness_log_contains(&H, "40 samples in 3 classes from the manifest"));
+    ck_assert(harness_log_contains(&H, "(URLs of s3://data; 3 listings)"));
+    same_as_folder("rows", 0, 0); /* cold: one GET a row */
+    same_as_folder("rows", 1, 1); /* from memory */
+    ck_assert(wait_source_stat("rows", "completed", NCLASSES + NSAMPLES) >= NCLASSES + NSAMPLES);
+    ck_assert(stat_of_now("rows", "failed") == 0);
+    harness_stop_checked(&H);
+    /* rows of two buckets, and a URL among local paths: FILE:LINE */
+    char bad[HARNESS_PATH_MAX], sock[HARNESS_PATH_MAX], got[8192];
+    harness_path(&H, "refused.sock", sock, sizeof(sock));
+    ck_assert_int_eq(harness_write_file(&H, "two.csv",
+                                        "path,label\ns3://data/train/a.jpg,0\n"
+                                        "s3://other/train/b.jpg,1\n", bad, sizeof(bad)), 0);
+    snprintf(yaml, sizeof(yaml), "socket: %s\nsource:\n  endpoint: %s\n"
+             "datasets:\n  - name: r\n    root: %s\n", sock, endpoint, bad);
+    int rc = harness_run_config(&H, yaml, 60, got, sizeof(got));
+    ck_assert_msg(rc > 0 && rc < 128 && strstr(got, "two.csv:3: s3://other/train/b.jpg: another "
+                                                   "bucket"), "exit %d:\n%s", rc, got);
+    ck_assert_int_eq(harness_write_file(&H, "mixed.csv",
+                                        "path,label\n/x/a.jpg,0\nhttp://h/b.jpg,1\n", bad,
+                                        sizeof(bad)), 0);
+    snprintf(yaml, sizeof(yaml), "socket: %s\ndatasets:\n  - name: r\n    root: %s\n", sock,
+             bad);
+    rc = harness_run_config(&H, yaml, 60, got, sizeof(got));
+    ck_assert_msg(rc > 0 && rc < 128 && strstr(got, "mixed.csv:3: http://h/b.jpg: a URL among "
+                                                   "local paths"), "exit %d:\n%s", rc, got);
+}
+END_TEST
+
 /* ---- case "refused" ---- */
 
 /* prestod on a one-dataset config must exit non-zero with want in its output. */
@@ -533,6 +618,9 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = harness_tcase("own", NULL, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_own_source);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("rows", NULL, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_url_rows);
     suite_add_tcase(s, tc);
     tc = harness_tcase("refused", NULL, NULL, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_refused);
