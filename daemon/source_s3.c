@@ -61,6 +61,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "objstore.h"
+#include "shardidx.h"
 #include "stats.h"
 #include "trust.h"
 
@@ -548,26 +549,143 @@ static int list_shard_dir(struct source_s3 *r, const struct config_dataset *cfg,
     return 0;
 }
 
-/* A shard's size and ETag from the server (http: no listing): a GET of
- * its first byte. 0 or -errno with a message. */
-static int probe_shard(struct source_s3 *r, const char *url, struct s3xml_object *obj,
-                       char *err, size_t errlen)
+
+/* Probes of many objects at once (io.depth in flight): each one's size
+ * and ETag from a GET of its first byte. */
+struct probe_all {
+    struct event_base *base;
+    size_t left;
+};
+
+struct probe_one {
+    struct probe_all *all;
+    int rc;
+    uint64_t size;
+    char etag[S3XML_ETAG_MAX];
+    char msg[512];
+};
+
+/* A shard's size and ETag from the server (http: no listing): what the
+ * GET of its first byte (probe_many) said. 0 or -errno with a message. */
+static int probed_shard(const struct probe_one *p, const char *url, struct s3xml_object *obj,
+                        char *err, size_t errlen)
 {
-    struct img one = {0};
-    struct range_wait info = {0};
-    int rc = img_reserve(&one, 1);
-    if (rc == 0)
-        rc = range_get(r, url, NULL, 0, 1, &one, &info, err, errlen);
-    img_free(&one);
-    if (rc == 0 && info.size == 0) {
+    if (p->rc < 0) {
+        snprintf(err, errlen, "%s", p->msg);
+        return p->rc;
+    }
+    if (p->size == 0) {
         snprintf(err, errlen, "GET %s: the response does not say the object's size", url);
-        rc = -EPROTO;
+        return -EPROTO;
     }
-    if (rc == 0) {
-        obj->size = info.size;
-        memcpy(obj->etag, info.etag, sizeof(obj->etag));
+    obj->size = p->size;
+    memcpy(obj->etag, p->etag, sizeof(obj->etag));
+    return 0;
+}
+
+static int probe_sink(void *arg, const uint8_t *data, size_t len)
+{
+    (void)arg, (void)data, (void)len;
+    return 0;
+}
+
+static void probe_done(void *arg, int rc, struct objstore_result *res)
+{
+    struct probe_one *p = arg;
+    p->rc = rc;
+    if (rc == 0 && res) {
+        p->size = res->size;
+        snprintf(p->etag, sizeof(p->etag), "%s", res->etag);
+    } else {
+        snprintf(p->msg, sizeof(p->msg), "%s",
+                 res && res->message ? res->message : strerror(-rc));
     }
-    return rc;
+    if (--p->all->left == 0)
+        event_base_loopbreak(p->all->base);
+}
+
+/* Probes keys[0..n) (URLs, or the bucket's keys) into out[], all in flight
+ * together on the opening thread. 0 (each out[i].rc says how it went), or
+ * -errno when the loop failed. */
+static int probe_many(struct source_s3 *r, const char *const *keys, size_t n,
+                      struct probe_one *out)
+{
+    struct probe_all all = {.base = r->base, .left = n};
+    for (size_t i = 0; i < n; i++) {
+        out[i] = (struct probe_one){.all = &all};
+        struct objstore_target t = target_of(r, keys[i]);
+        int rc = objstore_get(r->os, &t, 0, 1, probe_sink, NULL, probe_done, &out[i]);
+        if (rc < 0) {
+            out[i].rc = rc;
+            snprintf(out[i].msg, sizeof(out[i].msg), "GET %s: %s", keys[i], strerror(-rc));
+            all.left--;
+        }
+    }
+    while (all.left)
+        if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
+            return -EIO;
+    return 0;
+}
+
+/* A window fetched ahead for a shard's header walk. */
+struct win_get {
+    struct shard_win *sw;
+    size_t *left;
+    struct event_base *base;
+    int rc;
+};
+
+static int win_sink(void *arg, const uint8_t *data, size_t len)
+{
+    struct win_get *g = arg;
+    struct img *w = &g->sw->win;
+    size_t n = w->len + len > w->cap ? w->cap - w->len : len;
+    memcpy(w->data + w->len, data, n);
+    w->len += n;
+    return 0;
+}
+
+static void win_done(void *arg, int rc, struct objstore_result *res)
+{
+    struct win_get *g = arg;
+    (void)res;
+    g->rc = rc;
+    if (rc < 0)
+        g->sw->win.len = 0; /* the walk asks again, and says what fails */
+    if (--*g->left == 0)
+        event_base_loopbreak(g->base);
+}
+
+/* The first window of every shard in need[] (their lists are not in
+ * cache.dir), all in flight at once: the walks that follow start from
+ * them instead of one round trip after another. A window that fails is
+ * simply asked again by its walk. */
+static void prefetch_windows(struct source_s3 *r, struct shard_win *wins, const uint8_t *need,
+                             size_t n)
+{
+    struct win_get *g = calloc(n ? n : 1, sizeof(*g));
+    size_t left = 0;
+    if (!g)
+        return;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t want = wins[k].size < S3_WINDOW ? wins[k].size : S3_WINDOW;
+        if (!need[k] || !want || img_reserve(&wins[k].win, (size_t)want) < 0)
+            continue;
+        wins[k].win.len = 0;
+        wins[k].off = 0;
+        g[k] = (struct win_get){.sw = &wins[k], .left = &left, .base = r->base};
+        struct objstore_target t = target_of(r, wins[k].key);
+        t.if_match = wins[k].etag;
+        left++;
+        if (objstore_get(r->os, &t, 0, want, win_sink, &g[k], win_done, &g[k]) < 0)
+            left--;
+        else
+            wins[k].gets++;
+    }
+    while (left)
+        if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
+            break;
+    free(g);
 }
 
 /* The shards root names (a key ending in .tar, or a brace pattern of
@@ -598,14 +716,22 @@ static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg
     struct source_shard *shards = calloc(n ? n : 1, sizeof(*shards));
     struct shard_win *wins = calloc(n ? n : 1, sizeof(*wins));
     char **urls = calloc(n ? n : 1, sizeof(*urls));
-    rc = shards && wins && urls ? 0 : -ENOMEM;
+    uint8_t *need = calloc(n ? n : 1, 1);
+    struct probe_one *probes = r->http ? calloc(n ? n : 1, sizeof(struct probe_one)) : NULL;
+    rc = shards && wins && urls && need && (probes || !r->http) ? 0 : -ENOMEM;
     if (rc < 0)
         snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+    /* http: no listing; every shard's size and ETag asked at once */
+    if (rc == 0 && r->http && (rc = probe_many(r, (const char *const *)r->shard_keys, n,
+                                               probes)) < 0)
+        snprintf(err, errlen, "dataset '%s': root %s: the event loop failed", cfg->name,
+                 cfg->root);
     for (size_t k = 0; k < n && rc == 0; k++) {
         struct s3xml_object probed;
         const struct s3xml_object *obj =
             no ? bsearch(r->shard_keys[k], o, no, sizeof(*o), cmp_key) : NULL;
-        if (r->http && (rc = probe_shard(r, r->shard_keys[k], &probed, msg, sizeof(msg))) < 0) {
+        if (r->http && (rc = probed_shard(&probes[k], r->shard_keys[k], &probed, msg,
+                                          sizeof(msg))) < 0) {
             snprintf(err, errlen, "dataset '%s': shard %s: %s", cfg->name, r->shard_keys[k],
                      msg);
             break;
@@ -634,9 +760,15 @@ static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg
                                      ? r->shards[k]->etag : NULL, .size = obj->size};
         shards[k] = (struct source_shard){r->shard_keys[k], urls[k], obj->size,
                                           (uint64_t)etag_id(obj->etag), shard_read, &wins[k]};
+        struct shardidx_id id = {urls[k], obj->size, shards[k].version};
+        struct shardidx *x = NULL;
+        need[k] = !cfg->source.cache_dir[0] || shardidx_load(cfg->source.cache_dir, &id, &x) < 0;
+        shardidx_free(x);
     }
     if (!r->http)
         objstore_listing_free(&w.listing);
+    if (rc == 0)
+        prefetch_windows(r, wins, need, n);
     if (rc == 0 && (rc = source_shards_index(shards, n, cfg, ix, &r->shard_of, &r->offset, err,
                                              errlen)) > 0)
         rc = 0;
@@ -647,6 +779,8 @@ static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg
     free(urls);
     free(wins);
     free(shards);
+    free(need);
+    free(probes);
     return rc;
 }
 
@@ -1194,65 +1328,6 @@ static int s3_start(struct source *s, struct source_s3 *r, const struct config_d
 }
 
 /* ---- a manifest of URLs ---- */
-
-/* Probes of many objects at once (io.depth in flight): each one's size
- * and ETag from a GET of its first byte. */
-struct probe_all {
-    struct event_base *base;
-    size_t left;
-};
-
-struct probe_one {
-    struct probe_all *all;
-    int rc;
-    uint64_t size;
-    char etag[S3XML_ETAG_MAX];
-    char msg[512];
-};
-
-static int probe_sink(void *arg, const uint8_t *data, size_t len)
-{
-    (void)arg, (void)data, (void)len;
-    return 0;
-}
-
-static void probe_done(void *arg, int rc, struct objstore_result *res)
-{
-    struct probe_one *p = arg;
-    p->rc = rc;
-    if (rc == 0 && res) {
-        p->size = res->size;
-        snprintf(p->etag, sizeof(p->etag), "%s", res->etag);
-    } else {
-        snprintf(p->msg, sizeof(p->msg), "%s",
-                 res && res->message ? res->message : strerror(-rc));
-    }
-    if (--p->all->left == 0)
-        event_base_loopbreak(p->all->base);
-}
-
-/* Probes keys[0..n) (URLs, or the bucket's keys) into out[], all in flight
- * together on the opening thread. 0 (each out[i].rc says how it went), or
- * -errno when the loop failed. */
-static int probe_many(struct source_s3 *r, const char *const *keys, size_t n,
-                      struct probe_one *out)
-{
-    struct probe_all all = {.base = r->base, .left = n};
-    for (size_t i = 0; i < n; i++) {
-        out[i] = (struct probe_one){.all = &all};
-        struct objstore_target t = target_of(r, keys[i]);
-        int rc = objstore_get(r->os, &t, 0, 1, probe_sink, NULL, probe_done, &out[i]);
-        if (rc < 0) {
-            out[i].rc = rc;
-            snprintf(out[i].msg, sizeof(out[i].msg), "GET %s: %s", keys[i], strerror(-rc));
-            all.left--;
-        }
-    }
-    while (all.left)
-        if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
-            return -EIO;
-    return 0;
-}
 
 /* Lists every directory (key up to its last '/') the keys lie in, merged
  * into *objs sorted by key. 0 or -errno with a message. */

@@ -322,8 +322,16 @@ static long start_tar(void)
 START_TEST(test_tar_shards)
 {
     /* first start: the listing, then one ranged GET per shard (its headers
-     * and labels come in one window); each member then by its own range */
+     * and labels come in one window), the shards' all in flight at once
+     * (each held 300 ms by the proxy: they overlap); each member then by
+     * its own range */
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 300", NULL, 0), 0);
+    ck_assert_int_eq(objfixture_cmd(&fx, "peak", NULL, 0), 0);
     long n = start_tar();
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 0", NULL, 0), 0);
+    ck_assert_msg(objfixture_stat(&fx, "max_in_flight") >= NSHARDS,
+                  "the shards were indexed one after another (%ld at once)",
+                  objfixture_stat(&fx, "max_in_flight"));
     ck_assert(harness_log_contains(&H, "40 samples in 3 classes from 4 tar shards"));
     ck_assert(harness_log_contains(&H, "member lists: 0 from cache.dir, 4 shards read"));
     ck_assert_msg(n == 1 + NSHARDS, "%ld requests to index 4 shards", n);

@@ -361,7 +361,14 @@ START_TEST(test_http_shards)
     /* first start: per shard a probe of its first byte and one 1 MiB
      * window of headers, for each of the two datasets but the second
      * finds the lists the first kept */
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 300", NULL, 0), 0);
+    ck_assert_int_eq(objfixture_cmd(&fx, "peak", NULL, 0), 0);
     long n = start_http(&fx);
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 0", NULL, 0), 0);
+    /* the shards' probes, and then their first windows, all at once */
+    ck_assert_msg(objfixture_stat(&fx, "max_in_flight") >= NSHARDS,
+                  "the shards were indexed one after another (%ld at once)",
+                  objfixture_stat(&fx, "max_in_flight"));
     ck_assert(harness_log_contains(&H, "40 samples in 3 classes from 4 tar shards http://"));
     ck_assert(harness_log_contains(&H, "member lists: 0 from cache.dir, 4 shards read"));
     ck_assert_msg(n == 2 * NSHARDS + NSHARDS, "%ld requests at start-up", n);

@@ -37,7 +37,9 @@ one line:
     token T          require session token T ("-": none)
     down             stop accepting and drop every connection
     up               accept again, on the same port
-    stats            "STATS {json}": requests, forwarded, denied, failed
+    peak             start max_in_flight (requests answered at once) afresh
+    stats            "STATS {json}": requests, forwarded, denied, failed,
+                     max_in_flight
     quit             (or end of input) stop everything and clean up
 Exit status: 0 after quit, 77 when a server cannot be had (s3rver not
 installed, node or nginx missing), with the reason on stderr.
@@ -190,7 +192,8 @@ class Proxy:
         self.conns = set()
         self.pool = []
         self.stats = {"requests": 0, "forwarded": 0, "denied": 0, "failed_503": 0,
-                      "failed_reset": 0, "connections": 0, "precondition_failed": 0}
+                      "failed_reset": 0, "connections": 0, "precondition_failed": 0,
+                      "in_flight": 0, "max_in_flight": 0}
         self.put = None  # s3: put(bucket, key, path) replaces an object
 
     async def start(self, port=0):
@@ -230,34 +233,46 @@ class Proxy:
                 method, target, _ = first.split(" ", 2)
                 body = await read_body(reader, hdrs, method=method)
                 self.stats["requests"] += 1
-                h = {k.lower(): v for k, v in hdrs}
-                denied = self.checker.check(method, target, h) if self.checker else None
-                if self.delay_ms:
-                    await asyncio.sleep(self.delay_ms / 1000)
-                if denied is not None:
-                    self.stats["denied"] += 1
-                    writer.write(denied)
-                    await writer.drain()
-                    continue
-                if self.fail_rate and self.rng.random() < self.fail_rate:
-                    mode = self.fail_mode
-                    if mode == "mix":
-                        mode = self.rng.choice(["503", "reset"])
-                    if mode == "reset":
-                        self.stats["failed_reset"] += 1
-                        abort(writer)
+                self.stats["in_flight"] += 1
+                self.stats["max_in_flight"] = max(self.stats["max_in_flight"],
+                                                  self.stats["in_flight"])
+                try:
+                    if not await self.answer(reader, writer, method, target, hdrs, raw, body):
                         return
-                    self.stats["failed_503"] += 1
-                    writer.write(s3_error(503, "SlowDown", "Please reduce your request rate.",
-                                          target))
-                    await writer.drain()
-                    continue
-                await self.forward(raw, body, method, writer, h.get("if-match"))
+                finally:
+                    self.stats["in_flight"] -= 1
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             self.conns.discard(writer)
             writer.close()
+
+    async def answer(self, reader, writer, method, target, hdrs, raw, body):
+        """One request: False when the connection is to go."""
+        h = {k.lower(): v for k, v in hdrs}
+        denied = self.checker.check(method, target, h) if self.checker else None
+        if self.delay_ms:
+            await asyncio.sleep(self.delay_ms / 1000)
+        if denied is not None:
+            self.stats["denied"] += 1
+            writer.write(denied)
+            await writer.drain()
+            return True
+        if self.fail_rate and self.rng.random() < self.fail_rate:
+            mode = self.fail_mode
+            if mode == "mix":
+                mode = self.rng.choice(["503", "reset"])
+            if mode == "reset":
+                self.stats["failed_reset"] += 1
+                abort(writer)
+                return False
+            self.stats["failed_503"] += 1
+            writer.write(s3_error(503, "SlowDown", "Please reduce your request rate.",
+                                  target))
+            await writer.drain()
+            return True
+        await self.forward(raw, body, method, writer, h.get("if-match"))
+        return True
 
     async def forward(self, raw, body, method, writer, if_match=None):
         for attempt in range(2):  # a pooled connection the server closed: a new one
@@ -458,6 +473,8 @@ async def command(proxy, words, line):
         bucket, _, key = words[1].partition("/")
         await asyncio.get_running_loop().run_in_executor(None, proxy.put, bucket, key,
                                                          words[2])
+    elif words[0] == "peak":  # max_in_flight from now on
+        proxy.stats["max_in_flight"] = proxy.stats["in_flight"]
     elif words[0] == "stats":
         return "STATS " + json.dumps(proxy.stats)
     else:
