@@ -431,6 +431,7 @@ static void chunk_prepare(struct chunk *C, struct io_ring *io, size_t bytes,
                           void (*on_done)(struct io_req *), void *arg)
 {
     int have_arena = chunk_arena(C, bytes) == 0;
+    int remote = 0;
     C->nreq = 0;
     for (uint32_t i = 0; i < C->m; i++) {
         struct item *it = &C->items[i];
@@ -459,11 +460,15 @@ static void chunk_prepare(struct chunk *C, struct io_ring *io, size_t bytes,
             q->state = IO_S_DONE; /* no on_done: the loop's chunks have their arena */
             continue;
         }
-        if (it->where == TIERS_SOURCE)
+        if (it->where == TIERS_SOURCE) {
             source_submit(dataset_source(C->x.ds), io, q); /* remote: its own loop */
-        else
+            remote = 1;
+        } else {
             io_submit(io, q);
+        }
     }
+    if (remote) /* the chunk's remote reads together: neighbours share a GET */
+        source_kick(dataset_source(C->x.ds));
     io_poll(io);
 }
 

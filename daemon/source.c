@@ -132,6 +132,12 @@ ssize_t source_wait(const struct source *s, struct io_ring *io, struct io_req *q
     return s->ops->wait ? s->ops->wait(s, q, stop) : io_wait(io, q);
 }
 
+void source_kick(const struct source *s)
+{
+    if (s->ops->kick)
+        s->ops->kick(s);
+}
+
 void source_wake(const struct source *s)
 {
     if (s && s->ops->wake)

@@ -134,6 +134,10 @@ struct io_ring;
 /* Runs q (made by source_req): on io for files, on the source's own loop
  * for a remote source. Any thread but the event loop's for a remote one. */
 void source_submit(const struct source *s, struct io_ring *io, struct io_req *q);
+/* What this thread submitted to s goes out (a remote source holds it
+ * until then, so that neighbours may share a request; waiting on one
+ * sends them too). Nothing for files. */
+void source_kick(const struct source *s);
 /* Blocks until q is done; returns q->res. A remote source's wait also
  * ends once *stop (a relaxed atomic int; NULL: none) is set and
  * source_wake is called: q is then taken back (its transfer dropped, the

@@ -28,6 +28,7 @@ struct source_ops {
      * (taken back once *stop is set), taken back; the waiters woken to
      * look at their stop flags; and the source's own stats section. */
     void (*submit)(const struct source *s, struct io_req *q);
+    void (*kick)(const struct source *s); /* submitted ones go out (wait does too) */
     ssize_t (*wait)(const struct source *s, struct io_req *q, const int *stop);
     void (*wake)(const struct source *s);
     void (*cancel)(const struct source *s, struct io_req *q);

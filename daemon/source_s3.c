@@ -81,7 +81,26 @@ struct rreq {
     struct rreq *sprev, *snext;
     int cancel;         /* a waiter took it back: the thread cancels it */
     struct rreq *cnext; /* the thread's list of those to cancel */
+    struct rgroup *group; /* read by one GET with its neighbours, or NULL */
 };
+
+/* Shard members next to each other (in the order they were handed over:
+ * a chunk's samples) read by one GET of the range from the first's start
+ * to the last's end: its bytes go to each member's buffer, the gaps
+ * between them (tar headers, padding) dropped. */
+#define S3_COALESCE_GAP (64u << 10)  /* at most this between two members */
+#define S3_COALESCE_SPAN (8u << 20)  /* a group's range at most */
+#define S3_COALESCE_MAX 64           /* members a group */
+struct rgroup {
+    struct source_s3 *r;
+    uint64_t off, end, at; /* the range; at: the next byte's offset */
+    uint32_t n, first;     /* members; the first one at or after at */
+    struct rreq *m[S3_COALESCE_MAX]; /* NULL once finished on its own (cancelled) */
+};
+
+struct objstore_result;
+static void log_failure(struct source_s3 *r, int rc, const struct rreq *rr,
+                        const struct objstore_result *res);
 
 /* A shard as its members' reads name it (an io_req's path is key, so the
  * shard is found from the request): the ETag it was indexed at, sent as
@@ -827,7 +846,15 @@ static int get_sink(void *arg, const uint8_t *data, size_t len)
 static void get_done(void *arg, int rc, struct objstore_result *res)
 {
     struct rreq *rr = arg;
-    struct source_s3 *r = rr->r;
+    log_failure(rr->r, rc, rr, res);
+    req_finish(rr->r, rr, rc, res ? res->etag : NULL);
+}
+
+/* A request's failure: the first ones logged with the objstore's message;
+ * a replaced shard once. */
+static void log_failure(struct source_s3 *r, int rc, const struct rreq *rr,
+                        const struct objstore_result *res)
+{
     if (rc == -ESTALE && r->shards && !shard_ref_of(rr->q->path)->changed) {
         struct shard_ref *sh = shard_ref_of(rr->q->path);
         sh->changed = 1;
@@ -839,7 +866,93 @@ static void get_done(void *arg, int rc, struct objstore_result *res)
         log_warn("dataset '%s': %s (after %u tries)%s", r->name,
                  res && res->message ? res->message : strerror(-rc), res ? res->attempts : 0,
                  r->logged == S3_FAILS_LOGGED ? "; further failures are only counted" : "");
-    req_finish(r, rr, rc, res ? res->etag : NULL);
+}
+
+static void start_one(struct source_s3 *r, struct rreq *rr);
+
+static int group_sink(void *arg, const uint8_t *data, size_t len)
+{
+    struct rgroup *g = arg;
+    uint64_t from = g->at, to = g->at + len;
+    for (uint32_t i = g->first; i < g->n; i++) {
+        struct rreq *rr = g->m[i];
+        uint64_t moff = g->m[i] ? rr->off : 0, mend = rr ? rr->off + rr->length : 0;
+        if (!rr)
+            continue;
+        if (mend <= from) {
+            if (i == g->first)
+                g->first++;
+            continue;
+        }
+        if (moff >= to)
+            break;
+        uint64_t a = moff > from ? moff : from, b = mend < to ? mend : to;
+        struct io_req *q = rr->q;
+        uint64_t pos = a - moff; /* within the member */
+        if (pos < q->len) {
+            size_t n = (size_t)((b - a) < q->len - pos ? (b - a) : q->len - pos);
+            memcpy((uint8_t *)q->buf + pos, data + (a - from), n);
+        }
+        rr->got = b - moff;
+    }
+    g->at = to;
+    return 0;
+}
+
+static void group_done(void *arg, int rc, struct objstore_result *res)
+{
+    struct rgroup *g = arg;
+    struct source_s3 *r = g->r;
+    for (uint32_t i = 0; i < g->n; i++) {
+        struct rreq *rr = g->m[i];
+        if (!rr)
+            continue;
+        if (rc < 0)
+            log_failure(r, rc, rr, res);
+        int mrc = rc;
+        if (rc == 0 && rr->got < rr->length) /* the shard ended before it */
+            mrc = -ECONNRESET;
+        req_finish(r, rr, mrc, res ? res->etag : NULL);
+    }
+    free(g);
+}
+
+/* Starts list's first request, with the neighbours after it that make a
+ * group; returns the first request not taken. */
+static struct rreq *start_group(struct source_s3 *r, struct rreq *list)
+{
+    struct rreq *rr = list, *next = rr->next;
+    uint64_t end = rr->off + rr->length;
+    uint32_t n = 1;
+    for (struct rreq *x = next; r->shards && x && n < S3_COALESCE_MAX; x = x->next, n++)
+        if (x->q->path != rr->q->path || x->off < end || x->off - end > S3_COALESCE_GAP ||
+            x->off + x->length - rr->off > S3_COALESCE_SPAN)
+            break;
+        else
+            end = x->off + x->length;
+    if (n == 1) {
+        start_one(r, rr);
+        return next;
+    }
+    struct rgroup *g = calloc(1, sizeof(*g));
+    if (!g) {
+        start_one(r, rr);
+        return next;
+    }
+    g->r = r;
+    g->off = g->at = rr->off;
+    g->end = end;
+    for (struct rreq *x = rr; g->n < n; x = next) {
+        next = x->next;
+        x->group = g;
+        g->m[g->n++] = x;
+    }
+    struct objstore_target t = target_of(r, rr->q->path);
+    t.if_match = shard_ref_of(rr->q->path)->etag;
+    int rc = objstore_get(r->os, &t, g->off, g->end - g->off, group_sink, g, group_done, g);
+    if (rc < 0)
+        group_done(g, rc, NULL);
+    return next;
 }
 
 static void start_one(struct source_s3 *r, struct rreq *rr)
@@ -883,15 +996,31 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     while (cancel) {
         struct rreq *rr = cancel;
         cancel = rr->cnext;
-        objstore_cancel(r->os, rr); /* -ENOENT: failing already, done soon */
+        struct rgroup *g = rr->group;
+        if (!g) {
+            objstore_cancel(r->os, rr); /* -ENOENT: failing already, done soon */
+            continue;
+        }
+        /* one of a group: finished alone, the GET goes on for the others
+         * (cancelled once none is left) */
+        uint32_t live = 0;
+        for (uint32_t i = 0; i < g->n; i++) {
+            if (g->m[i] == rr)
+                g->m[i] = NULL;
+            live += g->m[i] != NULL;
+        }
+        req_finish(r, rr, -ECANCELED, NULL);
+        if (!live)
+            objstore_cancel(r->os, g);
     }
     while (list) {
         struct rreq *rr = list;
-        list = rr->next;
-        if (stopping)
+        if (stopping) {
+            list = rr->next;
             req_finish(r, rr, -ECANCELED, NULL);
-        else
-            start_one(r, rr);
+        } else {
+            list = start_group(r, rr);
+        }
     }
     if (stopping)
         event_base_loopbreak(r->base);
@@ -1021,11 +1150,36 @@ static void s3_req(const struct source *s, const struct index *ix, uint32_t samp
     }
 }
 
+/* A worker's requests are staged (on its own thread) until it kicks them
+ * off, or waits: a chunk's reads reach the source's thread together, in
+ * order, so neighbours can share a GET whatever the other workers do. */
+static __thread struct {
+    struct source_s3 *r;
+    struct rreq *head, **tail;
+} stage;
+
+static void stage_flush(void)
+{
+    struct source_s3 *r = stage.r;
+    uint64_t one = 1;
+    if (!r)
+        return;
+    stage.r = NULL;
+    if (!stage.head)
+        return;
+    pthread_mutex_lock(&r->lock);
+    int first = r->pending == NULL;
+    *r->pending_tail = stage.head;
+    r->pending_tail = stage.tail;
+    pthread_mutex_unlock(&r->lock);
+    if (first && write(r->efd, &one, sizeof(one)) < 0)
+        log_warn("dataset '%s': source wake-up: %s", r->name, strerror(errno));
+}
+
 static void s3_submit(const struct source *s, struct io_req *q)
 {
     struct source_s3 *r = s->impl;
     struct rreq *rr = calloc(1, sizeof(*rr));
-    uint64_t one = 1;
     uint64_t length = q->size; /* a shard member's (s3_req) */
     q->res = 0;
     q->failed = IO_STEP_NONE;
@@ -1044,13 +1198,22 @@ static void s3_submit(const struct source *s, struct io_req *q)
         rr->length = length ? length : 1; /* never 0: that is the whole shard */
     }
     __atomic_store_n(&q->state, IO_S_QUEUED, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&r->lock);
-    int first = r->pending == NULL;
-    *r->pending_tail = rr;
-    r->pending_tail = &rr->next;
-    pthread_mutex_unlock(&r->lock);
-    if (first && write(r->efd, &one, sizeof(one)) < 0)
-        log_warn("dataset '%s': source wake-up: %s", r->name, strerror(errno));
+    if (stage.r != r)
+        stage_flush();
+    if (!stage.r) {
+        stage.r = r;
+        stage.head = NULL;
+        stage.tail = &stage.head;
+    }
+    *stage.tail = rr;
+    stage.tail = &rr->next;
+}
+
+/* The requests this thread staged for r go to its thread. */
+static void s3_kick(const struct source *s)
+{
+    if (stage.r == s->impl)
+        stage_flush();
 }
 
 /* Takes q back under r->lock: out of the queue when not started (done
@@ -1085,6 +1248,8 @@ static ssize_t s3_wait(const struct source *s, struct io_req *q, const int *stop
     struct source_s3 *r = s->impl;
     int asked = 0;
     uint64_t one = 1;
+    if (stage.r == r)
+        stage_flush();
     pthread_mutex_lock(&r->lock);
     while (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) != IO_S_DONE) {
         if (!asked && stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
@@ -1182,6 +1347,7 @@ static const struct source_ops s3_ops = {
     .read = s3_read,
     .submit = s3_submit,
     .wait = s3_wait,
+    .kick = s3_kick,
     .wake = s3_wake,
     .cancel = s3_cancel,
     .stats = s3_stats,
