@@ -17,9 +17,14 @@
  * the shards' directory listed for their sizes and ETags, each shard
  * indexed by source_shards_index (source_tar.c: its member list in
  * cache.dir, keyed by its URL, size and ETag, else its headers walked
- * through ranged GETs of S3_WINDOW bytes on this thread); a sample is then
- * its image member's byte range, one ranged GET, its identity the
- * member's size and the shard's ETag.
+ * through ranged GETs of S3_WINDOW bytes on this thread, the first window
+ * of every shard fetched at once beforehand); a sample is then its image
+ * member's byte range, one ranged GET (neighbours handed over together
+ * share one: struct rgroup) with the shard's indexed ETag as If-Match,
+ * its identity the member's size and the shard's ETag.
+ *
+ * A manifest of URLs (source_s3_rows_new): s3:// rows of one bucket, each
+ * directory listed once, or http(s):// rows, each probed, all at once.
  *
  * Reads: source_submit hands a request to the source's own thread, which
  * runs an event loop (the objstore's: curl's sockets and timers as
@@ -32,7 +37,8 @@
  * the status and S3's message); the dataset's on_error applies.
  *
  * Credentials: source.credentials_file (an AWS credentials file, the
- * profile $AWS_PROFILE or "default") when set, else AWS_ACCESS_KEY_ID,
+ * profile $AWS_PROFILE or "default"; the dataset's own, or the global
+ * key; read only when trusted: creds_open) when set, else AWS_ACCESS_KEY_ID,
  * AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN. They are handed to the
  * objstore (which copies them) and wiped here; never logged, never in
  * the stats.
