@@ -1076,15 +1076,9 @@ int objstore_cancel(struct objstore *os, void *arg)
         unlink_req(&os->waiting, r);
         os->n_waiting--;
     } else if ((r = find_req(os->q_head, arg)) != NULL) {
-        if (r->prev)
-            r->prev->next = r->next;
-        else
-            os->q_head = r->next;
-        if (r->next)
-            r->next->prev = r->prev;
-        else
+        if (os->q_tail == r)
             os->q_tail = r->prev;
-        r->prev = r->next = NULL;
+        unlink_req(&os->q_head, r);
         os->n_queued--;
     } else {
         return -ENOENT;
