@@ -223,12 +223,6 @@ END_TEST
 
 /* ---- case "cancel": a stream closed while its GETs hang ---- */
 
-static void cancel_setup(void)
-{
-    /* a GET would wait out the proxy's delay (300 s) within its timeout */
-    start_daemon("  retries: 2\n  timeout_ms: 240000\n");
-}
-
 static long start_tar_in(const char *cache_name);
 
 /* Opens a stream of name while every GET hangs, waits for in_flight of
@@ -267,6 +261,9 @@ static void abandon_stream(const char *name, double in_flight)
 
 START_TEST(test_cancel)
 {
+    /* started here (the case stops it): a GET would wait out the proxy's
+     * delay (300 s) within its timeout */
+    start_daemon("  retries: 2\n  timeout_ms: 240000\n");
     abandon_stream("s3", 7);
     /* the server answers again: the dataset is whole, nothing was kept
      * from the reads taken back */
@@ -276,6 +273,7 @@ START_TEST(test_cancel)
     start_tar_in("cache-cancel");
     abandon_stream("s3tar", 1);
     same_as_folder("s3tar", 0, 0);
+    harness_stop_checked(&H);
 }
 END_TEST
 
@@ -634,7 +632,7 @@ int main(void)
     tc = harness_tcase("faults", faults_setup, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_faults);
     suite_add_tcase(s, tc);
-    tc = harness_tcase("cancel", cancel_setup, daemon_teardown, CASE_TIMEOUT_S);
+    tc = harness_tcase("cancel", NULL, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_cancel);
     suite_add_tcase(s, tc);
     tc = harness_tcase("disk", NULL, NULL, CASE_TIMEOUT_S);
