@@ -739,6 +739,44 @@ static int cfg_root_list(struct cfg_parse *ps, struct config_dataset *d, const y
     return 0;
 }
 
+/* A dataset's own source keys (`source:` under the dataset), beside the
+ * global source.* ones they override for it: which field each fills. */
+static const struct {
+    const char *name;
+    size_t off, len;
+} cfg_dataset_source_keys[] = {
+    {"endpoint", offsetof(struct config_source, endpoint),
+     sizeof(((struct config_source *)0)->endpoint)},
+    {"region", offsetof(struct config_source, region),
+     sizeof(((struct config_source *)0)->region)},
+    {"credentials_file", offsetof(struct config_source, credentials_file),
+     sizeof(((struct config_source *)0)->credentials_file)},
+};
+#define CFG_DS_SOURCE_KEYS 3
+
+static int cfg_dataset_source_pair(struct cfg_parse *ps, void *arg, const char *key,
+                                   const yaml_node_t *knode, const yaml_node_t *val)
+{
+    struct config_dataset *d = arg;
+    const char *s = scalar(val);
+    char full[64];
+    snprintf(full, sizeof(full), "source.%s", key);
+    for (int i = 0; i < CFG_DS_SOURCE_KEYS; i++) {
+        if (strcmp(key, cfg_dataset_source_keys[i].name) != 0)
+            continue;
+        size_t cap = cfg_dataset_source_keys[i].len;
+        if (!s || !*s)
+            return cfg_error(ps, val, full, "expected a non-empty scalar");
+        if (strlen(s) >= cap)
+            return cfg_error(ps, val, full, "longer than %zu characters", cap - 1);
+        snprintf((char *)&d->source + cfg_dataset_source_keys[i].off, cap, "%s", s);
+        d->source.own_line[i] = (int)val->start_mark.line + 1;
+        return 0;
+    }
+    return cfg_error(ps, knode, full, "unknown key of a dataset's source (endpoint, region, "
+                     "credentials_file; the others are global: source.*)");
+}
+
 static int cfg_dataset_pair(struct cfg_parse *ps, void *arg, const char *key,
                             const yaml_node_t *knode, const yaml_node_t *val)
 {
@@ -770,11 +808,13 @@ static int cfg_dataset_pair(struct cfg_parse *ps, void *arg, const char *key,
         return cfg_root_list(ps, d, val);
     if (strcmp(key, "batch") == 0)
         return cfg_batch(ps, d, val);
+    if (strcmp(key, "source") == 0)
+        return cfg_each_pair(ps, val, "source", cfg_dataset_source_pair, d);
     if (strcmp(key, "name") != 0 && strcmp(key, "root") != 0 &&
         strcmp(key, "on_error") != 0)
         return cfg_error(ps, knode, key,
                          "unknown dataset key (name, root, steps, split, on_error, encoding, "
-                         "follow_symlinks, batch)");
+                         "follow_symlinks, batch, source)");
     if (!s || !*s)
         return cfg_error(ps, val, key, "expected a non-empty scalar");
     if (strcmp(key, "name") == 0) {
@@ -1056,6 +1096,8 @@ static int cfg_dataset_source(struct cfg_parse *ps, const struct config *c,
     size_t lens[] = {sizeof(d->source.endpoint), sizeof(d->source.region),
                      sizeof(d->source.credentials_file)};
     for (int i = 0; i < 3; i++) {
+        if (d->source.own_line[i]) /* the dataset's own */
+            continue;
         if (strlen(vals[i] ? vals[i] : "") < lens[i]) {
             snprintf(dst[i], lens[i], "%s", vals[i] ? vals[i] : "");
             continue;
@@ -1351,7 +1393,10 @@ int config_dataset_same(const struct config_dataset *a, const struct config_data
     if (strcmp(a->name, b->name) != 0 || strcmp(a->root, b->root) != 0 ||
         a->nsteps != b->nsteps || a->split != b->split || a->on_error != b->on_error ||
         a->zstd_level != b->zstd_level || a->follow_symlinks != b->follow_symlinks ||
-        a->split_auto != b->split_auto || a->pad_max != b->pad_max)
+        a->split_auto != b->split_auto || a->pad_max != b->pad_max ||
+        strcmp(a->source.endpoint, b->source.endpoint) != 0 ||
+        strcmp(a->source.region, b->source.region) != 0 ||
+        strcmp(a->source.credentials_file, b->source.credentials_file) != 0)
         return 0;
     /* A step's fingerprint covers every parameter, at full precision. */
     for (uint32_t i = 0; i < a->nsteps; i++)

@@ -79,6 +79,9 @@ struct config_source {
     uint64_t max_bytes;          /* larger objects fail unread (limits.file_size) */
     char cache_dir[1024];        /* cache.dir, where tar shards' member lists
                                     are kept (shardidx.h); "": nowhere */
+    /* A dataset's own `source:` keys (endpoint, region, credentials_file)
+     * set at these lines (0: the global source.* key's value) */
+    int own_line[3];
 };
 
 /* What a dataset's pipeline makes after each prefix of its steps, computed

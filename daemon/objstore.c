@@ -55,6 +55,8 @@ struct req {
     long status;
     int status_known;
     char etag[S3XML_ETAG_MAX];
+    int must_match;     /* etag was given (If-Match on every attempt) */
+    int changed;        /* this response's ETag is not etag */
     uint64_t size;
     int fail_rc;
     char msg[512];
@@ -328,6 +330,11 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *userdata)
         /* A whole object for a ranged request: drop what is not wanted. */
         if (r->status == 200 && r->ranged)
             r->skip = r->off + r->got;
+        if (r->changed && r->status >= 200 && r->status < 300) {
+            fail_req(r, -ESTALE, "GET %s: the object changed (ETag \"%s\" asked for)", r->url,
+                     r->etag);
+            return 0;
+        }
     }
     if (r->status < 200 || r->status >= 300) {
         size_t room = ERRBODY_MAX - r->errlen;
@@ -369,6 +376,7 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *userdata)
         line[--k] = '\0';
     if (strncmp(line, "HTTP/", 5) == 0) { /* a new response (redirects) */
         r->status_known = 0;
+        r->changed = 0;
         r->size = 0;
         return n;
     }
@@ -383,6 +391,10 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *userdata)
         size_t vl = strlen(v);
         if (vl >= 2 && v[0] == '"' && v[vl - 1] == '"')
             v++, vl -= 2;
+        if (r->must_match) { /* a server that ignored If-Match: checked here */
+            r->changed = vl != strlen(r->etag) || memcmp(v, r->etag, vl) != 0;
+            return n;
+        }
         if (vl < sizeof(r->etag)) {
             memcpy(r->etag, v, vl);
             r->etag[vl] = '\0';
@@ -509,6 +521,8 @@ static void complete(struct req *r, int rc)
     struct objstore *os = r->os;
     if (rc == 0)
         os->st.completed++;
+    else if (rc == -ECANCELED)
+        os->st.cancelled++;
     else
         os->st.failed++;
     struct objstore_result res = {
@@ -572,6 +586,7 @@ static void start_attempt(struct req *r)
     }
     r->status = 0;
     r->status_known = 0;
+    r->changed = 0;
     r->skip = 0;
     r->complete_early = 0;
     r->errlen = 0;
@@ -588,7 +603,7 @@ static void start_attempt(struct req *r)
             explicit_bzero(th, sizeof(th));
         }
     }
-    if (r->got && r->etag[0]) { /* resuming: the same object or nothing */
+    if (r->etag[0] && (r->got || r->must_match)) { /* the same object or nothing */
         char im[128];
         snprintf(im, sizeof(im), "If-Match: \"%s\"", r->etag);
         h = curl_slist_append(h, im);
@@ -752,6 +767,8 @@ static void finish_attempt(struct req *r, CURLcode res)
         ok = 1;
     } else if (r->fail_rc) {
         rc = r->fail_rc;
+        if (rc == -ESTALE)
+            os->st.failed_changed++;
     } else if (res == CURLE_OK && r->status >= 200 && r->status < 300) {
         uint64_t want = r->len;
         if (want && r->got < want && !(r->size && r->off + r->got >= r->size)) {
@@ -768,6 +785,8 @@ static void finish_attempt(struct req *r, CURLcode res)
         rc = retry ? -EIO : http_errno(r->status);
         if (!retry)
             os->st.failed_http++;
+        if (rc == -ESTALE)
+            os->st.failed_changed++;
     } else {
         snprintf(why, sizeof(why), "%s", r->curlerr[0] ? r->curlerr : curl_easy_strerror(res));
         retry = retryable_curl(res);
@@ -978,9 +997,9 @@ static int valid_bucket(const char *b)
     return 1;
 }
 
-static int submit(struct objstore *os, char *url, uint64_t offset, uint64_t length,
-                  objstore_sink_fn sink, void *sink_arg, objstore_done_fn done, void *arg,
-                  struct list_job *list)
+static int submit(struct objstore *os, char *url, const char *if_match, uint64_t offset,
+                  uint64_t length, objstore_sink_fn sink, void *sink_arg,
+                  objstore_done_fn done, void *arg, struct list_job *list)
 {
     struct req *r = calloc(1, sizeof(*r));
     if (r == NULL) {
@@ -997,6 +1016,10 @@ static int submit(struct objstore *os, char *url, uint64_t offset, uint64_t leng
     r->arg = arg;
     r->list = list;
     r->resumable = list == NULL;
+    if (if_match && *if_match) {
+        snprintf(r->etag, sizeof(r->etag), "%s", if_match);
+        r->must_match = 1;
+    }
     r->timer = evtimer_new(os->base, on_req_timer, r);
     if (r->timer == NULL) {
         free_req(r);
@@ -1021,10 +1044,49 @@ int objstore_get(struct objstore *os, const struct objstore_target *t, uint64_t 
         return -EINVAL;
     if (length && offset > UINT64_MAX - length)
         return -EINVAL;
+    if (t->if_match && strlen(t->if_match) >= S3XML_ETAG_MAX)
+        return -EINVAL;
     char *url = target_url(os, t, NULL);
     if (url == NULL)
         return -ENAMETOOLONG;
-    return submit(os, url, offset, length, sink, sink_arg, done, arg, NULL);
+    return submit(os, url, t->if_match, offset, length, sink, sink_arg, done, arg, NULL);
+}
+
+/* The request of done argument arg in list (linked by next), or NULL. */
+static struct req *find_req(struct req *list, void *arg)
+{
+    for (; list; list = list->next)
+        if (list->list == NULL && list->arg == arg)
+            return list;
+    return NULL;
+}
+
+int objstore_cancel(struct objstore *os, void *arg)
+{
+    struct req *r;
+    if ((r = find_req(os->active, arg)) != NULL) {
+        curl_multi_remove_handle(os->multi, r->easy);
+        unlink_req(&os->active, r);
+        os->n_active--;
+        /* its connection may be mid-response: not reused */
+        curl_easy_cleanup(r->easy);
+        r->easy = NULL;
+    } else if ((r = find_req(os->waiting, arg)) != NULL) {
+        evtimer_del(r->timer);
+        unlink_req(&os->waiting, r);
+        os->n_waiting--;
+    } else if ((r = find_req(os->q_head, arg)) != NULL) {
+        if (os->q_tail == r)
+            os->q_tail = r->prev;
+        unlink_req(&os->q_head, r);
+        os->n_queued--;
+    } else {
+        return -ENOENT;
+    }
+    fail_req(r, -ECANCELED, "GET %s: cancelled", r->url);
+    complete(r, -ECANCELED);
+    start_next(os);
+    return 0;
 }
 
 /* ---- listing ---- */
@@ -1102,7 +1164,7 @@ static int list_page(struct list_job *job)
              pre);
     struct objstore_target t = {.bucket = job->bucket, .key = NULL};
     char *url = target_url(os, &t, query);
-    return url ? submit(os, url, 0, 0, NULL, NULL, list_page_done, job, job) : -ENOMEM;
+    return url ? submit(os, url, NULL, 0, 0, NULL, NULL, list_page_done, job, job) : -ENOMEM;
 }
 
 int objstore_list(struct objstore *os, const char *bucket, const char *prefix,

@@ -83,10 +83,15 @@ typedef void (*objstore_done_fn)(void *arg, int rc, struct objstore_result *res)
  * (the request then fails with that error). */
 typedef int (*objstore_sink_fn)(void *arg, const uint8_t *data, size_t len);
 
-/* What to read: a URL (http/https sources) or an S3 bucket and key. */
+/* What to read: a URL (http/https sources) or an S3 bucket and key.
+ * if_match (NULL or "": none): the ETag (quotes removed) the object must
+ * still have; every attempt sends it as If-Match, and a server answering
+ * 412 (the object was replaced) fails the request with -ESTALE, untried
+ * again, so a range of a replaced object is never read. */
 struct objstore_target {
     const char *url;
     const char *bucket, *key;
+    const char *if_match;
 };
 
 /* The listing a ListObjectsV2 walk ends with: objects (key, size, ETag)
@@ -117,6 +122,14 @@ int objstore_get(struct objstore *os, const struct objstore_target *t, uint64_t 
                  uint64_t length, objstore_sink_fn sink, void *sink_arg,
                  objstore_done_fn done, void *arg);
 
+/* Takes back the GET whose done argument is arg, wherever it is (queued,
+ * in flight: its transfer is dropped, its connection closed; waiting to
+ * retry): its done runs now with -ECANCELED, before this returns. Returns
+ * 0, or -ENOENT when there is none to take back (it completed, or is
+ * failing already: its done runs from the loop soon). Loop thread only,
+ * never from inside a done or a sink. */
+int objstore_cancel(struct objstore *os, void *arg);
+
 /* Lists bucket's keys under prefix, page_keys a page (0: the server's
  * default, 1000 on S3), following continuation tokens to the end. Returns
  * 0 (done runs later, once: the listing, which it objstore_listing_frees,
@@ -142,6 +155,8 @@ struct objstore_stats {
     uint64_t failed_http;   /* ... with an HTTP error status */
     uint64_t failed_timeout;
     uint64_t failed_connect; /* refused, reset, unreachable, truncated */
+    uint64_t failed_changed; /* 412: the object is not the one asked for (If-Match) */
+    uint64_t cancelled;     /* requests taken back (objstore_cancel, objstore_free) */
     uint64_t status_5xx, status_429, status_4xx; /* responses seen, every attempt */
     uint64_t bytes;         /* body bytes received */
     uint64_t bytes_per_s;   /* in the last whole second */

@@ -502,6 +502,7 @@ static void chunk_prepare(struct chunk *C, struct io_ring *io, size_t bytes,
 {
     /* a new arena in whole grains; one read ahead is already large enough */
     int have_arena = bytes <= C->arena_cap || chunk_arena(C, align_up(bytes, ARENA_GRAIN)) == 0;
+    int remote = 0;
     C->nreq = 0;
     for (uint32_t i = 0; i < C->m; i++) {
         struct item *it = &C->items[i];
@@ -530,11 +531,15 @@ static void chunk_prepare(struct chunk *C, struct io_ring *io, size_t bytes,
             q->state = IO_S_DONE; /* no on_done: the loop's chunks have their arena */
             continue;
         }
-        if (it->where == TIERS_SOURCE)
+        if (it->where == TIERS_SOURCE) {
             source_submit(dataset_source(C->x.ds), io, q); /* remote: its own loop */
-        else
+            remote = 1;
+        } else {
             io_submit(io, q);
+        }
     }
+    if (remote) /* the chunk's remote reads together: neighbours share a GET */
+        source_kick(dataset_source(C->x.ds));
     io_poll(io);
 }
 
@@ -545,7 +550,7 @@ static void chunk_need(struct worker_ctx *ctx, struct chunk *C, struct item *it)
         return;
     io_poll(ctx->io); /* completions in, more reads out */
     if (it->where == TIERS_SOURCE)
-        source_wait(dataset_source(C->x.ds), ctx->io, &C->reqs[it->req]);
+        source_wait(dataset_source(C->x.ds), ctx->io, &C->reqs[it->req], ctx->stop);
     else
         io_wait(ctx->io, &C->reqs[it->req]);
     tiers_unpin(&C->x, &it->t);
@@ -985,6 +990,10 @@ uint32_t pipeline_batch_padded(struct pipeline *p, struct dataset *ds, const uin
                 if (lengths)
                     lengths[k] = len;
                 labels[k++] = dataset_label(ds, id);
+                continue;
+            }
+            if (f == -ECANCELED && ctx->stop && __atomic_load_n(ctx->stop, __ATOMIC_ACQUIRE)) {
+                stop = 1; /* its stream went away: not a bad sample */
                 continue;
             }
             fault_report(p, ctx, ds, id, f, err);

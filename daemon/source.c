@@ -126,9 +126,22 @@ void source_submit(const struct source *s, struct io_ring *io, struct io_req *q)
         io_submit(io, q);
 }
 
-ssize_t source_wait(const struct source *s, struct io_ring *io, struct io_req *q)
+ssize_t source_wait(const struct source *s, struct io_ring *io, struct io_req *q,
+                    const int *stop)
 {
-    return s->ops->wait ? s->ops->wait(s, q) : io_wait(io, q);
+    return s->ops->wait ? s->ops->wait(s, q, stop) : io_wait(io, q);
+}
+
+void source_kick(const struct source *s)
+{
+    if (s->ops->kick)
+        s->ops->kick(s);
+}
+
+void source_wake(const struct source *s)
+{
+    if (s && s->ops->wake)
+        s->ops->wake(s);
 }
 
 void source_cancel(const struct source *s, struct io_ring *io, struct io_req *q)

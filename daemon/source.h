@@ -134,8 +134,20 @@ struct io_ring;
 /* Runs q (made by source_req): on io for files, on the source's own loop
  * for a remote source. Any thread but the event loop's for a remote one. */
 void source_submit(const struct source *s, struct io_ring *io, struct io_req *q);
-/* Blocks until q is done; returns q->res. */
-ssize_t source_wait(const struct source *s, struct io_ring *io, struct io_req *q);
+/* What this thread submitted to s goes out (a remote source holds it
+ * until then, so that neighbours may share a request; waiting on one
+ * sends them too). Nothing for files. */
+void source_kick(const struct source *s);
+/* Blocks until q is done; returns q->res. A remote source's wait also
+ * ends once *stop (a relaxed atomic int; NULL: none) is set and
+ * source_wake is called: q is then taken back (its transfer dropped, the
+ * connection closed) and ends with -ECANCELED unless it completed first.
+ * A file's read is short: it is waited for. */
+ssize_t source_wait(const struct source *s, struct io_ring *io, struct io_req *q,
+                    const int *stop);
+/* Any thread: the waiters of s look at their stop flags again (call it
+ * after setting one). NULL is fine. */
+void source_wake(const struct source *s);
 /* Takes q back (done once this returns; -ECANCELED when it had not started). */
 void source_cancel(const struct source *s, struct io_ring *io, struct io_req *q);
 
@@ -154,6 +166,8 @@ void source_cancel(const struct source *s, struct io_ring *io, struct io_req *q)
     X(failed_http, COUNTER, "requests", "... of them with an HTTP error status")      \
     X(failed_timeout, COUNTER, "requests", "... of them timed out")                   \
     X(failed_connect, COUNTER, "requests", "... refused, reset, unreachable or cut short") \
+    X(failed_changed, COUNTER, "requests", "... the object was replaced since indexing (412)") \
+    X(cancelled, COUNTER, "requests", "requests taken back: their batch or source went away") \
     X(status_5xx, COUNTER, "responses", "5xx responses, every attempt")               \
     X(status_429, COUNTER, "responses", "429 responses, every attempt")               \
     X(status_4xx, COUNTER, "responses", "other 4xx responses, every attempt")         \

@@ -24,10 +24,13 @@ struct source_ops {
                 uint64_t max_size, struct img *out, struct source_file *f, char *err,
                 size_t errlen);
     /* Remote sources (NULL for files: the caller's I/O ring runs req's
-     * requests): a request made by req handed to the source, waited for,
-     * taken back; and the source's own stats section. */
+     * requests): a request made by req handed to the source, waited for
+     * (taken back once *stop is set), taken back; the waiters woken to
+     * look at their stop flags; and the source's own stats section. */
     void (*submit)(const struct source *s, struct io_req *q);
-    ssize_t (*wait)(const struct source *s, struct io_req *q);
+    void (*kick)(const struct source *s); /* submitted ones go out (wait does too) */
+    ssize_t (*wait)(const struct source *s, struct io_req *q, const int *stop);
+    void (*wake)(const struct source *s);
     void (*cancel)(const struct source *s, struct io_req *q);
     void (*stats)(const struct source *s, struct stats_out *o);
 };
@@ -48,6 +51,12 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
                   char *err, size_t errlen);
 int source_tar_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
                    char *err, size_t errlen);
+/* A manifest whose rows are URLs (source_manifest.c hands it over): all
+ * s3://BUCKET/KEY of one bucket (listed for sizes and ETags) or all
+ * http(s):// (each probed, all at once), read as S3 objects are. */
+struct manifest;
+int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
+                       const struct manifest *m, struct index *ix, char *err, size_t errlen);
 
 /* Tar shards in the WebDataset layout, local (source_tar.c) or remote
  * (source_s3.c): what indexing needs of a shard. */

@@ -5,8 +5,10 @@
  * manifest's directory (resolved once, at indexing); each file is statted
  * at indexing for the disk tier's key. A file missing then is indexed with
  * size 0 and is a bad sample when read (the on_error policy applies), so
- * sample ids stay the line order. URL paths wait for the HTTP and S3
- * sources: refused at start, naming the line.
+ * sample ids stay the line order. A manifest whose rows are URLs (all
+ * s3:// of one bucket, or all http(s)://) is read by source_s3.c
+ * (source_s3_rows_new); a URL among local paths is refused, naming the
+ * line.
  *
  * Files are read whole by the I/O ring from their absolute paths; the
  * manifest is the operator's config, so its paths may be anywhere.
@@ -116,10 +118,10 @@ static int index_manifest(const struct config_dataset *cfg, const struct manifes
         struct stat sb;
         errno = 0;
         if (manifest_is_url(m, i)) {
-            snprintf(err, errlen, "%s:%llu: %s: URL paths need an http or s3 source, "
-                     "not served yet", cfg->root, (unsigned long long)manifest_line(m, i),
-                     path);
-            return -EPROTONOSUPPORT;
+            snprintf(err, errlen, "%s:%llu: %s: a URL among local paths (a manifest's rows "
+                     "are all local paths or all URLs)", cfg->root,
+                     (unsigned long long)manifest_line(m, i), path);
+            return -EINVAL;
         }
         if (stat(path, &sb) < 0 || !S_ISREG(sb.st_mode)) {
             if (missing++ < 5)
@@ -174,6 +176,11 @@ int source_manifest_new(struct source *s, const struct config_dataset *cfg, stru
     free(text);
     if (rc < 0) {
         snprintf(err, errlen, "dataset '%s': %s", cfg->name, msg);
+    } else if (manifest_count(m) && manifest_is_url(m, 0)) { /* objects by URL */
+        rc = source_s3_rows_new(s, cfg, m, ix, err, errlen);
+        manifest_free(m);
+        free(real);
+        return rc;
     } else if ((rc = index_manifest(cfg, m, ix, msg, sizeof(msg))) < 0) {
         if (strncmp(msg, "dataset '", 9) == 0)
             snprintf(err, errlen, "%s", msg);

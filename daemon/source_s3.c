@@ -17,9 +17,14 @@
  * the shards' directory listed for their sizes and ETags, each shard
  * indexed by source_shards_index (source_tar.c: its member list in
  * cache.dir, keyed by its URL, size and ETag, else its headers walked
- * through ranged GETs of S3_WINDOW bytes on this thread); a sample is then
- * its image member's byte range, one ranged GET, its identity the
- * member's size and the shard's ETag.
+ * through ranged GETs of S3_WINDOW bytes on this thread, the first window
+ * of every shard fetched at once beforehand); a sample is then its image
+ * member's byte range, one ranged GET (neighbours handed over together
+ * share one: struct rgroup) with the shard's indexed ETag as If-Match,
+ * its identity the member's size and the shard's ETag.
+ *
+ * A manifest of URLs (source_s3_rows_new): s3:// rows of one bucket, each
+ * directory listed once, or http(s):// rows, each probed, all at once.
  *
  * Reads: source_submit hands a request to the source's own thread, which
  * runs an event loop (the objstore's: curl's sockets and timers as
@@ -32,7 +37,8 @@
  * the status and S3's message); the dataset's on_error applies.
  *
  * Credentials: source.credentials_file (an AWS credentials file, the
- * profile $AWS_PROFILE or "default") when set, else AWS_ACCESS_KEY_ID,
+ * profile $AWS_PROFILE or "default"; the dataset's own, or the global
+ * key; read only when trusted: creds_open) when set, else AWS_ACCESS_KEY_ID,
  * AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN. They are handed to the
  * objstore (which copies them) and wiped here; never logged, never in
  * the stats.
@@ -45,10 +51,13 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "braces.h"
@@ -56,8 +65,11 @@
 #include "hash.h"
 #include "io.h"
 #include "log.h"
+#include "manifest.h"
 #include "objstore.h"
+#include "shardidx.h"
 #include "stats.h"
+#include "trust.h"
 
 /* Failures after the last try logged one by one per source; the rest counted. */
 #define S3_FAILS_LOGGED 10
@@ -71,7 +83,45 @@ struct rreq {
     uint64_t off, length; /* a shard member's range; length 0: the whole object */
     uint64_t got; /* body bytes seen (those past q->len are not kept) */
     struct rreq *next;
+    /* started: on r->started (under r->lock) until it finishes */
+    struct rreq *sprev, *snext;
+    int cancel;         /* a waiter took it back: the thread cancels it */
+    struct rreq *cnext; /* the thread's list of those to cancel */
+    struct rgroup *group; /* read by one GET with its neighbours, or NULL */
 };
+
+/* Shard members next to each other (in the order they were handed over:
+ * a chunk's samples) read by one GET of the range from the first's start
+ * to the last's end: its bytes go to each member's buffer, the gaps
+ * between them (tar headers, padding) dropped. */
+#define S3_COALESCE_GAP (64u << 10)  /* at most this between two members */
+#define S3_COALESCE_SPAN (8u << 20)  /* a group's range at most */
+#define S3_COALESCE_MAX 64           /* members a group */
+struct rgroup {
+    struct source_s3 *r;
+    uint64_t off, end, at; /* the range; at: the next byte's offset */
+    uint32_t n, first;     /* members; the first one at or after at */
+    struct rreq *m[S3_COALESCE_MAX]; /* NULL once finished on its own (cancelled) */
+};
+
+struct objstore_result;
+static void log_failure(struct source_s3 *r, int rc, const struct rreq *rr,
+                        const struct objstore_result *res);
+
+/* A shard as its members' reads name it (an io_req's path is key, so the
+ * shard is found from the request): the ETag it was indexed at, sent as
+ * If-Match with every read of a member, so a shard replaced since is a
+ * clear error, never another version's bytes at this version's offsets. */
+struct shard_ref {
+    char etag[S3XML_ETAG_MAX];
+    int changed; /* logged as replaced (the thread's) */
+    char key[];
+};
+
+static struct shard_ref *shard_ref_of(const char *key)
+{
+    return (struct shard_ref *)(void *)(key - offsetof(struct shard_ref, key));
+}
 
 struct source_s3 {
     const char *root, *name;
@@ -87,12 +137,15 @@ struct source_s3 {
     pthread_mutex_t lock;
     pthread_cond_t done; /* a request became done */
     struct rreq *pending, **pending_tail; /* handed over, not yet started */
+    struct rreq *started;                 /* on the objstore, not yet finished */
+    unsigned cancels;                     /* started ones taken back, not yet cancelled */
     int stopping;
     struct objstore_stats snap; /* the objstore's, every S3_SNAPSHOT_MS */
     uint64_t logged;            /* failures logged (the thread's) */
     /* tar shards (a root ending in .tar): their keys, each sample's shard
      * and image member offset; NULL for an ImageFolder bucket */
     char **shard_keys;
+    struct shard_ref **shards; /* nshards, each shard's key and ETag */
     size_t nshards;
     uint32_t *shard_of;
     uint64_t *offset;
@@ -119,6 +172,50 @@ static char *trim(char *s)
     return s;
 }
 
+/* Opens a credentials file only if nobody but root and the daemon's user
+ * could have written what it says: its directories trusted (trust.h),
+ * the file itself a regular file (no link followed) of root's or the
+ * user's, writable by neither group nor others. A stream, or NULL with a
+ * message. */
+static FILE *creds_open(const char *path, char *err, size_t errlen)
+{
+    char dir[1024], why[512];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1,
+             slash ? (slash == path ? "/" : path) : ".");
+    struct trust_opts o = {.uid = geteuid(), .flags = TRUST_STICKY_OK};
+    int dfd = trust_open_dir(dir, &o, why, sizeof(why));
+    if (dfd < 0) {
+        snprintf(err, errlen, "source.credentials_file %s: %s%s", path,
+                 dfd == -EPERM ? "not trusted: " : "", why);
+        return NULL;
+    }
+    int fd = openat(dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+    int rc = fd < 0 ? -errno : 0;
+    close(dfd);
+    struct stat st;
+    if (rc == 0 && fstat(fd, &st) < 0)
+        rc = -errno;
+    if (rc < 0) {
+        snprintf(err, errlen, "source.credentials_file %s: %s", path,
+                 rc == -ELOOP ? "a symbolic link (not followed)" : strerror(-rc));
+    } else if (!S_ISREG(st.st_mode) || (st.st_uid != 0 && st.st_uid != geteuid()) ||
+               (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        rc = -EPERM;
+        snprintf(err, errlen, "source.credentials_file %s: not trusted: %s", path,
+                 !S_ISREG(st.st_mode) ? "not a regular file"
+                 : (st.st_mode & (S_IWGRP | S_IWOTH)) ? "writable by its group or others"
+                                                        : "owned by another user");
+    }
+    FILE *f = rc == 0 ? fdopen(fd, "re") : NULL;
+    if (rc == 0 && !f)
+        snprintf(err, errlen, "source.credentials_file %s: %s", path, strerror(errno));
+    if (!f && fd >= 0)
+        close(fd);
+    return f;
+}
+
 /* An AWS credentials file's profile: aws_access_key_id, ... 0 or -errno
  * with a message (which never quotes a value). */
 static int creds_file(const char *path, struct creds *c, char *err, size_t errlen)
@@ -126,12 +223,9 @@ static int creds_file(const char *path, struct creds *c, char *err, size_t errle
     const char *profile = getenv("AWS_PROFILE");
     char line[8192], want[300];
     int in = 0, lineno = 0;
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        int rc = -errno;
-        snprintf(err, errlen, "source.credentials_file %s: %s", path, strerror(-rc));
-        return rc;
-    }
+    FILE *f = creds_open(path, err, errlen);
+    if (!f)
+        return -EACCES;
     snprintf(want, sizeof(want), "[%s]", profile && *profile ? profile : "default");
     while (fgets(line, sizeof(line), f)) {
         char *s = trim(line), *eq;
@@ -366,6 +460,7 @@ static void range_done(void *arg, int rc, struct objstore_result *res)
 struct shard_win {
     struct source_s3 *r;
     const char *key;
+    const char *etag; /* the listing's (or the probe's): the walk reads that version */
     uint64_t size;
     uint64_t off; /* of win's bytes */
     struct img win;
@@ -375,11 +470,13 @@ struct shard_win {
 /* GETs [off, off + len) of key into out (reserved for len bytes) on the
  * opening thread; w (may be NULL) receives the object's size and ETag.
  * 0, or -errno with the objstore's message. */
-static int range_get(struct source_s3 *r, const char *key, uint64_t off, uint64_t len,
-                     struct img *out, struct range_wait *info, char *err, size_t errlen)
+static int range_get(struct source_s3 *r, const char *key, const char *etag, uint64_t off,
+                     uint64_t len, struct img *out, struct range_wait *info, char *err,
+                     size_t errlen)
 {
     struct range_wait w = {.base = r->base, .out = out, .cap = (size_t)len};
     struct objstore_target t = target_of(r, key);
+    t.if_match = etag;
     out->len = 0;
     int rc = objstore_get(r->os, &t, off, len, range_sink, &w, range_done, &w);
     if (rc < 0) {
@@ -418,7 +515,7 @@ static int shard_read(void *arg, uint64_t off, size_t len, struct img *out, char
             return rc;
         }
         sw->off = off;
-        if ((rc = range_get(sw->r, sw->key, off, want, &sw->win, NULL, err, errlen)) < 0) {
+        if ((rc = range_get(sw->r, sw->key, sw->etag, off, want, &sw->win, NULL, err, errlen)) < 0) {
             sw->win.len = 0;
             return rc;
         }
@@ -477,26 +574,143 @@ static int list_shard_dir(struct source_s3 *r, const struct config_dataset *cfg,
     return 0;
 }
 
-/* A shard's size and ETag from the server (http: no listing): a GET of
- * its first byte. 0 or -errno with a message. */
-static int probe_shard(struct source_s3 *r, const char *url, struct s3xml_object *obj,
-                       char *err, size_t errlen)
+
+/* Probes of many objects at once (io.depth in flight): each one's size
+ * and ETag from a GET of its first byte. */
+struct probe_all {
+    struct event_base *base;
+    size_t left;
+};
+
+struct probe_one {
+    struct probe_all *all;
+    int rc;
+    uint64_t size;
+    char etag[S3XML_ETAG_MAX];
+    char msg[512];
+};
+
+/* A shard's size and ETag from the server (http: no listing): what the
+ * GET of its first byte (probe_many) said. 0 or -errno with a message. */
+static int probed_shard(const struct probe_one *p, const char *url, struct s3xml_object *obj,
+                        char *err, size_t errlen)
 {
-    struct img one = {0};
-    struct range_wait info = {0};
-    int rc = img_reserve(&one, 1);
-    if (rc == 0)
-        rc = range_get(r, url, 0, 1, &one, &info, err, errlen);
-    img_free(&one);
-    if (rc == 0 && info.size == 0) {
+    if (p->rc < 0) {
+        snprintf(err, errlen, "%s", p->msg);
+        return p->rc;
+    }
+    if (p->size == 0) {
         snprintf(err, errlen, "GET %s: the response does not say the object's size", url);
-        rc = -EPROTO;
+        return -EPROTO;
     }
-    if (rc == 0) {
-        obj->size = info.size;
-        memcpy(obj->etag, info.etag, sizeof(obj->etag));
+    obj->size = p->size;
+    memcpy(obj->etag, p->etag, sizeof(obj->etag));
+    return 0;
+}
+
+static int probe_sink(void *arg, const uint8_t *data, size_t len)
+{
+    (void)arg, (void)data, (void)len;
+    return 0;
+}
+
+static void probe_done(void *arg, int rc, struct objstore_result *res)
+{
+    struct probe_one *p = arg;
+    p->rc = rc;
+    if (rc == 0 && res) {
+        p->size = res->size;
+        snprintf(p->etag, sizeof(p->etag), "%s", res->etag);
+    } else {
+        snprintf(p->msg, sizeof(p->msg), "%s",
+                 res && res->message ? res->message : strerror(-rc));
     }
-    return rc;
+    if (--p->all->left == 0)
+        event_base_loopbreak(p->all->base);
+}
+
+/* Probes keys[0..n) (URLs, or the bucket's keys) into out[], all in flight
+ * together on the opening thread. 0 (each out[i].rc says how it went), or
+ * -errno when the loop failed. */
+static int probe_many(struct source_s3 *r, const char *const *keys, size_t n,
+                      struct probe_one *out)
+{
+    struct probe_all all = {.base = r->base, .left = n};
+    for (size_t i = 0; i < n; i++) {
+        out[i] = (struct probe_one){.all = &all};
+        struct objstore_target t = target_of(r, keys[i]);
+        int rc = objstore_get(r->os, &t, 0, 1, probe_sink, NULL, probe_done, &out[i]);
+        if (rc < 0) {
+            out[i].rc = rc;
+            snprintf(out[i].msg, sizeof(out[i].msg), "GET %s: %s", keys[i], strerror(-rc));
+            all.left--;
+        }
+    }
+    while (all.left)
+        if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
+            return -EIO;
+    return 0;
+}
+
+/* A window fetched ahead for a shard's header walk. */
+struct win_get {
+    struct shard_win *sw;
+    size_t *left;
+    struct event_base *base;
+    int rc;
+};
+
+static int win_sink(void *arg, const uint8_t *data, size_t len)
+{
+    struct win_get *g = arg;
+    struct img *w = &g->sw->win;
+    size_t n = w->len + len > w->cap ? w->cap - w->len : len;
+    memcpy(w->data + w->len, data, n);
+    w->len += n;
+    return 0;
+}
+
+static void win_done(void *arg, int rc, struct objstore_result *res)
+{
+    struct win_get *g = arg;
+    (void)res;
+    g->rc = rc;
+    if (rc < 0)
+        g->sw->win.len = 0; /* the walk asks again, and says what fails */
+    if (--*g->left == 0)
+        event_base_loopbreak(g->base);
+}
+
+/* The first window of every shard in need[] (their lists are not in
+ * cache.dir), all in flight at once: the walks that follow start from
+ * them instead of one round trip after another. A window that fails is
+ * simply asked again by its walk. */
+static void prefetch_windows(struct source_s3 *r, struct shard_win *wins, const uint8_t *need,
+                             size_t n)
+{
+    struct win_get *g = calloc(n ? n : 1, sizeof(*g));
+    size_t left = 0;
+    if (!g)
+        return;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t want = wins[k].size < S3_WINDOW ? wins[k].size : S3_WINDOW;
+        if (!need[k] || !want || img_reserve(&wins[k].win, (size_t)want) < 0)
+            continue;
+        wins[k].win.len = 0;
+        wins[k].off = 0;
+        g[k] = (struct win_get){.sw = &wins[k], .left = &left, .base = r->base};
+        struct objstore_target t = target_of(r, wins[k].key);
+        t.if_match = wins[k].etag;
+        left++;
+        if (objstore_get(r->os, &t, 0, want, win_sink, &g[k], win_done, &g[k]) < 0)
+            left--;
+        else
+            wins[k].gets++;
+    }
+    while (left)
+        if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
+            break;
+    free(g);
 }
 
 /* The shards root names (a key ending in .tar, or a brace pattern of
@@ -515,6 +729,10 @@ static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg
         return rc;
     }
     r->nshards = n;
+    if (!(r->shards = calloc(n ? n : 1, sizeof(*r->shards)))) {
+        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+        return -ENOMEM;
+    }
     struct list_wait w = {.base = r->base};
     if (!r->http && (rc = list_shard_dir(r, cfg, pattern, &w, err, errlen)) < 0)
         return rc;
@@ -523,14 +741,22 @@ static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg
     struct source_shard *shards = calloc(n ? n : 1, sizeof(*shards));
     struct shard_win *wins = calloc(n ? n : 1, sizeof(*wins));
     char **urls = calloc(n ? n : 1, sizeof(*urls));
-    rc = shards && wins && urls ? 0 : -ENOMEM;
+    uint8_t *need = calloc(n ? n : 1, 1);
+    struct probe_one *probes = r->http ? calloc(n ? n : 1, sizeof(struct probe_one)) : NULL;
+    rc = shards && wins && urls && need && (probes || !r->http) ? 0 : -ENOMEM;
     if (rc < 0)
         snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+    /* http: no listing; every shard's size and ETag asked at once */
+    if (rc == 0 && r->http && (rc = probe_many(r, (const char *const *)r->shard_keys, n,
+                                               probes)) < 0)
+        snprintf(err, errlen, "dataset '%s': root %s: the event loop failed", cfg->name,
+                 cfg->root);
     for (size_t k = 0; k < n && rc == 0; k++) {
         struct s3xml_object probed;
         const struct s3xml_object *obj =
             no ? bsearch(r->shard_keys[k], o, no, sizeof(*o), cmp_key) : NULL;
-        if (r->http && (rc = probe_shard(r, r->shard_keys[k], &probed, msg, sizeof(msg))) < 0) {
+        if (r->http && (rc = probed_shard(&probes[k], r->shard_keys[k], &probed, msg,
+                                          sizeof(msg))) < 0) {
             snprintf(err, errlen, "dataset '%s': shard %s: %s", cfg->name, r->shard_keys[k],
                      msg);
             break;
@@ -546,17 +772,28 @@ static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg
         struct objstore_target t = target_of(r, r->shard_keys[k]);
         char url[2048];
         objstore_url(r->os, &t, url, sizeof(url));
-        if (!(urls[k] = strdup(url))) {
+        size_t klen = strlen(r->shard_keys[k]);
+        if (!(urls[k] = strdup(url)) ||
+            !(r->shards[k] = calloc(1, sizeof(struct shard_ref) + klen + 1))) {
             rc = -ENOMEM;
             snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
             break;
         }
-        wins[k] = (struct shard_win){.r = r, .key = r->shard_keys[k], .size = obj->size};
+        memcpy(r->shards[k]->key, r->shard_keys[k], klen + 1);
+        snprintf(r->shards[k]->etag, sizeof(r->shards[k]->etag), "%s", obj->etag);
+        wins[k] = (struct shard_win){.r = r, .key = r->shard_keys[k], .etag = obj->etag[0]
+                                     ? r->shards[k]->etag : NULL, .size = obj->size};
         shards[k] = (struct source_shard){r->shard_keys[k], urls[k], obj->size,
                                           (uint64_t)etag_id(obj->etag), shard_read, &wins[k]};
+        struct shardidx_id id = {urls[k], obj->size, shards[k].version};
+        struct shardidx *x = NULL;
+        need[k] = !cfg->source.cache_dir[0] || shardidx_load(cfg->source.cache_dir, &id, &x) < 0;
+        shardidx_free(x);
     }
     if (!r->http)
         objstore_listing_free(&w.listing);
+    if (rc == 0)
+        prefetch_windows(r, wins, need, n);
     if (rc == 0 && (rc = source_shards_index(shards, n, cfg, ix, &r->shard_of, &r->offset, err,
                                              errlen)) > 0)
         rc = 0;
@@ -567,6 +804,8 @@ static int s3_index_shards(struct source_s3 *r, const struct config_dataset *cfg
     free(urls);
     free(wins);
     free(shards);
+    free(need);
+    free(probes);
     return rc;
 }
 
@@ -576,6 +815,14 @@ static void req_finish(struct source_s3 *r, struct rreq *rr, int rc, const char 
 {
     struct io_req *q = rr->q;
     pthread_mutex_lock(&r->lock);
+    if (rr->sprev)
+        rr->sprev->snext = rr->snext;
+    else if (r->started == rr)
+        r->started = rr->snext;
+    if (rr->snext)
+        rr->snext->sprev = rr->sprev;
+    if (rr->cancel && r->cancels)
+        r->cancels--;
     if (rc < 0) {
         q->res = rc;
         q->failed = IO_STEP_OPEN;
@@ -605,17 +852,120 @@ static int get_sink(void *arg, const uint8_t *data, size_t len)
 static void get_done(void *arg, int rc, struct objstore_result *res)
 {
     struct rreq *rr = arg;
-    struct source_s3 *r = rr->r;
+    log_failure(rr->r, rc, rr, res);
+    req_finish(rr->r, rr, rc, res ? res->etag : NULL);
+}
+
+/* A request's failure: the first ones logged with the objstore's message;
+ * a replaced shard once. */
+static void log_failure(struct source_s3 *r, int rc, const struct rreq *rr,
+                        const struct objstore_result *res)
+{
+    if (rc == -ESTALE && r->shards && !shard_ref_of(rr->q->path)->changed) {
+        struct shard_ref *sh = shard_ref_of(rr->q->path);
+        sh->changed = 1;
+        log_warn("dataset '%s': shard %s was replaced since it was indexed (ETag \"%s\" "
+                 "asked for): its samples fail until it is indexed again (a restart of "
+                 "prestod indexes it)", r->name, sh->key, sh->etag);
+    }
     if (rc < 0 && rc != -ECANCELED && r->logged++ < S3_FAILS_LOGGED)
         log_warn("dataset '%s': %s (after %u tries)%s", r->name,
                  res && res->message ? res->message : strerror(-rc), res ? res->attempts : 0,
                  r->logged == S3_FAILS_LOGGED ? "; further failures are only counted" : "");
-    req_finish(r, rr, rc, res ? res->etag : NULL);
+}
+
+static void start_one(struct source_s3 *r, struct rreq *rr);
+
+static int group_sink(void *arg, const uint8_t *data, size_t len)
+{
+    struct rgroup *g = arg;
+    uint64_t from = g->at, to = g->at + len;
+    for (uint32_t i = g->first; i < g->n; i++) {
+        struct rreq *rr = g->m[i];
+        uint64_t moff = g->m[i] ? rr->off : 0, mend = rr ? rr->off + rr->length : 0;
+        if (!rr)
+            continue;
+        if (mend <= from) {
+            if (i == g->first)
+                g->first++;
+            continue;
+        }
+        if (moff >= to)
+            break;
+        uint64_t a = moff > from ? moff : from, b = mend < to ? mend : to;
+        struct io_req *q = rr->q;
+        uint64_t pos = a - moff; /* within the member */
+        if (pos < q->len) {
+            size_t n = (size_t)((b - a) < q->len - pos ? (b - a) : q->len - pos);
+            memcpy((uint8_t *)q->buf + pos, data + (a - from), n);
+        }
+        rr->got = b - moff;
+    }
+    g->at = to;
+    return 0;
+}
+
+static void group_done(void *arg, int rc, struct objstore_result *res)
+{
+    struct rgroup *g = arg;
+    struct source_s3 *r = g->r;
+    for (uint32_t i = 0; i < g->n; i++) {
+        struct rreq *rr = g->m[i];
+        if (!rr)
+            continue;
+        if (rc < 0)
+            log_failure(r, rc, rr, res);
+        int mrc = rc;
+        if (rc == 0 && rr->got < rr->length) /* the shard ended before it */
+            mrc = -ECONNRESET;
+        req_finish(r, rr, mrc, res ? res->etag : NULL);
+    }
+    free(g);
+}
+
+/* Starts list's first request, with the neighbours after it that make a
+ * group; returns the first request not taken. */
+static struct rreq *start_group(struct source_s3 *r, struct rreq *list)
+{
+    struct rreq *rr = list, *next = rr->next;
+    uint64_t end = rr->off + rr->length;
+    uint32_t n = 1;
+    for (struct rreq *x = next; r->shards && x && n < S3_COALESCE_MAX; x = x->next, n++)
+        if (x->q->path != rr->q->path || x->off < end || x->off - end > S3_COALESCE_GAP ||
+            x->off + x->length - rr->off > S3_COALESCE_SPAN)
+            break;
+        else
+            end = x->off + x->length;
+    if (n == 1) {
+        start_one(r, rr);
+        return next;
+    }
+    struct rgroup *g = calloc(1, sizeof(*g));
+    if (!g) {
+        start_one(r, rr);
+        return next;
+    }
+    g->r = r;
+    g->off = g->at = rr->off;
+    g->end = end;
+    for (struct rreq *x = rr; g->n < n; x = next) {
+        next = x->next;
+        x->group = g;
+        g->m[g->n++] = x;
+    }
+    struct objstore_target t = target_of(r, rr->q->path);
+    t.if_match = shard_ref_of(rr->q->path)->etag;
+    int rc = objstore_get(r->os, &t, g->off, g->end - g->off, group_sink, g, group_done, g);
+    if (rc < 0)
+        group_done(g, rc, NULL);
+    return next;
 }
 
 static void start_one(struct source_s3 *r, struct rreq *rr)
 {
     struct objstore_target t = target_of(r, rr->q->path);
+    if (r->shards)
+        t.if_match = shard_ref_of(rr->q->path)->etag;
     int rc = objstore_get(r->os, &t, rr->off, rr->length, get_sink, rr, get_done, rr);
     if (rc < 0)
         req_finish(r, rr, rc, NULL);
@@ -629,18 +979,54 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         log_warn("dataset '%s': source wake-up: %s", r->name, strerror(errno));
     pthread_mutex_lock(&r->lock);
-    struct rreq *list = r->pending;
+    struct rreq *list = r->pending, *cancel = NULL;
     int stopping = r->stopping;
     r->pending = NULL;
     r->pending_tail = &r->pending;
+    for (struct rreq *rr = list; rr && !stopping; rr = rr->next) {
+        rr->sprev = NULL;
+        rr->snext = r->started;
+        if (r->started)
+            r->started->sprev = rr;
+        r->started = rr;
+    }
+    /* Started ones a waiter took back: only this thread finishes a
+     * request, so each stays valid until objstore_cancel finishes it. */
+    for (struct rreq *rr = r->started; rr && r->cancels; rr = rr->snext)
+        if (rr->cancel == 1) {
+            rr->cancel = 2;
+            rr->cnext = cancel;
+            cancel = rr;
+        }
     pthread_mutex_unlock(&r->lock);
+    while (cancel) {
+        struct rreq *rr = cancel;
+        cancel = rr->cnext;
+        struct rgroup *g = rr->group;
+        if (!g) {
+            objstore_cancel(r->os, rr); /* -ENOENT: failing already, done soon */
+            continue;
+        }
+        /* one of a group: finished alone, the GET goes on for the others
+         * (cancelled once none is left) */
+        uint32_t live = 0;
+        for (uint32_t i = 0; i < g->n; i++) {
+            if (g->m[i] == rr)
+                g->m[i] = NULL;
+            live += g->m[i] != NULL;
+        }
+        req_finish(r, rr, -ECANCELED, NULL);
+        if (!live)
+            objstore_cancel(r->os, g);
+    }
     while (list) {
         struct rreq *rr = list;
-        list = rr->next;
-        if (stopping)
+        if (stopping) {
+            list = rr->next;
             req_finish(r, rr, -ECANCELED, NULL);
-        else
-            start_one(r, rr);
+        } else {
+            list = start_group(r, rr);
+        }
     }
     if (stopping)
         event_base_loopbreak(r->base);
@@ -701,6 +1087,9 @@ static void s3_free(struct source_s3 *r)
         close(r->efd);
     pthread_cond_destroy(&r->done);
     pthread_mutex_destroy(&r->lock);
+    for (size_t k = 0; r->shards && k < r->nshards; k++)
+        free(r->shards[k]);
+    free(r->shards);
     if (r->shard_keys)
         braces_free(r->shard_keys, r->nshards);
     free(r->shard_of);
@@ -721,6 +1110,8 @@ static void s3_open_error(const struct source *s, int rc, char *err, size_t errl
     const struct source_s3 *r = s->impl;
     const char *what = rc == -EACCES         ? "access denied (HTTP 403)"
                        : rc == -ENOENT       ? "no such key (HTTP 404)"
+                       : rc == -ESTALE && r->shards
+                           ? "the shard was replaced since it was indexed (If-Match failed)"
                        : rc == -ESTALE       ? "the object changed while it was read"
                        : rc == -EFBIG        ? "the object is over the size limit"
                        : rc == -ETIMEDOUT    ? "timed out"
@@ -757,7 +1148,7 @@ static void s3_req(const struct source *s, const struct index *ix, uint32_t samp
     q->size = 0;
     if (r->shard_keys) { /* a shard member: its byte range of the shard */
         const struct index_sample *is = &ix->samples[sample];
-        q->path = r->shard_keys[r->shard_of[sample]];
+        q->path = r->shards[r->shard_of[sample]]->key;
         q->off = r->offset[sample];
         q->size = is->size;
         if (q->len > is->size)
@@ -765,11 +1156,36 @@ static void s3_req(const struct source *s, const struct index *ix, uint32_t samp
     }
 }
 
+/* A worker's requests are staged (on its own thread) until it kicks them
+ * off, or waits: a chunk's reads reach the source's thread together, in
+ * order, so neighbours can share a GET whatever the other workers do. */
+static __thread struct {
+    struct source_s3 *r;
+    struct rreq *head, **tail;
+} stage;
+
+static void stage_flush(void)
+{
+    struct source_s3 *r = stage.r;
+    uint64_t one = 1;
+    if (!r)
+        return;
+    stage.r = NULL;
+    if (!stage.head)
+        return;
+    pthread_mutex_lock(&r->lock);
+    int first = r->pending == NULL;
+    *r->pending_tail = stage.head;
+    r->pending_tail = stage.tail;
+    pthread_mutex_unlock(&r->lock);
+    if (first && write(r->efd, &one, sizeof(one)) < 0)
+        log_warn("dataset '%s': source wake-up: %s", r->name, strerror(errno));
+}
+
 static void s3_submit(const struct source *s, struct io_req *q)
 {
     struct source_s3 *r = s->impl;
     struct rreq *rr = calloc(1, sizeof(*rr));
-    uint64_t one = 1;
     uint64_t length = q->size; /* a shard member's (s3_req) */
     q->res = 0;
     q->failed = IO_STEP_NONE;
@@ -788,33 +1204,28 @@ static void s3_submit(const struct source *s, struct io_req *q)
         rr->length = length ? length : 1; /* never 0: that is the whole shard */
     }
     __atomic_store_n(&q->state, IO_S_QUEUED, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&r->lock);
-    int first = r->pending == NULL;
-    *r->pending_tail = rr;
-    r->pending_tail = &rr->next;
-    pthread_mutex_unlock(&r->lock);
-    if (first && write(r->efd, &one, sizeof(one)) < 0)
-        log_warn("dataset '%s': source wake-up: %s", r->name, strerror(errno));
+    if (stage.r != r)
+        stage_flush();
+    if (!stage.r) {
+        stage.r = r;
+        stage.head = NULL;
+        stage.tail = &stage.head;
+    }
+    *stage.tail = rr;
+    stage.tail = &rr->next;
 }
 
-static ssize_t s3_wait(const struct source *s, struct io_req *q)
+/* The requests this thread staged for r go to its thread. */
+static void s3_kick(const struct source *s)
 {
-    struct source_s3 *r = s->impl;
-    pthread_mutex_lock(&r->lock);
-    while (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) != IO_S_DONE)
-        pthread_cond_wait(&r->done, &r->lock);
-    pthread_mutex_unlock(&r->lock);
-    return q->res;
+    if (stage.r == s->impl)
+        stage_flush();
 }
 
-static void s3_cancel(const struct source *s, struct io_req *q)
+/* Takes q back under r->lock: out of the queue when not started (done
+ * now); else marked for the thread to cancel (1 when it must be woken). */
+static int take_back(struct source_s3 *r, struct io_req *q)
 {
-    struct source_s3 *r = s->impl;
-    if (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) == IO_S_IDLE)
-        return;
-    /* Not started yet: taken out of the queue; else its end is waited for
-     * (the thread writes into its buffer until then). */
-    pthread_mutex_lock(&r->lock);
     for (struct rreq **pp = &r->pending; *pp; pp = &(*pp)->next) {
         struct rreq *rr = *pp;
         if (rr->q != q)
@@ -824,11 +1235,60 @@ static void s3_cancel(const struct source *s, struct io_req *q)
             r->pending_tail = pp;
         free(rr);
         q->res = -ECANCELED;
+        q->failed = IO_STEP_OPEN;
         __atomic_store_n(&q->state, IO_S_DONE, __ATOMIC_RELEASE);
-        break;
+        return 0;
+    }
+    for (struct rreq *rr = r->started; rr; rr = rr->snext)
+        if (rr->q == q && !rr->cancel) {
+            rr->cancel = 1;
+            r->cancels++;
+            return 1;
+        }
+    return 0;
+}
+
+/* Waits for q; once *stop (may be NULL) is set, takes it back first. */
+static ssize_t s3_wait(const struct source *s, struct io_req *q, const int *stop)
+{
+    struct source_s3 *r = s->impl;
+    int asked = 0;
+    uint64_t one = 1;
+    if (stage.r == r)
+        stage_flush();
+    pthread_mutex_lock(&r->lock);
+    while (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) != IO_S_DONE) {
+        if (!asked && stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+            asked = 1;
+            if (take_back(r, q) && write(r->efd, &one, sizeof(one)) < 0)
+                log_warn("dataset '%s': source wake-up: %s", r->name, strerror(errno));
+            continue;
+        }
+        pthread_cond_wait(&r->done, &r->lock);
     }
     pthread_mutex_unlock(&r->lock);
-    s3_wait(s, q);
+    return q->res;
+}
+
+/* Not started yet: taken out of the queue; in flight: the thread cancels
+ * it (its transfer dropped), and its end is waited for (the thread writes
+ * into its buffer until then). */
+static void s3_cancel(const struct source *s, struct io_req *q)
+{
+    static const int now = 1;
+    if (__atomic_load_n(&q->state, __ATOMIC_ACQUIRE) == IO_S_IDLE)
+        return;
+    s3_wait(s, q, &now);
+}
+
+/* A waiter's stop flag was set (its stream went away): waiters look at
+ * theirs again. */
+static void s3_wake(const struct source *s)
+{
+    struct source_s3 *r = s->impl;
+    pthread_mutex_lock(&r->lock);
+    pthread_cond_broadcast(&r->done);
+    pthread_mutex_unlock(&r->lock);
 }
 
 static int s3_read(const struct source *s, const struct index *ix, uint32_t sample,
@@ -847,7 +1307,7 @@ static int s3_read(const struct source *s, const struct index *ix, uint32_t samp
         struct io_req q = {0};
         s3_req(s, ix, sample, out->data, (size_t)want, &q);
         s3_submit(s, &q);
-        ssize_t got = s3_wait(s, &q);
+        ssize_t got = s3_wait(s, &q, NULL);
         if (got < 0) {
             s3_open_error(s, (int)got, err, errlen);
             return (int)got;
@@ -880,7 +1340,7 @@ static void s3_stats(const struct source *s, struct stats_out *o)
     pthread_mutex_unlock(&r->lock);
     uint64_t v[] = {st.in_flight, st.queued, st.waiting, st.depth, st.requests, st.attempts,
                     st.retries, st.completed, st.failed, st.failed_http, st.failed_timeout,
-                    st.failed_connect, st.status_5xx, st.status_429, st.status_4xx, st.bytes,
+                    st.failed_connect, st.failed_changed, st.cancelled, st.status_5xx, st.status_429, st.status_4xx, st.bytes,
                     st.bytes_per_s, st.lat_p50_us, st.lat_p99_us, st.lat_max_us};
     stats_emit_u64(o, s3_decl, v, sizeof(v) / sizeof(v[0]));
 }
@@ -893,28 +1353,41 @@ static const struct source_ops s3_ops = {
     .read = s3_read,
     .submit = s3_submit,
     .wait = s3_wait,
+    .kick = s3_kick,
+    .wake = s3_wake,
     .cancel = s3_cancel,
     .stats = s3_stats,
 };
 
-int source_s3_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
-                  char *err, size_t errlen)
+static int s3_client(struct source_s3 *r, const struct config_dataset *cfg, char *err,
+                     size_t errlen);
+static int s3_start(struct source *s, struct source_s3 *r, const struct config_dataset *cfg,
+                    char *err, size_t errlen);
+
+static struct source_s3 *s3_alloc(const struct config_dataset *cfg)
 {
     struct source_s3 *r = calloc(1, sizeof(*r));
-    const struct config_source *cs = &cfg->source;
-    struct creds c;
-    int rc;
-
-    if (!r) {
-        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
-        return -ENOMEM;
-    }
+    if (!r)
+        return NULL;
     r->root = cfg->root;
     r->name = cfg->name;
     r->efd = -1;
     r->pending_tail = &r->pending;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->done, NULL);
+    return r;
+}
+
+int source_s3_new(struct source *s, const struct config_dataset *cfg, struct index *ix,
+                  char *err, size_t errlen)
+{
+    struct source_s3 *r = s3_alloc(cfg);
+    int rc;
+
+    if (!r) {
+        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+        return -ENOMEM;
+    }
     r->http = s->kind == SOURCE_HTTP;
     const char *b = cfg->root + (r->http ? strcspn(cfg->root, ":") + 3 : 5);
     const char *slash = strchr(b, '/');
@@ -943,13 +1416,33 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
         s3_free(r);
         return -EINVAL;
     }
+    if ((rc = s3_client(r, cfg, err, errlen)) < 0) {
+        s3_free(r);
+        return rc;
+    }
+    if ((rc = slash && source_name_ends(cfg->root, ".tar")
+                  ? s3_index_shards(r, cfg, ix, err, errlen)
+                                                  : s3_index(r, cfg, ix, err, errlen)) < 0) {
+        s3_free(r);
+        return rc;
+    }
+    return s3_start(s, r, cfg, err, errlen);
+}
+
+/* r's objstore (r->base's), with the dataset's credentials (none for
+ * http). 0 or -errno with a message. */
+static int s3_client(struct source_s3 *r, const struct config_dataset *cfg, char *err,
+                     size_t errlen)
+{
+    const struct config_source *cs = &cfg->source;
+    struct creds c;
     char why[2048];
+    int rc;
     if (r->http)
         memset(&c, 0, sizeof(c)); /* plain HTTP: no credentials */
     else if ((rc = creds_get(cs, &c, why, sizeof(why))) < 0) {
         snprintf(err, errlen, "dataset '%s': root %s: %s", cfg->name, cfg->root, why);
         creds_wipe(&c);
-        s3_free(r);
         return rc;
     }
     struct objstore_config oc = {
@@ -975,17 +1468,17 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
     }
     creds_wipe(&c);
     explicit_bzero(&oc, sizeof(oc));
-    if (rc < 0) {
+    if (rc < 0)
         snprintf(err, errlen, "dataset '%s': root %s: %s", cfg->name, cfg->root, why);
-        s3_free(r);
-        return rc;
-    }
-    if ((rc = slash && source_name_ends(cfg->root, ".tar")
-                  ? s3_index_shards(r, cfg, ix, err, errlen)
-                                                  : s3_index(r, cfg, ix, err, errlen)) < 0) {
-        s3_free(r);
-        return rc;
-    }
+    return rc;
+}
+
+/* The source's thread (r indexed): s serves through it from now on.
+ * Frees r on failure. */
+static int s3_start(struct source *s, struct source_s3 *r, const struct config_dataset *cfg,
+                    char *err, size_t errlen)
+{
+    int rc = 0;
     struct timeval tv = {0, S3_SNAPSHOT_MS * 1000};
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->efd >= 0)
@@ -1004,4 +1497,217 @@ int source_s3_new(struct source *s, const struct config_dataset *cfg, struct ind
     s->ops = &s3_ops;
     s->impl = r;
     return 0;
+}
+
+/* ---- a manifest of URLs ---- */
+
+/* Lists every directory (key up to its last '/') the keys lie in, merged
+ * into *objs sorted by key. 0 or -errno with a message. */
+static int list_dirs(struct source_s3 *r, const struct config_dataset *cfg,
+                     const char *const *keys, size_t n, struct s3xml_object **objs,
+                     size_t *nobjs, unsigned *listings, char *err, size_t errlen)
+{
+    char **dirs = calloc(n ? n : 1, sizeof(*dirs));
+    size_t nd = 0;
+    int rc = dirs ? 0 : -ENOMEM;
+    *objs = NULL;
+    *nobjs = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const char *slash = strrchr(keys[i], '/');
+        size_t len = slash ? (size_t)(slash - keys[i]) + 1 : 0;
+        if (nd && strlen(dirs[nd - 1]) == len && strncmp(dirs[nd - 1], keys[i], len) == 0)
+            continue; /* rows of one directory usually come together */
+        int seen = 0;
+        for (size_t k = 0; k < nd && !seen; k++)
+            seen = strlen(dirs[k]) == len && strncmp(dirs[k], keys[i], len) == 0;
+        if (!seen && !(dirs[nd++] = strndup(keys[i], len)))
+            rc = -ENOMEM;
+    }
+    for (size_t k = 0; k < nd && rc == 0; k++) {
+        struct list_wait w = {.base = r->base};
+        if ((rc = objstore_list(r->os, r->bucket, dirs[k], cfg->source.page_keys, list_done,
+                                &w)) < 0)
+            break;
+        while (!w.done)
+            if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
+                break;
+        if (!w.done || w.rc < 0) {
+            rc = w.done ? w.rc : -EIO;
+            snprintf(err, errlen, "dataset '%s': root %s: cannot list s3://%s/%s: %s",
+                     cfg->name, cfg->root, r->bucket, dirs[k],
+                     w.done ? w.msg : "the event loop failed");
+            break;
+        }
+        (*listings)++;
+        struct s3xml_object *grown =
+            realloc(*objs, (*nobjs + w.listing.n + 1) * sizeof(**objs));
+        if (!grown) {
+            rc = -ENOMEM;
+        } else {
+            *objs = grown;
+            memcpy(*objs + *nobjs, w.listing.objects, w.listing.n * sizeof(**objs));
+            *nobjs += w.listing.n;
+            w.listing.n = 0; /* the keys are *objs' now */
+        }
+        objstore_listing_free(&w.listing);
+    }
+    for (size_t k = 0; k < nd; k++)
+        free(dirs[k]);
+    free(dirs);
+    if (rc == -ENOMEM)
+        snprintf(err, errlen, "dataset '%s': out of memory", cfg->name);
+    else if (rc < 0 && !err[0])
+        snprintf(err, errlen, "dataset '%s': root %s: cannot list: %s", cfg->name, cfg->root,
+                 strerror(-rc));
+    if (rc == 0 && *nobjs)
+        qsort(*objs, *nobjs, sizeof(**objs), cmp_obj_key);
+    return rc;
+}
+
+/* The rows' kind: "s3://BUCKET/KEY" rows of one bucket, or http(s) URLs;
+ * r->http and r->bucket set from the first, every other row checked
+ * (FILE:LINE). keys[i]: the row's key in the bucket, or its URL. */
+static int rows_check(struct source_s3 *r, const struct config_dataset *cfg,
+                      const struct manifest *m, const char **keys, char *err, size_t errlen)
+{
+    size_t n = manifest_count(m);
+    for (size_t i = 0; i < n; i++) {
+        const char *u = manifest_path(m, i);
+        int http = strncmp(u, "s3://", 5) != 0;
+        const char *why = NULL;
+        if (i == 0) {
+            r->http = http;
+            if (!http) {
+                size_t blen = strcspn(u + 5, "/");
+                if (!(r->bucket = strndup(u + 5, blen)))
+                    return -ENOMEM;
+                snprintf(r->origin, sizeof(r->origin), "s3://%s", r->bucket);
+            } else {
+                const char *h = u + strcspn(u, ":") + 3;
+                snprintf(r->origin, sizeof(r->origin), "%.*s", (int)(h - u + strcspn(h, "/")),
+                         u);
+            }
+        }
+        if (http != r->http) {
+            why = "the rows are all s3:// URLs or all http(s):// ones";
+        } else if (!http) {
+            size_t blen = strlen(r->bucket);
+            if (strncmp(u + 5, r->bucket, blen) != 0 || u[5 + blen] != '/')
+                why = "another bucket than the first row's (one bucket a dataset)";
+            else if (!u[6 + blen])
+                why = "no key after the bucket";
+            keys[i] = u + 6 + blen;
+        } else {
+            keys[i] = u;
+        }
+        if (why) {
+            snprintf(err, errlen, "dataset '%s': %s:%llu: %s: %s", cfg->name, cfg->root,
+                     (unsigned long long)manifest_line(m, i), u, why);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
+                       const struct manifest *m, struct index *ix, char *err, size_t errlen)
+{
+    size_t n = manifest_count(m);
+    struct source_s3 *r = s3_alloc(cfg);
+    const char **keys = calloc(n ? n : 1, sizeof(*keys));
+    struct probe_one *probes = NULL;
+    struct s3xml_object *objs = NULL;
+    size_t nobjs = 0;
+    unsigned listings = 0;
+    uint64_t missing = 0;
+    uint32_t max_label = 0;
+    int rc = r && keys ? 0 : -ENOMEM;
+    err[0] = 0;
+    if (rc == 0 && (r->prefix = strdup("")) == NULL)
+        rc = -ENOMEM;
+    if (rc == 0)
+        rc = rows_check(r, cfg, m, keys, err, errlen);
+    if (rc == 0)
+        rc = s3_client(r, cfg, err, errlen);
+    if (rc == 0 && r->http) { /* no listing: each URL probed, all at once */
+        if (!(probes = calloc(n ? n : 1, sizeof(*probes))))
+            rc = -ENOMEM;
+        else
+            rc = probe_many(r, keys, n, probes);
+    } else if (rc == 0) {
+        rc = list_dirs(r, cfg, keys, n, &objs, &nobjs, &listings, err, errlen);
+    }
+    for (uint32_t c = 0; c < manifest_nclasses(m) && rc == 0; c++) {
+        char *name = strdup(manifest_class(m, c));
+        rc = name ? index_add_class(ix, name) : -ENOMEM;
+    }
+    size_t failed_connect = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        uint64_t size = 0;
+        const char *etag = "";
+        const char *why = "no such key";
+        if (probes) {
+            if (probes[i].rc == 0) {
+                size = probes[i].size;
+                etag = probes[i].etag;
+                why = NULL;
+            } else {
+                why = probes[i].msg;
+                failed_connect += probes[i].rc == -ECONNREFUSED ||
+                                  probes[i].rc == -ECONNRESET || probes[i].rc == -ETIMEDOUT ||
+                                  probes[i].rc == -EHOSTUNREACH;
+            }
+        } else {
+            struct s3xml_object key = {.key = (char *)keys[i]};
+            const struct s3xml_object *o =
+                nobjs ? bsearch(&key, objs, nobjs, sizeof(*objs), cmp_obj_key) : NULL;
+            if (o) {
+                size = o->size;
+                etag = o->etag;
+                why = NULL;
+            }
+        }
+        if (why && missing++ < 5)
+            log_warn("dataset '%s': %s:%llu: %s: %s (a bad sample when read)", cfg->name,
+                     cfg->root, (unsigned long long)manifest_line(m, i), manifest_path(m, i),
+                     why);
+        uint32_t label = manifest_label(m, i);
+        if (label > max_label)
+            max_label = label;
+        rc = index_add_sample(ix, keys[i], label, size, etag_id(etag));
+    }
+    if (rc == 0 && n && failed_connect == n) { /* nothing reached: the server is not there */
+        rc = -ECONNREFUSED;
+        snprintf(err, errlen, "dataset '%s': root %s: no URL could be read: %s", cfg->name,
+                 cfg->root, probes[0].msg);
+    }
+    if (rc == 0 && manifest_nclasses(m) == 0)
+        rc = source_int_classes(ix, max_label + 1);
+    if (rc == 0)
+        rc = index_finish(ix);
+    if (rc < 0 && !err[0])
+        snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
+                 rc == -E2BIG ? SOURCE_INT_CLASSES_MSG : strerror(-rc));
+    if (rc == 0) {
+        char how[64];
+        if (r->http)
+            snprintf(how, sizeof(how), "%zu probes", n);
+        else
+            snprintf(how, sizeof(how), "%u listings", listings);
+        log_info("dataset '%s': %u samples in %u classes from the manifest %s (URLs of %s; "
+                 "%s)%s", cfg->name, ix->n, ix->nclasses, cfg->root, r->origin, how,
+                 missing ? "; some objects missing: see above" : "");
+    }
+    free(probes);
+    for (size_t k = 0; k < nobjs; k++)
+        free(objs[k].key);
+    free(objs);
+    free(keys);
+    if (rc < 0) {
+        if (r)
+            s3_free(r);
+        return rc;
+    }
+    /* keys point into m; the index keeps its own copies */
+    return s3_start(s, r, cfg, err, errlen);
 }

@@ -12,6 +12,7 @@
 #include "planner.h"
 #include "readahead.h"
 #include "ring.h"
+#include "source.h"
 
 #define STREAMS_IDX(name, ...) SS_##name,
 #define SHM_IDX(name, ...) SHM_##name,
@@ -54,6 +55,7 @@ struct batch_job {
     uint32_t slot;   /* shared memory: the job's slot of the stream's ring */
     struct readahead_slot ahead; /* its first chunk, read ahead (readahead.h) */
     int ready;
+    int abandoned; /* atomic: the stream closed while it ran (ctx->stop) */
     struct batch_job *next_free;
 };
 
@@ -363,9 +365,11 @@ static void job_run(struct work *w, struct worker_ctx *ctx)
     planner_batch(&s->plan, j->index, &first, &len);
     j->skipped = 0;
     j->failed = 0;
+    ctx->stop = &j->abandoned;
     j->n = pipeline_batch_padded(s->ss->pipe, s->ds, s->plan.ids + first, len, s->p.seed,
                                  s->p.epoch, job_sample(j, 0), j->labels, j->lengths, ctx,
                                  j->ahead.a, job_bad, j);
+    ctx->stop = NULL;
     if (j->failed)
         j->n = 0;
     if (s->padded) { /* laid out at the batch's longest, here on the worker */
@@ -754,6 +758,7 @@ static void stream_pump(struct stream *s)
         }
         j->index = s->next_submit;
         j->ready = 0;
+        __atomic_store_n(&j->abandoned, 0, __ATOMIC_RELAXED);
         j->refs = 1; /* in flight */
         s->inflight[s->next_submit % s->cap] = j;
         s->next_submit++;
@@ -1025,16 +1030,22 @@ void stream_close(struct stream *s)
      * batch being cut; pieces lent to the reply come back through
      * job_piece_back. A guard keeps s alive until the loop is over. */
     s->live_jobs++;
+    int running = 0;
     for (uint64_t b = s->next_send; b < s->next_submit; b++) {
         struct batch_job *j = s->inflight[b % s->cap];
         if (!j)
             continue;
         s->inflight[b % s->cap] = NULL;
-        if (j->ready)
+        if (j->ready) {
             job_unref(j);
-        else
-            workers_cancel(s->ss->workers, &j->work);
+        } else if (workers_cancel(s->ss->workers, &j->work) < 0) {
+            /* running (or read ahead): its remote reads are taken back */
+            __atomic_store_n(&j->abandoned, 1, __ATOMIC_RELEASE);
+            running = 1;
+        }
     }
+    if (running)
+        source_wake(dataset_source(s->ds));
     stream_drop_parts(s);
     /* The client's slots: it is gone, or has the ring mapped on its own. */
     for (uint32_t i = 0; s->held && i < s->shm.slots; i++) {

@@ -36,6 +36,10 @@ struct worker_ctx {
     void *local;
     void (*local_free)(void *local);
     uint64_t mem_bytes; /* gauge (relaxed atomic): buffers this thread holds */
+    /* Set by the job running (NULL: none): once *stop is nonzero (an
+     * atomic int, set with source_wake after it), its remote reads are
+     * taken back and the job ends early (a stream closed under it). */
+    const int *stop;
 };
 
 struct workers_config {

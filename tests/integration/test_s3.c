@@ -12,6 +12,9 @@
  *     down mid-run every sample fails after its last try (counted, skipped
  *     under on_error: skip, the message names the server), and once it is
  *     back the epoch is whole and equal: nothing was cached from a failure;
+ *   - "cancel": a trainer closes its stream while the server holds every
+ *     GET: the running batch jobs take their requests back (transfers
+ *     dropped) at once, no bad sample is reported, nothing is kept;
  *   - "disk": after a restart the epoch comes from the disk tier (objects
  *     keyed by key, size and ETag) without a single request to S3;
  *   - "tar": WebDataset shards in the bucket (a brace pattern of keys):
@@ -19,11 +22,24 @@
  *     byte range; the epochs equal the folder's; after a restart the
  *     shards' member lists in cache.dir are used (the listing is the only
  *     request) and the epoch is still the folder's;
+ *   - "changed": a shard replaced in the bucket after indexing: its
+ *     members' GETs carry the indexed ETag (If-Match), the proxy answers
+ *     412 as S3 does, its samples fail at once with a message saying so
+ *     (no other version's bytes at the old offsets); a restart indexes it
+ *     again;
+ *   - "own": a dataset's own source keys (endpoint, credentials_file)
+ *     reach the bucket while the global ones name no server and the
+ *     environment a wrong secret;
+ *   - "rows": a CSV manifest whose rows are s3:// URLs (the folder's
+ *     images in its order): indexed with one listing per directory, its
+ *     epochs equal the folder's; rows of two buckets, a URL among local
+ *     paths: refused with FILE:LINE;
  *   - "refused": a wrong secret (403 SignatureDoesNotMatch from the proxy),
  *     a missing bucket, a server that is down, no credentials: prestod
  *     refuses to start, naming the URL and the server's message.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +89,7 @@ static void daemon_teardown(void)
     harness_stop_checked(&H);
     objfixture_cmd(&fx, "up", NULL, 0);
     objfixture_cmd(&fx, "fail 0 503", NULL, 0);
+    objfixture_cmd(&fx, "delay 0", NULL, 0);
 }
 
 static void pull(const char *name, uint64_t epoch, int shuffle, struct harness_epoch *e)
@@ -204,6 +221,62 @@ START_TEST(test_faults)
 }
 END_TEST
 
+/* ---- case "cancel": a stream closed while its GETs hang ---- */
+
+static long start_tar_in(const char *cache_name);
+
+/* Opens a stream of name while every GET hangs, waits for in_flight of
+ * its GETs, closes it: nothing may stay out, the GETs taken back. */
+static void abandon_stream(const char *name, double in_flight)
+{
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 300000", NULL, 0), 0);
+    presto_t *p;
+    presto_stream_t *st;
+    presto_stream_opts_t o;
+    presto_stream_opts_init(&o);
+    o.dataset = name;
+    o.batch_size = 7;
+    ck_assert_int_eq(harness_connect(&H, &p), 0);
+    ck_assert_int_eq(presto_stream_open(p, &o, &st), 0);
+    ck_assert_msg(wait_source_stat(name, "in_flight", in_flight) >= in_flight,
+                  "the batch's GETs never went out");
+    /* the trainer goes away: its running batch jobs take their GETs back
+     * (the transfers dropped) instead of waiting for the server */
+    presto_stream_close(st);
+    presto_close(p);
+    double left = -1;
+    for (int i = 0; i < 600; i++) {
+        left = stat_of_now(name, "in_flight") + stat_of_now(name, "queued") +
+               stat_of_now(name, "waiting");
+        if (left == 0)
+            break;
+        usleep(100 * 1000);
+    }
+    ck_assert_msg(left == 0, "%g requests still out 60 s after the stream closed", left);
+    ck_assert(stat_of_now(name, "cancelled") >= in_flight);
+    ck_assert(stat_of_now(name, "failed") == 0);
+    ck_assert_msg(!harness_log_contains(&H, "bad sample"), "a taken-back read was a bad sample");
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 0", NULL, 0), 0);
+}
+
+START_TEST(test_cancel)
+{
+    /* started here (the case stops it): a GET would wait out the proxy's
+     * delay (300 s) within its timeout */
+    start_daemon("  retries: 2\n  timeout_ms: 240000\n");
+    abandon_stream("s3", 7);
+    /* the server answers again: the dataset is whole, nothing was kept
+     * from the reads taken back */
+    same_as_folder("s3", 1, 1);
+    harness_stop_checked(&H);
+    /* shard members, their neighbours sharing a GET: the same */
+    start_tar_in("cache-cancel");
+    abandon_stream("s3tar", 1);
+    same_as_folder("s3tar", 0, 0);
+    harness_stop_checked(&H);
+}
+END_TEST
+
 /* ---- case "disk": objects keyed by their ETag in the disk tier ---- */
 
 START_TEST(test_disk_tier)
@@ -237,10 +310,10 @@ END_TEST
 
 /* prestod with the folder and the shards in the bucket (cache.dir in the
  * test's directory): the requests the start-up made to S3. */
-static long start_tar(void)
+static long start_tar_in(const char *cache_name)
 {
     char yaml[4096], cache[HARNESS_PATH_MAX];
-    harness_path(&H, "cache-tar", cache, sizeof(cache));
+    harness_path(&H, cache_name, cache, sizeof(cache));
     snprintf(yaml, sizeof(yaml),
              "workers: 2\ncache:\n  memory: 64M\n  dir: %s\n"
              "source:\n  endpoint: %s\n"
@@ -254,18 +327,37 @@ static long start_tar(void)
     return objfixture_stat(&fx, "requests") - before;
 }
 
+static long start_tar(void)
+{
+    return start_tar_in("cache-tar");
+}
+
 START_TEST(test_tar_shards)
 {
     /* first start: the listing, then one ranged GET per shard (its headers
-     * and labels come in one window); each member then by its own range */
+     * and labels come in one window), the shards' all in flight at once
+     * (each held 300 ms by the proxy: they overlap); each member then by
+     * its own range */
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 300", NULL, 0), 0);
+    ck_assert_int_eq(objfixture_cmd(&fx, "peak", NULL, 0), 0);
     long n = start_tar();
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 0", NULL, 0), 0);
+    ck_assert_msg(objfixture_stat(&fx, "max_in_flight") >= NSHARDS,
+                  "the shards were indexed one after another (%ld at once)",
+                  objfixture_stat(&fx, "max_in_flight"));
     ck_assert(harness_log_contains(&H, "40 samples in 3 classes from 4 tar shards"));
     ck_assert(harness_log_contains(&H, "member lists: 0 from cache.dir, 4 shards read"));
     ck_assert_msg(n == 1 + NSHARDS, "%ld requests to index 4 shards", n);
-    same_as_folder("s3tar", 0, 0); /* cold */
+    /* cold, in order: a chunk's members next to each other in a shard
+     * share one GET; batches of 7 over shards of 10 make 9 runs at most
+     * (a batch is a chunk; two workers' chunks may even join) */
+    long before = objfixture_stat(&fx, "requests");
+    same_as_folder("s3tar", 0, 0);
+    n = objfixture_stat(&fx, "requests") - before;
+    ck_assert_msg(n >= 1 && n <= 9, "%ld GETs for 40 members read in order", n);
     same_as_folder("s3tar", 1, 1); /* from memory, shuffled */
-    ck_assert_msg(wait_source_stat("s3tar", "completed", 1 + NSHARDS + NSAMPLES) >=
-                      1 + NSHARDS + NSAMPLES, "fewer requests completed than samples");
+    ck_assert_msg(wait_source_stat("s3tar", "completed", 1 + NSHARDS + n) >= 1 + NSHARDS + n,
+                  "fewer requests completed than made");
     ck_assert_msg(stat_of_now("s3tar", "failed") == 0, "failed requests");
     harness_stop_checked(&H);
     /* restarted: the listing only (the ETags and sizes match the lists
@@ -275,6 +367,168 @@ START_TEST(test_tar_shards)
     ck_assert_msg(n == 1, "%ld requests to index 4 shards with their lists kept", n);
     same_as_folder("s3tar", 2, 1);
     harness_stop_checked(&H);
+}
+END_TEST
+
+/* ---- case "changed": a shard replaced between indexing and reading ---- */
+
+static void put_shard(unsigned into, unsigned from)
+{
+    char cmd[HARNESS_PATH_MAX + 128];
+    snprintf(cmd, sizeof(cmd), "put data/shards/train-%06u.tar %s/train-%06u.tar", into,
+             shard_dir, from);
+    ck_assert_int_eq(objfixture_cmd(&fx, cmd, NULL, 0), 0);
+}
+
+START_TEST(test_shard_changed)
+{
+    /* indexed at one version (ETag) of shard 1 ... */
+    start_tar_in("cache-changed");
+    long pre = objfixture_stat(&fx, "precondition_failed");
+    /* ... which is then replaced (shard 2's bytes: other members at other
+     * offsets) before any sample is read */
+    put_shard(1, 2);
+    struct harness_epoch e;
+    pull("s3tar", 0, 0, &e);
+    /* every member GET carried the indexed ETag (If-Match): shard 1's 10
+     * samples fail at once (412, not retried), the others are the folder's
+     * (its members read in order share GETs: 2 with batches of 7) */
+    ck_assert_msg(e.samples == NSAMPLES - 10 && e.skipped == 10,
+                  "%llu samples, %llu skipped", (unsigned long long)e.samples,
+                  (unsigned long long)e.skipped);
+    long refused = objfixture_stat(&fx, "precondition_failed") - pre;
+    ck_assert_msg(refused >= 1 && refused <= 10, "%ld GETs refused by If-Match", refused);
+    ck_assert(wait_source_stat("s3tar", "failed_changed", (double)refused) == refused);
+    ck_assert(stat_of_now("s3tar", "retries") == 0);
+    ck_assert(harness_log_contains(&H, "shard shards/train-000001.tar was replaced since it "
+                                       "was indexed"));
+    ck_assert(harness_log_contains(&H, "the shard was replaced since it was indexed"));
+    harness_stop_checked(&H);
+    /* a restart indexes the replaced shard again (its list's ETag differs)
+     * and serves all of it */
+    start_tar_in("cache-changed");
+    ck_assert(harness_log_contains(&H, "member lists: 3 from cache.dir, 1 shards read"));
+    pull("s3tar", 0, 0, &e);
+    ck_assert_msg(e.samples == NSAMPLES && e.skipped == 0, "%llu samples after the re-index",
+                  (unsigned long long)e.samples);
+    harness_stop_checked(&H);
+    put_shard(1, 1); /* as it was (the same bytes: the same ETag) */
+    start_tar_in("cache-changed");
+    same_as_folder("s3tar", 0, 0);
+    harness_stop_checked(&H);
+}
+END_TEST
+
+/* ---- case "own": a dataset's own endpoint and credentials ---- */
+
+START_TEST(test_own_source)
+{
+    char creds[HARNESS_PATH_MAX], yaml[4096];
+    ck_assert_int_eq(harness_write_file(&H, "own-creds",
+                                        "[default]\naws_access_key_id = " AK "\n"
+                                        "aws_secret_access_key = " SK "\n",
+                                        creds, sizeof(creds)), 0);
+    ck_assert_int_eq(chmod(creds, 0600), 0);
+    /* the global keys name a server that is not there and the environment
+     * a wrong secret: only the dataset's own keys can reach the bucket */
+    setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret", 1);
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\ncache:\n  memory: 64M\n"
+             "source:\n  endpoint: http://127.0.0.1:1\n  retries: 0\n"
+             "datasets:\n"
+             "  - name: folder\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: s3own\n    root: s3://data/train\n"
+             "    source:\n      endpoint: %s\n      credentials_file: %s\n"
+             "    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
+             data_dir, endpoint, creds);
+    long denied = objfixture_stat(&fx, "denied");
+    int rc = harness_start_config(&H, yaml, NULL);
+    setenv("AWS_SECRET_ACCESS_KEY", SK, 1);
+    ck_assert_msg(rc == 0, "prestod did not start");
+    same_as_folder("s3own", 0, 0);
+    ck_assert_msg(objfixture_stat(&fx, "denied") == denied, "requests signed with another secret");
+    ck_assert_msg(!harness_log_contains(&H, SK), "the secret is in the log");
+    harness_stop_checked(&H);
+}
+END_TEST
+
+/* ---- case "rows": a manifest whose rows name objects ---- */
+
+static int cmp_name(const struct dirent **a, const struct dirent **b)
+{
+    return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+/* A CSV manifest (name, in the test's directory) of the folder's images in
+ * its order, each row base + CLASS/NAME and the class name. */
+static void write_url_manifest(const char *name, const char *base, char *path, size_t len)
+{
+    struct dirent **cls;
+    char text[16384];
+    size_t at = (size_t)snprintf(text, sizeof(text), "path,label\n");
+    int nc = scandir(data_dir, &cls, NULL, cmp_name);
+    ck_assert_int_gt(nc, 0);
+    for (int c = 0; c < nc; c++) {
+        char dir[HARNESS_PATH_MAX + 256];
+        struct dirent **f;
+        snprintf(dir, sizeof(dir), "%s/%s", data_dir, cls[c]->d_name);
+        int nf = cls[c]->d_name[0] == '.' ? -1 : scandir(dir, &f, NULL, cmp_name);
+        for (int i = 0; i < nf; i++) {
+            if (f[i]->d_name[0] != '.')
+                at += (size_t)snprintf(text + at, sizeof(text) - at, "%s%s/%s,%s\n", base,
+                                       cls[c]->d_name, f[i]->d_name, cls[c]->d_name);
+            free(f[i]);
+        }
+        if (nf >= 0)
+            free(f);
+        free(cls[c]);
+    }
+    free(cls);
+    ck_assert(at < sizeof(text));
+    ck_assert_int_eq(harness_write_file(&H, name, text, path, len), 0);
+}
+
+START_TEST(test_url_rows)
+{
+    char csv[HARNESS_PATH_MAX], yaml[4096];
+    write_url_manifest("rows.csv", "s3://data/train/", csv, sizeof(csv));
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\ncache:\n  memory: 64M\nsource:\n  endpoint: %s\n"
+             "datasets:\n"
+             "  - name: folder\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: rows\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
+             endpoint, data_dir, csv);
+    long before = objfixture_stat(&fx, "requests");
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+    /* indexing: one listing a class directory, no request per row */
+    long n = objfixture_stat(&fx, "requests") - before;
+    ck_assert_msg(n == NCLASSES, "%ld requests to index the rows", n);
+    ck_assert(harness_log_contains(&H, "40 samples in 3 classes from the manifest"));
+    ck_assert(harness_log_contains(&H, "(URLs of s3://data; 3 listings)"));
+    same_as_folder("rows", 0, 0); /* cold: one GET a row */
+    same_as_folder("rows", 1, 1); /* from memory */
+    ck_assert(wait_source_stat("rows", "completed", NCLASSES + NSAMPLES) >= NCLASSES + NSAMPLES);
+    ck_assert(stat_of_now("rows", "failed") == 0);
+    harness_stop_checked(&H);
+    /* rows of two buckets, and a URL among local paths: FILE:LINE */
+    char bad[HARNESS_PATH_MAX], sock[HARNESS_PATH_MAX], got[8192];
+    harness_path(&H, "refused.sock", sock, sizeof(sock));
+    ck_assert_int_eq(harness_write_file(&H, "two.csv",
+                                        "path,label\ns3://data/train/a.jpg,0\n"
+                                        "s3://other/train/b.jpg,1\n", bad, sizeof(bad)), 0);
+    snprintf(yaml, sizeof(yaml), "socket: %s\nsource:\n  endpoint: %s\n"
+             "datasets:\n  - name: r\n    root: %s\n", sock, endpoint, bad);
+    int rc = harness_run_config(&H, yaml, 60, got, sizeof(got));
+    ck_assert_msg(rc > 0 && rc < 128 && strstr(got, "two.csv:3: s3://other/train/b.jpg: another "
+                                                   "bucket"), "exit %d:\n%s", rc, got);
+    ck_assert_int_eq(harness_write_file(&H, "mixed.csv",
+                                        "path,label\n/x/a.jpg,0\nhttp://h/b.jpg,1\n", bad,
+                                        sizeof(bad)), 0);
+    snprintf(yaml, sizeof(yaml), "socket: %s\ndatasets:\n  - name: r\n    root: %s\n", sock,
+             bad);
+    rc = harness_run_config(&H, yaml, 60, got, sizeof(got));
+    ck_assert_msg(rc > 0 && rc < 128 && strstr(got, "mixed.csv:3: http://h/b.jpg: a URL among "
+                                                   "local paths"), "exit %d:\n%s", rc, got);
 }
 END_TEST
 
@@ -314,6 +568,10 @@ START_TEST(test_refused)
                                         "aws_secret_access_key = " SK "\n",
                                         creds, sizeof(creds)), 0);
     refused(src, "s3://nosuchbucket/x", "NoSuchBucket");
+    /* a credentials file others may write is not read */
+    ck_assert_int_eq(chmod(creds, 0662), 0);
+    refused(src, "s3://data/train", "not trusted: writable by its group or others");
+    ck_assert_int_eq(chmod(creds, 0600), 0);
     /* an empty prefix */
     refused(src, "s3://data/nothing-here", "no PREFIX/CLASS/IMAGE objects");
     /* the server down at start: the URL named */
@@ -374,11 +632,23 @@ int main(void)
     tc = harness_tcase("faults", faults_setup, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_faults);
     suite_add_tcase(s, tc);
+    tc = harness_tcase("cancel", NULL, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_cancel);
+    suite_add_tcase(s, tc);
     tc = harness_tcase("disk", NULL, NULL, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_disk_tier);
     suite_add_tcase(s, tc);
     tc = harness_tcase("tar", NULL, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_tar_shards);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("changed", NULL, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_shard_changed);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("own", NULL, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_own_source);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("rows", NULL, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_url_rows);
     suite_add_tcase(s, tc);
     tc = harness_tcase("refused", NULL, NULL, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_refused);

@@ -310,6 +310,43 @@ static void same_as_folder(const char *name, uint64_t epoch, int shuffle)
                   (unsigned long long)epoch);
 }
 
+/* list.csv's rows as URLs of the server (nginx serves out_dir): each row
+ * probed at start, all at once; the epochs are the folder's. */
+static void http_rows(struct objfixture *fx)
+{
+    char src[HARNESS_PATH_MAX + 16], line[1024], text[32768], csv[HARNESS_PATH_MAX];
+    char yaml[4096], cache[HARNESS_PATH_MAX];
+    size_t at = 0;
+    snprintf(src, sizeof(src), "%s/list.csv", out_dir);
+    FILE *f = fopen(src, "r");
+    ck_assert_ptr_nonnull(f);
+    for (int first = 1; fgets(line, sizeof(line), f); first = 0) {
+        if (first)
+            at += (size_t)snprintf(text + at, sizeof(text) - at, "%s", line);
+        else
+            at += (size_t)snprintf(text + at, sizeof(text) - at, "http://127.0.0.1:%d/%s",
+                                   fx->port, line);
+    }
+    fclose(f);
+    ck_assert(at < sizeof(text));
+    ck_assert_int_eq(harness_write_file(&H, "urls.csv", text, csv, sizeof(csv)), 0);
+    harness_path(&H, "cache-rows", cache, sizeof(cache));
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\ncache:\n  memory: 64M\n  dir: %s\n"
+             "datasets:\n"
+             "  - name: folder\n    root: %s/folder\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: rows\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
+             cache, out_dir, csv);
+    long before = objfixture_stat(fx, "requests");
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+    long n = objfixture_stat(fx, "requests") - before;
+    ck_assert_msg(n == NSAMPLES, "%ld requests to index %d URL rows", n, NSAMPLES);
+    ck_assert(harness_log_contains(&H, "40 probes)"));
+    same_as_folder("rows", 0, 0);
+    same_as_folder("rows", 1, 1);
+    harness_stop_checked(&H);
+}
+
 START_TEST(test_http_shards)
 {
     struct objfixture fx;
@@ -324,7 +361,14 @@ START_TEST(test_http_shards)
     /* first start: per shard a probe of its first byte and one 1 MiB
      * window of headers, for each of the two datasets but the second
      * finds the lists the first kept */
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 300", NULL, 0), 0);
+    ck_assert_int_eq(objfixture_cmd(&fx, "peak", NULL, 0), 0);
     long n = start_http(&fx);
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 0", NULL, 0), 0);
+    /* the shards' probes, and then their first windows, all at once */
+    ck_assert_msg(objfixture_stat(&fx, "max_in_flight") >= NSHARDS,
+                  "the shards were indexed one after another (%ld at once)",
+                  objfixture_stat(&fx, "max_in_flight"));
     ck_assert(harness_log_contains(&H, "40 samples in 3 classes from 4 tar shards http://"));
     ck_assert(harness_log_contains(&H, "member lists: 0 from cache.dir, 4 shards read"));
     ck_assert_msg(n == 2 * NSHARDS + NSHARDS, "%ld requests at start-up", n);
@@ -352,6 +396,7 @@ START_TEST(test_http_shards)
     ck_assert_int_eq(objfixture_cmd(&fx, "up", NULL, 0), 0);
     same_as_folder("http2", 0, 0);
     harness_stop_checked(&H);
+    http_rows(&fx);
     objfixture_stop(&fx);
 }
 END_TEST

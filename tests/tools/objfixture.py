@@ -33,10 +33,13 @@ on stdout, then reads commands on stdin, one a line, answering each with
 one line:
     delay N          set the per-request delay (ms)
     fail RATE MODE   fail that fraction (MODE 503, reset or mix)
+    put B/KEY FILE   (s3) replace object KEY of bucket B with FILE's bytes
     token T          require session token T ("-": none)
     down             stop accepting and drop every connection
     up               accept again, on the same port
-    stats            "STATS {json}": requests, forwarded, denied, failed
+    peak             start max_in_flight (requests answered at once) afresh
+    stats            "STATS {json}": requests, forwarded, denied, failed,
+                     max_in_flight
     quit             (or end of input) stop everything and clean up
 Exit status: 0 after quit, 77 when a server cannot be had (s3rver not
 installed, node or nginx missing), with the reason on stderr.
@@ -83,7 +86,8 @@ def s3_error(status, code, message, resource=""):
     body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
             f"<Message>{message}</Message><Resource>{resource}</Resource>"
             f"<RequestId>0</RequestId></Error>").encode()
-    reason = {403: "Forbidden", 503: "Service Unavailable", 400: "Bad Request"}[status]
+    reason = {403: "Forbidden", 503: "Service Unavailable", 400: "Bad Request",
+              412: "Precondition Failed"}[status]
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode()
     return head + body
@@ -188,7 +192,9 @@ class Proxy:
         self.conns = set()
         self.pool = []
         self.stats = {"requests": 0, "forwarded": 0, "denied": 0, "failed_503": 0,
-                      "failed_reset": 0, "connections": 0}
+                      "failed_reset": 0, "connections": 0, "precondition_failed": 0,
+                      "in_flight": 0, "max_in_flight": 0}
+        self.put = None  # s3: put(bucket, key, path) replaces an object
 
     async def start(self, port=0):
         self.server = await asyncio.start_server(self.handle, "127.0.0.1", port,
@@ -227,36 +233,48 @@ class Proxy:
                 method, target, _ = first.split(" ", 2)
                 body = await read_body(reader, hdrs, method=method)
                 self.stats["requests"] += 1
-                h = {k.lower(): v for k, v in hdrs}
-                denied = self.checker.check(method, target, h) if self.checker else None
-                if self.delay_ms:
-                    await asyncio.sleep(self.delay_ms / 1000)
-                if denied is not None:
-                    self.stats["denied"] += 1
-                    writer.write(denied)
-                    await writer.drain()
-                    continue
-                if self.fail_rate and self.rng.random() < self.fail_rate:
-                    mode = self.fail_mode
-                    if mode == "mix":
-                        mode = self.rng.choice(["503", "reset"])
-                    if mode == "reset":
-                        self.stats["failed_reset"] += 1
-                        abort(writer)
+                self.stats["in_flight"] += 1
+                self.stats["max_in_flight"] = max(self.stats["max_in_flight"],
+                                                  self.stats["in_flight"])
+                try:
+                    if not await self.answer(reader, writer, method, target, hdrs, raw, body):
                         return
-                    self.stats["failed_503"] += 1
-                    writer.write(s3_error(503, "SlowDown", "Please reduce your request rate.",
-                                          target))
-                    await writer.drain()
-                    continue
-                await self.forward(raw, body, method, writer)
+                finally:
+                    self.stats["in_flight"] -= 1
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             self.conns.discard(writer)
             writer.close()
 
-    async def forward(self, raw, body, method, writer):
+    async def answer(self, reader, writer, method, target, hdrs, raw, body):
+        """One request: False when the connection is to go."""
+        h = {k.lower(): v for k, v in hdrs}
+        denied = self.checker.check(method, target, h) if self.checker else None
+        if self.delay_ms:
+            await asyncio.sleep(self.delay_ms / 1000)
+        if denied is not None:
+            self.stats["denied"] += 1
+            writer.write(denied)
+            await writer.drain()
+            return True
+        if self.fail_rate and self.rng.random() < self.fail_rate:
+            mode = self.fail_mode
+            if mode == "mix":
+                mode = self.rng.choice(["503", "reset"])
+            if mode == "reset":
+                self.stats["failed_reset"] += 1
+                abort(writer)
+                return False
+            self.stats["failed_503"] += 1
+            writer.write(s3_error(503, "SlowDown", "Please reduce your request rate.",
+                                  target))
+            await writer.drain()
+            return True
+        await self.forward(raw, body, method, writer, h.get("if-match"))
+        return True
+
+    async def forward(self, raw, body, method, writer, if_match=None):
         for attempt in range(2):  # a pooled connection the server closed: a new one
             up_r, up_w = await self.upstream(fresh=attempt > 0)
             try:
@@ -270,6 +288,14 @@ class Proxy:
                     raise
         status = int(first.split(" ")[1])
         resp_body = await read_body(up_r, hdrs, status=status, method=method)
+        etag = next((v for k, v in hdrs if k.lower() == "etag"), None)
+        if if_match is not None and 200 <= status < 300 and if_match not in ("*", etag):
+            # S3 (and nginx) answer a GET whose If-Match is not the
+            # object's ETag so; s3rver does not check it: done here
+            self.stats["precondition_failed"] += 1
+            head, resp_body = s3_error(412, "PreconditionFailed",
+                                       "At least one of the pre-conditions you specified "
+                                       "did not hold"), b""
         writer.write(head + resp_body)
         await writer.drain()
         self.stats["forwarded"] += 1
@@ -350,7 +376,7 @@ def upload(port, specs, empty):
             made.add(bucket)
     with ThreadPoolExecutor(8) as ex:
         list(ex.map(lambda j: s3.put_object(Bucket=j[0], Key=j[1], Body=j[2].read_bytes()), jobs))
-    return len(jobs)
+    return len(jobs), s3
 
 
 # ---- nginx ----
@@ -443,6 +469,12 @@ async def command(proxy, words, line):
     elif words[0] == "up":
         if proxy.server is None:
             await proxy.start(proxy.port)
+    elif words[0] == "put" and len(words) == 3 and proxy.put:
+        bucket, _, key = words[1].partition("/")
+        await asyncio.get_running_loop().run_in_executor(None, proxy.put, bucket, key,
+                                                         words[2])
+    elif words[0] == "peak":  # max_in_flight from now on
+        proxy.stats["max_in_flight"] = proxy.stats["in_flight"]
     elif words[0] == "stats":
         return "STATS " + json.dumps(proxy.stats)
     else:
@@ -508,11 +540,13 @@ def main():
         temps.append(data)
         proc, s3port = start_s3rver(a.s3rver, data)
         procs.append(proc)
-        n = upload(s3port, a.bucket, a.empty_bucket)
+        n, s3c = upload(s3port, a.bucket, a.empty_bucket)
         checker = None if a.no_check else Checker(a.access_key, a.secret, a.token, a.region)
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         proxy = Proxy(s3port, checker, a.delay_ms, a.fail, a.fail_mode, a.seed)
+        proxy.put = lambda b, k, path: s3c.put_object(Bucket=b, Key=k,
+                                                       Body=Path(path).read_bytes())
         loop.run_until_complete(proxy.start())
         print("READY " + json.dumps({"port": proxy.port, "s3rver_port": s3port, "objects": n}),
               flush=True)

@@ -526,6 +526,11 @@ static const struct bad_case bad_cases[] = {
     {"source page_keys zero", "workers: 1\nsource:\n  page_keys: 0\n", 3,
      {"source.page_keys"}},
     {"unknown source key", "source:\n  secret: x\n", 2, {"source.secret", "unknown"}},
+    {"dataset source key unknown", DS "    source:\n      retries: 3\n", 5,
+     {"source.retries", "the others are global"}},
+    {"dataset source key empty", DS "    source:\n      endpoint: \"\"\n", 5,
+     {"source.endpoint", "non-empty"}},
+    {"dataset source not a mapping", DS "    source: http://x\n", 4, {"source", "mapping"}},
     {"root list not tar", "datasets:\n  - name: a\n    root:\n      - /s/a.tar\n      - /s/b.zip\n",
      5, {"b.zip", "does not end in .tar"}},
     {"root list mixed", "datasets:\n  - name: a\n    root: [/s/a.tar, s3://b/c.tar]\n", 3,
@@ -1098,6 +1103,37 @@ START_TEST(test_source_keys)
     ck_assert_int_eq(load(&a, yaml, err, sizeof(err)), -EINVAL);
     config_free(&a);
     ck_assert_msg(strstr(err, "test.yaml:5:") && strstr(err, "source.region"), "%s", err);
+    /* a dataset's own endpoint, region and credentials file, beside the
+     * global ones: each overrides its key for that dataset only */
+    ck_assert_msg(load(&a, "source:\n  endpoint: http://127.0.0.1:9000\n  region: eu-west-3\n"
+                           "  credentials_file: /etc/presto/aws\n  retries: 2\n"
+                           "datasets:\n  - name: d\n    root: s3://b/p\n"
+                           "  - name: e\n    root: s3://c/q\n    source:\n"
+                           "      endpoint: https://minio.local:9000\n"
+                           "      credentials_file: /etc/presto/minio\n",
+                       err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(a.datasets[0].source.endpoint, "http://127.0.0.1:9000");
+    ck_assert_str_eq(a.datasets[0].source.credentials_file, "/etc/presto/aws");
+    ck_assert_str_eq(a.datasets[1].source.endpoint, "https://minio.local:9000");
+    ck_assert_str_eq(a.datasets[1].source.region, "eu-west-3"); /* not overridden */
+    ck_assert_str_eq(a.datasets[1].source.credentials_file, "/etc/presto/minio");
+    ck_assert_uint_eq(a.datasets[1].source.retries, 2);
+    ck_assert_int_eq(a.datasets[1].source.own_line[0], 12);
+    ck_assert_int_eq(a.datasets[1].source.own_line[1], 0);
+    /* a reload sees a dataset whose endpoint changed as another dataset */
+    struct config b;
+    ck_assert_msg(load(&b, "source:\n  endpoint: http://127.0.0.1:9000\n"
+                           "datasets:\n  - name: e\n    root: s3://c/q\n",
+                       err, sizeof(err)) == 0, "%s", err);
+    ck_assert(!config_dataset_same(&a.datasets[1], &b.datasets[0]));
+    config_free(&b);
+    config_free(&a);
+    snprintf(yaml, sizeof(yaml), "datasets:\n  - name: d\n    root: s3://b/p\n"
+                                 "    source:\n      region: %0300d\n", 0);
+    ck_assert_int_eq(load(&a, yaml, err, sizeof(err)), -EINVAL);
+    config_free(&a);
+    ck_assert_msg(strstr(err, "test.yaml:5:") && strstr(err, "source.region") &&
+                  strstr(err, "longer than 63"), "%s", err);
 }
 END_TEST
 

@@ -663,6 +663,47 @@ START_TEST(test_s3_cancel)
 }
 END_TEST
 
+/* objstore_cancel: one request taken back in flight, one queued; the
+ * others complete whole, each done runs once. */
+START_TEST(test_s3_cancel_one)
+{
+    NEED_S3();
+    objfixture_cmd(&s3fx, "delay 300", NULL, 0);
+    struct run r;
+    new_run(&r, SECRET, NULL, 2, 0);
+    struct get g[6] = {{0}};
+    char key[64];
+    for (int i = 0; i < 6; i++) {
+        g[i].file = i + 1;
+        key_of(g[i].file, key, sizeof(key));
+        get_s3(&r, &g[i], "data", key, 0, 0);
+    }
+    struct timeval tv = {0, 100000}; /* 0 and 1 on the wire, 2 to 5 queued */
+    event_base_loopexit(r.base, &tv);
+    event_base_dispatch(r.base);
+    ck_assert_int_eq(objstore_cancel(r.os, &g[0]), 0); /* in flight */
+    ck_assert_int_eq(g[0].calls, 1);
+    ck_assert_int_eq(g[0].rc, -ECANCELED);
+    ck_assert_int_eq(objstore_cancel(r.os, &g[4]), 0); /* queued */
+    ck_assert_int_eq(g[4].calls, 1);
+    ck_assert_int_eq(g[4].rc, -ECANCELED);
+    ck_assert_int_eq(objstore_cancel(r.os, &g[0]), -ENOENT); /* done already */
+    wait_all(&r);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(g[i].calls, 1);
+        if (i != 0 && i != 4)
+            check_bytes(&g[i]);
+        free(g[i].data);
+    }
+    struct objstore_stats st;
+    objstore_stats(r.os, &st);
+    ck_assert_uint_eq(st.cancelled, 2);
+    ck_assert_uint_eq(st.completed, 4);
+    ck_assert_uint_eq(st.failed, 0);
+    end_run(&r);
+}
+END_TEST
+
 START_TEST(test_http)
 {
     if (!have_http) {
@@ -763,6 +804,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_s3_down);
     tcase_add_test(tc, test_s3_timeout);
     tcase_add_test(tc, test_s3_cancel);
+    tcase_add_test(tc, test_s3_cancel_one);
     tcase_add_test(tc, test_http);
     suite_add_tcase(s, tc);
     return s;
