@@ -362,23 +362,24 @@ static size_t align_up(size_t n, size_t a)
     return (n + a - 1) & ~(a - 1);
 }
 
-/* Gives chunk C an arena of at least bytes, aligned for O_DIRECT reads,
- * of exactly bytes where a new one is made (the read-ahead charges that).
- * Callers round bytes up to whole ARENA_GRAIN units where they may: batches
- * of one dataset differ by a few records' alignment, and an arena grown by
- * exactly that much each time was unmapped and mapped again (glibc mmaps
- * these sizes), every page of the new one faulted in and zeroed by the next
- * read. 0, or -ENOMEM (C then has none). */
-static int chunk_arena(struct chunk *C, size_t bytes)
+/* Gives chunk C an arena of at least bytes, aligned for O_DIRECT reads:
+ * the one it has where that is large enough, else a new one of size
+ * (>= bytes; the read-ahead charges exactly that). Callers ask whole
+ * ARENA_GRAIN units where they may: batches of one dataset differ by a few
+ * records' alignment, and an arena grown by exactly that much each time was
+ * unmapped and mapped again (glibc mmaps these sizes), every page of the
+ * new one faulted in and zeroed by the next read. 0, or -ENOMEM (C then
+ * has none). */
+static int chunk_arena(struct chunk *C, size_t bytes, size_t size)
 {
     void *p = NULL;
     if (bytes <= C->arena_cap)
         return 0;
     free(C->arena);
-    if (posix_memalign(&p, STORE_DIRECT_ALIGN, bytes) != 0)
+    if (posix_memalign(&p, STORE_DIRECT_ALIGN, size) != 0)
         p = NULL;
     C->arena = p;
-    C->arena_cap = p ? bytes : 0;
+    C->arena_cap = p ? size : 0;
     return p ? 0 : -ENOMEM;
 }
 
@@ -500,8 +501,7 @@ static int item_reads(const struct item *it)
 static void chunk_prepare(struct chunk *C, struct io_ring *io, size_t bytes,
                           void (*on_done)(struct io_req *), void *arg)
 {
-    /* a new arena in whole grains; one read ahead is already large enough */
-    int have_arena = bytes <= C->arena_cap || chunk_arena(C, align_up(bytes, ARENA_GRAIN)) == 0;
+    int have_arena = chunk_arena(C, bytes, align_up(bytes, ARENA_GRAIN)) == 0;
     int remote = 0;
     C->nreq = 0;
     for (uint32_t i = 0; i < C->m; i++) {
@@ -782,7 +782,7 @@ static int ahead_arena_get(struct pipeline_ahead_budget *b, struct pipeline_ahea
         free(spare[--nspare]);
     if (!fits)
         return -ENOBUFS;
-    if (chunk_arena(C, bytes) < 0) {
+    if (chunk_arena(C, bytes, bytes) < 0) {
         __atomic_fetch_sub(&b->used, bytes, __ATOMIC_RELAXED);
         return -ENOMEM;
     }
