@@ -1600,10 +1600,14 @@ static char *server_datasets_json(struct server *s)
         json_str(&j, "labels", desc);
         json_u64(&j, "split", split);
         profile_dataset_json(ds, &j);
+        /* in the order a batch's samples have (presto.h's layout), so that
+         * [32, 60, 1] is not printed for a [1, 32, 60] spectrogram */
+        uint32_t dims[3] = {o->h, o->w, o->c};
+        if (o->layout == STEP_LAYOUT_NCHW)
+            dims[0] = o->c, dims[1] = o->h, dims[2] = o->w;
         json_array_begin(&j, "shape");
-        json_u64(&j, NULL, o->h);
-        json_u64(&j, NULL, o->w);
-        json_u64(&j, NULL, o->c);
+        for (unsigned k = 0; k < 3; k++)
+            json_u64(&j, NULL, dims[k]);
         json_array_end(&j);
         step_type_describe(&o->type, desc, sizeof(desc));
         json_str(&j, "sample", desc);

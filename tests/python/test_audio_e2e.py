@@ -345,6 +345,8 @@ class AudioEndToEnd(unittest.TestCase):
         finally:
             c.close()
         self.assertEqual(ds["split_auto"], 1)
+        # the datasets document gives a sample's shape in the batches' order
+        self.assertEqual(tuple(ds["shape"]), specs.shape[1:])
         self.assertIn("dataset 'auto': split: auto chose", _daemon.log_text())
 
     @once
