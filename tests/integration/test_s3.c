@@ -7,6 +7,9 @@
  *   - "same": the S3 dataset's epochs equal the folder's, sample for
  *     sample (labels and pixels), cold and from memory, over a listing of
  *     several pages (source.page_keys 7 for 40 keys); its stats section;
+ *     with every GET held 200 ms, the batches prepared ahead have theirs
+ *     in flight beside the running batches' (more than two batches' at
+ *     once);
  *   - "faults": a fifth of the requests fail (503s and resets): the cold
  *     epoch completes after retries, equal to the folder's; with the server
  *     down mid-run every sample fails after its last try (counted, skipped
@@ -180,6 +183,17 @@ START_TEST(test_same_epochs)
     /* 40 keys and the data set's marker, 7 a page */
     ck_assert(harness_log_contains(&H, "40 samples in 3 classes from s3://data/train (6 listing pages"));
     ck_assert_msg(!harness_log_contains(&H, SK), "the secret is in the log");
+    /* read ahead: with every request held 200 ms, the GETs of the batches
+     * prepared ahead are in flight beside those of the batches the two
+     * workers run: more at once than two batches of 7 (the most without
+     * it: a batch's reads went out only when a worker took it) */
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 200", NULL, 0), 0);
+    ck_assert_int_eq(objfixture_cmd(&fx, "peak", NULL, 0), 0);
+    same_as_folder("s3b", 0, 0);
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 0", NULL, 0), 0);
+    ck_assert_msg(objfixture_stat(&fx, "max_in_flight") > 2 * 7,
+                  "%ld GETs at once: no batch's reads went out ahead",
+                  objfixture_stat(&fx, "max_in_flight"));
 }
 END_TEST
 
