@@ -916,8 +916,11 @@ static int ahead_take(const struct tiers_ctx *x, struct pipeline_ahead *a, const
         return 0;
     }
     C->x.thread = x->thread;
+    int remote = C->nreq && source_remote(dataset_source(C->x.ds));
     for (unsigned r = 0; r < C->nreq; r++) {
         struct io_req *q = &C->reqs[r];
+        if (remote && C->items[C->req_item[r]].where == TIERS_SOURCE)
+            continue; /* its source's thread finishes it (source_wait): not ours to look at */
         q->on_done = NULL;
         if (q->res == IO_DEFERRED)
             io_submit(ctx->io, q);
