@@ -107,6 +107,8 @@ static const struct cfg_key cfg_keys[] = {
     KEY_AT("source", "connect_timeout_ms", CFG_U32, source_connect_timeout_ms, 10, 600000, 5000,
            CFG_RESTART),
     KEY_AT("source", "page_keys", CFG_U32, source_page_keys, 1, 1000, 1000, CFG_RESTART),
+    KEY_AT("source", "index_window", CFG_SIZE, source_index_window, 4096, 64ull << 20, 1ull << 20,
+           CFG_RESTART),
 };
 #define CFG_NKEYS (sizeof(cfg_keys) / sizeof(cfg_keys[0]))
 
@@ -1114,6 +1116,7 @@ static int cfg_dataset_source(struct cfg_parse *ps, const struct config *c,
     d->source.timeout_ms = c->source_timeout_ms;
     d->source.connect_timeout_ms = c->source_connect_timeout_ms;
     d->source.page_keys = c->source_page_keys;
+    d->source.index_window = c->source_index_window;
     d->source.depth = c->io_depth;
     d->source.max_bytes = c->max_file_size;
     cfg_source_cache_dir(&d->source, c->cache_dir);

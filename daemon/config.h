@@ -16,7 +16,7 @@
  *              item_max: 1MiB }           # the cluster tier (cluster.h)
  *   source: { endpoint: URL (AWS), region: us-east-1, credentials_file: PATH,
  *             retries: 5, timeout_ms: 30000, connect_timeout_ms: 5000,
- *             page_keys: 1000 }
+ *             page_keys: 1000, index_window: 1MiB }
  *                                         # s3:// and http(s):// roots
  *   limits: { connections: 256, connections_per_user: 128, idle_timeout: 300,
  *             streams_per_connection: 16,
@@ -75,6 +75,7 @@ struct config_source {
     uint32_t timeout_ms;         /* per attempt */
     uint32_t connect_timeout_ms;
     uint32_t page_keys;          /* keys per ListObjectsV2 page */
+    uint64_t index_window;       /* bytes of a tar shard's header walk a GET reads */
     uint32_t depth;              /* requests in flight (io.depth) */
     uint64_t max_bytes;          /* larger objects fail unread (limits.file_size) */
     char cache_dir[1024];        /* cache.dir, where tar shards' member lists
@@ -177,6 +178,7 @@ struct config {
     struct cluster_config cluster; /* cluster.*: the cluster tier's servers (none: off) */
     char *source_endpoint, *source_region, *source_credentials_file; /* source.* */
     uint32_t source_retries, source_timeout_ms, source_connect_timeout_ms, source_page_keys;
+    uint64_t source_index_window; /* source.index_window */
     struct config_dataset *datasets;
     uint32_t ndatasets;
 };

@@ -558,13 +558,17 @@ static void chunk_need(struct worker_ctx *ctx, struct chunk *C, struct item *it)
 
 /* Lets go of what a chunk holds: its reads not needed any more (the batch
  * stopped) are taken back (io: the ring they went to; NULL when they are
- * all done), then the records pinned for them are unpinned. */
+ * all done, a remote source's excepted: those are taken back from the
+ * source whatever io is, a batch read ahead never waited for them), then
+ * the records pinned for them are unpinned. */
 static void chunk_release(struct chunk *C, struct io_ring *io)
 {
-    for (unsigned r = 0; io && r < C->nreq; r++) {
+    const struct source *src = C->nreq ? dataset_source(C->x.ds) : NULL;
+    int remote = src && source_remote(src);
+    for (unsigned r = 0; (io || remote) && r < C->nreq; r++) {
         if (C->items[C->req_item[r]].where == TIERS_SOURCE)
-            source_cancel(dataset_source(C->x.ds), io, &C->reqs[r]);
-        else
+            source_cancel(src, io, &C->reqs[r]);
+        else if (io)
             io_cancel(io, &C->reqs[r]);
     }
     for (uint32_t i = 0; i < C->m; i++)
@@ -848,7 +852,7 @@ int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t 
                          void (*ready)(void *arg), void *arg)
 {
     size_t bytes;
-    uint32_t reads = 0;
+    uint32_t reads = 0, remote = 0;
     if (n == 0)
         return 0;
     a->st = dataset_strategy(ds);
@@ -856,19 +860,25 @@ int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t 
     a->ck.m = chunk_gather(p, &a->ck, ids, n, 0, &bytes);
     for (uint32_t i = 0; i < a->ck.m; i++) {
         reads += item_reads(&a->ck.items[i]);
-        /* The cluster tier is looked up by the worker, before the source;
-         * a remote source's reads are run by its own thread for a worker.
-         * A buffered disk record is left to the worker too: io_uring runs
-         * a buffered read's copy out of the page cache on the thread that
-         * submitted it, so read ahead here the loop would pay every copy;
-         * an O_DIRECT record (DMA into the arena) costs the loop nothing. */
+        /* The cluster tier is looked up by the worker, before the source.
+         * A remote source's reads are started here (its own thread runs
+         * them, the loop pays one hand-over): the batch's GETs are in
+         * flight while the batches before it decode, so a stream's
+         * prefetched batches keep hundreds of requests out and the worker
+         * that takes the batch waits for each (source_wait), never the
+         * loop. A buffered disk record is left to the worker: io_uring
+         * runs a buffered read's copy out of the page cache on the thread
+         * that submitted it, so read ahead here the loop would pay every
+         * copy; an O_DIRECT record (DMA into the arena) costs the loop
+         * nothing. */
         const struct item *it = &a->ck.items[i];
         int buffered = it->where == TIERS_DISK && it->t.align == 1;
-        if (buffered || (it->where == TIERS_SOURCE &&
-                         (tiers_cluster_on(&a->ck.x) || source_remote(dataset_source(ds))))) {
+        if (buffered || (it->where == TIERS_SOURCE && tiers_cluster_on(&a->ck.x))) {
             pipeline_ahead_drop(a);
             return buffered ? -EAGAIN : 0;
         }
+        if (it->where == TIERS_SOURCE && source_remote(dataset_source(ds)))
+            remote++;
     }
     int rc = reads == 0 ? 0 : ahead_arena_get(budget, a, bytes, room); /* every read is made */
     if (reads == 0 || rc < 0) {
@@ -878,9 +888,9 @@ int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t 
     a->ds = ds;
     a->ready = ready;
     a->ready_arg = arg;
-    a->pending = 1 + reads;
+    a->pending = 1 + reads - remote; /* a remote read calls no on_done */
     chunk_prepare(&a->ck, io, bytes, ahead_read_done, a);
-    return --a->pending == 0 ? 2 : 1; /* 2: every read ended at once (deferred) */
+    return --a->pending == 0 ? 2 : 1; /* 2: every read ended at once (deferred), or remote */
 }
 
 /*
@@ -906,8 +916,11 @@ static int ahead_take(const struct tiers_ctx *x, struct pipeline_ahead *a, const
         return 0;
     }
     C->x.thread = x->thread;
+    int remote = C->nreq && source_remote(dataset_source(C->x.ds));
     for (unsigned r = 0; r < C->nreq; r++) {
         struct io_req *q = &C->reqs[r];
+        if (remote && C->items[C->req_item[r]].where == TIERS_SOURCE)
+            continue; /* its source's thread finishes it (source_wait): not ours to look at */
         q->on_done = NULL;
         if (q->res == IO_DEFERRED)
             io_submit(ctx->io, q);

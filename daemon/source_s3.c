@@ -17,7 +17,8 @@
  * the shards' directory listed for their sizes and ETags, each shard
  * indexed by source_shards_index (source_tar.c: its member list in
  * cache.dir, keyed by its URL, size and ETag, else its headers walked
- * through ranged GETs of S3_WINDOW bytes on this thread, the first window
+ * through ranged GETs of source.index_window bytes on this thread (the
+ * next ones together: S3_WALK_AHEAD), the first window
  * of every shard fetched at once beforehand); a sample is then its image
  * member's byte range, one ranged GET (neighbours handed over together
  * share one: struct rgroup) with the shard's indexed ETag as If-Match,
@@ -128,6 +129,7 @@ struct source_s3 {
     char *bucket, *prefix; /* prefix "" or ending in '/' */
     int http;              /* an http(s):// root: shards by URL, no bucket */
     char origin[256];      /* "s3://BUCKET" or "http://HOST[:PORT]": for messages */
+    uint64_t window; /* source.index_window */
     struct event_base *base;
     struct objstore *os;
     struct event *wake, *tick;
@@ -418,25 +420,24 @@ static int s3_index(struct source_s3 *r, const struct config_dataset *cfg, struc
 /* ---- tar shards ---- */
 
 #define S3_SHARDS_MAX 1000000
-#define S3_WINDOW (1u << 20) /* bytes a header walk's ranged GET asks for at least */
+#define S3_WINDOW (1u << 20) /* source.index_window's default */
 
-/* A ranged GET on the opening thread (before the source's thread runs). */
+/* Ranged GETs on the opening thread (before the source's thread runs). */
 struct range_wait {
     struct event_base *base;
+    size_t *left; /* of the GETs waited for together: the loop stops at 0 */
     int done, rc;
-    struct img *out;
-    size_t cap;
-    uint64_t size;            /* the object's, as the response said */
-    char etag[S3XML_ETAG_MAX];
+    uint8_t *dst; /* the range's bytes go here */
+    size_t cap, got;
     char msg[1024];
 };
 
 static int range_sink(void *arg, const uint8_t *data, size_t len)
 {
     struct range_wait *w = arg;
-    size_t n = w->out->len + len > w->cap ? w->cap - w->out->len : len;
-    memcpy(w->out->data + w->out->len, data, n);
-    w->out->len += n;
+    size_t n = w->got + len > w->cap ? w->cap - w->got : len;
+    memcpy(w->dst + w->got, data, n);
+    w->got += n;
     return 0;
 }
 
@@ -445,18 +446,21 @@ static void range_done(void *arg, int rc, struct objstore_result *res)
     struct range_wait *w = arg;
     w->done = 1;
     w->rc = rc;
-    if (rc == 0 && res) {
-        w->size = res->size;
-        snprintf(w->etag, sizeof(w->etag), "%s", res->etag);
-    }
     if (rc < 0)
         snprintf(w->msg, sizeof(w->msg), "%s",
                  res && res->message ? res->message : strerror(-rc));
-    event_base_loopbreak(w->base);
+    if (--*w->left == 0)
+        event_base_loopbreak(w->base);
 }
 
-/* A shard's header walk reads through a window of S3_WINDOW bytes: most
- * of a shard's headers and labels come with one GET. */
+/* A shard's header walk reads through a window of r->window bytes: most
+ * of a shard's headers and labels come with one GET. Where the walk goes
+ * on from the window it has (members smaller than a window: it will need
+ * every one), the next S3_WALK_AHEAD windows are asked at once, each its
+ * own ranged GET, all in flight together: a shard's later windows cost
+ * one round trip per S3_WALK_AHEAD, not one each. A walk that skips (large
+ * members) asks one window at a time. */
+#define S3_WALK_AHEAD 8
 struct shard_win {
     struct source_s3 *r;
     const char *key;
@@ -468,31 +472,51 @@ struct shard_win {
 };
 
 /* GETs [off, off + len) of key into out (reserved for len bytes) on the
- * opening thread; w (may be NULL) receives the object's size and ETag.
- * 0, or -errno with the objstore's message. */
+ * opening thread, in pieces of at least r->window bytes (at most
+ * S3_WALK_AHEAD of them) all in flight at once, each with If-Match etag;
+ * *gets counts them. 0 (out->len the bytes the server sent: less at the
+ * object's end), or -errno with the objstore's message. */
 static int range_get(struct source_s3 *r, const char *key, const char *etag, uint64_t off,
-                     uint64_t len, struct img *out, struct range_wait *info, char *err,
-                     size_t errlen)
+                     uint64_t len, struct img *out, unsigned *gets, char *err, size_t errlen)
 {
-    struct range_wait w = {.base = r->base, .out = out, .cap = (size_t)len};
+    struct range_wait w[S3_WALK_AHEAD];
+    uint64_t n = len / r->window, piece;
+    size_t left = 0;
     struct objstore_target t = target_of(r, key);
+    int rc = 0;
+    n = n < 1 ? 1 : n > S3_WALK_AHEAD ? S3_WALK_AHEAD : n;
+    piece = (len + n - 1) / n;
     t.if_match = etag;
     out->len = 0;
-    int rc = objstore_get(r->os, &t, off, len, range_sink, &w, range_done, &w);
-    if (rc < 0) {
-        snprintf(err, errlen, "GET: %s", strerror(-rc));
-        return rc;
-    }
-    while (!w.done)
-        if (event_base_loop(r->base, EVLOOP_ONCE) < 0)
+    for (uint64_t k = 0; k < n && k * piece < len; k++) {
+        uint64_t at = k * piece, l = len - at < piece ? len - at : piece;
+        w[k] = (struct range_wait){.base = r->base, .left = &left, .dst = out->data + at,
+                                   .cap = (size_t)l};
+        left++;
+        if ((rc = objstore_get(r->os, &t, off + at, l, range_sink, &w[k], range_done,
+                               &w[k])) < 0) {
+            left--;
+            snprintf(err, errlen, "GET: %s", strerror(-rc));
             break;
-    if (!w.done || w.rc < 0) {
-        snprintf(err, errlen, "%s", w.done ? w.msg : "the event loop failed");
-        return w.done ? w.rc : -EIO;
+        }
+        ++*gets;
     }
-    if (info) {
-        info->size = w.size;
-        memcpy(info->etag, w.etag, sizeof(info->etag));
+    while (left)
+        if (event_base_loop(r->base, EVLOOP_ONCE) < 0) {
+            snprintf(err, errlen, "the event loop failed");
+            return -EIO;
+        }
+    if (rc < 0)
+        return rc;
+    /* the pieces in order, up to the first one the server cut short */
+    for (uint64_t k = 0; k < n && k * piece < len; k++) {
+        if (w[k].rc < 0) {
+            snprintf(err, errlen, "%s", w[k].msg);
+            return w[k].rc;
+        }
+        out->len += w[k].got;
+        if (w[k].got < w[k].cap)
+            break;
     }
     return 0;
 }
@@ -507,7 +531,12 @@ static int shard_read(void *arg, uint64_t off, size_t len, struct img *out, char
     else if (len > sw->size - off)
         len = (size_t)(sw->size - off);
     if (len && (off < sw->off || off + len > sw->off + sw->win.len)) {
-        uint64_t want = len > S3_WINDOW ? len : S3_WINDOW;
+        /* going on from this window (or the first): the next ones too */
+        uint64_t window = sw->r->window;
+        int on = off >= sw->off && off <= sw->off + sw->win.len + window;
+        uint64_t want = len > window ? len : window;
+        if (on && want < S3_WALK_AHEAD * window)
+            want = S3_WALK_AHEAD * window;
         if (want > sw->size - off)
             want = sw->size - off;
         if ((rc = img_reserve(&sw->win, (size_t)want)) < 0) {
@@ -515,11 +544,11 @@ static int shard_read(void *arg, uint64_t off, size_t len, struct img *out, char
             return rc;
         }
         sw->off = off;
-        if ((rc = range_get(sw->r, sw->key, sw->etag, off, want, &sw->win, NULL, err, errlen)) < 0) {
+        if ((rc = range_get(sw->r, sw->key, sw->etag, off, want, &sw->win, &sw->gets, err,
+                            errlen)) < 0) {
             sw->win.len = 0;
             return rc;
         }
-        sw->gets++;
         if (len > sw->win.len) /* the server sent less: the shard ends there */
             len = sw->win.len;
     }
@@ -693,7 +722,7 @@ static void prefetch_windows(struct source_s3 *r, struct shard_win *wins, const 
     if (!g)
         return;
     for (size_t k = 0; k < n; k++) {
-        uint64_t want = wins[k].size < S3_WINDOW ? wins[k].size : S3_WINDOW;
+        uint64_t want = wins[k].size < r->window ? wins[k].size : r->window;
         if (!need[k] || !want || img_reserve(&wins[k].win, (size_t)want) < 0)
             continue;
         wins[k].win.len = 0;
@@ -1371,6 +1400,7 @@ static struct source_s3 *s3_alloc(const struct config_dataset *cfg)
         return NULL;
     r->root = cfg->root;
     r->name = cfg->name;
+    r->window = cfg->source.index_window ? cfg->source.index_window : S3_WINDOW;
     r->efd = -1;
     r->pending_tail = &r->pending;
     pthread_mutex_init(&r->lock, NULL);

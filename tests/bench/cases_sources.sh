@@ -98,7 +98,11 @@ r["reference"] = "imagefolder-cold"; print(json.dumps(r))' "$line" "$ref")")
 # The proxy runs with --no-check here: botocore's signature check is the tests' (test_s3),
 # and on a 2-core machine its CPU would be taken from whichever side is decoding.
 # Targets (issue 16): at 20 ms 10x (a), 1.5x (b), 0.7x local; warm equal (0.9 allowing
-# for noise); none at 0 and 50 ms (printed for the curve).
+# for noise); none at 0 and 50 ms (printed for the curve). Each presto epoch from s3 also
+# prints the CPU it cost prestod, the proxy and s3rver (one node.js process), and the rate
+# their sum allows on this machine's cores: the fixture runs on the cores prestod decodes
+# on, which no deployment's object store does, so that rate, not the latency, is the
+# ceiling wherever presto keeps enough GETs in flight.
 # Reproduce: BENCH_ONLY=sources make bench (the sources group also runs tar-local).
 
 # s3_fixture_cmd LINE: sends a command to the fixture, reads its one-line answer.
@@ -119,6 +123,27 @@ s3_baseline_run() {
     S3_BASE_RATE=$("$PYTHON" -c 'import json, sys
 print(json.loads(sys.argv[1])["epochs"][0]["samples_per_s"])' "$out")
     echo "  boto3 DataLoader ($1): $S3_BASE_RATE samples/s"
+}
+
+# s3_cpu PID...: the CPU seconds (user + system) each process has used so far.
+s3_cpu() {
+    local pid
+    for pid in "$@"; do
+        awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f ", ($14 + $15) / hz }' "/proc/$pid/stat" \
+            2>/dev/null || printf '0 '
+    done
+}
+
+# s3_cpu_say BEFORE AFTER: what one epoch cost prestod, the proxy and s3rver
+# (the two fixture processes share the 2 cores with prestod: together they
+# bound the epoch's rate, whatever the latency).
+s3_cpu_say() {
+    "$PYTHON" -c 'import sys
+b = [float(x) for x in sys.argv[1].split()]; a = [float(x) for x in sys.argv[2].split()]
+d = [y - x for x, y in zip(b, a)]
+print("  CPU of that epoch: prestod %.2f s, proxy %.2f s, s3rver %.2f s: on %d cores at most"
+      " %.0f samples/s" % (d[0], d[1], d[2], int(sys.argv[3]), int(sys.argv[4]) * int(sys.argv[3])
+                          / max(sum(d), 1e-9)))' "$1" "$2" "$(nproc)" "$3"
 }
 
 # s3_with_ref RUN_JSON RATE NAME: the run with its reference attached.
@@ -156,8 +181,13 @@ print(json.loads(sys.argv[1][6:])["port"])' "$ready")"
         presto_start -c "$conf"
         BENCH_DATASET=s3
         echo "  presto from s3:"
+        local s3rver_pid cpu_before
+        s3rver_pid=$(pgrep -P "$S3FX_PID" node | head -1)
+        cpu_before=$(s3_cpu "$PRESTO_PID" "$S3FX_PID" "$s3rver_pid")
         bench_epoch 0
         s3_run=$BENCH_RESULT
+        s3_cpu_say "$cpu_before" "$(s3_cpu "$PRESTO_PID" "$S3FX_PID" "$s3rver_pid")" \
+            "$("$PYTHON" -c 'import json, sys; print(json.loads(sys.argv[1])["samples"])' "$s3_run")"
         if [[ $delay == 20 ]]; then
             echo "  presto warm, from s3 then local:"
             bench_warm_epochs

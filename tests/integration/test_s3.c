@@ -7,6 +7,9 @@
  *   - "same": the S3 dataset's epochs equal the folder's, sample for
  *     sample (labels and pixels), cold and from memory, over a listing of
  *     several pages (source.page_keys 7 for 40 keys); its stats section;
+ *     with every GET held 200 ms, the batches prepared ahead have theirs
+ *     in flight beside the running batches' (more than two batches' at
+ *     once);
  *   - "faults": a fifth of the requests fail (503s and resets): the cold
  *     epoch completes after retries, equal to the folder's; with the server
  *     down mid-run every sample fails after its last try (counted, skipped
@@ -22,6 +25,9 @@
  *     byte range; the epochs equal the folder's; after a restart the
  *     shards' member lists in cache.dir are used (the listing is the only
  *     request) and the epoch is still the folder's;
+ *   - "window": 4 KiB indexing windows (source.index_window): a shard's
+ *     later windows asked together (more than one at once), the member
+ *     lists put together from them give the folder's epoch;
  *   - "changed": a shard replaced in the bucket after indexing: its
  *     members' GETs carry the indexed ETag (If-Match), the proxy answers
  *     412 as S3 does, its samples fail at once with a message saying so
@@ -180,6 +186,17 @@ START_TEST(test_same_epochs)
     /* 40 keys and the data set's marker, 7 a page */
     ck_assert(harness_log_contains(&H, "40 samples in 3 classes from s3://data/train (6 listing pages"));
     ck_assert_msg(!harness_log_contains(&H, SK), "the secret is in the log");
+    /* read ahead: with every request held 200 ms, the GETs of the batches
+     * prepared ahead are in flight beside those of the batches the two
+     * workers run: more at once than two batches of 7 (the most without
+     * it: a batch's reads went out only when a worker took it) */
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 200", NULL, 0), 0);
+    ck_assert_int_eq(objfixture_cmd(&fx, "peak", NULL, 0), 0);
+    same_as_folder("s3b", 0, 0);
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 0", NULL, 0), 0);
+    ck_assert_msg(objfixture_stat(&fx, "max_in_flight") > 2 * 7,
+                  "%ld GETs at once: no batch's reads went out ahead",
+                  objfixture_stat(&fx, "max_in_flight"));
 }
 END_TEST
 
@@ -310,21 +327,28 @@ END_TEST
 
 /* prestod with the folder and the shards in the bucket (cache.dir in the
  * test's directory): the requests the start-up made to S3. */
-static long start_tar_in(const char *cache_name)
+/* Starts prestod with the folder and s3tar (shards first to last), cache.dir
+ * cache_name, source_extra under source:; the requests that took. */
+static long start_shards(const char *cache_name, const char *source_extra, unsigned last)
 {
     char yaml[4096], cache[HARNESS_PATH_MAX];
     harness_path(&H, cache_name, cache, sizeof(cache));
     snprintf(yaml, sizeof(yaml),
              "workers: 2\ncache:\n  memory: 64M\n  dir: %s\n"
-             "source:\n  endpoint: %s\n"
+             "source:\n  endpoint: %s\n%s"
              "datasets:\n"
              "  - name: folder\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
-             "  - name: s3tar\n    root: s3://data/shards/train-{000000..%06d}.tar\n"
+             "  - name: s3tar\n    root: s3://data/shards/train-{000000..%06u}.tar\n"
              "    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
-             cache, endpoint, data_dir, NSHARDS - 1);
+             cache, endpoint, source_extra, data_dir, last);
     long before = objfixture_stat(&fx, "requests");
     ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
     return objfixture_stat(&fx, "requests") - before;
+}
+
+static long start_tar_in(const char *cache_name)
+{
+    return start_shards(cache_name, "", NSHARDS - 1);
 }
 
 static long start_tar(void)
@@ -366,6 +390,33 @@ START_TEST(test_tar_shards)
     ck_assert(harness_log_contains(&H, "member lists: 4 from cache.dir, 0 shards read"));
     ck_assert_msg(n == 1, "%ld requests to index 4 shards with their lists kept", n);
     same_as_folder("s3tar", 2, 1);
+    harness_stop_checked(&H);
+}
+END_TEST
+
+/* ---- case "window": a shard's headers over several windows ---- */
+
+START_TEST(test_index_window)
+{
+    /* 4 KiB windows (source.index_window): one shard's headers span
+     * several; after the first window the walk asks the next ones
+     * together (each held 200 ms: they overlap), where one at a time
+     * made it one round trip a window */
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 200", NULL, 0), 0);
+    ck_assert_int_eq(objfixture_cmd(&fx, "peak", NULL, 0), 0);
+    long n = start_shards("cache-window1", "  index_window: 4096\n", 0);
+    ck_assert_int_eq(objfixture_cmd(&fx, "delay 0", NULL, 0), 0);
+    ck_assert(harness_log_contains(&H, "member lists: 0 from cache.dir, 1 shards read"));
+    ck_assert_msg(n >= 3, "%ld requests: the shard fit one 4 KiB window", n);
+    ck_assert_msg(objfixture_stat(&fx, "max_in_flight") >= 2,
+                  "the shard's windows were read one after another (%ld at once, %ld GETs)",
+                  objfixture_stat(&fx, "max_in_flight"), n);
+    harness_stop_checked(&H);
+    /* all four shards walked through 4 KiB windows: the member lists (the
+     * windows' bytes put together in order) give the folder's epoch */
+    start_shards("cache-window4", "  index_window: 4096\n", NSHARDS - 1);
+    ck_assert(harness_log_contains(&H, "member lists: 0 from cache.dir, 4 shards read"));
+    same_as_folder("s3tar", 0, 1);
     harness_stop_checked(&H);
 }
 END_TEST
@@ -640,6 +691,9 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = harness_tcase("tar", NULL, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_tar_shards);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("window", NULL, daemon_teardown, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_index_window);
     suite_add_tcase(s, tc);
     tc = harness_tcase("changed", NULL, daemon_teardown, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_shard_changed);
