@@ -195,7 +195,9 @@ static void local_account(struct worker_ctx *ctx, struct pipe_local *L)
  * as one (step_decode_rrc_apply: only the crop's region decoded); so does
  * random_resized_crop followed by random_flip (the resize writes its rows
  * mirrored, when the flip's own seed says so, instead of a pass of its
- * own); the time is the first step's, each step counts its call. */
+ * own), and the crop (and flip) followed by normalize or to_float (each
+ * output row goes to float32 as it is made, the uint8 image never
+ * written); the time is the first step's, each step counts its call. */
 static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint32_t from,
                      uint32_t to, uint64_t seed, struct worker_ctx *ctx,
                      const struct img **cur, struct img *last_out, char *err, size_t errlen)
@@ -208,6 +210,11 @@ static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint3
         int flip = cfg->steps[crop].kind == STEP_RANDOM_RESIZED_CROP && crop + 1 < to &&
                    cfg->steps[crop + 1].kind == STEP_RANDOM_FLIP;
         uint32_t last = crop + (uint32_t)flip; /* the step whose output this is */
+        const struct step *norm = NULL; /* normalize / to_float right after, fused */
+        if (cfg->steps[crop].kind == STEP_RANDOM_RESIZED_CROP && last + 1 < to &&
+            (cfg->steps[last + 1].kind == STEP_NORMALIZE ||
+             cfg->steps[last + 1].kind == STEP_TO_FLOAT))
+            norm = &cfg->steps[++last];
         struct img *out = &ctx->scratch[1 + (*cur == &ctx->scratch[1])];
         /* The last step writes into the slot, or, when it works in place
          * there (random_erasing), the one before it does. */
@@ -217,15 +224,18 @@ static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint3
         ctx->step.seed = hash_mix64(seed + crop);
         size_t in_len = (*cur)->len; /* a decode's: the file's bytes */
         uint64_t t0 = stats_now_ns();
-        int mirror = flip && step_flip_decide(cfg->steps[last].p, hash_mix64(seed + last));
-        int rc = fused || flip ? step_decode_rrc_mirror_apply(fused ? s : NULL,
-                                                              &cfg->steps[crop], mirror,
-                                                              &ctx->step, *cur, out)
-                               : step_apply(s, &ctx->step, *cur, out);
+        int mirror = flip && step_flip_decide(cfg->steps[crop + 1].p,
+                                              hash_mix64(seed + crop + 1));
+        int rc = fused || flip || norm
+                     ? step_decode_rrc_tail_apply(fused ? s : NULL, &cfg->steps[crop], mirror,
+                                                  norm, &ctx->step, *cur, out)
+                     : step_apply(s, &ctx->step, *cur, out);
         stats_percpu_add(&p->counters, ctx->index, CNT_CALLS + s->kind, 1);
         stats_percpu_add(&p->counters, ctx->index, CNT_NS + s->kind, stats_now_ns() - t0);
         if (flip)
             stats_percpu_add(&p->counters, ctx->index, CNT_CALLS + STEP_RANDOM_FLIP, 1);
+        if (norm)
+            stats_percpu_add(&p->counters, ctx->index, CNT_CALLS + norm->kind, 1);
         if (fused) {
             stats_percpu_add(&p->counters, ctx->index,
                              CNT_CALLS + STEP_RANDOM_RESIZED_CROP, 1);
@@ -234,7 +244,7 @@ static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint3
                                  CNT_FMT_REGION + ctx->step.format, 1);
             rc = rc > 0 ? 0 : rc;
         }
-        if (fused || flip) {
+        if (fused || flip || norm) {
             s = &cfg->steps[crop];
             i = last;
         }

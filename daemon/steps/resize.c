@@ -40,6 +40,7 @@
 #define RS_HAVE_AVX2 0
 #endif
 
+#include "proto.h"
 #include "step.h"
 #include "step_impl.h"
 
@@ -372,6 +373,23 @@ RS_AVX2 static inline __attribute__((always_inline)) __m256i rs_pack3_avx2(__m25
     return _mm256_packus_epi16(_mm256_packs_epi32(v, v), v);
 }
 
+/* Output pixels xx + i and xx + 4 + i (k: xx's weights), rounded and
+ * shifted: the first's R, G, B, 0 in the low half, the second's in the
+ * high one. */
+RS_AVX2 static inline __attribute__((always_inline)) __m256i
+rs_hquad_avx2(const struct rs_hplan *h, const int32_t *k, size_t step, uint32_t xx,
+              uint32_t i, uint32_t groups, __m256i half)
+{
+    __m256i a = rs_hacc_avx2(h->wide + (size_t)h->first[xx + i] * 4, k + i * step, groups);
+    __m256i e = rs_hacc_avx2(h->wide + (size_t)h->first[xx + 4 + i] * 4, k + (4 + i) * step,
+                             groups);
+    return _mm256_srai_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(_mm256_permute2x128_si256(a, e, 0x20),
+                                          _mm256_permute2x128_si256(a, e, 0x31)),
+                         half),
+        RS_BITS);
+}
+
 /* One row, 3 channels, from the widened row; groups is a constant where
  * inlined. */
 RS_AVX2 static inline __attribute__((always_inline)) void
@@ -380,6 +398,28 @@ rs_hrow3_avx2_n(const struct rs_hplan *h, uint8_t *d, uint32_t out_w, uint32_t g
     const int32_t *k = h->w;
     size_t step = (size_t)groups * 8;
     uint32_t xx = 0;
+    /* Eight pixels share the rounding, the packing and the stores: pixels
+     * xx + i and xx + 4 + i in the two halves of one vector of sums, packed
+     * so that each 128-bit half holds four pixels' R, G, B and junk bytes
+     * in order, then the junk squeezed out: 24 bytes stored. */
+    const __m256i squeeze = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1,
+                                             -1, -1, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14,
+                                             -1, -1, -1, -1);
+    const __m256i half = _mm256_set1_epi32(RS_HALF);
+    for (; xx + 8 <= out_w; xx += 8, d += 24, k += 8 * step) {
+        __m256i v0 = rs_hquad_avx2(h, k, step, xx, 0, groups, half);
+        __m256i v1 = rs_hquad_avx2(h, k, step, xx, 1, groups, half);
+        __m256i v2 = rs_hquad_avx2(h, k, step, xx, 2, groups, half);
+        __m256i v3 = rs_hquad_avx2(h, k, step, xx, 3, groups, half);
+        __m256i b = _mm256_shuffle_epi8(
+            _mm256_packus_epi16(_mm256_packs_epi32(v0, v1), _mm256_packs_epi32(v2, v3)),
+            squeeze);
+        __m128i hi = _mm256_extracti128_si256(b, 1);
+        _mm_storeu_si128((__m128i *)(void *)d, _mm256_castsi256_si128(b));
+        _mm_storel_epi64((__m128i *)(void *)(d + 12), hi);
+        uint32_t last = (uint32_t)_mm_extract_epi32(hi, 2);
+        memcpy(d + 20, &last, 4);
+    }
     /* Pairs of pixels share the adding of halves and the packing; 4-byte
      * stores whose fourth byte lands on the next pixel, written later. */
     for (; xx + 2 < out_w; xx += 2, d += 6, k += 2 * step) {
@@ -500,6 +540,19 @@ RS_AVX2 static void rs_vrow_avx2(const uint8_t *const *rows, const int32_t *k,
 
 /* ---- driver ---- */
 
+/* Input rows the horizontal pass asks the cache for ahead of reading them:
+ * a crop's rows are a box's width out of a wider image, each row a jump the
+ * hardware prefetcher does not foresee, and the image comes from the memory
+ * tier, not the cache (a quarter of the pass stalled on its first loads). */
+#define RS_PREFETCH_ROWS 2
+
+static inline void rs_prefetch(const uint8_t *p, size_t bytes)
+{
+    for (size_t off = 0; off < bytes; off += 64)
+        __builtin_prefetch(p + off, 0, 3);
+    __builtin_prefetch(p + bytes - 1, 0, 3);
+}
+
 void step_resize_shape(uint32_t size, uint32_t in_h, uint32_t in_w,
                        uint64_t *h, uint64_t *w)
 {
@@ -597,6 +650,44 @@ void step_resample_src_img(struct step_resample_src *src, const struct img *in)
     src->x1 = in->w;
     src->y1 = in->h;
     src->mirror = 0;
+    src->norm = NULL;
+    src->norm_tables = NULL;
+}
+
+/* Where output rows go: straight into out, or (mirrored, normalized) through
+ * a row of scratch. */
+struct rs_sink {
+    struct img *out;
+    const struct step_resample_src *src;
+    uint8_t *tmp;  /* the row the passes write, when not out's */
+    uint8_t *flip; /* a mirrored row on its way to normalize */
+    uint32_t h, w, c;
+};
+
+/* Where the passes write output row y. */
+static inline uint8_t *rs_row(const struct rs_sink *k, uint32_t y)
+{
+    return k->tmp ? k->tmp : k->out->data + (size_t)y * k->w * k->c;
+}
+
+/* Output row y, computed at row (rs_row's, or a source row), into out. */
+static void rs_emit(const struct rs_sink *k, const uint8_t *row, uint32_t y)
+{
+    size_t bytes = (size_t)k->w * k->c;
+    if (!k->src->norm) {
+        uint8_t *d = k->out->data + (size_t)y * bytes;
+        if (k->src->mirror)
+            step_flip_row(row, d, k->w, k->c);
+        else if (row != d)
+            memcpy(d, row, bytes);
+        return;
+    }
+    if (k->src->mirror) {
+        step_flip_row(row, k->flip, k->w, k->c);
+        row = k->flip;
+    }
+    step_norm_pixels(k->src->norm, k->src->norm_tables, row, k->w, k->c, k->out->data,
+                     (size_t)k->h * k->w, (size_t)y * k->w);
 }
 
 int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
@@ -626,17 +717,23 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
     int need_h = out_w != in_w || src->x0 != 0.0 || src->x1 != out_w;
     int need_v = out_h != in_h || src->y0 != 0.0 || src->y1 != out_h;
 
-    int rc = step_out_pixels(ctx, out, out_h, out_w, c);
+    int rc = src->norm ? step_out_pixels_as(ctx, out, out_h, out_w, c, PROTO_DTYPE_F32)
+                       : step_out_pixels(ctx, out, out_h, out_w, c);
     if (rc < 0)
         return rc;
     size_t in_row = src->stride, mid_row = (size_t)out_w * c;
+    struct rs_sink sink = {.out = out, .src = src, .h = out_h, .w = out_w, .c = c};
+    /* Rows that are not out's own: a row before it is mirrored or
+     * normalized, and a mirrored one before it is normalized. */
+    size_t extra = src->mirror || src->norm ? mid_row : 0;
+    if (src->mirror && src->norm)
+        extra += mid_row;
     if (!need_h && !need_v) {
-        for (uint32_t y = 0; y < in_h; y++) {
-            if (src->mirror)
-                step_flip_row(src->data + y * in_row, out->data + y * mid_row, out_w, c);
-            else
-                memcpy(out->data + y * mid_row, src->data + y * in_row, mid_row);
-        }
+        if (src->mirror && src->norm && (sink.flip = malloc(mid_row)) == NULL)
+            return step_fail(ctx, -ENOMEM, "%s: out of memory", who);
+        for (uint32_t y = 0; y < in_h; y++)
+            rs_emit(&sink, src->data + y * in_row, y);
+        free(sink.flip);
         return 0;
     }
 
@@ -647,7 +744,8 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
 #endif
 
     /* One block: the vertical pass' row pointers, the coefficient tables,
-     * the AVX2 plan and the ring of horizontally resized rows. */
+     * the AVX2 plan, the ring of horizontally resized rows and the rows on
+     * their way to out. */
     uint32_t vtaps = need_v ? rs_ksize(&sv) : 0;
     size_t bytes = vtaps * sizeof(const uint8_t *);
     if (need_v)
@@ -662,8 +760,7 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
 #endif
     if (need_h && need_v)
         bytes += mid_row * vtaps;
-    if (src->mirror) /* an output row before it is mirrored into out */
-        bytes += mid_row;
+    bytes += extra;
     uint8_t *block = malloc(bytes), *p = block;
     if (block == NULL)
         return step_fail(ctx, -ENOMEM, "%s: out of memory (%zu bytes of scratch)", who,
@@ -681,30 +778,31 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
 #endif
     /* Mirrored: each output row goes to tmp, then reversed into out (the
      * passes work on columns apart, so mirroring their rows mirrors the
-     * image: the same bytes as random_flip after the resize). */
-    uint8_t *tmp = NULL;
-    if (src->mirror) {
-        tmp = p;
+     * image: the same bytes as random_flip after the resize). Normalized:
+     * each row to tmp, then (mirrored into flip first) to floats in out,
+     * the same values as normalize after the resize. */
+    if (extra) {
+        sink.tmp = p;
         p += mid_row;
+        if (src->mirror && src->norm) {
+            sink.flip = p;
+            p += mid_row;
+        }
     }
-#define RS_ROW(y) (tmp ? tmp : out->data + (size_t)(y) * mid_row)
-#define RS_EMIT(y)                                                                     \
-    do {                                                                               \
-        if (tmp)                                                                       \
-            step_flip_row(tmp, out->data + (size_t)(y) * mid_row, out_w, c);           \
-    } while (0)
 
     if (!need_v) {
         for (uint32_t y = 0; y < in_h; y++) {
-            rs_run_hrow(&r, src->data + y * in_row, RS_ROW(y));
-            RS_EMIT(y);
+            rs_run_hrow(&r, src->data + y * in_row, rs_row(&sink, y));
+            if (extra)
+                rs_emit(&sink, sink.tmp, y);
         }
     } else if (!need_h) {
         for (uint32_t yy = 0; yy < out_h; yy++) {
             for (uint32_t t = 0; t < r.av.count[yy]; t++)
                 rows[t] = src->data + (size_t)(r.av.first[yy] + t) * in_row;
-            rs_run_vrow(&r, rows, yy, RS_ROW(yy), mid_row);
-            RS_EMIT(yy);
+            rs_run_vrow(&r, rows, yy, rs_row(&sink, yy), mid_row);
+            if (extra)
+                rs_emit(&sink, sink.tmp, yy);
         }
     } else {
         /* Input row y goes to ring slot y % slots. An output row reads at
@@ -716,17 +814,20 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
             uint32_t first = r.av.first[yy], end = first + r.av.count[yy];
             if (next < first)
                 next = first;
-            for (; next < end; next++)
+            for (; next < end; next++) {
+                if (next + RS_PREFETCH_ROWS < in_h)
+                    rs_prefetch(src->data + (next + RS_PREFETCH_ROWS) * in_row,
+                                (size_t)in_w * c);
                 rs_run_hrow(&r, src->data + next * in_row,
                             ring + (size_t)(next % slots) * mid_row);
+            }
             for (uint32_t y = first; y < end; y++)
                 rows[y - first] = ring + (size_t)(y % slots) * mid_row;
-            rs_run_vrow(&r, rows, yy, RS_ROW(yy), mid_row);
-            RS_EMIT(yy);
+            rs_run_vrow(&r, rows, yy, rs_row(&sink, yy), mid_row);
+            if (extra)
+                rs_emit(&sink, sink.tmp, yy);
         }
     }
-#undef RS_ROW
-#undef RS_EMIT
     free(block);
     return 0;
 }

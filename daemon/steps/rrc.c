@@ -87,14 +87,20 @@ int step_rrc_params(const struct step *s, uint64_t seed, uint32_t h, uint32_t w,
     return RRC_ATTEMPTS + 1;
 }
 
-int step_rrc_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
-                   struct img *out)
+/* src resized to rrc's output, through norm when given. */
+static int rrc_resample(const struct step *rrc, const struct step *norm, struct step_ctx *ctx,
+                        struct step_resample_src *src, struct img *out)
 {
-    return step_rrc_mirror_apply(s, 0, ctx, in, out);
+    if (norm && (src->norm_tables = step_norm_prepare(norm, ctx, src->c)) == NULL)
+        return -EINVAL;
+    src->norm = norm;
+    return step_resample(ctx, STEP_RESIZE_ISA_AUTO, src, rrc->h, rrc->w, out,
+                         "random_resized_crop");
 }
 
-int step_rrc_mirror_apply(const struct step *s, int mirror, struct step_ctx *ctx,
-                          const struct img *in, struct img *out)
+/* The crop of in's pixels, mirrored and normalized as asked. */
+static int rrc_crop(const struct step *s, int mirror, const struct step *norm,
+                    struct step_ctx *ctx, const struct img *in, struct img *out)
 {
     int rc = step_check_pixels(ctx, in, "random_resized_crop");
     if (rc < 0)
@@ -113,8 +119,19 @@ int step_rrc_mirror_apply(const struct step *s, int mirror, struct step_ctx *ctx
         .y1 = box.h,
         .mirror = mirror,
     };
-    return step_resample(ctx, STEP_RESIZE_ISA_AUTO, &src, s->h, s->w, out,
-                         "random_resized_crop");
+    return rrc_resample(s, norm, ctx, &src, out);
+}
+
+int step_rrc_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
+                   struct img *out)
+{
+    return rrc_crop(s, 0, NULL, ctx, in, out);
+}
+
+int step_rrc_mirror_apply(const struct step *s, int mirror, struct step_ctx *ctx,
+                          const struct img *in, struct img *out)
+{
+    return rrc_crop(s, mirror, NULL, ctx, in, out);
 }
 
 /* ---- decode and random_resized_crop in one: the cold path ---- */
@@ -135,7 +152,7 @@ static uint32_t rrc_dct_eighths(uint32_t bh, uint32_t bw, uint32_t out_h, uint32
 /* A JPEG's crop box, decoded alone into ctx->aux and resized into out.
  * -ENOTSUP: not for the region decoder (decode it whole). */
 static int rrc_region(const struct step *dec, const struct step *rrc, int mirror,
-                      struct step_ctx *ctx, const struct img *in, struct img *out)
+                      const struct step *norm, struct step_ctx *ctx, const struct img *in, struct img *out)
 {
     char err[160];
     struct roi_header hdr;
@@ -188,8 +205,7 @@ static int rrc_region(const struct step *dec, const struct step *rrc, int mirror
         src.x1 = box.w;
     if (src.y1 > box.h)
         src.y1 = box.h;
-    return step_resample(ctx, STEP_RESIZE_ISA_AUTO, &src, rrc->h, rrc->w, out,
-                         "random_resized_crop");
+    return rrc_resample(rrc, norm, ctx, &src, out);
 }
 
 int step_decode_rrc_apply(const struct step *dec, const struct step *rrc,
@@ -201,13 +217,20 @@ int step_decode_rrc_apply(const struct step *dec, const struct step *rrc,
 int step_decode_rrc_mirror_apply(const struct step *dec, const struct step *rrc, int mirror,
                                  struct step_ctx *ctx, const struct img *in, struct img *out)
 {
+    return step_decode_rrc_tail_apply(dec, rrc, mirror, NULL, ctx, in, out);
+}
+
+int step_decode_rrc_tail_apply(const struct step *dec, const struct step *rrc, int mirror,
+                               const struct step *norm, struct step_ctx *ctx,
+                               const struct img *in, struct img *out)
+{
     if (dec == NULL) {
-        int rc = step_rrc_mirror_apply(rrc, mirror, ctx, in, out);
+        int rc = rrc_crop(rrc, mirror, norm, ctx, in, out);
         return rc < 0 ? rc : 0;
     }
     if (in->fmt == IMG_ENCODED && in->len > 0 && in->data != NULL &&
         decode_sniff(in->data, in->len) == DECODE_FMT_JPEG) {
-        int rc = rrc_region(dec, rrc, mirror, ctx, in, out);
+        int rc = rrc_region(dec, rrc, mirror, norm, ctx, in, out);
         if (rc != -ENOTSUP) {
             ctx->format = DECODE_FMT_JPEG;
             return rc < 0 ? rc : 1;
@@ -220,6 +243,6 @@ int step_decode_rrc_mirror_apply(const struct step *dec, const struct step *rrc,
     int rc = step_decode_apply(&whole, ctx, in, &ctx->aux);
     if (rc < 0)
         return rc;
-    rc = step_rrc_mirror_apply(rrc, mirror, ctx, &ctx->aux, out);
+    rc = rrc_crop(rrc, mirror, norm, ctx, &ctx->aux, out);
     return rc < 0 ? rc : 0;
 }

@@ -367,6 +367,12 @@ int step_decode_rrc_apply(const struct step *dec, const struct step *rrc,
  * decision); dec NULL: random_resized_crop alone on in's pixels. */
 int step_decode_rrc_mirror_apply(const struct step *dec, const struct step *rrc, int mirror,
                                  struct step_ctx *ctx, const struct img *in, struct img *out);
+/* The same with normalize (or to_float) norm fused in too when not NULL:
+ * each output row of the crop goes to float32 as it is made (the same
+ * values as the steps apart; out is float32). */
+int step_decode_rrc_tail_apply(const struct step *dec, const struct step *rrc, int mirror,
+                               const struct step *norm, struct step_ctx *ctx,
+                               const struct img *in, struct img *out);
 /* random_flip's decision for p from its per-sample seed: 1 to mirror. */
 int step_flip_decide(double p, uint64_t seed);
 

@@ -85,6 +85,10 @@ struct step_resample_src {
     uint32_t h, w, c;
     double x0, y0, x1, y1;
     int mirror; /* the output mirrored left-right (random_flip fused in) */
+    /* normalize (or to_float) fused in: each output row goes through it,
+     * out is float32 (norm_tables from step_norm_prepare); NULL: none */
+    const struct step *norm;
+    const float *norm_tables;
 };
 /* The whole of in, box and all. */
 void step_resample_src_img(struct step_resample_src *src, const struct img *in);
@@ -136,6 +140,15 @@ int step_flip_apply(double p, struct step_ctx *ctx, const struct img *in,
  * mean 0, std 1 (exactly x / 255). */
 int step_normalize_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                          struct img *out);
+/* normalize's (or to_float's) per-channel tables for c channels, the
+ * float32 value of each byte (kept per thread for the last ones asked);
+ * NULL (ctx->err set) when s has no values for c channels. */
+const float *step_norm_prepare(const struct step *s, struct step_ctx *ctx, uint32_t c);
+/* n pixels of c bytes at src through tables into dst, an image of total
+ * pixels in s->layout, as its pixels [at, at + n): what normalize writes
+ * for them. */
+void step_norm_pixels(const struct step *s, const float *tables, const uint8_t *src,
+                      size_t n, uint32_t c, uint8_t *dst, size_t total, size_t at);
 
 /* ---- the image augmentations (imgaug.c) ---- */
 

@@ -28,7 +28,9 @@
 #                         region
 #   step costs            tests/bench/stepbench: one thread, 200 JPEGs x 4 seeds, each
 #                         online image step alone (random_resized_crop, random_flip,
-#                         normalize into batch slots, each TrivialAugmentWide op, bilinear),
+#                         normalize into batch slots, the three fused as the pipeline runs
+#                         them, with fused_equal: the same floats; each TrivialAugmentWide
+#                         op, bilinear),
 #                         microseconds of CPU per call and a digest of the outputs (no
 #                         ratio: the figures the per-step lines below come from, measured
 #                         without a daemon)
@@ -88,7 +90,9 @@ bench_recipes_step_bench() {
 r = json.loads(sys.argv[1])
 print("  " + ", ".join("%s %.1f us" % (k, v["us"]) for k, v in r.items()
                        if isinstance(v, dict)))
-print("  trivial_augment_wide (mean of its 14 ops): %.1f us" % r["trivial_augment_wide_mean_us"])' "$out"
+print("  trivial_augment_wide (mean of its 14 ops): %.1f us" % r["trivial_augment_wide_mean_us"])
+if "fused_equal" in r:
+    print("  crop + flip + normalize fused: the same floats as apart: %s" % r["fused_equal"])' "$out"
 }
 
 bench_recipes_cases() {

@@ -11,6 +11,9 @@
  *   normalize nchw            (ImageNet mean and std) on the crop, into the
  *                             slots of a batch of 64 in turn (as a stream's
  *                             last step writes: memory the cache does not hold)
+ *   rrc_flip_normalize_fused  the three as the pipeline runs them, in one
+ *                             (step_decode_rrc_tail_apply), into the next slot;
+ *                             fused_equal: its digest is normalize's
  *   each op of TrivialAugmentWide (bilinear, fill 0) on the crop, at the
  *   magnitude of bin 15 of 31, signs alternating with the round
  * and prints one JSON line: microseconds of this thread's CPU time per call of each, and an XXH64 of
@@ -104,7 +107,8 @@ int main(int argc, char **argv)
     struct step_ctx ctx;
     step_ctx_init(&ctx);
     struct acc a_rrc = {"random_resized_crop", 0, 0, 0}, a_flip = {"random_flip", 0, 0, 0},
-               a_norm = {"normalize", 0, 0, 0};
+               a_norm = {"normalize", 0, 0, 0},
+               a_fused = {"rrc_flip_normalize_fused", 0, 0, 0};
     struct acc a_op[AUG_SPACE_OPS];
     for (int op = 0; op < AUG_SPACE_OPS; op++)
         a_op[op] = (struct acc){aug_op_name((enum aug_op)op), 0, 0, 0};
@@ -142,6 +146,16 @@ int main(int argc, char **argv)
                 die("normalize", ctx.err);
             t1 = now_us();
             acc_add(&a_norm, t1 - t0, fl.data, fl.len);
+            /* the three in one, as a stream runs them (the pipeline fuses
+             * them): its digest is normalize's when the bytes are the same */
+            struct img fu = {.fmt = IMG_PIXELS, .cap = SLOT_BYTES, .borrowed = 1,
+                             .data = batch + (size_t)(nslot++ % BATCH) * SLOT_BYTES};
+            t0 = now_us();
+            if (step_decode_rrc_tail_apply(NULL, &rrc, step_flip_decide(flip.p, ctx.seed),
+                                           &norm, &ctx, &pix, &fu) < 0)
+                die("random_resized_crop + random_flip + normalize", ctx.err);
+            t1 = now_us();
+            acc_add(&a_fused, t1 - t0, fu.data, fu.len);
             for (int op = 0; op < AUG_SPACE_OPS; op++) {
                 double m = aug_op_has_magnitudes((enum aug_op)op)
                                ? aug_magnitude(AUG_TRIVIAL_WIDE, (enum aug_op)op, 31,
@@ -166,18 +180,19 @@ int main(int argc, char **argv)
     free(batch);
 
     printf("{\"images\": %zu, \"rounds\": %d", dir.n, rounds);
-    struct acc *all[3 + AUG_SPACE_OPS] = {&a_rrc, &a_flip, &a_norm};
+    struct acc *all[4 + AUG_SPACE_OPS] = {&a_rrc, &a_flip, &a_norm, &a_fused};
     for (int op = 0; op < AUG_SPACE_OPS; op++)
-        all[3 + op] = &a_op[op];
+        all[4 + op] = &a_op[op];
     double ta = 0;
-    for (int i = 0; i < 3 + AUG_SPACE_OPS; i++) {
+    for (int i = 0; i < 4 + AUG_SPACE_OPS; i++) {
         struct acc *a = all[i];
         double us = a->calls ? a->us / a->calls : 0;
-        if (i >= 3)
+        if (i >= 4)
             ta += us / AUG_SPACE_OPS;
         printf(", \"%s\": {\"us\": %.1f, \"xxh64\": \"%016llx\"}", a->name, us,
                (unsigned long long)a->digest);
     }
+    printf(", \"fused_equal\": %s", a_fused.digest == a_norm.digest ? "true" : "false");
     printf(", \"trivial_augment_wide_mean_us\": %.1f}\n", ta);
     return 0;
 }

@@ -2534,7 +2534,7 @@ END_TEST
 START_TEST(test_decode_rrc_region)
 {
     struct step_ctx ctx;
-    struct img enc, full = {0}, want = {0}, got = {0}, flipped = {0};
+    struct img enc, full = {0}, want = {0}, got = {0}, flipped = {0}, nwant = {0};
     struct step flip = make_stepv("random_flip", "p=1");
     step_ctx_init(&ctx);
     for (size_t p = 0; p < sizeof(photos) / sizeof(photos[0]); p++) {
@@ -2569,6 +2569,31 @@ START_TEST(test_decode_rrc_region)
                 ck_assert_int_eq(
                     step_decode_rrc_mirror_apply(NULL, &rrc, 0, &ctx, &full, &got), 0);
                 ck_assert(memcmp(got.data, want.data, got.len) == 0);
+                /* normalize (NHWC, NCHW) or to_float fused in too, flipped or
+                 * not: the floats of the steps apart */
+                for (int m = 0; m < 2; m++) {
+                    static const char *const nzp[2][2] = {
+                        {"mean=[0.485,0.456,0.406];std=[0.229,0.224,0.225]",
+                         "mean=[0.485,0.456,0.406];std=[0.229,0.224,0.225];layout=nchw"},
+                        {"mean=[0.449];std=[0.226]", "mean=[0.449];std=[0.226];layout=nchw"}};
+                    struct step nz = seed % 3 == 0
+                                         ? make_stepv("to_float", m ? "layout=nchw" : "layout=nhwc")
+                                         : make_stepv("normalize", nzp[grey][(seed + m) & 1]);
+                    apply_ok(&nz, &ctx, m ? &flipped : &want, &nwant);
+                    ck_assert_int_eq(
+                        step_decode_rrc_tail_apply(&dec, &rrc, m, &nz, &ctx, &enc, &got), 1);
+                    ck_assert(got.len == nwant.len && got.dtype == PROTO_DTYPE_F32 &&
+                              got.h == 64 && got.w == 80);
+                    ck_assert_msg(memcmp(got.data, nwant.data, got.len) == 0,
+                                  "%s grey %d seed %llu mirror %d: normalized region differs",
+                                  photos[p].name, grey, (unsigned long long)seed, m);
+                    ck_assert_int_eq(
+                        step_decode_rrc_tail_apply(NULL, &rrc, m, &nz, &ctx, &full, &got), 0);
+                    ck_assert(got.len == nwant.len);
+                    ck_assert_msg(memcmp(got.data, nwant.data, got.len) == 0,
+                                  "%s grey %d seed %llu mirror %d: normalized crop differs",
+                                  photos[p].name, grey, (unsigned long long)seed, m);
+                }
             }
         }
         /* dct_scale: a region at a reduced scale for small crops; close. */
@@ -2599,6 +2624,7 @@ START_TEST(test_decode_rrc_region)
     struct step rrc = make_stepv("random_resized_crop", "size=8");
     ck_assert_int_eq(step_decode_rrc_apply(&dec, &rrc, &ctx, &bad, &got), -EBADMSG);
     img_free(&flipped);
+    img_free(&nwant);
     img_free(&full);
     img_free(&want);
     img_free(&got);
