@@ -672,12 +672,15 @@ END_TEST
  * decode strategies) a JPEG decode or a 40x40 crop of a 300-pixel image
  * online is of the same order as the mixing and the two are within the
  * noise of a busy machine (none measured 2364 and 1057 samples/s the other way round once);
- * those rates need only be real. */
+ * those rates need only be real. Under valgrind or TSan (slow) only the
+ * mixed one is profiled and its rates asserted real: the comparison is the
+ * native and ASan builds' (two profiles took test_profile from 225 s to
+ * 313 s under valgrind, the runner's limit being 600). */
 #define MIX_CLASSES 50000
 START_TEST(test_batch_steps_in_rates)
 {
     char dir[HARNESS_PATH_MAX], items[2048], msg[512];
-    presto_profile_result_t *r[2];
+    presto_profile_result_t *r[2] = {NULL, NULL};
     test_dir("mix", dir, sizeof(dir));
     snprintf(items, sizeof(items),
              "  - name: plain\n    root: %s\n"
@@ -689,19 +692,23 @@ START_TEST(test_batch_steps_in_rates)
              root, root, MIX_CLASSES, MIX_CLASSES);
     start(dir, "1GiB", items);
     const char *names[2] = {"plain", "mixed"};
-    for (int d = 0; d < 2; d++) {
+    for (int d = slow ? 1 : 0; d < 2; d++) {
         int rc = profile(names[d], 0, &r[d], msg, sizeof(msg));
         ck_assert_msg(rc == 0, "profile %s: %s", names[d], msg);
     }
     /* none, then decode, center_crop and to_float each raw and zstd:1/3/9:
      * mixup and cutmix are random, never offline. */
-    ck_assert_uint_eq(r[0]->count, 13);
     ck_assert_uint_eq(r[1]->count, 13);
-    for (uint32_t i = 0; i < r[0]->count; i++) {
-        const presto_profile_strategy_t *a = &r[0]->strategies[i], *b = &r[1]->strategies[i];
-        ck_assert_str_eq(a->name, b->name);
+    if (!slow)
+        ck_assert_uint_eq(r[0]->count, 13);
+    for (uint32_t i = 0; i < r[1]->count; i++) {
+        const presto_profile_strategy_t *b = &r[1]->strategies[i];
         ck_assert_msg(b->memory_rate > 0 && b->disk_rate > 0, "%s: mixed rates %.0f, %.0f",
                       b->name, b->memory_rate, b->disk_rate);
+    }
+    for (uint32_t i = 0; !slow && i < r[0]->count; i++) {
+        const presto_profile_strategy_t *a = &r[0]->strategies[i], *b = &r[1]->strategies[i];
+        ck_assert_str_eq(a->name, b->name);
         if (a->split < 2)
             continue;
         ck_assert_msg(b->memory_rate < a->memory_rate,
@@ -717,7 +724,8 @@ START_TEST(test_batch_steps_in_rates)
                             "mixup/cutmix, %.0f without\n", a->name, b->memory_rate,
                     a->memory_rate);
     }
-    presto_profile_free(r[0]);
+    if (r[0])
+        presto_profile_free(r[0]);
     presto_profile_free(r[1]);
     stop();
 }
