@@ -162,9 +162,25 @@ static void fmt_ratio(char *buf, size_t len, double ratio)
         snprintf(buf, len, "-");
 }
 
+/* What the verification's figures add up to: the worst ratio (and whose),
+ * and how many measured rates fell inside the predicted +- spread. */
+struct verify_tally {
+    double worst;
+    const char *worst_name;
+    unsigned inside, rates;
+};
+
+static void tally_ratio(struct verify_tally *t, double x, const char *name)
+{
+    if (isfinite(x) && x > t->worst) {
+        t->worst = x;
+        t->worst_name = name;
+    }
+}
+
 /* One figure of the verification: "41.2k +-6%  38.1k  1.08x". */
-static void verify_cell(FILE *f, double pred, double spread, double meas, double *worst,
-                        const char **worst_name, const char *name)
+static void verify_cell(FILE *f, double pred, double spread, double meas,
+                        struct verify_tally *t, const char *name)
 {
     char p[32], m[32], q[16];
     double x = profile_ratio(pred, meas);
@@ -172,16 +188,14 @@ static void verify_cell(FILE *f, double pred, double spread, double meas, double
     profile_fmt_rate(m, sizeof(m), meas, 0);
     fmt_ratio(q, sizeof(q), x);
     fprintf(f, " | %12s %7s %6s", p, m, q);
-    if (isfinite(x) && x > *worst) {
-        *worst = x;
-        *worst_name = name;
-    }
+    tally_ratio(t, x, name);
+    t->rates++;
+    t->inside += meas >= pred * (1 - spread) && meas <= pred * (1 + spread);
 }
 
 int profile_report_verify(FILE *f, const presto_profile_result_t *r)
 {
-    double worst = 0;
-    const char *worst_name = NULL;
+    struct verify_tally t = {0};
     /* The epochs ran on the profile's workers: the predictions for them. */
     double k = r->workers ? (double)r->profile_workers / r->workers : 1;
     fprintf(f, "\nverification: real epochs of all %llu samples on %u of %u workers through the "
@@ -201,20 +215,16 @@ int profile_report_verify(FILE *f, const presto_profile_result_t *r)
         char sec[32], p[32], m[32], q[16];
         fprintf(f, "%-20s", s->name);
         verify_cell(f, k * tier_rate(r, s->epoch_memory_s), s->memory_spread,
-                    s->measured_memory_rate, &worst, &worst_name, s->name);
+                    s->measured_memory_rate, &t, s->name);
         verify_cell(f, k * tier_rate(r, s->epoch_disk_s), s->disk_spread,
-                    s->measured_disk_rate, &worst, &worst_name, s->name);
-        verify_cell(f, k * s->cold_rate, s->cold_spread, s->measured_cold_rate, &worst,
-                    &worst_name, s->name);
+                    s->measured_disk_rate, &t, s->name);
+        verify_cell(f, k * s->cold_rate, s->cold_spread, s->measured_cold_rate, &t, s->name);
         if (s->split) {
             double x = profile_ratio(s->total_bytes, s->measured_bytes);
             snprintf(p, sizeof(p), "%.1f", s->total_bytes / (1 << 20));
             snprintf(m, sizeof(m), "%.1f", s->measured_bytes / (1 << 20));
             fmt_ratio(q, sizeof(q), x);
-            if (isfinite(x) && x > worst) {
-                worst = x;
-                worst_name = s->name;
-            }
+            tally_ratio(&t, x, s->name);
         } else {
             snprintf(p, sizeof(p), "-");
             snprintf(m, sizeof(m), "-");
@@ -225,8 +235,11 @@ int profile_report_verify(FILE *f, const presto_profile_result_t *r)
                 s->measured_memory_fraction * 100, sec, s->verify_note[0] ? "  " : "",
                 s->verify_note);
     }
-    if (worst_name)
-        fprintf(f, "\nworst ratio: %.2fx (%s)\n", worst, worst_name);
+    if (t.worst_name)
+        fprintf(f, "\nworst ratio: %.2fx (%s)\n", t.worst, t.worst_name);
+    if (t.rates)
+        fprintf(f, "measured inside the predicted +-spread: %u of %u rates\n", t.inside,
+                t.rates);
     return finish(f);
 }
 

@@ -28,8 +28,18 @@
 #    against measured; the case's ratio is the worst max(predicted/measured,
 #    measured/predicted) over all of them (target <= 1.25). Its table goes to
 #    $BUILD/bench-profile-accuracy.json. BENCH_PROFILE_ONLY=NAME,... measures only those.
+#    The audio strategies join the same case: BENCH_PROFILE_AUDIO_CLIPS (600) spoken words
+#    made by tests/tools/mkaudio.py (espeak-ng; WAV, FLAC, MP3, Ogg; kept in
+#    $BUILD/bench-profile-audio) with the audio cases' pipeline (decode_audio mono,
+#    resample 16000, time_crop 16000, mel_spectrogram 64) are profiled and each of their
+#    17 strategies measured the same way (rows "audio ..."; the table in
+#    $BUILD/bench-profile-accuracy-audio.json); the case's ratio is the worst over both.
+#    Where mkaudio.py cannot make the clips (no espeak-ng), the case says so and keeps
+#    the images' rows alone.
 
 BENCH_PROFILE_STEPS="[decode, {resize: 256}, {center_crop: 224}, {random_flip: 0.5}]"
+BENCH_PROFILE_AUDIO_CLIPS=${BENCH_PROFILE_AUDIO_CLIPS:-600}
+BENCH_PROFILE_AUDIO_STEPS="[{decode_audio: {mono: true}}, {resample: 16000}, {time_crop: 16000}, {mel_spectrogram: {n_mels: 64}}]"
 
 # profile_config NAME SPLIT ENCODING CACHE_DIR: a config serving the data as NAME;
 # prints its path.
@@ -135,9 +145,24 @@ print("  auto (%s): %.1f samples/s; everything online: %.1f (%.2fx); worst cachi
     echo "== profile-accuracy: the profile's predictions against real epochs of each strategy"
     local only=()
     [[ -n ${BENCH_PROFILE_ONLY:-} ]] && only=(--only "$BENCH_PROFILE_ONLY")
+    local images="$BUILD/bench-profile-accuracy.json" audio="$BUILD/bench-profile-audio"
     "$PYTHON" tests/bench/profile_accuracy.py --build "$BUILD" --data "$BENCH_PROFILE_DATA" \
         --tmp "$dir/accuracy" --steps "$BENCH_PROFILE_STEPS" --profile "$out.json" \
-        --epochs "${#BENCH_WARM_EPOCHS[@]}" --out "$BUILD/bench-profile-accuracy.json" \
-        --case-file "$BENCH_CASES" "${only[@]}" \
+        --epochs "${#BENCH_WARM_EPOCHS[@]}" --out "$images" "${only[@]}" \
         || presto_fail "profile-accuracy failed"
+    echo "== profile-accuracy, audio: $BENCH_PROFILE_AUDIO_CLIPS spoken words (mkaudio.py)," \
+        "decode_audio, resample, time_crop, mel_spectrogram: profiled, then each strategy"
+    local case=(--case-file "$BENCH_CASES" "${only[@]}")
+    if "$PYTHON" tests/tools/mkaudio.py --out "$audio" --count "$BENCH_PROFILE_AUDIO_CLIPS" \
+        --jobs "$(nproc)"; then
+        "$PYTHON" tests/bench/profile_accuracy.py --build "$BUILD" --data "$audio" \
+            --tmp "$dir/accuracy-audio" --steps "$BENCH_PROFILE_AUDIO_STEPS" --label audio \
+            --epochs "${#BENCH_WARM_EPOCHS[@]}" --out "$BUILD/bench-profile-accuracy-audio.json" \
+            --merge "$images" "${case[@]}" || presto_fail "profile-accuracy (audio) failed"
+    else
+        echo "  mkaudio.py could not make the clips: the case has the images' strategies only"
+        "$PYTHON" tests/bench/profile_accuracy.py --build "$BUILD" --data "$BENCH_PROFILE_DATA" \
+            --tmp "$dir/accuracy" --profile "$out.json" --only "" --merge "$images" \
+            --case-file "$BENCH_CASES" || presto_fail "profile-accuracy failed"
+    fi
 }
