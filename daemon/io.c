@@ -473,6 +473,7 @@ static int io_buf_find(const struct io_ring *r, const void *p, size_t len)
     const uint8_t *b = p;
     for (int i = 0; i < IO_BUFS; i++) {
         if (r->bufs[i].len && b >= r->bufs[i].base &&
+            (size_t)(b - r->bufs[i].base) <= r->bufs[i].len &&
             len <= r->bufs[i].len - (size_t)(b - r->bufs[i].base))
             return i;
     }
