@@ -150,6 +150,10 @@ $(BUILD)/ioread: tests/bench/ioread.c $(BUILD)/obj/daemon/io.o $(BUILD)/obj/daem
                  $(BUILD)/obj/daemon/hash.o $(BUILD)/obj/daemon/stats.o $(BUILD)/obj/daemon/json.o $(BUILD)/obj/common/log.o
 	$(CC) $(CFLAGS) $(call pkg_cflags,liburing) -o $@ $^ $(LDFLAGS) $(call pkg_libs,liburing)
 
+# The disk cases' trainer: epochs pulled on one connection (`make bench`).
+$(BUILD)/epochs: tests/bench/epochs.c $(BUILD)/libprestoclient.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS)
+
 # Installs the Debian packages that are missing (root, or sudo when present).
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
@@ -196,7 +200,7 @@ run: deps
 	BUILD=$(BUILD) PYTHON=$(PYTHON) tests/tools/demo.sh
 
 bench: deps
-	$(MAKE) --no-print-directory all $(BUILD)/ioread $(BUILD)/roibench $(BUILD)/stepbench $(SLOWFS)
+	$(MAKE) --no-print-directory all $(BUILD)/ioread $(BUILD)/epochs $(BUILD)/roibench $(BUILD)/stepbench $(SLOWFS)
 	BUILD=build PYTHON=$(PYTHON) tests/bench/bench.sh
 
 # The cluster tier's cases alone (tests/bench/cases_cluster.sh), on their own data set.

@@ -74,6 +74,10 @@ struct io_ring {
     /* File bytes per second: this second's and the last one's. */
     uint64_t rate_sec, rate_cur, rate_prev;
     struct io_stats st;   /* written by the owner, read with relaxed loads */
+    /* Registered buffers (io_ring_buf_register): 0 not tried yet, 1 the
+     * sparse table is registered, -errno refused. */
+    int bufs_state;
+    struct { const uint8_t *base; size_t len; } bufs[IO_BUFS];
 };
 
 static uint64_t io_now_ns(void)
@@ -165,6 +169,9 @@ void io_ring_stats(const struct io_ring *r, struct io_stats *out)
     out->bytes = io_load(&r->st.bytes);
     out->errors = io_load(&r->st.errors);
     out->short_reads = io_load(&r->st.short_reads);
+    out->fixed_reads = io_load(&r->st.fixed_reads);
+    out->buffers = io_load(&r->st.buffers);
+    out->buffers_refused = io_load(&r->st.buffers_refused);
     out->deferred = io_load(&r->st.deferred);
     out->in_flight = io_load(&r->st.in_flight);
     out->max_in_flight = io_load(&r->st.max_in_flight);
@@ -222,7 +229,8 @@ static void io_lat_emit(struct stats_out *o, const char *name, const char *metri
 void io_stats_emit(struct stats_out *o, const struct io_stats *s)
 {
     uint64_t v[] = {s->in_flight, s->max_in_flight, s->batches, s->reads,
-                    s->submitted, s->bytes, s->errors, s->short_reads};
+                    s->submitted, s->bytes, s->errors, s->short_reads,
+                    s->fixed_reads, s->buffers, s->buffers_refused};
     stats_emit_u64(o, io_decl, v, sizeof(v) / sizeof(v[0]));
     io_lat_emit(o, "read_latency_us", "read_latency_seconds", &s->read_lat);
     /* Source files read whole through the I/O rings (cold epochs, warm,
@@ -254,6 +262,9 @@ void io_stats_add(struct io_stats *sum, const struct io_stats *s)
     sum->bytes += s->bytes;
     sum->errors += s->errors;
     sum->short_reads += s->short_reads;
+    sum->fixed_reads += s->fixed_reads;
+    sum->buffers += s->buffers;
+    sum->buffers_refused += s->buffers_refused;
     sum->deferred += s->deferred;
     sum->in_flight += s->in_flight;
     if (s->max_in_flight > sum->max_in_flight)
@@ -404,6 +415,76 @@ int io_ring_create(struct io_ring **out, unsigned depth, unsigned flags, char *w
         r->free_slots[i] = r->depth - 1 - i;
     r->nfree = r->depth;
     *out = r;
+    return 0;
+}
+
+int io_ring_buf_register(struct io_ring *r, void *base, size_t len)
+{
+    int rc = -EOPNOTSUPP, idx = -1;
+    if (r->backend == IO_URING && base && len && len <= (1u << 30)) {
+        if (r->bufs_state == 0) {
+            rc = io_uring_register_buffers_sparse(&r->ring, IO_BUFS);
+            r->bufs_state = rc < 0 ? rc : 1;
+        }
+        rc = r->bufs_state < 0 ? r->bufs_state : -ENOSPC;
+        for (int i = 0; i < IO_BUFS && r->bufs_state > 0; i++) {
+            if (!r->bufs[i].base) {
+                idx = i;
+                break;
+            }
+        }
+    }
+    if (idx >= 0) {
+        struct iovec iov = {.iov_base = base, .iov_len = len};
+        rc = io_uring_register_buffers_update_tag(&r->ring, (unsigned)idx, &iov, NULL, 1);
+        if (rc < 0)
+            r->bufs_state = rc; /* pinning refused (RLIMIT_MEMLOCK): not again */
+        if (rc >= 0) {
+            r->bufs[idx].base = base;
+            r->bufs[idx].len = len;
+            io_stat_add(r, buffers, 1);
+            return idx;
+        }
+    }
+    io_stat_add(r, buffers_refused, 1);
+    return rc < 0 ? rc : -EIO;
+}
+
+void io_ring_buf_unregister(struct io_ring *r, const void *base)
+{
+    for (int i = 0; base && i < IO_BUFS; i++) {
+        if (r->bufs[i].base != base)
+            continue;
+        struct iovec iov = {.iov_base = NULL, .iov_len = 0};
+        /* Cannot fail for an empty entry in a live table; were it to, the
+         * slot stays taken (its pages pinned) and is never looked up. */
+        if (io_uring_register_buffers_update_tag(&r->ring, (unsigned)i, &iov, NULL, 1) >= 0)
+            r->bufs[i].base = NULL;
+        else
+            r->bufs[i].base = (const uint8_t *)1; /* never an arena's address */
+        r->bufs[i].len = 0;
+        io_stat_add(r, buffers, -1);
+    }
+}
+
+/* The registered buffer holding [p, p + len), or -1. */
+static int io_buf_find(const struct io_ring *r, const void *p, size_t len)
+{
+    const uint8_t *b = p;
+    for (int i = 0; i < IO_BUFS; i++) {
+        if (r->bufs[i].len && b >= r->bufs[i].base &&
+            (size_t)(b - r->bufs[i].base) <= r->bufs[i].len &&
+            len <= r->bufs[i].len - (size_t)(b - r->bufs[i].base))
+            return i;
+    }
+    return -1;
+}
+
+int io_ring_buf_registered(const struct io_ring *r, const void *base)
+{
+    for (int i = 0; base && i < IO_BUFS; i++)
+        if (r->bufs[i].len && r->bufs[i].base == base)
+            return 1;
     return 0;
 }
 
@@ -660,7 +741,14 @@ static int prep_read(struct io_ring *r, struct io_req *q, int fd, size_t total,
     size_t done = (size_t)q->res, len = total - done;
     if (len > IO_MAX_SQE_LEN)
         len = IO_MAX_SQE_LEN;
-    io_uring_prep_read(sqe, fd, (char *)q->buf + done, (unsigned)len, q->off + done);
+    char *buf = (char *)q->buf + done;
+    int fixed = io_buf_find(r, buf, len);
+    if (fixed >= 0) {
+        io_uring_prep_read_fixed(sqe, fd, buf, (unsigned)len, q->off + done, fixed);
+        io_stat_add(r, fixed_reads, 1);
+    } else {
+        io_uring_prep_read(sqe, fd, buf, (unsigned)len, q->off + done);
+    }
     io_uring_sqe_set_data64(sqe, IO_UD(q->slot, op));
     io_stat_add(r, submitted, 1);
     return 0;

@@ -129,6 +129,9 @@ struct io_stats {
     uint64_t bytes;         /* bytes read */
     uint64_t errors;        /* requests that ended with res < 0 */
     uint64_t short_reads;   /* resubmissions for the rest of a short read */
+    uint64_t fixed_reads;   /* reads into a registered buffer (READ_FIXED) */
+    uint64_t buffers;       /* gauge: buffers registered (io_ring_buf_register) */
+    uint64_t buffers_refused; /* registrations refused */
     uint64_t deferred;      /* IO_NO_SYNC: requests ended with IO_DEFERRED */
     uint64_t in_flight;     /* gauge: requests in the kernel right now */
     uint64_t max_in_flight; /* the most there ever were at once */
@@ -165,6 +168,26 @@ const char *io_ring_backend(const struct io_ring *r);
 /* How file requests are read: "chained", "staged" or "sync". */
 const char *io_ring_files_mode(const struct io_ring *r);
 unsigned io_ring_depth(const struct io_ring *r);
+
+/* Registers [base, base + len) with r's kernel ring (io_uring only), pinning
+ * its pages once: a later plain read whose buffer lies inside it is a
+ * READ_FIXED, which pins nothing per read (O_DIRECT's per-read page pinning
+ * otherwise). At most IO_BUFS at once (a worker's two arenas; the read-ahead's
+ * kept and armed ones). Returns the buffer's index, or -errno
+ * (counted in buffers_refused: -EOPNOTSUPP on the pread backend or a kernel
+ * without sparse buffer tables, -ENOMEM or -EPERM past RLIMIT_MEMLOCK,
+ * -ENOSPC when all are taken); the reads then go as before. A ring refused
+ * for any reason but -ENOSPC does not ask the kernel again. The owner's
+ * thread only, like io_submit. */
+#define IO_BUFS 16
+int io_ring_buf_register(struct io_ring *r, void *base, size_t len);
+/* Unregisters the buffer at base, if registered (a no-op otherwise); must
+ * come before its memory is freed, or a later allocation at that address
+ * would be read into the old pages. Reads already in the kernel finish into
+ * it (the kernel keeps it until they do). */
+void io_ring_buf_unregister(struct io_ring *r, const void *base);
+/* Whether the buffer at base is registered with r. */
+int io_ring_buf_registered(const struct io_ring *r, const void *base);
 
 /* Queues q behind what is queued already (it is not done yet). Nothing
  * reaches the kernel before the next io_poll, io_wait or io_read_batch.
@@ -206,7 +229,11 @@ unsigned io_read_batch(struct io_ring *r, struct io_req *reqs, unsigned n);
     X(submitted, COUNTER, "reads", "reads handed to the kernel (SQEs or pread calls)")  \
     X(bytes, COUNTER, "bytes", "bytes read")                                           \
     X(errors, COUNTER, "reads", "requests that failed")                                \
-    X(short_reads, COUNTER, "reads", "resubmissions for the rest of a short read")
+    X(short_reads, COUNTER, "reads", "resubmissions for the rest of a short read")     \
+    X(fixed_reads, COUNTER, "reads", "reads into a registered buffer (READ_FIXED)")     \
+    X(buffers, GAUGE, "buffers", "buffers registered with the rings now")               \
+    X(buffers_refused, COUNTER, "buffers", "registrations refused (locked-memory limit, " \
+      "old kernel, table full): their reads pin pages per read")
 #define IO_LATENCY_STATS(X)                                                           \
     X(count, COUNTER, "reads", "requests timed")                                       \
     X(p50, GAUGE, "microseconds", "median time from submission to completion")       \

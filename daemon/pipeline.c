@@ -163,6 +163,8 @@ struct pipeline_ahead {
 static void local_free(void *p)
 {
     struct pipe_local *L = p;
+    /* Their registrations go with the worker's ring, destroyed next
+     * (workers.c) with no read between. */
     for (int c = 0; c < 2; c++)
         free(L->ck[c].arena);
     img_free(&L->decoded);
@@ -380,11 +382,14 @@ static size_t align_up(size_t n, size_t a)
  * unmapped and mapped again (glibc mmaps these sizes), every page of the
  * new one faulted in and zeroed by the next read. 0, or -ENOMEM (C then
  * has none). */
-static int chunk_arena(struct chunk *C, size_t bytes, size_t size)
+static int chunk_arena(struct chunk *C, size_t bytes, size_t size, struct io_ring *reg)
 {
+    /* reg: the ring its arena may be registered with (chunk_prepare) */
     void *p = NULL;
     if (bytes <= C->arena_cap)
         return 0;
+    if (reg)
+        io_ring_buf_unregister(reg, C->arena);
     free(C->arena);
     if (posix_memalign(&p, STORE_DIRECT_ALIGN, size) != 0)
         p = NULL;
@@ -509,11 +514,24 @@ static int item_reads(const struct item *it)
  * (may be NULL) with arg as it completes.
  */
 static void chunk_prepare(struct chunk *C, struct io_ring *io, size_t bytes,
-                          void (*on_done)(struct io_req *), void *arg)
+                          struct io_ring *reg, void (*on_done)(struct io_req *), void *arg)
 {
-    int have_arena = chunk_arena(C, bytes, align_up(bytes, ARENA_GRAIN)) == 0;
+    int have_arena = chunk_arena(C, bytes, align_up(bytes, ARENA_GRAIN), reg) == 0;
     int remote = 0;
     C->nreq = 0;
+    /* An arena that takes O_DIRECT records is registered with reg (the ring
+     * the reads go to), which pins its pages once, not at every read; it
+     * lives as long as it fits (ARENA_GRAIN; the read-ahead's are kept).
+     * Only then: a registered arena is resident whole, while buffered and
+     * source reads gain nothing from it. Where the kernel refuses (old, or
+     * the locked-memory limit) the reads pin as before (counted). */
+    for (uint32_t i = 0; reg && have_arena && i < C->m; i++) {
+        if (C->items[i].where == TIERS_DISK && C->items[i].t.align > 1) {
+            if (!io_ring_buf_registered(reg, C->arena))
+                io_ring_buf_register(reg, C->arena, C->arena_cap);
+            break;
+        }
+    }
     for (uint32_t i = 0; i < C->m; i++) {
         struct item *it = &C->items[i];
         if (it->where == TIERS_CLUSTER) {
@@ -592,7 +610,9 @@ static void chunk_release(struct chunk *C, struct io_ring *io)
 static void chunk_end(struct worker_ctx *ctx, struct pipe_local *L, struct chunk *C)
 {
     chunk_release(C, ctx->io);
-    if (C->arena_cap > PIPELINE_CHUNK_BYTES) {
+    /* (a chunk read ahead gives its arena back to its budget: not here) */
+    if (C->arena_cap > PIPELINE_CHUNK_BYTES && (C == &L->ck[0] || C == &L->ck[1])) {
+        io_ring_buf_unregister(ctx->io, C->arena);
         free(C->arena);
         C->arena = NULL;
         C->arena_cap = 0;
@@ -682,7 +702,7 @@ static uint32_t chunk_start(struct pipeline *p, const struct tiers_ctx *x, struc
     size_t bytes;
     C->x = *x;
     C->m = chunk_gather(p, C, ids, n, warm, &bytes);
-    chunk_prepare(C, ctx->io, bytes, NULL, NULL);
+    chunk_prepare(C, ctx->io, bytes, ctx->io, NULL, NULL);
     return C->m;
 }
 
@@ -725,8 +745,47 @@ void pipeline_ahead_budget_init(struct pipeline_ahead_budget *b, uint64_t limit)
     pthread_mutex_init(&b->lock, NULL);
 }
 
+/* A dead arena's link and size, in its first bytes (every arena has at
+ * least STORE_DIRECT_ALIGN). */
+struct dead_arena {
+    void *next;
+    size_t cap;
+};
+
+/* Frees the arenas on b's dead list: the loop (the ring's owner), or no
+ * ring any more. */
+static void ahead_dead_free(struct pipeline_ahead_budget *b)
+{
+    pthread_mutex_lock(&b->lock);
+    void *d = b->dead;
+    b->dead = NULL;
+    pthread_mutex_unlock(&b->lock);
+    while (d) {
+        struct dead_arena h;
+        memcpy(&h, d, sizeof(h));
+        if (b->reg)
+            io_ring_buf_unregister(b->reg, d);
+        free(d);
+        pthread_mutex_lock(&b->lock); /* used and kept change together */
+        __atomic_fetch_sub(&b->kept, h.cap, __ATOMIC_RELAXED);
+        __atomic_fetch_sub(&b->used, h.cap, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&b->lock);
+        d = h.next;
+    }
+}
+
+void pipeline_ahead_budget_register(struct pipeline_ahead_budget *b, struct io_ring *io)
+{
+    if (!io)
+        ahead_dead_free(b); /* unregistered while the ring is there */
+    pthread_mutex_lock(&b->lock); /* ahead_arena_put reads it on the workers */
+    b->reg = io;
+    pthread_mutex_unlock(&b->lock);
+}
+
 void pipeline_ahead_budget_release(struct pipeline_ahead_budget *b)
 {
+    pipeline_ahead_budget_register(b, NULL);
     pthread_mutex_lock(&b->lock);
     while (b->nkept > 0) {
         b->nkept--;
@@ -765,6 +824,7 @@ static int ahead_arena_get(struct pipeline_ahead_budget *b, struct pipeline_ahea
     bytes = grain <= room ? grain : align_up(bytes, STORE_DIRECT_ALIGN);
     if (bytes > room)
         return -EDQUOT;
+    ahead_dead_free(b);
     pthread_mutex_lock(&b->lock);
     for (unsigned i = 0; i < b->nkept; i++)
         if (b->kept_cap[i] >= bytes && b->kept_cap[i] <= room &&
@@ -792,11 +852,14 @@ static int ahead_arena_get(struct pipeline_ahead_budget *b, struct pipeline_ahea
     int fits = used + bytes <= b->limit;
     __atomic_store_n(&b->used, fits ? used + bytes : used, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&b->lock);
-    while (nspare > 0)
+    while (nspare > 0) {
+        if (b->reg)
+            io_ring_buf_unregister(b->reg, spare[nspare - 1]);
         free(spare[--nspare]);
+    }
     if (!fits)
         return -ENOBUFS;
-    if (chunk_arena(C, bytes, bytes) < 0) {
+    if (chunk_arena(C, bytes, bytes, NULL) < 0) { /* C has none */
         __atomic_fetch_sub(&b->used, bytes, __ATOMIC_RELAXED);
         return -ENOMEM;
     }
@@ -823,6 +886,12 @@ static void ahead_arena_put(struct pipeline_ahead *a)
         b->kept_arena[b->nkept] = arena;
         b->kept_cap[b->nkept++] = a->reserved;
         __atomic_fetch_add(&b->kept, a->reserved, __ATOMIC_RELAXED);
+        arena = NULL;
+    } else if (arena && b->reg) { /* maybe registered: the loop frees it */
+        struct dead_arena h = {.next = b->dead, .cap = a->reserved};
+        memcpy(arena, &h, sizeof(h));
+        b->dead = arena;
+        __atomic_fetch_add(&b->kept, a->reserved, __ATOMIC_RELAXED); /* held, not armed */
         arena = NULL;
     } else {
         __atomic_fetch_sub(&b->used, a->reserved, __ATOMIC_RELAXED);
@@ -899,7 +968,7 @@ int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t 
     a->ready = ready;
     a->ready_arg = arg;
     a->pending = 1 + reads - remote; /* a remote read calls no on_done */
-    chunk_prepare(&a->ck, io, bytes, ahead_read_done, a);
+    chunk_prepare(&a->ck, io, bytes, budget->reg == io ? io : NULL, ahead_read_done, a);
     return --a->pending == 0 ? 2 : 1; /* 2: every read ended at once (deferred), or remote */
 }
 

@@ -130,12 +130,24 @@ struct pipeline_ahead_budget {
     unsigned nkept;
     void *kept_arena[PIPELINE_AHEAD_KEEP];
     size_t kept_cap[PIPELINE_AHEAD_KEEP];
+    /* The event loop's ring (pipeline_ahead_budget_register), or NULL: a
+     * new arena is registered with it (io_ring_buf_register), its pages
+     * pinned once for all its O_DIRECT reads, and only the loop may
+     * unregister it, before it is freed: one let go of on a worker and not
+     * kept waits on the dead list (linked through the arenas, counted in
+     * used and kept) for the loop's next ahead_arena_get. */
+    struct io_ring *reg;
+    void *dead;
 };
 
 /* Sets up a budget of limit bytes; _release frees the arenas it kept
  * (nothing may be read ahead under it any more). */
 void pipeline_ahead_budget_init(struct pipeline_ahead_budget *b, uint64_t limit);
 void pipeline_ahead_budget_release(struct pipeline_ahead_budget *b);
+/* The ring the arenas under b are read on (the event loop's, before any
+ * read ahead), their buffers registered with it; NULL (before the ring is
+ * destroyed) stops that: the arenas registered go with the ring. */
+void pipeline_ahead_budget_register(struct pipeline_ahead_budget *b, struct io_ring *io);
 /* The bytes of b's arenas: in chunks read ahead now, and kept. */
 void pipeline_ahead_budget_use(const struct pipeline_ahead_budget *b, uint64_t *armed,
                                uint64_t *kept);

@@ -42,6 +42,7 @@ void readahead_stop(struct readahead *ra)
 {
     if (!ra || !ra->io)
         return;
+    pipeline_ahead_budget_register(&ra->budget, NULL);
     io_ring_destroy(ra->io); /* the last ready callbacks run here */
     ra->io = NULL;
     if (ra->ev)
@@ -84,6 +85,7 @@ int readahead_create(struct readahead **out, struct event_base *base, unsigned d
         log_warn("io: no read-ahead of batches: %s", strerror(-rc));
         goto off;
     }
+    pipeline_ahead_budget_register(&ra->budget, ra->io);
     log_info("io: batches read ahead on the event loop: %u reads in flight, up to %llu MiB",
              io_ring_depth(ra->io), (unsigned long long)(budget >> 20));
     return 0;

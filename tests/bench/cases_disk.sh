@@ -15,6 +15,11 @@
 # depth io.depth, one thread per worker, batches of the epoch's batch size) from a
 # dropped page cache: the raw random-read bandwidth of that disk for those reads,
 # measured in the same run. Each round is one run of the case; the median is reported.
+# The epochs are pulled as a training loop pulls them, on one connection ($BUILD/epochs,
+# tests/bench/epochs.c), whose first epoch (not counted) makes the shared-memory ring its
+# later streams reuse; NAME-new-process stands beside each case: the same rounds, each
+# pulled by a new `prestoctl epoch` process and so into a new ring, whose pages prestod
+# faults in and zeroes during the epoch (no target: a trainer pays that once).
 #
 # A case's ratio is presto's disk-tier read rate (record bytes read / epoch seconds)
 # over that raw rate; the target (issue 13) is 0.85 through the page cache and 0.9 with
@@ -64,6 +69,26 @@ disk_cpu_sample() {
     echo "$daemon $busy $((busy + idle + iowait))"
 }
 
+# disk_epochs_start: starts $BUILD/epochs on one connection to the running prestod, fed
+# through two FIFOs whose ends DISK_EPOCHS_TO and DISK_EPOCHS_FROM name (inherited by
+# disk_round's subshell, which a coproc's are not); disk_round then pulls its epochs there.
+disk_epochs_start() {
+    local fifo=$PRESTO_TMP/epochs
+    rm -f "$fifo.in" "$fifo.out"
+    mkfifo "$fifo.in" "$fifo.out"
+    "$BUILD/epochs" "$PRESTO_SOCK" bench "$BENCH_DISK_BATCH" <"$fifo.in" >"$fifo.out" &
+    DISK_EPOCHS_PID=$!
+    exec {DISK_EPOCHS_TO}>"$fifo.in" {DISK_EPOCHS_FROM}<"$fifo.out"
+}
+
+# disk_epochs_stop: ends $BUILD/epochs (end of its input) and closes the FIFOs.
+disk_epochs_stop() {
+    exec {DISK_EPOCHS_TO}>&- {DISK_EPOCHS_FROM}<&-
+    wait "$DISK_EPOCHS_PID" || presto_fail "$BUILD/epochs exited with an error"
+    DISK_EPOCHS_TO='' DISK_EPOCHS_FROM='' DISK_EPOCHS_PID=''
+    rm -f "$PRESTO_TMP/epochs.in" "$PRESTO_TMP/epochs.out"
+}
+
 # disk_round NAME DIR EPOCH [CHECKED]: one epoch from the dropped disk tier of the
 # running prestod, then the raw read of the same records; prints the run's JSON line
 # (and the figures on stderr). With CHECKED (1), the same records are read once more
@@ -86,7 +111,12 @@ disk_round() {
         perf_pid=$!
         sleep 0.5 # perf attached
     fi
-    run=$(presto_ctl epoch bench -e "$epoch" -b "$BENCH_DISK_BATCH" --json)
+    if [[ -n ${DISK_EPOCHS_TO:-} ]]; then # the kept connection (disk_epochs_start)
+        echo "$epoch" >&"$DISK_EPOCHS_TO"
+        read -r run <&"$DISK_EPOCHS_FROM" || presto_fail "$name: $BUILD/epochs stopped"
+    else
+        run=$(presto_ctl epoch bench -e "$epoch" -b "$BENCH_DISK_BATCH" --json)
+    fi
     if [[ -n $perf_pid ]]; then
         kill -INT "$perf_pid"
         wait "$perf_pid" || true
@@ -173,7 +203,7 @@ EOF
 disk_case() {
     local name=$1 encoding=$2 data=$3 direct=${4:-false} target=0.85
     local dir=$PRESTO_TMP/$name conf=$PRESTO_TMP/$name.yaml warm run runs=() same=() e
-    local checked=0 lines
+    local checked=0 lines fresh=()
     [[ $encoding == raw ]] && checked=1
     [[ $direct == true ]] && target=0.9
     mkdir -p "$dir"
@@ -192,24 +222,40 @@ EOF
     presto_start -c "$conf"
     warm=$(presto_ctl warm bench --json)
     echo "  warm: $warm"
+    # The epochs as a trainer pulls them: one connection for all; its first epoch (not
+    # counted) makes the ring that its later streams reuse.
+    disk_epochs_start
+    echo 0 >&"$DISK_EPOCHS_TO"
+    read -r run <&"$DISK_EPOCHS_FROM" || presto_fail "$name: $BUILD/epochs stopped"
+    echo "  $name: the connection's first epoch (its ring made): $run"
     for ((e = 1; e <= BENCH_DISK_ROUNDS; e++)); do
         lines=$(disk_round "$name" "$dir" "$e" "$checked") \
             || presto_fail "$name: round $e failed"
         { read -r run; runs+=("$run"); [[ $checked == 0 ]] || { read -r run; same+=("$run"); }; } \
             <<<"$lines"
     done
+    disk_epochs_stop
+    # The same rounds with a new process (prestoctl epoch) each, which also makes a new
+    # ring each time (its first touch: page faults and zeroing in prestod).
+    for ((e = 1; e <= BENCH_DISK_ROUNDS; e++)); do
+        run=$(disk_round "$name-new-process" "$dir" "$e") \
+            || presto_fail "$name-new-process: round $e failed"
+        fresh+=("$run")
+    done
     presto_stop
     bench_case "$name" "$target" "${runs[@]}"
     if [[ $checked == 1 ]]; then
         bench_case "$name-same-work" 0 "${same[@]}"
     fi
+    bench_case "$name-new-process" 0 "${fresh[@]}"
 }
 
 # bench_disk_cases [DATA_DIR]: both cases.
 bench_disk_cases() {
     local data=${1:-$BENCH_DATA}
-    if [[ ! -x $BUILD/ioread ]]; then
-        echo "== disk-raw, disk-zstd: skipped: $BUILD/ioread is missing (make bench builds it)"
+    if [[ ! -x $BUILD/ioread || ! -x $BUILD/epochs ]]; then
+        echo "== disk-raw, disk-zstd: skipped: $BUILD/ioread or $BUILD/epochs is missing" \
+            "(make bench builds them)"
         return 0
     fi
     disk_case disk-raw raw "$data"
