@@ -128,11 +128,6 @@ int step_rrc_apply(const struct step *s, struct step_ctx *ctx, const struct img 
     return rrc_crop(s, 0, NULL, ctx, in, out);
 }
 
-int step_rrc_mirror_apply(const struct step *s, int mirror, struct step_ctx *ctx,
-                          const struct img *in, struct img *out)
-{
-    return rrc_crop(s, mirror, NULL, ctx, in, out);
-}
 
 /* ---- decode and random_resized_crop in one: the cold path ---- */
 
@@ -211,13 +206,7 @@ static int rrc_region(const struct step *dec, const struct step *rrc, int mirror
 int step_decode_rrc_apply(const struct step *dec, const struct step *rrc,
                           struct step_ctx *ctx, const struct img *in, struct img *out)
 {
-    return step_decode_rrc_mirror_apply(dec, rrc, 0, ctx, in, out);
-}
-
-int step_decode_rrc_mirror_apply(const struct step *dec, const struct step *rrc, int mirror,
-                                 struct step_ctx *ctx, const struct img *in, struct img *out)
-{
-    return step_decode_rrc_tail_apply(dec, rrc, mirror, NULL, ctx, in, out);
+    return step_decode_rrc_tail_apply(dec, rrc, 0, NULL, ctx, in, out);
 }
 
 int step_decode_rrc_tail_apply(const struct step *dec, const struct step *rrc, int mirror,

@@ -362,14 +362,12 @@ int step_in_place(const struct step *s);
  * image, or -errno as the two steps do. */
 int step_decode_rrc_apply(const struct step *dec, const struct step *rrc,
                           struct step_ctx *ctx, const struct img *in, struct img *out);
-/* The same with the output mirrored left-right when mirror is set: a
- * random_flip right after the crop, fused (step_flip_decide gives its
- * decision); dec NULL: random_resized_crop alone on in's pixels. */
-int step_decode_rrc_mirror_apply(const struct step *dec, const struct step *rrc, int mirror,
-                                 struct step_ctx *ctx, const struct img *in, struct img *out);
-/* The same with normalize (or to_float) norm fused in too when not NULL:
- * each output row of the crop goes to float32 as it is made (the same
- * values as the steps apart; out is float32). */
+/* The same with the output mirrored left-right when mirror is set (a
+ * random_flip right after the crop, fused: step_flip_decide gives its
+ * decision), and normalize (or to_float) norm fused in when not NULL (each
+ * output row of the crop goes to float32 as it is made: the same values as
+ * the steps apart; out is float32); dec NULL: random_resized_crop alone on
+ * in's pixels. */
 int step_decode_rrc_tail_apply(const struct step *dec, const struct step *rrc, int mirror,
                                const struct step *norm, struct step_ctx *ctx,
                                const struct img *in, struct img *out);

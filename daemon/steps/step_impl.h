@@ -119,10 +119,6 @@ struct step_box {
  * the fallback). */
 int step_rrc_params(const struct step *s, uint64_t seed, uint32_t h, uint32_t w,
                     struct step_box *box);
-/* step_rrc_apply with its output mirrored left-right when mirror is set (a
- * random_flip after it, fused: the same bytes as the two steps). */
-int step_rrc_mirror_apply(const struct step *s, int mirror, struct step_ctx *ctx,
-                          const struct img *in, struct img *out);
 int step_rrc_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,
                    struct img *out);
 

@@ -2554,20 +2554,20 @@ START_TEST(test_decode_rrc_region)
                               (unsigned long long)seed);
                 /* crop then flip, and the two fused: on the region, on the pixels */
                 apply_ok(&flip, &ctx, &want, &flipped);
-                ck_assert_int_eq(step_decode_rrc_mirror_apply(&dec, &rrc, 1, &ctx, &enc, &got),
+                ck_assert_int_eq(step_decode_rrc_tail_apply(&dec, &rrc, 1, NULL, &ctx, &enc, &got),
                                  1);
                 ck_assert(got.len == flipped.len);
                 ck_assert_msg(memcmp(got.data, flipped.data, got.len) == 0,
                               "%s grey %d seed %llu: mirrored region differs", photos[p].name,
                               grey, (unsigned long long)seed);
                 ck_assert_int_eq(
-                    step_decode_rrc_mirror_apply(NULL, &rrc, 1, &ctx, &full, &got), 0);
+                    step_decode_rrc_tail_apply(NULL, &rrc, 1, NULL, &ctx, &full, &got), 0);
                 ck_assert(got.len == flipped.len);
                 ck_assert_msg(memcmp(got.data, flipped.data, got.len) == 0,
                               "%s grey %d seed %llu: mirrored crop differs", photos[p].name,
                               grey, (unsigned long long)seed);
                 ck_assert_int_eq(
-                    step_decode_rrc_mirror_apply(NULL, &rrc, 0, &ctx, &full, &got), 0);
+                    step_decode_rrc_tail_apply(NULL, &rrc, 0, NULL, &ctx, &full, &got), 0);
                 ck_assert(memcmp(got.data, want.data, got.len) == 0);
                 /* normalize (NHWC, NCHW) or to_float fused in too, flipped or
                  * not: the floats of the steps apart */
