@@ -374,6 +374,16 @@ static size_t align_up(size_t n, size_t a)
     return (n + a - 1) & ~(a - 1);
 }
 
+/* Frees an arena, unregistered first from reg (the ring it may be
+ * registered with; NULL: none), or a later arena at its address would be
+ * read into the old pages. */
+static void arena_free(struct io_ring *reg, void *arena)
+{
+    if (reg)
+        io_ring_buf_unregister(reg, arena);
+    free(arena);
+}
+
 /* Gives chunk C an arena of at least bytes, aligned for O_DIRECT reads:
  * the one it has where that is large enough, else a new one of size
  * (>= bytes; the read-ahead charges exactly that). Callers ask whole
@@ -388,9 +398,7 @@ static int chunk_arena(struct chunk *C, size_t bytes, size_t size, struct io_rin
     void *p = NULL;
     if (bytes <= C->arena_cap)
         return 0;
-    if (reg)
-        io_ring_buf_unregister(reg, C->arena);
-    free(C->arena);
+    arena_free(reg, C->arena);
     if (posix_memalign(&p, STORE_DIRECT_ALIGN, size) != 0)
         p = NULL;
     C->arena = p;
@@ -612,8 +620,7 @@ static void chunk_end(struct worker_ctx *ctx, struct pipe_local *L, struct chunk
     chunk_release(C, ctx->io);
     /* (a chunk read ahead gives its arena back to its budget: not here) */
     if (C->arena_cap > PIPELINE_CHUNK_BYTES && (C == &L->ck[0] || C == &L->ck[1])) {
-        io_ring_buf_unregister(ctx->io, C->arena);
-        free(C->arena);
+        arena_free(ctx->io, C->arena);
         C->arena = NULL;
         C->arena_cap = 0;
     }
@@ -763,9 +770,7 @@ static void ahead_dead_free(struct pipeline_ahead_budget *b)
     while (d) {
         struct dead_arena h;
         memcpy(&h, d, sizeof(h));
-        if (b->reg)
-            io_ring_buf_unregister(b->reg, d);
-        free(d);
+        arena_free(b->reg, d);
         pthread_mutex_lock(&b->lock); /* used and kept change together */
         __atomic_fetch_sub(&b->kept, h.cap, __ATOMIC_RELAXED);
         __atomic_fetch_sub(&b->used, h.cap, __ATOMIC_RELAXED);
@@ -852,11 +857,8 @@ static int ahead_arena_get(struct pipeline_ahead_budget *b, struct pipeline_ahea
     int fits = used + bytes <= b->limit;
     __atomic_store_n(&b->used, fits ? used + bytes : used, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&b->lock);
-    while (nspare > 0) {
-        if (b->reg)
-            io_ring_buf_unregister(b->reg, spare[nspare - 1]);
-        free(spare[--nspare]);
-    }
+    while (nspare > 0)
+        arena_free(b->reg, spare[--nspare]);
     if (!fits)
         return -ENOBUFS;
     if (chunk_arena(C, bytes, bytes, NULL) < 0) { /* C has none */
