@@ -23,7 +23,7 @@ struct readahead {
     struct pipeline_ahead_budget budget;
     struct pipeline_ahead *pool[READAHEAD_POOL]; /* not armed, for the next */
     unsigned npool;
-    uint64_t batches, nothing, over_budget, over_user, buffered_disk;
+    uint64_t batches, nothing, over_budget, over_user, waited;
     uint64_t chunks; /* pipeline_ahead made (the scratch and pooled ones included) */
 };
 
@@ -107,7 +107,7 @@ void readahead_destroy(struct readahead *ra)
 }
 
 int readahead_batch(struct readahead *ra, struct pipeline *pipe, struct dataset *ds,
-                    const uint32_t *ids, uint32_t n, struct readahead_slot *slot,
+                    const uint32_t *ids, uint32_t n, struct readahead_slot *slot, int may_wait,
                     void (*ready)(void *arg), void *arg)
 {
     if (!ra || !ra->io)
@@ -133,10 +133,13 @@ int readahead_batch(struct readahead *ra, struct pipeline *pipe, struct dataset 
     }
     int rc = pipeline_ahead_start(pipe, ds, ids, n, ra->scratch, ra->io, &ra->budget, room,
                                   ready, arg);
+    if (rc == -ENOBUFS && may_wait) {
+        ra->waited++;
+        return rc;
+    }
     if (rc <= 0) {
         ra->nothing += rc == 0;
         ra->over_budget += rc == -ENOBUFS;
-        ra->buffered_disk += rc == -EAGAIN;
         if (rc == -EDQUOT) {
             ra->over_user++;
             budget_ahead_skipped(slot->budget);
@@ -191,7 +194,7 @@ void readahead_stats(const struct readahead *ra, struct stats_out *o)
                     ra ? ra->nothing : 0,
                     ra ? ra->over_budget : 0,
                     ra ? ra->over_user : 0,
-                    ra ? ra->buffered_disk : 0,
+                    ra ? ra->waited : 0,
                     io.in_flight,
                     io.max_in_flight,
                     io.deferred};

@@ -40,8 +40,8 @@ struct readahead;
     X(over_budget, COUNTER, "batches", "batches left to the worker: the budget was in use") \
     X(over_user, COUNTER, "batches",                                                  \
       "batches left to the worker: their uid's client memory budget had no room")     \
-    X(buffered_disk, COUNTER, "batches",                                              \
-      "batches left to the worker: buffered disk records, whose copies would run here") \
+    X(waited, COUNTER, "times",                                                       \
+      "a batch waited for room in the budget (a batch before it gives some back)")  \
     X(in_flight, GAUGE, "reads", "the event loop ring's reads in the kernel now")     \
     X(max_in_flight, GAUGE, "reads", "the most there ever were at once")               \
     X(deferred, COUNTER, "reads", "reads the event loop left to the workers")
@@ -72,9 +72,12 @@ struct readahead_slot {
  * until readahead_done. Returns 1 when reads are in flight: ready(arg)
  * comes from the event loop once they are done, and slot->a is armed; 0
  * when the caller submits the job now (nothing read ahead, or slot->a armed
- * with reads the ring deferred at once, which the worker makes). */
+ * with reads the ring deferred at once, which the worker makes); with
+ * may_wait (a job of the caller's, run or read ahead now, will give budget
+ * back), -ENOBUFS when io.readahead is in use: nothing was done, the caller
+ * asks again later. */
 int readahead_batch(struct readahead *ra, struct pipeline *pipe, struct dataset *ds,
-                    const uint32_t *ids, uint32_t n, struct readahead_slot *slot,
+                    const uint32_t *ids, uint32_t n, struct readahead_slot *slot, int may_wait,
                     void (*ready)(void *arg), void *arg);
 /* Event loop: the job of slot is done (its worker ran the chunk and let go
  * of its arena), or never runs: the chunk is dropped where still armed,

@@ -77,6 +77,10 @@ struct stream {
     struct batch_job *free_jobs;
     uint32_t live_jobs;      /* jobs off the free list */
     uint64_t next_submit, next_send;
+    /* Jobs [next_ahead, next_submit) wait, in order, for room in the
+     * read-ahead's budget (io.readahead), which a job of this stream gives
+     * back as it is done: retried at each pump (job_submit). */
+    uint64_t next_ahead;
     /* The batch being cut: at most two segments (see stream_take). */
     struct segment part[2];
     uint32_t nparts, part_n;
@@ -462,15 +466,37 @@ static void job_read(void *arg)
     workers_submit(s->ss->workers, &j->work);
 }
 
-/* Hands a job to the workers, through the read-ahead when it reads. */
-static void job_submit(struct stream *s, struct batch_job *j)
+/* 1 when a job of s before index is being run or read ahead (its end
+ * pumps the stream again). */
+static int stream_running_before(const struct stream *s, uint64_t index)
+{
+    for (uint64_t b = s->next_send; b < index; b++) {
+        const struct batch_job *j = s->inflight[b % s->cap];
+        if (j && !j->ready)
+            return 1;
+    }
+    return 0;
+}
+
+/* Hands job j (the one at next_ahead) to the workers, through the
+ * read-ahead when it reads. Returns 0, or -ENOBUFS when the read-ahead's
+ * budget is in use and a job before it will give some back: j waits (the
+ * next pump tries again), as a worker reading it itself would start its
+ * reads only when it takes the job, none of them in flight while the
+ * batches before it run. */
+static int job_submit(struct stream *s, struct batch_job *j)
 {
     uint64_t first;
     uint32_t len;
     planner_batch(&s->plan, j->index, &first, &len);
-    if (!readahead_batch(s->ss->readahead, s->ss->pipe, s->ds, s->plan.ids + first, len,
-                         &j->ahead, job_read, j))
+    int rc = readahead_batch(s->ss->readahead, s->ss->pipe, s->ds, s->plan.ids + first, len,
+                             &j->ahead, stream_running_before(s, j->index), job_read, j);
+    if (rc == -ENOBUFS)
+        return rc;
+    s->next_ahead++;
+    if (rc <= 0)
         workers_submit(s->ss->workers, &j->work);
+    return 0;
 }
 
 /* The stream ends (err 0: well; else -errno and msg): the reply hears of it
@@ -748,6 +774,9 @@ static void stream_pump(struct stream *s)
                        : stream_shm(s) ? stream_take_shm(s, j) : stream_take(s, j)) < 0)
             return;
     }
+    while (!s->done && s->next_ahead < s->next_submit) /* those that waited */
+        if (job_submit(s, s->inflight[s->next_ahead % s->cap]) < 0)
+            break;
     while (!s->done && s->next_submit < s->plan.batches &&
            s->live_jobs < stream_job_limit(s)) {
         struct batch_job *j = job_get(s);
@@ -763,7 +792,8 @@ static void stream_pump(struct stream *s)
         s->inflight[s->next_submit % s->cap] = j;
         s->next_submit++;
         s->live_jobs++;
-        job_submit(s, j);
+        if (s->next_ahead + 1 == s->next_submit && job_submit(s, j) < 0)
+            break; /* this one waits, and those after it */
     }
     if (!s->done && s->next_send == s->plan.batches)
         stream_end(s);
@@ -980,7 +1010,7 @@ int stream_open(struct stream **out, struct streams *ss, struct dataset *ds,
     /* Resuming: the plan is the whole epoch's; batches before the start are
      * neither computed nor sent. */
     s->first_batch = p->start_batch < s->plan.batches ? p->start_batch : s->plan.batches;
-    s->next_submit = s->next_send = s->first_batch;
+    s->next_submit = s->next_send = s->next_ahead = s->first_batch;
     s->inflight = calloc(s->cap, sizeof(*s->inflight));
     s->lab_row = label_row(ds);
     s->padded = dataset_config(ds)->pad_max > 0;
@@ -1036,7 +1066,8 @@ void stream_close(struct stream *s)
         if (!j)
             continue;
         s->inflight[b % s->cap] = NULL;
-        if (j->ready) {
+        if (j->ready || b >= s->next_ahead) { /* done, or waiting for the budget */
+            readahead_done(s->ss->readahead, &j->ahead); /* nothing: never read ahead */
             job_unref(j);
         } else if (workers_cancel(s->ss->workers, &j->work) < 0) {
             /* running (or read ahead): its remote reads are taken back */

@@ -74,12 +74,15 @@ struct dconf {
     const char *encoding; /* raw or zstd */
     const char *segment;  /* cache.segment_size, NULL: 64KiB */
     int direct;           /* cache.direct_io: 0 false, 1 true, 2 auto */
+    const char *readahead; /* io.readahead, NULL: the default */
 };
 
 /* Writes the config and starts a daemon on it. */
 static void start(const struct dconf *c)
 {
-    char text[2048], path[HARNESS_PATH_MAX], name[64];
+    char text[2048], path[HARNESS_PATH_MAX], name[64], ra[64] = "";
+    if (c->readahead)
+        snprintf(ra, sizeof(ra), "  readahead: %s\n", c->readahead);
     snprintf(text, sizeof(text),
              "workers: 2\n"
              "cache:\n"
@@ -90,6 +93,7 @@ static void start(const struct dconf *c)
              "  direct_io: %s\n"
              "io:\n"
              "  backend: %s\n"
+             "%s"
              "datasets:\n"
              "  - name: %s\n"
              "    root: %s\n"
@@ -97,7 +101,7 @@ static void start(const struct dconf *c)
              "    encoding: %s\n",
              c->memory, c->cache ? c->cache : "/nonexistent", c->cache ? c->disk : "0",
              c->segment ? c->segment : "64KiB", c->direct == 2 ? "auto" : c->direct ? "true" : "false",
-             c->backend ? c->backend : "auto", c->d->name, c->d->root, c->d->resize,
+             c->backend ? c->backend : "auto", ra, c->d->name, c->d->root, c->d->resize,
              c->d->crop, c->encoding ? c->encoding : "raw");
     snprintf(name, sizeof(name), "config-%d-%u.yaml", (int)getpid(), H.starts);
     ck_assert_int_eq(harness_write_file(&H, name, text, path, sizeof(path)), 0);
@@ -374,6 +378,39 @@ START_TEST(test_disk_roundtrip)
     /* Served again, from memory now. */
     pull_and_check(&small);
     ck_assert_uint_eq(dstat("memory", "hits"), small.count);
+    stop();
+}
+END_TEST
+
+/* Disk records read through the page cache are read ahead (their copies on
+ * io-wq), and a batch that finds io.readahead in use waits for a batch
+ * before it to give room back rather than being left to a worker that
+ * would read it only as it takes it: with room for one arena (a whole MiB
+ * for a batch of 40 records of 12 KiB) the second waits, and every batch is
+ * read ahead, with the same bytes. _i: direct_io. */
+START_TEST(test_disk_readahead_budget)
+{
+    char cache[HARNESS_PATH_MAX];
+    struct dconf c = {&small, "64MiB", cache, "64MiB", "auto", "raw", NULL, _i, "1536KiB"};
+    test_dir("rabudget", cache, sizeof(cache));
+    start(&c);
+    pull_and_check(&small);
+    stop();
+    start(&c);
+    if (gstat("readahead", "on") != 1) {
+        printf("readahead_budget: no read-ahead here (no io_uring)\n");
+        stop();
+        return;
+    }
+    pull_and_check(&small);
+    ck_assert_uint_eq(dstat("disk", "hits"), small.count);
+    ck_assert_uint_eq(dstat("disk", "bad_records"), 0);
+    double batches = gstat("readahead", "batches"), waited = gstat("readahead", "waited");
+    double over = gstat("readahead", "over_budget");
+    printf("readahead_budget (direct_io %d): %g batches read ahead, %g waits, %g over budget\n",
+           _i, batches, waited, over);
+    ck_assert_msg(batches == 3 && over == 0 && waited >= 1,
+                  "%g batches read ahead, %g over its budget, %g waits", batches, over, waited);
     stop();
 }
 END_TEST
@@ -902,6 +939,7 @@ static Suite *cache_suite(void)
     tcase_add_loop_test(tc, test_disk_roundtrip, 0, 2 * nb);
     tcase_add_loop_test(tc, test_disk_direct, 0, nb);
     tcase_add_test(tc, test_disk_direct_auto);
+    tcase_add_loop_test(tc, test_disk_readahead_budget, 0, 2);
     tcase_add_loop_test(tc, test_disk_recovery, 0, nb);
     tcase_add_test(tc, test_disk_invalidation);
     tcase_add_loop_test(tc, test_disk_budget, 0, nb);
