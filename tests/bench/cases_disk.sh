@@ -14,7 +14,11 @@
 # the same records (the same files, each record in one read as the daemon does, queue
 # depth io.depth, one thread per worker, batches of the epoch's batch size) from a
 # dropped page cache: the raw random-read bandwidth of that disk for those reads,
-# measured in the same run. Each round is one run of the case; the median is reported.
+# measured in the same run. Each round is one run of the case (BENCH_DISK_ROUNDS, 5): the
+# case's ratio is the median of the rounds' own ratios (presto's rate over the raw read's
+# in the same round, the two back to back on the same records from a dropped page cache),
+# printed with their spread, so the device's drift between rounds (the raw read alone
+# moves by 20% on a loop device) moves both sides of a ratio, not the figure.
 # The epochs are pulled as a training loop pulls them, on one connection ($BUILD/epochs,
 # tests/bench/epochs.c), whose first epoch (not counted) makes the shared-memory ring its
 # later streams reuse; NAME-new-process stands beside each case: the same rounds, each
@@ -39,7 +43,7 @@
 # pointers).
 
 BENCH_DISK_BATCH=64
-BENCH_DISK_ROUNDS=${BENCH_DISK_ROUNDS:-3} # rounds per case (the median is reported)
+BENCH_DISK_ROUNDS=${BENCH_DISK_ROUNDS:-5} # rounds per case (the median is reported)
 
 # disk_drop_cache FILE...: writes the files back and drops them from the page cache.
 disk_drop_cache() {
@@ -154,6 +158,7 @@ busy = (cpu1[1] - cpu0[1]) / max(cpu1[2] - cpu0[2], 1)
 out_mbs = (s1["bytes_served"] - s0["bytes_served"]) / 1e6 / secs if secs > 0 else 0.0
 run = dict(epoch)
 run.update({
+    "paired": True,  # the ratio: the median of the rounds' own (report.py)
     "reference": "raw-read",
     "reference_detail": "raw random read of the same records (ioread: depth %d, %d threads, "
                         "batches of %d, %s%s)" % (raw["depth"], raw["threads"], raw["batch"],
@@ -169,16 +174,16 @@ run.update({
     "machine_busy": round(busy, 3),
 })
 ra0, ra1 = s0["io"].get("readahead", {}), s1["io"].get("readahead", {})
-ahead = {k: ra1.get(k, 0) - ra0.get(k, 0) for k in ("batches", "over_budget", "buffered_disk")}
+ahead = {k: ra1.get(k, 0) - ra0.get(k, 0) for k in ("batches", "over_budget")}
 run["read_ahead"] = dict(ahead, max_in_flight=ra1.get("max_in_flight", 0))
 print("  %s epoch %d: %d samples from disk in %.2f s: %.1f MB/s read (%.1f MB/s served), "
       "raw random read %.1f MB/s: %.2fx; the first batch after %.3f s; prestod used %.2f "
       "cores, the machine's cores were %.0f%% busy; %d batches read ahead, %d over its "
-      "budget, %d left to the workers (buffered disk records), %d reads in flight at most"
+      "budget, %d reads in flight at most"
       % (name, epoch["epoch"], hits, secs, mbs, out_mbs, raw_mbs,
          mbs / raw_mbs if raw_mbs else 0.0, epoch.get("first_batch_s", 0.0), daemon_cores,
          busy * 100, ahead["batches"],
-         ahead["over_budget"], ahead["buffered_disk"], run["read_ahead"]["max_in_flight"]),
+         ahead["over_budget"], run["read_ahead"]["max_in_flight"]),
       file=sys.stderr)
 print(json.dumps(run))
 if checked:
@@ -261,4 +266,6 @@ bench_disk_cases() {
     disk_case disk-raw raw "$data"
     disk_case disk-zstd zstd "$data"
     disk_case disk-raw-direct raw "$data" true
+    echo "== disk cases measured on $(df --output=source,fstype "$PRESTO_TMP" | tail -1)" \
+        "($PRESTO_TMP); reproduce: TMPDIR=${TMPDIR:-/tmp} BENCH_ONLY=disk make bench"
 }

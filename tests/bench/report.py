@@ -8,7 +8,9 @@
         ratio to the baseline (default "eval") the case should reach (0: none). Runs
         that carry their own reference (reference_samples_per_s, named by "reference")
         are measured against it instead: the ratio is the median run over the median
-        reference.
+        reference; where every run is marked "paired" (its reference measured in the same
+        round, on the same records from the same page-cache state: the disk cases), the
+        ratio is the median of the runs' own ratios, their spread printed beside it.
 
     report.py write [--baseline FILE [--extra-baseline NAME=FILE]...] --cases CASES
                     --out BENCH_JSON [--stats FILE] [--data DIR]
@@ -60,6 +62,11 @@ def cmd_case(argv):
     if refs:
         case["baseline"] = runs[0].get("reference", "reference")
         case["reference_samples_per_s"] = statistics.median(refs)
+        if len(refs) == len(runs) and all(r.get("paired") for r in runs):
+            ratios = [r["samples_per_s"] / r["reference_samples_per_s"]
+                      if r["reference_samples_per_s"] > 0 else 0.0 for r in runs]
+            case["fixed_ratio"] = round(statistics.median(ratios), 3)
+            case["round_ratios"] = [round(x, 3) for x in ratios]
     if len(runs) > 1:
         case["runs"] = runs
     with open(cases_file, "a") as f:
@@ -198,6 +205,10 @@ def print_table(doc):
         if c.get("runs"):
             print("  runs: " + ", ".join("%.1f" % r["samples_per_s"] for r in c["runs"])
                   + " samples/s (median reported)")
+        if c.get("round_ratios"):
+            rr = c["round_ratios"]
+            print("  ratio: the median of each round's own (%s; spread %.2f-%.2fx)"
+                  % (", ".join("%.2f" % x for x in rr), min(rr), max(rr)))
     print()
 
 
