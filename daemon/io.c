@@ -749,13 +749,6 @@ static int prep_read(struct io_ring *r, struct io_req *q, int fd, size_t total,
     } else {
         io_uring_prep_read(sqe, fd, buf, (unsigned)len, q->off + done);
     }
-    /* An event loop's ring: a read through the page cache goes straight to
-     * io-wq, whose thread then copies the pages into buf. Tried inline, its
-     * copy would run on this thread, at the submission (the pages cached)
-     * or at the completion (task work): the loop would pay every byte. An
-     * O_DIRECT read costs the submitter nothing (DMA into buf). */
-    if (r->no_sync && !q->direct)
-        sqe->flags |= IOSQE_ASYNC;
     io_uring_sqe_set_data64(sqe, IO_UD(q->slot, op));
     io_stat_add(r, submitted, 1);
     return 0;

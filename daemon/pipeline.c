@@ -947,14 +947,16 @@ int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t 
          * flight while the batches before it decode, so a stream's
          * prefetched batches keep hundreds of requests out and the worker
          * that takes the batch waits for each (source_wait), never the
-         * loop. A disk record read through the page cache is read ahead
-         * too: the loop's ring (IO_NO_SYNC) sends such reads to io-wq,
-         * whose threads copy the pages while the workers run the batches
-         * before (an O_DIRECT record is DMA into the arena). */
+         * loop. A buffered disk record is left to the worker: io_uring
+         * runs a buffered read's copy out of the page cache on the thread
+         * that submitted it, so read ahead here the loop would pay every
+         * copy; an O_DIRECT record (DMA into the arena) costs the loop
+         * nothing. */
         const struct item *it = &a->ck.items[i];
-        if (it->where == TIERS_SOURCE && tiers_cluster_on(&a->ck.x)) {
+        int buffered = it->where == TIERS_DISK && it->t.align == 1;
+        if (buffered || (it->where == TIERS_SOURCE && tiers_cluster_on(&a->ck.x))) {
             pipeline_ahead_drop(a);
-            return 0;
+            return buffered ? -EAGAIN : 0;
         }
         if (it->where == TIERS_SOURCE && source_remote(dataset_source(ds)))
             remote++;

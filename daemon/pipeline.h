@@ -164,8 +164,10 @@ int pipeline_ahead_armed(const struct pipeline_ahead *a);
  * the call (deferred: the ring could not take them), so ready is not
  * called; 0 when there is nothing to read (a is not armed); -ENOBUFS (over
  * the budget), -EDQUOT (its arena would be over room, what its stream's
- * client may be charged: budget.h) or -ENOMEM when it did not read ahead
- * (a is not armed): the worker reads. */
+ * client may be charged: budget.h), -EAGAIN (a disk record read through
+ * the page cache: its copy would run on io's thread, so the worker's ring
+ * reads it) or -ENOMEM when it did not read ahead (a is not armed): the
+ * worker reads. */
 int pipeline_ahead_start(struct pipeline *p, struct dataset *ds, const uint32_t *ids,
                          uint32_t n, struct pipeline_ahead *a, struct io_ring *io,
                          struct pipeline_ahead_budget *budget, uint64_t room,
