@@ -23,7 +23,7 @@ struct readahead {
     struct pipeline_ahead_budget budget;
     struct pipeline_ahead *pool[READAHEAD_POOL]; /* not armed, for the next */
     unsigned npool;
-    uint64_t batches, nothing, over_budget, over_user, waited;
+    uint64_t batches, nothing, over_budget, over_user, buffered_disk, waited;
     uint64_t chunks; /* pipeline_ahead made (the scratch and pooled ones included) */
 };
 
@@ -140,6 +140,7 @@ int readahead_batch(struct readahead *ra, struct pipeline *pipe, struct dataset 
     if (rc <= 0) {
         ra->nothing += rc == 0;
         ra->over_budget += rc == -ENOBUFS;
+        ra->buffered_disk += rc == -EAGAIN;
         if (rc == -EDQUOT) {
             ra->over_user++;
             budget_ahead_skipped(slot->budget);
@@ -194,6 +195,7 @@ void readahead_stats(const struct readahead *ra, struct stats_out *o)
                     ra ? ra->nothing : 0,
                     ra ? ra->over_budget : 0,
                     ra ? ra->over_user : 0,
+                    ra ? ra->buffered_disk : 0,
                     ra ? ra->waited : 0,
                     io.in_flight,
                     io.max_in_flight,

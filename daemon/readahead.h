@@ -40,6 +40,8 @@ struct readahead;
     X(over_budget, COUNTER, "batches", "batches left to the worker: the budget was in use") \
     X(over_user, COUNTER, "batches",                                                  \
       "batches left to the worker: their uid's client memory budget had no room")     \
+    X(buffered_disk, COUNTER, "batches",                                              \
+      "batches left to the worker: buffered disk records, whose copies would run here") \
     X(waited, COUNTER, "times",                                                       \
       "a batch waited for room in the budget (a batch before it gives some back)")  \
     X(in_flight, GAUGE, "reads", "the event loop ring's reads in the kernel now")     \

@@ -174,16 +174,16 @@ run.update({
     "machine_busy": round(busy, 3),
 })
 ra0, ra1 = s0["io"].get("readahead", {}), s1["io"].get("readahead", {})
-ahead = {k: ra1.get(k, 0) - ra0.get(k, 0) for k in ("batches", "over_budget")}
+ahead = {k: ra1.get(k, 0) - ra0.get(k, 0) for k in ("batches", "over_budget", "buffered_disk")}
 run["read_ahead"] = dict(ahead, max_in_flight=ra1.get("max_in_flight", 0))
 print("  %s epoch %d: %d samples from disk in %.2f s: %.1f MB/s read (%.1f MB/s served), "
       "raw random read %.1f MB/s: %.2fx; the first batch after %.3f s; prestod used %.2f "
       "cores, the machine's cores were %.0f%% busy; %d batches read ahead, %d over its "
-      "budget, %d reads in flight at most"
+      "budget, %d left to the workers (buffered disk records), %d reads in flight at most"
       % (name, epoch["epoch"], hits, secs, mbs, out_mbs, raw_mbs,
          mbs / raw_mbs if raw_mbs else 0.0, epoch.get("first_batch_s", 0.0), daemon_cores,
          busy * 100, ahead["batches"],
-         ahead["over_budget"], run["read_ahead"]["max_in_flight"]),
+         ahead["over_budget"], ahead["buffered_disk"], run["read_ahead"]["max_in_flight"]),
       file=sys.stderr)
 print(json.dumps(run))
 if checked:
