@@ -308,8 +308,10 @@ static inline int32_t rs_hplan_lane(uint8_t p)
     return (int32_t)p << 7 | (int32_t)p << 16;
 }
 
-/* Widens n input pixels at s into w (one of h->wide). */
-RS_AVX2 static void rs_hplan_widen(int32_t *w, const uint8_t *s, uint32_t n, uint32_t c)
+/* Widens n input pixels at s into w (one of h->wide), asking the cache for
+ * the same bytes of the row at pf (not NULL) as it goes. */
+RS_AVX2 static void rs_hplan_widen(int32_t *w, const uint8_t *s, uint32_t n, uint32_t c,
+                                   const uint8_t *pf)
 {
     size_t i = 0, bytes = (size_t)n * c;
     const __m256i scale = _mm256_set1_epi32(128 | 1 << 16);
@@ -323,6 +325,8 @@ RS_AVX2 static void rs_hplan_widen(int32_t *w, const uint8_t *s, uint32_t n, uin
             6, -1, 6, -1, 7, -1, 7, -1, 8, -1, 8, -1, -1, -1, -1, -1,
             9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1, -1, -1, -1, -1);
         for (; i * 3 + 16 <= bytes; i += 4) {
+            if (pf && i % 16 == 0) /* every 48 bytes: each line of pf's row */
+                __builtin_prefetch(pf + i * 3, 0, 3);
             __m256i v = _mm256_broadcastsi128_si256(
                 _mm_loadu_si128((const __m128i *)(s + i * 3)));
             _mm256_storeu_si256((__m256i *)(w + i * 4),
@@ -330,6 +334,8 @@ RS_AVX2 static void rs_hplan_widen(int32_t *w, const uint8_t *s, uint32_t n, uin
             _mm256_storeu_si256((__m256i *)(w + i * 4 + 8),
                                 _mm256_mullo_epi16(_mm256_shuffle_epi8(v, hi), scale));
         }
+        if (pf)
+            __builtin_prefetch(pf + bytes - 1, 0, 3);
         for (; i < n; i++) {
             w[i * 4] = rs_hplan_lane(s[i * 3]);
             w[i * 4 + 1] = rs_hplan_lane(s[i * 3 + 1]);
@@ -564,14 +570,15 @@ RS_AVX2 static void rs_hrow1_avx2(const struct rs_hplan *h, int r, uint8_t *d,
 }
 
 /* rs_hrow for c 1 or 3, of one row (s1 NULL) or two (s0 into d0, s1 into
- * d1). */
+ * d1); rows pf0 and pf1 (or NULL) are asked for as s0 and s1 are read. */
 RS_AVX2 static void rs_hrow_avx2(const struct rs_hplan *h, const uint8_t *s0,
                                  const uint8_t *s1, uint8_t *d0, uint8_t *d1, uint32_t in_w,
-                                 uint32_t out_w, uint32_t c)
+                                 uint32_t out_w, uint32_t c, const uint8_t *pf0,
+                                 const uint8_t *pf1)
 {
-    rs_hplan_widen(h->wide[0], s0, in_w, c);
+    rs_hplan_widen(h->wide[0], s0, in_w, c, pf0);
     if (s1)
-        rs_hplan_widen(h->wide[1], s1, in_w, c);
+        rs_hplan_widen(h->wide[1], s1, in_w, c, pf1);
     if (c == 3) {
         rs_hrow3_avx2(h, d0, s1 ? d1 : NULL, out_w);
         return;
@@ -707,13 +714,25 @@ struct rs_run {
 };
 
 /* The horizontal pass of row s0 into d0 and, where s1 is not NULL, of row
- * s1 into d1 (the AVX2 kernel does two rows with one load of each weight). */
+ * s1 into d1 (the AVX2 kernel does two rows with one load of each weight);
+ * rows pf0 and pf1 (or NULL), read later, are asked for meanwhile. */
 static void rs_run_hrow(const struct rs_run *r, const uint8_t *s0, const uint8_t *s1,
-                        uint8_t *d0, uint8_t *d1)
+                        uint8_t *d0, uint8_t *d1, const uint8_t *pf0, const uint8_t *pf1)
 {
 #if RS_HAVE_AVX2
+    if (r->avx2_h && r->c == 3) {
+        rs_hrow_avx2(&r->hplan, s0, s1, d0, d1, r->in_w, r->out_w, r->c, pf0, pf1);
+        return;
+    }
+#endif
+    size_t bytes = (size_t)r->in_w * r->c;
+    if (pf0)
+        rs_prefetch(pf0, bytes);
+    if (pf1)
+        rs_prefetch(pf1, bytes);
+#if RS_HAVE_AVX2
     if (r->avx2_h) {
-        rs_hrow_avx2(&r->hplan, s0, s1, d0, d1, r->in_w, r->out_w, r->c);
+        rs_hrow_avx2(&r->hplan, s0, s1, d0, d1, r->in_w, r->out_w, r->c, NULL, NULL);
         return;
     }
 #endif
@@ -889,7 +908,8 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
 
     if (!need_v) {
         for (uint32_t y = 0; y < in_h; y++) {
-            rs_run_hrow(&r, src->data + y * in_row, NULL, rs_row(&sink, y), NULL);
+            rs_run_hrow(&r, src->data + y * in_row, NULL, rs_row(&sink, y), NULL, NULL,
+                        NULL);
             if (extra)
                 rs_emit(&sink, sink.tmp, y);
         }
@@ -919,14 +939,14 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
                         end < r.av.first[yy + 1] + r.av.count[yy + 1];
             while (next < end) {
                 uint32_t n = next + 1 < end || ahead ? 2 : 1;
+                const uint8_t *pf[2] = {NULL, NULL};
                 for (uint32_t i = 0; i < n; i++)
                     if (next + i + RS_PREFETCH_ROWS < in_h)
-                        rs_prefetch(src->data + (next + i + RS_PREFETCH_ROWS) * in_row,
-                                    (size_t)in_w * c);
+                        pf[i] = src->data + (next + i + RS_PREFETCH_ROWS) * in_row;
                 rs_run_hrow(&r, src->data + next * in_row,
                             n == 2 ? src->data + (next + 1) * in_row : NULL,
                             ring + (size_t)(next % slots) * mid_row,
-                            ring + (size_t)((next + 1) % slots) * mid_row);
+                            ring + (size_t)((next + 1) % slots) * mid_row, pf[0], pf[1]);
                 next += n;
             }
             for (uint32_t y = first; y < end; y++)
