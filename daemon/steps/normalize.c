@@ -33,6 +33,7 @@
  * while it is in the L1 cache (pipeline.c fuses the two).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "proto.h"
@@ -130,19 +131,35 @@ __attribute__((target("avx2,fma"))) static inline __m256 nz_arith8(__m128i v, __
 /* nz_planar3_avx2 computing instead of looking up: the pixels' bytes
  * sorted into R, G and B with three shuffles of the 24 bytes, then
  * nz_arith8 on each (a third of the loads and shuffles of the table
- * lookups, which were most of normalize's time in prestod). */
+ * lookups, which were most of normalize's time in prestod). Mirrored: the
+ * n pixels right to left (random_flip folded in: the shuffles reverse each
+ * eight), n a multiple of 8. */
 __attribute__((target("avx2,fma"))) static size_t nz_planar3_fma(const struct nz_cache *z,
                                                                   const uint8_t *src,
                                                                   float *d0, size_t plane,
-                                                                  size_t n)
+                                                                  size_t n, int mirror)
 {
     float *d1 = d0 + plane, *d2 = d1 + plane;
-    const __m128i ra = _mm_setr_epi8(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
-                  rb = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, 2, 5, -1, -1, -1, -1, -1, -1, -1, -1),
-                  ga = _mm_setr_epi8(1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
-                  gb = _mm_setr_epi8(-1, -1, -1, -1, -1, 0, 3, 6, -1, -1, -1, -1, -1, -1, -1, -1),
-                  ba = _mm_setr_epi8(2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
-                  bb = _mm_setr_epi8(-1, -1, -1, -1, -1, 1, 4, 7, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m128i ra = _mm_setr_epi8(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+            rb = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, 2, 5, -1, -1, -1, -1, -1, -1, -1, -1),
+            ga = _mm_setr_epi8(1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+            gb = _mm_setr_epi8(-1, -1, -1, -1, -1, 0, 3, 6, -1, -1, -1, -1, -1, -1, -1, -1),
+            ba = _mm_setr_epi8(2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+            bb = _mm_setr_epi8(-1, -1, -1, -1, -1, 1, 4, 7, -1, -1, -1, -1, -1, -1, -1, -1);
+    ptrdiff_t step = 24;
+    if (mirror) {
+        /* Byte 3 * (7 - k) + channel of the 24 to lane k. */
+        ra = _mm_setr_epi8(-1, -1, 15, 12, 9, 6, 3, 0, -1, -1, -1, -1, -1, -1, -1, -1);
+        rb = _mm_setr_epi8(5, 2, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+        ga = _mm_setr_epi8(-1, -1, -1, 13, 10, 7, 4, 1, -1, -1, -1, -1, -1, -1, -1, -1);
+        gb = _mm_setr_epi8(6, 3, 0, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+        ba = _mm_setr_epi8(-1, -1, -1, 14, 11, 8, 5, 2, -1, -1, -1, -1, -1, -1, -1, -1);
+        bb = _mm_setr_epi8(7, 4, 1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+        if (n % 8)
+            return 0;
+        src += (n - 8) * 3;
+        step = -24;
+    }
     __m256 m0 = _mm256_set1_ps(z->m3[0]), m1 = _mm256_set1_ps(z->m3[1]),
            m2 = _mm256_set1_ps(z->m3[2]);
     __m256 s0 = _mm256_set1_ps(z->s3[0]), s1 = _mm256_set1_ps(z->s3[1]),
@@ -150,7 +167,7 @@ __attribute__((target("avx2,fma"))) static size_t nz_planar3_fma(const struct nz
     __m256 q0 = _mm256_set1_ps(z->rs3[0]), q1 = _mm256_set1_ps(z->rs3[1]),
            q2 = _mm256_set1_ps(z->rs3[2]);
     size_t i = 0;
-    for (; i + 8 <= n; i += 8, src += 24) {
+    for (; i + 8 <= n; i += 8, src += step) {
         __m128i a = _mm_loadu_si128((const __m128i *)(const void *)src);
         __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(src + 16));
         __m128i r = _mm_or_si128(_mm_shuffle_epi8(a, ra), _mm_shuffle_epi8(b, rb));
@@ -176,9 +193,17 @@ static int nz_arith_check(struct nz_cache *z)
     float out[3][256];
     for (int v = 0; v < 256; v++)
         px[v * 3] = px[v * 3 + 1] = px[v * 3 + 2] = (uint8_t)v;
-    if (nz_planar3_fma(z, px, out[0], 256, 256) != 256)
+    if (nz_planar3_fma(z, px, out[0], 256, 256, 0) != 256 ||
+        memcmp(out, z->tab, sizeof(out)) != 0)
         return 0;
-    return memcmp(out, z->tab, sizeof(out)) == 0;
+    /* And mirrored (the same values, the other way round). */
+    if (nz_planar3_fma(z, px, out[0], 256, 256, 1) != 256)
+        return 0;
+    for (int ch = 0; ch < 3; ch++)
+        for (int v = 0; v < 256; v++)
+            if (memcmp(&out[ch][255 - v], &z->tab[ch][v], sizeof(float)) != 0)
+                return 0;
+    return 1;
 }
 
 /* RGB to interleaved floats, eight pixels (24 values) per step. */
@@ -218,7 +243,8 @@ static int nz_have_avx2(void)
 {
     return 0;
 }
-#define nz_planar3_fma(z, src, d, plane, n) ((void)(z), nz_planar3_avx2(NULL, src, d, plane, n))
+#define nz_planar3_fma(z, src, d, plane, n, mirror)                                        \
+    ((void)(z), (void)(mirror), nz_planar3_avx2(NULL, src, d, plane, n))
 static int nz_have_fma(void)
 {
     return 0;
@@ -276,7 +302,7 @@ void step_norm_pixels(const struct step *s, const float *tables, const uint8_t *
         if (c == 3) {
             uint8_t *d0 = dst, *d1 = dst + plane, *d2 = dst + 2 * plane;
             const struct nz_cache *z = (const struct nz_cache *)(const void *)tables;
-            size_t i = z->arith        ? nz_planar3_fma(z, src, (float *)(void *)dst, total, n)
+            size_t i = z->arith        ? nz_planar3_fma(z, src, (float *)(void *)dst, total, n, 0)
                        : nz_have_avx2() ? nz_planar3_avx2(tab, src, (float *)(void *)dst,
                                                           total, n)
                                         : 0;
@@ -305,6 +331,16 @@ void step_norm_pixels(const struct step *s, const float *tables, const uint8_t *
         for (size_t i = 0; i < n * c; i++)
             nz_store(dst + i * 4, tab[i % c][src[i]]);
     }
+}
+
+int step_norm_pixels_mirror(const struct step *s, const float *tables, const uint8_t *src,
+                            size_t n, uint32_t c, uint8_t *dst, size_t total, size_t at)
+{
+    const struct nz_cache *z = (const struct nz_cache *)(const void *)tables;
+    if (s->layout != STEP_LAYOUT_NCHW || c != 3 || !z->arith || n % 8)
+        return 0;
+    return nz_planar3_fma(z, src, (float *)(void *)(dst + at * sizeof(float)), total, n, 1) ==
+           n;
 }
 
 int step_normalize_apply(const struct step *s, struct step_ctx *ctx, const struct img *in,

@@ -799,6 +799,9 @@ static void rs_emit(const struct rs_sink *k, const uint8_t *row, uint32_t y)
         return;
     }
     if (k->src->mirror) {
+        if (step_norm_pixels_mirror(k->src->norm, k->src->norm_tables, row, k->w, k->c,
+                                    k->out->data, (size_t)k->h * k->w, (size_t)y * k->w))
+            return;
         step_flip_row(row, k->flip, k->w, k->c);
         row = k->flip;
     }
