@@ -104,6 +104,10 @@ static inline uint8_t rs_clip8(int32_t v)
     return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v;
 }
 
+/* Taps whose filter values rs_coeffs keeps between its two loops (a crop
+ * to 224 has at most a few dozen). */
+#define RS_COEFF_KEEP 64
+
 /* Fills a->k, a->first, a->count, a->most; a->ksize is set. */
 RS_NO_CONTRACT
 static void rs_coeffs(struct rs_axis *a, const struct rs_span *sp)
@@ -123,12 +127,18 @@ static void rs_coeffs(struct rs_axis *a, const struct rs_span *sp)
         if (xmax > (int)in)
             xmax = (int)in;
         int n = xmax - xmin;
-        double ww = 0.0;
-        for (int x = 0; x < n; x++)
-            ww += rs_triangle((x + xmin - center + 0.5) * ss);
+        /* Each tap's filter value, kept for the second loop (the branchy
+         * triangle was most of this function's time, computed twice). */
+        double ww = 0.0, tw[RS_COEFF_KEEP];
+        for (int x = 0; x < n; x++) {
+            double t = rs_triangle((x + xmin - center + 0.5) * ss);
+            if (x < RS_COEFF_KEEP)
+                tw[x] = t;
+            ww += t;
+        }
         int32_t *k = a->k + (size_t)i * a->ksize;
         for (int x = 0; x < n; x++) {
-            double w = rs_triangle((x + xmin - center + 0.5) * ss);
+            double w = x < RS_COEFF_KEEP ? tw[x] : rs_triangle((x + xmin - center + 0.5) * ss);
             if (ww != 0.0)
                 w /= ww;
             k[x] = (int32_t)(w < 0 ? -0.5 + w * (1 << RS_BITS)
