@@ -104,6 +104,10 @@ static inline uint8_t rs_clip8(int32_t v)
     return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v;
 }
 
+/* Taps whose filter values rs_coeffs keeps between its two loops (a crop
+ * to 224 has at most a few dozen). */
+#define RS_COEFF_KEEP 64
+
 /* Fills a->k, a->first, a->count, a->most; a->ksize is set. */
 RS_NO_CONTRACT
 static void rs_coeffs(struct rs_axis *a, const struct rs_span *sp)
@@ -123,12 +127,18 @@ static void rs_coeffs(struct rs_axis *a, const struct rs_span *sp)
         if (xmax > (int)in)
             xmax = (int)in;
         int n = xmax - xmin;
-        double ww = 0.0;
-        for (int x = 0; x < n; x++)
-            ww += rs_triangle((x + xmin - center + 0.5) * ss);
+        /* Each tap's filter value, kept for the second loop (the branchy
+         * triangle was most of this function's time, computed twice). */
+        double ww = 0.0, tw[RS_COEFF_KEEP];
+        for (int x = 0; x < n; x++) {
+            double t = rs_triangle((x + xmin - center + 0.5) * ss);
+            if (x < RS_COEFF_KEEP)
+                tw[x] = t;
+            ww += t;
+        }
         int32_t *k = a->k + (size_t)i * a->ksize;
         for (int x = 0; x < n; x++) {
-            double w = rs_triangle((x + xmin - center + 0.5) * ss);
+            double w = x < RS_COEFF_KEEP ? tw[x] : rs_triangle((x + xmin - center + 0.5) * ss);
             if (ww != 0.0)
                 w /= ww;
             k[x] = (int32_t)(w < 0 ? -0.5 + w * (1 << RS_BITS)
@@ -224,7 +234,7 @@ static void rs_vrow(const uint8_t *const *rows, const int32_t *k, uint32_t n,
  * number of groups, a loop count the branch predictor gets right. */
 struct rs_hplan {
     int32_t *w;            /* out * groups * 8 lane weights: kh | kl << 16 */
-    int32_t *wide;         /* the widened row and its zero tail */
+    int32_t *wide[2];      /* two widened rows (see rs_hrow3x2_avx2), zero tails */
     const uint32_t *first; /* the axis' first taps */
     uint32_t groups;
 };
@@ -251,7 +261,7 @@ static size_t rs_hplan_wide_lanes(const struct rs_axis *a, uint32_t in, uint32_t
 static size_t rs_hplan_bytes(const struct rs_axis *a, uint32_t in, uint32_t out,
                              uint32_t c)
 {
-    return ((size_t)out * rs_hplan_groups(a, c) * 8 + rs_hplan_wide_lanes(a, in, c)) *
+    return ((size_t)out * rs_hplan_groups(a, c) * 8 + 2 * rs_hplan_wide_lanes(a, in, c)) *
            sizeof(int32_t);
 }
 
@@ -279,10 +289,13 @@ static void rs_hplan_make(struct rs_hplan *h, uint8_t **p, const struct rs_axis 
     h->first = a->first;
     h->w = (int32_t *)*p;
     *p += (size_t)out * rs_hplan_groups(a, c) * 8 * sizeof(int32_t);
-    h->wide = (int32_t *)*p;
     size_t wide = rs_hplan_wide_lanes(a, in, c);
-    *p += wide * sizeof(int32_t);
-    memset(h->wide + (size_t)in * lanes, 0, (wide - (size_t)in * lanes) * sizeof(int32_t));
+    for (int r = 0; r < 2; r++) {
+        h->wide[r] = (int32_t *)*p;
+        *p += wide * sizeof(int32_t);
+        memset(h->wide[r] + (size_t)in * lanes, 0,
+               (wide - (size_t)in * lanes) * sizeof(int32_t));
+    }
 
     size_t step = (size_t)h->groups * 8;
     memset(h->w, 0, out * step * sizeof(int32_t));
@@ -305,11 +318,11 @@ static inline int32_t rs_hplan_lane(uint8_t p)
     return (int32_t)p << 7 | (int32_t)p << 16;
 }
 
-/* Widens n input pixels at s into h->wide. */
-RS_AVX2 static void rs_hplan_widen(const struct rs_hplan *h, const uint8_t *s,
-                                   uint32_t n, uint32_t c)
+/* Widens n input pixels at s into w (one of h->wide), asking the cache for
+ * the same bytes of the row at pf (not NULL) as it goes. */
+RS_AVX2 static void rs_hplan_widen(int32_t *w, const uint8_t *s, uint32_t n, uint32_t c,
+                                   const uint8_t *pf)
 {
-    int32_t *w = h->wide;
     size_t i = 0, bytes = (size_t)n * c;
     const __m256i scale = _mm256_set1_epi32(128 | 1 << 16);
     if (c == 3) {
@@ -322,6 +335,8 @@ RS_AVX2 static void rs_hplan_widen(const struct rs_hplan *h, const uint8_t *s,
             6, -1, 6, -1, 7, -1, 7, -1, 8, -1, 8, -1, -1, -1, -1, -1,
             9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1, -1, -1, -1, -1);
         for (; i * 3 + 16 <= bytes; i += 4) {
+            if (pf && i % 16 == 0) /* every 48 bytes: each line of pf's row */
+                __builtin_prefetch(pf + i * 3, 0, 3);
             __m256i v = _mm256_broadcastsi128_si256(
                 _mm_loadu_si128((const __m128i *)(s + i * 3)));
             _mm256_storeu_si256((__m256i *)(w + i * 4),
@@ -329,6 +344,8 @@ RS_AVX2 static void rs_hplan_widen(const struct rs_hplan *h, const uint8_t *s,
             _mm256_storeu_si256((__m256i *)(w + i * 4 + 8),
                                 _mm256_mullo_epi16(_mm256_shuffle_epi8(v, hi), scale));
         }
+        if (pf)
+            __builtin_prefetch(pf + bytes - 1, 0, 3);
         for (; i < n; i++) {
             w[i * 4] = rs_hplan_lane(s[i * 3]);
             w[i * 4 + 1] = rs_hplan_lane(s[i * 3 + 1]);
@@ -365,6 +382,26 @@ rs_hacc_avx2(const int32_t *p, const int32_t *k, uint32_t groups)
     return acc;
 }
 
+/* rs_hacc_avx2 for the same pixel of two widened rows at once: each group's
+ * weights loaded once for both (the pass is bound by its loads: three
+ * instead of four per two multiply-adds). */
+RS_AVX2 static inline __attribute__((always_inline)) void
+rs_hacc2_avx2(const int32_t *p0, const int32_t *p1, const int32_t *k, uint32_t groups,
+              __m256i *acc0, __m256i *acc1)
+{
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+#pragma GCC unroll 4
+    for (uint32_t g = 0; g < groups; g++, p0 += 8, p1 += 8, k += 8) {
+        __m256i kv = _mm256_loadu_si256((const __m256i *)k);
+        a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(
+                                      _mm256_loadu_si256((const __m256i *)p0), kv));
+        a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(
+                                      _mm256_loadu_si256((const __m256i *)p1), kv));
+    }
+    *acc0 = a0;
+    *acc1 = a1;
+}
+
 /* Sums (two pixels, one per 128-bit half) to bytes: R, G, B and a junk
  * byte in the low 32 bits of each half. */
 RS_AVX2 static inline __attribute__((always_inline)) __m256i rs_pack3_avx2(__m256i v)
@@ -373,16 +410,12 @@ RS_AVX2 static inline __attribute__((always_inline)) __m256i rs_pack3_avx2(__m25
     return _mm256_packus_epi16(_mm256_packs_epi32(v, v), v);
 }
 
-/* Output pixels xx + i and xx + 4 + i (k: xx's weights), rounded and
- * shifted: the first's R, G, B, 0 in the low half, the second's in the
+/* Lane sums a (pixel x, RGB0 twice) and e (pixel x + 4) to one vector of
+ * rounded, shifted sums: x's R, G, B, 0 in the low half, x + 4's in the
  * high one. */
 RS_AVX2 static inline __attribute__((always_inline)) __m256i
-rs_hquad_avx2(const struct rs_hplan *h, const int32_t *k, size_t step, uint32_t xx,
-              uint32_t i, uint32_t groups, __m256i half)
+rs_hpair_avx2(__m256i a, __m256i e, __m256i half)
 {
-    __m256i a = rs_hacc_avx2(h->wide + (size_t)h->first[xx + i] * 4, k + i * step, groups);
-    __m256i e = rs_hacc_avx2(h->wide + (size_t)h->first[xx + 4 + i] * 4, k + (4 + i) * step,
-                             groups);
     return _mm256_srai_epi32(
         _mm256_add_epi32(_mm256_add_epi32(_mm256_permute2x128_si256(a, e, 0x20),
                                           _mm256_permute2x128_si256(a, e, 0x31)),
@@ -390,42 +423,63 @@ rs_hquad_avx2(const struct rs_hplan *h, const int32_t *k, size_t step, uint32_t 
         RS_BITS);
 }
 
-/* One row, 3 channels, from the widened row; groups is a constant where
- * inlined. */
-RS_AVX2 static inline __attribute__((always_inline)) void
-rs_hrow3_avx2_n(const struct rs_hplan *h, uint8_t *d, uint32_t out_w, uint32_t groups)
+/* Output pixels xx + i and xx + 4 + i (k: xx's weights) of the widened row
+ * wide, as rs_hpair_avx2 gives them. */
+RS_AVX2 static inline __attribute__((always_inline)) __m256i
+rs_hquad_avx2(const struct rs_hplan *h, const int32_t *wide, const int32_t *k, size_t step,
+              uint32_t xx, uint32_t i, uint32_t groups, __m256i half)
 {
-    const int32_t *k = h->w;
-    size_t step = (size_t)groups * 8;
-    uint32_t xx = 0;
-    /* Eight pixels share the rounding, the packing and the stores: pixels
-     * xx + i and xx + 4 + i in the two halves of one vector of sums, packed
-     * so that each 128-bit half holds four pixels' R, G, B and junk bytes
-     * in order, then the junk squeezed out: 24 bytes stored. */
+    __m256i a = rs_hacc_avx2(wide + (size_t)h->first[xx + i] * 4, k + i * step, groups);
+    __m256i e = rs_hacc_avx2(wide + (size_t)h->first[xx + 4 + i] * 4, k + (4 + i) * step,
+                             groups);
+    return rs_hpair_avx2(a, e, half);
+}
+
+/* rs_hquad_avx2 for two widened rows at once, sharing the weights. */
+RS_AVX2 static inline __attribute__((always_inline)) void
+rs_hquad2_avx2(const struct rs_hplan *h, const int32_t *k, size_t step, uint32_t xx,
+               uint32_t i, uint32_t groups, __m256i half, __m256i *v0, __m256i *v1)
+{
+    size_t fa = (size_t)h->first[xx + i] * 4, fe = (size_t)h->first[xx + 4 + i] * 4;
+    __m256i a0, a1, e0, e1;
+    rs_hacc2_avx2(h->wide[0] + fa, h->wide[1] + fa, k + i * step, groups, &a0, &a1);
+    rs_hacc2_avx2(h->wide[0] + fe, h->wide[1] + fe, k + (4 + i) * step, groups, &e0, &e1);
+    *v0 = rs_hpair_avx2(a0, e0, half);
+    *v1 = rs_hpair_avx2(a1, e1, half);
+}
+
+/* Eight pixels' rounded sums (rs_hpair_avx2's, pixels i and 4 + i in v[i])
+ * packed and stored at d: 24 bytes, nothing past them. */
+RS_AVX2 static inline __attribute__((always_inline)) void
+rs_hstore8_avx2(uint8_t *d, __m256i v0, __m256i v1, __m256i v2, __m256i v3)
+{
+    /* Packed so that each 128-bit half holds four pixels' R, G, B and junk
+     * bytes in order, then the junk squeezed out. */
     const __m256i squeeze = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1,
                                              -1, -1, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14,
                                              -1, -1, -1, -1);
-    const __m256i half = _mm256_set1_epi32(RS_HALF);
-    for (; xx + 8 <= out_w; xx += 8, d += 24, k += 8 * step) {
-        __m256i v0 = rs_hquad_avx2(h, k, step, xx, 0, groups, half);
-        __m256i v1 = rs_hquad_avx2(h, k, step, xx, 1, groups, half);
-        __m256i v2 = rs_hquad_avx2(h, k, step, xx, 2, groups, half);
-        __m256i v3 = rs_hquad_avx2(h, k, step, xx, 3, groups, half);
-        __m256i b = _mm256_shuffle_epi8(
-            _mm256_packus_epi16(_mm256_packs_epi32(v0, v1), _mm256_packs_epi32(v2, v3)),
-            squeeze);
-        __m128i hi = _mm256_extracti128_si256(b, 1);
-        _mm_storeu_si128((__m128i *)(void *)d, _mm256_castsi256_si128(b));
-        _mm_storel_epi64((__m128i *)(void *)(d + 12), hi);
-        uint32_t last = (uint32_t)_mm_extract_epi32(hi, 2);
-        memcpy(d + 20, &last, 4);
-    }
+    __m256i b = _mm256_shuffle_epi8(
+        _mm256_packus_epi16(_mm256_packs_epi32(v0, v1), _mm256_packs_epi32(v2, v3)),
+        squeeze);
+    __m128i hi = _mm256_extracti128_si256(b, 1);
+    _mm_storeu_si128((__m128i *)(void *)d, _mm256_castsi256_si128(b));
+    _mm_storel_epi64((__m128i *)(void *)(d + 12), hi);
+    uint32_t last = (uint32_t)_mm_extract_epi32(hi, 2);
+    memcpy(d + 20, &last, 4);
+}
+
+/* Pixels xx.. of one row, 3 channels, from the widened row wide (k: xx's
+ * weights): what the eight-pixel loops leave. */
+RS_AVX2 static inline __attribute__((always_inline)) void
+rs_hrow3_tail_avx2(const struct rs_hplan *h, const int32_t *wide, const int32_t *k,
+                   uint8_t *d, uint32_t xx, uint32_t out_w, uint32_t groups)
+{
+    size_t step = (size_t)groups * 8;
     /* Pairs of pixels share the adding of halves and the packing; 4-byte
      * stores whose fourth byte lands on the next pixel, written later. */
     for (; xx + 2 < out_w; xx += 2, d += 6, k += 2 * step) {
-        __m256i a = rs_hacc_avx2(h->wide + (size_t)h->first[xx] * 4, k, groups);
-        __m256i b = rs_hacc_avx2(h->wide + (size_t)h->first[xx + 1] * 4, k + step,
-                                  groups);
+        __m256i a = rs_hacc_avx2(wide + (size_t)h->first[xx] * 4, k, groups);
+        __m256i b = rs_hacc_avx2(wide + (size_t)h->first[xx + 1] * 4, k + step, groups);
         __m256i v = rs_pack3_avx2(_mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
                                                    _mm256_permute2x128_si256(a, b, 0x31)));
         uint32_t va = (uint32_t)_mm256_cvtsi256_si32(v);
@@ -434,7 +488,7 @@ rs_hrow3_avx2_n(const struct rs_hplan *h, uint8_t *d, uint32_t out_w, uint32_t g
         memcpy(d + 3, &vb, 4);
     }
     for (; xx < out_w; xx++, d += 3, k += step) {
-        __m256i a = rs_hacc_avx2(h->wide + (size_t)h->first[xx] * 4, k, groups);
+        __m256i a = rs_hacc_avx2(wide + (size_t)h->first[xx] * 4, k, groups);
         __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
         uint32_t v = (uint32_t)_mm256_cvtsi256_si32(rs_pack3_avx2(_mm256_castsi128_si256(s)));
         d[0] = (uint8_t)v;
@@ -443,33 +497,80 @@ rs_hrow3_avx2_n(const struct rs_hplan *h, uint8_t *d, uint32_t out_w, uint32_t g
     }
 }
 
-RS_AVX2 static void rs_hrow3_avx2(const struct rs_hplan *h, uint8_t *d, uint32_t out_w)
+/* One row, 3 channels, from widened row r; groups is a constant where
+ * inlined. */
+RS_AVX2 static inline __attribute__((always_inline)) void
+rs_hrow3_avx2_n(const struct rs_hplan *h, int r, uint8_t *d, uint32_t out_w, uint32_t groups)
 {
-    switch (h->groups) { /* up to 8 taps: scales below 4 */
-    case 1:
-        rs_hrow3_avx2_n(h, d, out_w, 1);
-        break;
-    case 2:
-        rs_hrow3_avx2_n(h, d, out_w, 2);
-        break;
-    case 3:
-        rs_hrow3_avx2_n(h, d, out_w, 3);
-        break;
-    case 4:
-        rs_hrow3_avx2_n(h, d, out_w, 4);
-        break;
-    default:
-        rs_hrow3_avx2_n(h, d, out_w, h->groups);
-        break;
-    }
+    const int32_t *k = h->w, *wide = h->wide[r];
+    size_t step = (size_t)groups * 8;
+    uint32_t xx = 0;
+    /* Eight pixels share the rounding, the packing and the stores. */
+    const __m256i half = _mm256_set1_epi32(RS_HALF);
+    for (; xx + 8 <= out_w; xx += 8, d += 24, k += 8 * step)
+        rs_hstore8_avx2(d, rs_hquad_avx2(h, wide, k, step, xx, 0, groups, half),
+                        rs_hquad_avx2(h, wide, k, step, xx, 1, groups, half),
+                        rs_hquad_avx2(h, wide, k, step, xx, 2, groups, half),
+                        rs_hquad_avx2(h, wide, k, step, xx, 3, groups, half));
+    rs_hrow3_tail_avx2(h, wide, k, d, xx, out_w, groups);
 }
 
-/* One row, 1 channel, from the widened row. */
-RS_AVX2 static void rs_hrow1_avx2(const struct rs_hplan *h, uint8_t *d, uint32_t out_w)
+/* Two rows, 3 channels, from the two widened rows into d0 and d1. */
+RS_AVX2 static inline __attribute__((always_inline)) void
+rs_hrow3x2_avx2_n(const struct rs_hplan *h, uint8_t *d0, uint8_t *d1, uint32_t out_w,
+                  uint32_t groups)
+{
+    const int32_t *k = h->w;
+    size_t step = (size_t)groups * 8;
+    uint32_t xx = 0;
+    const __m256i half = _mm256_set1_epi32(RS_HALF);
+    for (; xx + 8 <= out_w; xx += 8, d0 += 24, d1 += 24, k += 8 * step) {
+        __m256i p0, p1, p2, p3, q0, q1, q2, q3;
+        rs_hquad2_avx2(h, k, step, xx, 0, groups, half, &p0, &q0);
+        rs_hquad2_avx2(h, k, step, xx, 1, groups, half, &p1, &q1);
+        rs_hquad2_avx2(h, k, step, xx, 2, groups, half, &p2, &q2);
+        rs_hquad2_avx2(h, k, step, xx, 3, groups, half, &p3, &q3);
+        rs_hstore8_avx2(d0, p0, p1, p2, p3);
+        rs_hstore8_avx2(d1, q0, q1, q2, q3);
+    }
+    rs_hrow3_tail_avx2(h, h->wide[0], k, d0, xx, out_w, groups);
+    rs_hrow3_tail_avx2(h, h->wide[1], k, d1, xx, out_w, groups);
+}
+
+/* Rows from the widened rows: rows 2 (d1 not NULL: both) or 1 (wide[0]
+ * into d0), each kernel with its groups a constant up to 4 (up to 8 taps:
+ * scales below 4). */
+RS_AVX2 static void rs_hrow3_avx2(const struct rs_hplan *h, uint8_t *d0, uint8_t *d1,
+                                  uint32_t out_w)
+{
+#define RS_HROW3_CASE(n)                                                                  \
+    if (d1)                                                                               \
+        rs_hrow3x2_avx2_n(h, d0, d1, out_w, n);                                           \
+    else                                                                                  \
+        rs_hrow3_avx2_n(h, 0, d0, out_w, n);                                              \
+    break
+    switch (h->groups) {
+    case 1:
+        RS_HROW3_CASE(1);
+    case 2:
+        RS_HROW3_CASE(2);
+    case 3:
+        RS_HROW3_CASE(3);
+    case 4:
+        RS_HROW3_CASE(4);
+    default:
+        RS_HROW3_CASE(h->groups);
+    }
+#undef RS_HROW3_CASE
+}
+
+/* One row, 1 channel, from widened row r. */
+RS_AVX2 static void rs_hrow1_avx2(const struct rs_hplan *h, int r, uint8_t *d,
+                                  uint32_t out_w)
 {
     const int32_t *k = h->w;
     for (uint32_t xx = 0; xx < out_w; xx++, k += (size_t)h->groups * 8) {
-        __m256i acc = rs_hacc_avx2(h->wide + h->first[xx], k, h->groups);
+        __m256i acc = rs_hacc_avx2(h->wide[r] + h->first[xx], k, h->groups);
         __m128i v = _mm_add_epi32(_mm256_castsi256_si128(acc),
                                   _mm256_extracti128_si256(acc, 1));
         v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
@@ -478,15 +579,23 @@ RS_AVX2 static void rs_hrow1_avx2(const struct rs_hplan *h, uint8_t *d, uint32_t
     }
 }
 
-/* rs_hrow for c 1 or 3. */
-RS_AVX2 static void rs_hrow_avx2(const struct rs_hplan *h, const uint8_t *s, uint8_t *d,
-                                 uint32_t in_w, uint32_t out_w, uint32_t c)
+/* rs_hrow for c 1 or 3, of one row (s1 NULL) or two (s0 into d0, s1 into
+ * d1); rows pf0 and pf1 (or NULL) are asked for as s0 and s1 are read. */
+RS_AVX2 static void rs_hrow_avx2(const struct rs_hplan *h, const uint8_t *s0,
+                                 const uint8_t *s1, uint8_t *d0, uint8_t *d1, uint32_t in_w,
+                                 uint32_t out_w, uint32_t c, const uint8_t *pf0,
+                                 const uint8_t *pf1)
 {
-    rs_hplan_widen(h, s, in_w, c);
-    if (c == 3)
-        rs_hrow3_avx2(h, d, out_w);
-    else
-        rs_hrow1_avx2(h, d, out_w);
+    rs_hplan_widen(h->wide[0], s0, in_w, c, pf0);
+    if (s1)
+        rs_hplan_widen(h->wide[1], s1, in_w, c, pf1);
+    if (c == 3) {
+        rs_hrow3_avx2(h, d0, s1 ? d1 : NULL, out_w);
+        return;
+    }
+    rs_hrow1_avx2(h, 0, d0, out_w);
+    if (s1)
+        rs_hrow1_avx2(h, 1, d1, out_w);
 }
 
 /* Bytes of a row the AVX2 vertical pass does at once. */
@@ -614,15 +723,32 @@ struct rs_run {
 #endif
 };
 
-static void rs_run_hrow(const struct rs_run *r, const uint8_t *s, uint8_t *d)
+/* The horizontal pass of row s0 into d0 and, where s1 is not NULL, of row
+ * s1 into d1 (the AVX2 kernel does two rows with one load of each weight);
+ * rows pf0 and pf1 (or NULL), read later, are asked for meanwhile. */
+static void rs_run_hrow(const struct rs_run *r, const uint8_t *s0, const uint8_t *s1,
+                        uint8_t *d0, uint8_t *d1, const uint8_t *pf0, const uint8_t *pf1)
 {
 #if RS_HAVE_AVX2
-    if (r->avx2_h) {
-        rs_hrow_avx2(&r->hplan, s, d, r->in_w, r->out_w, r->c);
+    if (r->avx2_h && r->c == 3) {
+        rs_hrow_avx2(&r->hplan, s0, s1, d0, d1, r->in_w, r->out_w, r->c, pf0, pf1);
         return;
     }
 #endif
-    rs_hrow(&r->ah, s, d, r->out_w, r->c);
+    size_t bytes = (size_t)r->in_w * r->c;
+    if (pf0)
+        rs_prefetch(pf0, bytes);
+    if (pf1)
+        rs_prefetch(pf1, bytes);
+#if RS_HAVE_AVX2
+    if (r->avx2_h) {
+        rs_hrow_avx2(&r->hplan, s0, s1, d0, d1, r->in_w, r->out_w, r->c, NULL, NULL);
+        return;
+    }
+#endif
+    rs_hrow(&r->ah, s0, d0, r->out_w, r->c);
+    if (s1)
+        rs_hrow(&r->ah, s1, d1, r->out_w, r->c);
 }
 
 static void rs_run_vrow(const struct rs_run *r, const uint8_t *const *rows, uint32_t yy,
@@ -683,6 +809,9 @@ static void rs_emit(const struct rs_sink *k, const uint8_t *row, uint32_t y)
         return;
     }
     if (k->src->mirror) {
+        if (step_norm_pixels_mirror(k->src->norm, k->src->norm_tables, row, k->w, k->c,
+                                    k->out->data, (size_t)k->h * k->w, (size_t)y * k->w))
+            return;
         step_flip_row(row, k->flip, k->w, k->c);
         row = k->flip;
     }
@@ -759,7 +888,7 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
     }
 #endif
     if (need_h && need_v)
-        bytes += mid_row * vtaps;
+        bytes += mid_row * (vtaps + 1); /* the ring: see below */
     bytes += extra;
     uint8_t *block = malloc(bytes), *p = block;
     if (block == NULL)
@@ -792,7 +921,8 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
 
     if (!need_v) {
         for (uint32_t y = 0; y < in_h; y++) {
-            rs_run_hrow(&r, src->data + y * in_row, rs_row(&sink, y));
+            rs_run_hrow(&r, src->data + y * in_row, NULL, rs_row(&sink, y), NULL, NULL,
+                        NULL);
             if (extra)
                 rs_emit(&sink, sink.tmp, y);
         }
@@ -805,21 +935,32 @@ int step_resample(struct step_ctx *ctx, enum step_resize_isa isa,
                 rs_emit(&sink, sink.tmp, yy);
         }
     } else {
-        /* Input row y goes to ring slot y % slots. An output row reads at
-         * most slots consecutive rows, so row y - slots, whose slot row y
-         * takes, is behind the current output row's first. */
+        /* Input row y goes to ring slot y % slots. Rows are computed in
+         * pairs (one weight load for both), so an output row may compute
+         * one row past its last when the next output row reads it. An
+         * output row reads at most most consecutive rows: row y - slots,
+         * whose slot row y (at most one past the last read) takes, is
+         * behind the current output row's first. */
         uint8_t *ring = p;
-        uint32_t slots = r.av.most ? r.av.most : 1, next = 0;
+        uint32_t slots = (r.av.most ? r.av.most : 1) + 1, next = 0;
         for (uint32_t yy = 0; yy < out_h; yy++) {
             uint32_t first = r.av.first[yy], end = first + r.av.count[yy];
             if (next < first)
                 next = first;
-            for (; next < end; next++) {
-                if (next + RS_PREFETCH_ROWS < in_h)
-                    rs_prefetch(src->data + (next + RS_PREFETCH_ROWS) * in_row,
-                                (size_t)in_w * c);
+            /* Row end, one ahead: only where output row yy + 1 reads it. */
+            int ahead = yy + 1 < out_h && end < in_h && r.av.first[yy + 1] <= end &&
+                        end < r.av.first[yy + 1] + r.av.count[yy + 1];
+            while (next < end) {
+                uint32_t n = next + 1 < end || ahead ? 2 : 1;
+                const uint8_t *pf[2] = {NULL, NULL};
+                for (uint32_t i = 0; i < n; i++)
+                    if (next + i + RS_PREFETCH_ROWS < in_h)
+                        pf[i] = src->data + (next + i + RS_PREFETCH_ROWS) * in_row;
                 rs_run_hrow(&r, src->data + next * in_row,
-                            ring + (size_t)(next % slots) * mid_row);
+                            n == 2 ? src->data + (next + 1) * in_row : NULL,
+                            ring + (size_t)(next % slots) * mid_row,
+                            ring + (size_t)((next + 1) % slots) * mid_row, pf[0], pf[1]);
+                next += n;
             }
             for (uint32_t y = first; y < end; y++)
                 rows[y - first] = ring + (size_t)(y % slots) * mid_row;

@@ -145,6 +145,11 @@ const float *step_norm_prepare(const struct step *s, struct step_ctx *ctx, uint3
  * for them. */
 void step_norm_pixels(const struct step *s, const float *tables, const uint8_t *src,
                       size_t n, uint32_t c, uint8_t *dst, size_t total, size_t at);
+/* step_norm_pixels of the n pixels at src mirrored (right to left), where a
+ * kernel does that in one pass (NCHW RGB, n a multiple of 8, the arithmetic
+ * kernel): 1 when done, 0 when the caller is to mirror them first. */
+int step_norm_pixels_mirror(const struct step *s, const float *tables, const uint8_t *src,
+                            size_t n, uint32_t c, uint8_t *dst, size_t total, size_t at);
 
 /* ---- the image augmentations (imgaug.c) ---- */
 

@@ -2172,6 +2172,53 @@ START_TEST(test_normalize)
 }
 END_TEST
 
+/* Every byte value of every channel, for many means and stds, NCHW and
+ * NHWC: torchvision's floats bit for bit, whichever kernel normalize picks
+ * for the values (RGB to planes computes instead of looking up where that
+ * gives every table value, and looks up where it does not). */
+START_TEST(test_normalize_every_byte)
+{
+    struct step_ctx ctx;
+    struct img in = {0}, out = {0};
+    step_ctx_init(&ctx);
+    uint32_t h = 3, w = 91, c = 3; /* 273 pixels: every byte, and a tail */
+    make_pixels(&in, h, w, c);
+    for (size_t i = 0; i < (size_t)h * w; i++) {
+        in.data[i * 3] = (uint8_t)i;
+        in.data[i * 3 + 1] = (uint8_t)(255 - i);
+        in.data[i * 3 + 2] = (uint8_t)(i * 7);
+    }
+    for (int n = 0; n < 120; n++) {
+        char spec[256];
+        float mean[3], std[3];
+        for (int ch = 0; ch < 3; ch++) {
+            uint64_t r = hash_mix64((uint64_t)n * 3 + ch + 77);
+            mean[ch] = n < 2 ? (n == 0 ? 0.485f - 0.029f * ch : 0.0f)
+                             : (float)((r & 0xffff) / 65535.0 * 2.0 - 0.5);
+            std[ch] = n < 2 ? (n == 0 ? 0.229f - 0.0025f * ch : 1.0f)
+                            : (float)(0.001 + (r >> 16 & 0xffff) / 65535.0 *
+                                                  (n % 3 == 0 ? 0.5 : 20.0));
+        }
+        snprintf(spec, sizeof(spec), "mean=[%.9g,%.9g,%.9g];std=[%.9g,%.9g,%.9g]%s", mean[0],
+                 mean[1], mean[2], std[0], std[1], std[2], n % 2 ? "" : ";layout=nchw");
+        struct step s = make_stepv("normalize", spec);
+        apply_ok(&s, &ctx, &in, &out);
+        int nchw = s.layout == STEP_LAYOUT_NCHW;
+        for (size_t pix = 0; pix < (size_t)h * w; pix++)
+            for (uint32_t ch = 0; ch < c; ch++) {
+                float want = tv_normalize(in.data[pix * c + ch], s.mean[ch], s.std[ch]);
+                float got = f32_at(&out, nchw ? (size_t)ch * h * w + pix : pix * c + ch);
+                if (memcmp(&got, &want, 4) != 0)
+                    ck_abort_msg("normalize(%s): pixel %zu channel %u = %.9g, want %.9g",
+                                 spec, pix, ch, got, want);
+            }
+    }
+    img_free(&in);
+    img_free(&out);
+    step_ctx_free(&ctx);
+}
+END_TEST
+
 /* ---- throughput (informational) ---- */
 
 static double now_s(void)
@@ -2703,6 +2750,7 @@ static Suite *steps_suite(int with_photos, int *photo_cases_skipped)
 
     tc = tcase_create("normalize");
     tcase_add_test(tc, test_normalize);
+    tcase_add_test(tc, test_normalize_every_byte);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("augment");
