@@ -277,26 +277,38 @@ END_TEST
 
 /* ---- case "http": the shards served by nginx ---- */
 
+/* prestod with the folder and datasets n1 and n2 (roots r1, r2; config
+ * the source block or ""), its cache in cache_name. Returns the requests
+ * the start-up made to fx. */
+static long start_beside_folder(struct objfixture *fx, const char *cache_name,
+                                const char *config, const char *n1, const char *r1,
+                                const char *n2, const char *r2)
+{
+    char yaml[8192], cache[HARNESS_PATH_MAX];
+    harness_path(&H, cache_name, cache, sizeof(cache));
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\ncache:\n  memory: 64M\n  dir: %s\n%s"
+             "datasets:\n"
+             "  - name: folder\n    root: %s/folder\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: %s\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: %s\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
+             cache, config, out_dir, n1, r1, n2, r2);
+    long before = objfixture_stat(fx, "requests");
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+    return objfixture_stat(fx, "requests") - before;
+}
+
 /* prestod with the folder and the shards over HTTP (port: the proxy's in
  * front of nginx), twice: "http2" is read only once the server is down.
  * Returns the requests the start-up made. */
 static long start_http(struct objfixture *fx)
 {
-    char yaml[4096], cache[HARNESS_PATH_MAX], url[128];
-    harness_path(&H, "cache-http", cache, sizeof(cache));
+    char url[128];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/shards/train-{000000..%06d}.tar", fx->port,
              NSHARDS - 1);
-    snprintf(yaml, sizeof(yaml),
-             "workers: 2\ncache:\n  memory: 64M\n  dir: %s\n"
-             "source:\n  retries: 2\n  connect_timeout_ms: 1000\n"
-             "datasets:\n"
-             "  - name: folder\n    root: %s/folder\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
-             "  - name: http\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
-             "  - name: http2\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
-             cache, out_dir, url, url);
-    long before = objfixture_stat(fx, "requests");
-    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
-    return objfixture_stat(fx, "requests") - before;
+    return start_beside_folder(fx, "cache-http",
+                               "source:\n  retries: 2\n  connect_timeout_ms: 1000\n", "http",
+                               url, "http2", url);
 }
 
 static void same_as_folder(const char *name, uint64_t epoch, int shuffle)
@@ -319,7 +331,7 @@ static void same_as_folder(const char *name, uint64_t epoch, int shuffle)
 static void pinned_rows(struct objfixture *fx, const char *text)
 {
     static char pinned[65536], stale[65536];
-    char yaml[4096], cache[HARNESS_PATH_MAX], p1[HARNESS_PATH_MAX], p2[HARNESS_PATH_MAX];
+    char p1[HARNESS_PATH_MAX], p2[HARNESS_PATH_MAX];
     size_t a = 0;
     int row = 0;
     for (const char *line = text; *line; row++) {
@@ -351,17 +363,7 @@ static void pinned_rows(struct objfixture *fx, const char *text)
     q[3] = q[3] == 'f' ? '0' : 'f';
     ck_assert_int_eq(harness_write_file(&H, "pinned.csv", pinned, p1, sizeof(p1)), 0);
     ck_assert_int_eq(harness_write_file(&H, "stale.csv", stale, p2, sizeof(p2)), 0);
-    harness_path(&H, "cache-pinned", cache, sizeof(cache));
-    snprintf(yaml, sizeof(yaml),
-             "workers: 2\ncache:\n  memory: 64M\n  dir: %s\n"
-             "datasets:\n"
-             "  - name: folder\n    root: %s/folder\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
-             "  - name: pinned\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
-             "  - name: stale\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
-             cache, out_dir, p1, p2);
-    long before = objfixture_stat(fx, "requests");
-    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
-    long n = objfixture_stat(fx, "requests") - before;
+    long n = start_beside_folder(fx, "cache-pinned", "", "pinned", p1, "stale", p2);
     ck_assert_msg(n == 0, "%ld requests to index rows that name their version", n);
     ck_assert(harness_log_contains(&H, "0 probes, 40 rows naming their version)"));
     same_as_folder("pinned", 0, 1);
