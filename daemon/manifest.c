@@ -21,7 +21,11 @@
 struct manifest_entry {
     uint64_t path; /* offset in arena */
     uint64_t line;
+    uint64_t size; /* the row's size column, with etag */
+    uint64_t etag; /* offset in arena of the row's ETag, or NO_ETAG */
 };
+
+#define NO_ETAG UINT64_MAX
 
 struct manifest {
     struct manifest_entry *e;
@@ -38,7 +42,7 @@ struct parser {
     size_t errlen;
     struct manifest *m;
     /* CSV: the columns */
-    int ncols, col_path, col_label;
+    int ncols, col_path, col_label, col_size, col_etag;
 };
 
 static int fail(struct parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -116,8 +120,46 @@ static int add(struct parser *p, const char *path, size_t n, const char *label, 
     }
     memcpy(d, path, n);
     d[n] = '\0';
-    m->e[m->n++] = (struct manifest_entry){.path = m->arena_len, .line = p->lineno};
+    m->e[m->n++] = (struct manifest_entry){.path = m->arena_len, .line = p->lineno,
+                                           .etag = NO_ETAG};
     m->arena_len += need;
+    return 0;
+}
+
+/* The last sample's size and ETag (the object's version the row names),
+ * both given or neither (sn and en 0). */
+static int pin(struct parser *p, const char *size, size_t sn, const char *etag, size_t en)
+{
+    struct manifest *m = p->m;
+    if (sn == 0 && en == 0)
+        return 0;
+    if (sn == 0 || en == 0)
+        return fail(p, "%s without %s (a row gives both or neither)", sn ? "size" : "etag",
+                    sn ? "etag" : "size");
+    uint64_t v = 0;
+    for (size_t i = 0; i < sn; i++) {
+        if (size[i] < '0' || size[i] > '9' || v > (UINT64_MAX - 9) / 10)
+            return fail(p, "size '%.*s' is not a byte count", (int)(sn < 40 ? sn : 40), size);
+        v = v * 10 + (uint64_t)(size[i] - '0');
+    }
+    if (en >= 2 && etag[0] == '"' && etag[en - 1] == '"') {
+        etag++;
+        en -= 2;
+    }
+    if (en == 0 || en > MANIFEST_ETAG_MAX)
+        return fail(p, "etag of %zu bytes (1 to %d)", en, MANIFEST_ETAG_MAX);
+    for (size_t i = 0; i < en; i++)
+        if ((unsigned char)etag[i] < 0x20 || etag[i] == 0x7f || etag[i] == '"')
+            return fail(p, "etag with a quote or control character");
+    char *a = vec_grow(m->arena, &m->arena_cap, m->arena_len + en + 1, 1, 65536);
+    if (a == NULL)
+        return -ENOMEM;
+    m->arena = a;
+    memcpy(a + m->arena_len, etag, en);
+    a[m->arena_len + en] = '\0';
+    m->e[m->n - 1].size = v;
+    m->e[m->n - 1].etag = m->arena_len;
+    m->arena_len += en + 1;
     return 0;
 }
 
@@ -216,10 +258,12 @@ static int csv_line(struct parser *p, const char *s, size_t len)
         return nf;
     }
     if (p->ncols == 0) { /* the header */
-        p->col_path = p->col_label = -1;
+        p->col_path = p->col_label = p->col_size = p->col_etag = -1;
         for (int i = 0; i < nf && rc == 0; i++) {
             int *col = f[i].n == 4 && strncasecmp(f[i].s, "path", 4) == 0    ? &p->col_path
                        : f[i].n == 5 && strncasecmp(f[i].s, "label", 5) == 0 ? &p->col_label
+                       : f[i].n == 4 && strncasecmp(f[i].s, "size", 4) == 0  ? &p->col_size
+                       : f[i].n == 4 && strncasecmp(f[i].s, "etag", 4) == 0  ? &p->col_etag
                                                                             : NULL;
             if (col && *col >= 0)
                 rc = fail(p, "column '%.*s' twice", (int)f[i].n, f[i].s);
@@ -236,6 +280,11 @@ static int csv_line(struct parser *p, const char *s, size_t len)
     } else {
         struct field *pa = &f[p->col_path], *la = &f[p->col_label];
         rc = add(p, pa->s, pa->n, la->s, la->n, LABELS_TEXT);
+        if (rc == 0)
+            rc = pin(p, p->col_size >= 0 ? f[p->col_size].s : NULL,
+                     p->col_size >= 0 ? f[p->col_size].n : 0,
+                     p->col_etag >= 0 ? f[p->col_etag].s : NULL,
+                     p->col_etag >= 0 ? f[p->col_etag].n : 0);
     }
     fields_free(f, nf);
     free(f);
@@ -477,9 +526,9 @@ static int json_skip(struct json *j, int depth)
 
 /* One line's sample, as its members arrive. */
 struct sample_line {
-    char *path, *label; /* room for the whole line each */
-    size_t pn, ln;
-    int have_path, have_label;
+    char *path, *label, *etag; /* room for the whole line each */
+    size_t pn, ln, en, sst, sn; /* sst, sn: the size's digits in the line */
+    int have_path, have_label, have_size, have_etag;
     enum labels_kind kind;
 };
 
@@ -488,8 +537,26 @@ static int sample_member(struct json *j, const char *key, size_t keylen, int dep
     struct sample_line *sl = arg;
     int is_path = keylen == 4 && memcmp(key, "path", 4) == 0;
     int is_label = keylen == 5 && memcmp(key, "label", 5) == 0;
-    if ((is_path && sl->have_path) || (is_label && sl->have_label))
-        return fail(j->p, "\"%s\" twice", is_path ? "path" : "label");
+    int is_size = keylen == 4 && memcmp(key, "size", 4) == 0;
+    int is_etag = keylen == 4 && memcmp(key, "etag", 4) == 0;
+    if ((is_path && sl->have_path) || (is_label && sl->have_label) ||
+        (is_size && sl->have_size) || (is_etag && sl->have_etag))
+        return fail(j->p, "\"%.*s\" twice", (int)keylen, key);
+    if (is_etag) {
+        if (j->i >= j->len || j->s[j->i] != '"')
+            return fail(j->p, "\"etag\" must be a string");
+        sl->have_etag = 1;
+        return json_string(j, sl->etag, &sl->en);
+    }
+    if (is_size) {
+        int integer;
+        int rc = json_number(j, &sl->sst, &sl->sn, &integer);
+        if (rc == 0 && (!integer || j->s[sl->sst] == '-'))
+            rc = fail(j->p, "size %.*s is not a byte count", (int)(sl->sn < 40 ? sl->sn : 40),
+                      j->s + sl->sst);
+        sl->have_size = 1;
+        return rc;
+    }
     if (is_path) {
         if (j->i >= j->len || j->s[j->i] != '"')
             return fail(j->p, "\"path\" must be a string");
@@ -519,9 +586,10 @@ static int sample_member(struct json *j, const char *key, size_t keylen, int dep
 static int jsonl_line(struct parser *p, const char *s, size_t len)
 {
     struct json j = {.p = p, .s = s, .len = len};
-    struct sample_line sl = {.path = malloc(len + 1), .label = malloc(len + 1)};
+    struct sample_line sl = {.path = malloc(len + 1), .label = malloc(len + 1),
+                             .etag = malloc(len + 1)};
     int rc;
-    if (sl.path == NULL || sl.label == NULL) {
+    if (sl.path == NULL || sl.label == NULL || sl.etag == NULL) {
         rc = -ENOMEM;
     } else {
         ws(&j);
@@ -536,9 +604,16 @@ static int jsonl_line(struct parser *p, const char *s, size_t len)
             rc = fail(p, "NUL in the path");
         if (rc == 0)
             rc = add(p, sl.path, sl.pn, sl.label, sl.ln, sl.kind);
+        if (rc == 0 && sl.have_etag && sl.en == 0)
+            rc = fail(p, "etag of 0 bytes (1 to %d)", MANIFEST_ETAG_MAX);
+        if (rc == 0 && sl.have_size && !sl.have_etag)
+            rc = fail(p, "size without etag (a row gives both or neither)");
+        if (rc == 0)
+            rc = pin(p, s + sl.sst, sl.have_size ? sl.sn : 0, sl.etag, sl.have_etag ? sl.en : 0);
     }
     free(sl.path);
     free(sl.label);
+    free(sl.etag);
     return rc;
 }
 
@@ -629,6 +704,15 @@ const char *manifest_path(const struct manifest *m, size_t i)
 int manifest_is_url(const struct manifest *m, size_t i)
 {
     return i < m->n && manifest_url(m->arena + m->e[i].path);
+}
+
+int manifest_pinned(const struct manifest *m, size_t i, uint64_t *size, const char **etag)
+{
+    if (i >= m->n || m->e[i].etag == NO_ETAG)
+        return 0;
+    *size = m->e[i].size;
+    *etag = m->arena + m->e[i].etag;
+    return 1;
 }
 
 uint64_t manifest_line(const struct manifest *m, size_t i)

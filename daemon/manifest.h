@@ -10,6 +10,11 @@
  *   NAME.jsonl  one JSON object per line with "path" (a string) and
  *               "label" (an integer, or a string naming a class); other
  *               members ignored (any JSON value, nested at most 64 deep).
+ * Both take optional `size` and `etag` (CSV columns; JSON an integer and a
+ * string): a row giving both names the object's version (its bytes and
+ * its ETag, surrounding quotes dropped; at most MANIFEST_ETAG_MAX bytes,
+ * no quote or control character), so a URL row need not be asked for them
+ * at start; a row gives both or neither (an empty CSV field: not given).
  * Blank lines are skipped, a UTF-8 byte order mark at the start and CR
  * before LF are ignored. A path is a URL (http://, https://, s3://) taken
  * as it is, an absolute path, or relative to the manifest's directory
@@ -32,6 +37,7 @@
 
 #define MANIFEST_LINE_MAX 65536
 #define MANIFEST_PATH_MAX 4096
+#define MANIFEST_ETAG_MAX 79 /* what an If-Match can carry (S3XML_ETAG_MAX - 1) */
 
 struct manifest;
 
@@ -47,6 +53,8 @@ size_t manifest_count(const struct manifest *m);
 const char *manifest_path(const struct manifest *m, size_t i);
 /* 1 when the sample's path is a URL. */
 int manifest_is_url(const struct manifest *m, size_t i);
+/* 1 and the row's size and ETag when it gives them, else 0. */
+int manifest_pinned(const struct manifest *m, size_t i, uint64_t *size, const char **etag);
 /* The line of the manifest the sample came from. */
 uint64_t manifest_line(const struct manifest *m, size_t i);
 uint32_t manifest_label(const struct manifest *m, size_t i);

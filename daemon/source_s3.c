@@ -151,6 +151,14 @@ struct source_s3 {
     size_t nshards;
     uint32_t *shard_of;
     uint64_t *offset;
+    /* a manifest's URL rows that name their version (size and etag
+     * columns): sorted by URL; each read asks for that ETag (If-Match) */
+    struct row_pin *pins;
+    size_t npins;
+};
+
+struct row_pin {
+    char *url, *etag;
 };
 
 /* ---- credentials ---- */
@@ -990,11 +998,21 @@ static struct rreq *start_group(struct source_s3 *r, struct rreq *list)
     return next;
 }
 
+static int cmp_pin(const void *a, const void *b)
+{
+    return strcmp(((const struct row_pin *)a)->url, ((const struct row_pin *)b)->url);
+}
+
 static void start_one(struct source_s3 *r, struct rreq *rr)
 {
     struct objstore_target t = target_of(r, rr->q->path);
-    if (r->shards)
+    if (r->shards) {
         t.if_match = shard_ref_of(rr->q->path)->etag;
+    } else if (r->npins) {
+        struct row_pin key = {.url = (char *)rr->q->path};
+        const struct row_pin *p = bsearch(&key, r->pins, r->npins, sizeof(key), cmp_pin);
+        t.if_match = p ? p->etag : NULL;
+    }
     int rc = objstore_get(r->os, &t, rr->off, rr->length, get_sink, rr, get_done, rr);
     if (rc < 0)
         req_finish(r, rr, rc, NULL);
@@ -1116,6 +1134,11 @@ static void s3_free(struct source_s3 *r)
         close(r->efd);
     pthread_cond_destroy(&r->done);
     pthread_mutex_destroy(&r->lock);
+    for (size_t k = 0; k < r->npins; k++) {
+        free(r->pins[k].url);
+        free(r->pins[k].etag);
+    }
+    free(r->pins);
     for (size_t k = 0; r->shards && k < r->nshards; k++)
         free(r->shards[k]);
     free(r->shards);
@@ -1659,11 +1682,30 @@ int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
         rc = rows_check(r, cfg, m, keys, err, errlen);
     if (rc == 0)
         rc = s3_client(r, cfg, err, errlen);
-    if (rc == 0 && r->http) { /* no listing: each URL probed, all at once */
-        if (!(probes = calloc(n ? n : 1, sizeof(*probes))))
-            rc = -ENOMEM;
-        else
-            rc = probe_many(r, keys, n, probes);
+    size_t nprobes = 0;
+    if (rc == 0 && r->http) { /* no listing: each URL probed, all at once, but those
+                                 whose row names its size and ETag */
+        const char **ask = calloc(n ? n : 1, sizeof(*ask));
+        probes = calloc(n ? n : 1, sizeof(*probes));
+        r->pins = calloc(n ? n : 1, sizeof(*r->pins));
+        rc = ask && probes && r->pins ? 0 : -ENOMEM;
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            uint64_t size;
+            const char *etag;
+            if (!manifest_pinned(m, i, &size, &etag)) {
+                ask[nprobes++] = keys[i];
+                continue;
+            }
+            struct row_pin *p = &r->pins[r->npins++];
+            p->url = strdup(keys[i]);
+            p->etag = strdup(etag);
+            rc = p->url && p->etag ? 0 : -ENOMEM;
+        }
+        if (rc == 0)
+            rc = probe_many(r, ask, nprobes, probes);
+        free(ask);
+        if (rc == 0 && r->npins)
+            qsort(r->pins, r->npins, sizeof(*r->pins), cmp_pin);
     } else if (rc == 0) {
         rc = list_dirs(r, cfg, keys, n, &objs, &nobjs, &listings, err, errlen);
     }
@@ -1671,21 +1713,23 @@ int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
         char *name = strdup(manifest_class(m, c));
         rc = name ? index_add_class(ix, name) : -ENOMEM;
     }
-    size_t failed_connect = 0;
+    size_t failed_connect = 0, asked = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         uint64_t size = 0;
         const char *etag = "";
         const char *why = "no such key";
-        if (probes) {
-            if (probes[i].rc == 0) {
-                size = probes[i].size;
-                etag = probes[i].etag;
+        if (probes && manifest_pinned(m, i, &size, &etag)) {
+            why = NULL; /* the row's own: not asked */
+        } else if (probes) {
+            const struct probe_one *pr = &probes[asked++];
+            if (pr->rc == 0) {
+                size = pr->size;
+                etag = pr->etag;
                 why = NULL;
             } else {
-                why = probes[i].msg;
-                failed_connect += probes[i].rc == -ECONNREFUSED ||
-                                  probes[i].rc == -ECONNRESET || probes[i].rc == -ETIMEDOUT ||
-                                  probes[i].rc == -EHOSTUNREACH;
+                why = pr->msg;
+                failed_connect += pr->rc == -ECONNREFUSED || pr->rc == -ECONNRESET ||
+                                  pr->rc == -ETIMEDOUT || pr->rc == -EHOSTUNREACH;
             }
         } else {
             struct s3xml_object key = {.key = (char *)keys[i]};
@@ -1706,7 +1750,7 @@ int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
             max_label = label;
         rc = index_add_sample(ix, keys[i], label, size, etag_id(etag));
     }
-    if (rc == 0 && n && failed_connect == n) { /* nothing reached: the server is not there */
+    if (rc == 0 && nprobes && failed_connect == nprobes) { /* nothing reached: not there */
         rc = -ECONNREFUSED;
         snprintf(err, errlen, "dataset '%s': root %s: no URL could be read: %s", cfg->name,
                  cfg->root, probes[0].msg);
@@ -1720,8 +1764,11 @@ int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
                  rc == -E2BIG ? SOURCE_INT_CLASSES_MSG : strerror(-rc));
     if (rc == 0) {
         char how[64];
-        if (r->http)
-            snprintf(how, sizeof(how), "%zu probes", n);
+        if (r->http && r->npins)
+            snprintf(how, sizeof(how), "%zu probes, %zu rows naming their version", nprobes,
+                     r->npins);
+        else if (r->http)
+            snprintf(how, sizeof(how), "%zu probes", nprobes);
         else
             snprintf(how, sizeof(how), "%u listings", listings);
         log_info("dataset '%s': %u samples in %u classes from the manifest %s (URLs of %s; "

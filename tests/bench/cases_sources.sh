@@ -102,7 +102,9 @@ r["reference"] = "imagefolder-cold"; print(json.dumps(r))' "$line" "$ref")")
 # prints the CPU it cost prestod, the proxy and s3rver (one node.js process), and the rate
 # their sum allows on this machine's cores: the fixture runs on the cores prestod decodes
 # on, which no deployment's object store does, so that rate, not the latency, is the
-# ceiling wherever presto keeps enough GETs in flight.
+# ceiling wherever presto keeps enough GETs in flight. The local cold epoch prints
+# prestod's CPU too, beside what the 20 ms S3 epoch cost it (the source's own overhead:
+# HTTP, copies into the batch's buffers, wake-ups).
 # Reproduce: BENCH_ONLY=sources make bench (the sources group also runs tar-local).
 
 # s3_fixture_cmd LINE: sends a command to the fixture, reads its one-line answer.
@@ -186,7 +188,11 @@ print(json.loads(sys.argv[1][6:])["port"])' "$ready")"
         cpu_before=$(s3_cpu "$PRESTO_PID" "$S3FX_PID" "$s3rver_pid")
         bench_epoch 0
         s3_run=$BENCH_RESULT
-        s3_cpu_say "$cpu_before" "$(s3_cpu "$PRESTO_PID" "$S3FX_PID" "$s3rver_pid")" \
+        local cpu_after
+        cpu_after=$(s3_cpu "$PRESTO_PID" "$S3FX_PID" "$s3rver_pid")
+        S3_PRESTOD_CPU=$("$PYTHON" -c 'import sys; print(float(sys.argv[2].split()[0]) - float(sys.argv[1].split()[0]))' \
+            "$cpu_before" "$cpu_after")
+        s3_cpu_say "$cpu_before" "$cpu_after" \
             "$("$PYTHON" -c 'import json, sys; print(json.loads(sys.argv[1])["samples"])' "$s3_run")"
         if [[ $delay == 20 ]]; then
             echo "  presto warm, from s3 then local:"
@@ -195,8 +201,15 @@ print(json.loads(sys.argv[1][6:])["port"])' "$ready")"
             BENCH_DATASET=local
             sources_drop_cache "$data"
             echo "  presto cold from the local folder:"
+            local local_cpu
+            local_cpu=$(s3_cpu "$PRESTO_PID")
             bench_epoch 0
             local_run=$BENCH_RESULT
+            local_cpu="$local_cpu $(s3_cpu "$PRESTO_PID")"
+            "$PYTHON" -c 'import sys
+b, a = (float(x) for x in sys.argv[1].split()); s3 = float(sys.argv[2])
+print("  CPU of that epoch: prestod %.2f s; the 20 ms S3 epoch cost prestod %.2f s (%+.0f%%)"
+      % (a - b, s3, 100 * (s3 / max(a - b, 1e-9) - 1)))' "$local_cpu" "$S3_PRESTOD_CPU"
             bench_warm_epochs
             local local_warm=("${BENCH_WARM[@]}")
         fi

@@ -277,26 +277,38 @@ END_TEST
 
 /* ---- case "http": the shards served by nginx ---- */
 
+/* prestod with the folder and datasets n1 and n2 (roots r1, r2; config
+ * the source block or ""), its cache in cache_name. Returns the requests
+ * the start-up made to fx. */
+static long start_beside_folder(struct objfixture *fx, const char *cache_name,
+                                const char *config, const char *n1, const char *r1,
+                                const char *n2, const char *r2)
+{
+    char yaml[8192], cache[HARNESS_PATH_MAX];
+    harness_path(&H, cache_name, cache, sizeof(cache));
+    snprintf(yaml, sizeof(yaml),
+             "workers: 2\ncache:\n  memory: 64M\n  dir: %s\n%s"
+             "datasets:\n"
+             "  - name: folder\n    root: %s/folder\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: %s\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
+             "  - name: %s\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
+             cache, config, out_dir, n1, r1, n2, r2);
+    long before = objfixture_stat(fx, "requests");
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+    return objfixture_stat(fx, "requests") - before;
+}
+
 /* prestod with the folder and the shards over HTTP (port: the proxy's in
  * front of nginx), twice: "http2" is read only once the server is down.
  * Returns the requests the start-up made. */
 static long start_http(struct objfixture *fx)
 {
-    char yaml[4096], cache[HARNESS_PATH_MAX], url[128];
-    harness_path(&H, "cache-http", cache, sizeof(cache));
+    char url[128];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/shards/train-{000000..%06d}.tar", fx->port,
              NSHARDS - 1);
-    snprintf(yaml, sizeof(yaml),
-             "workers: 2\ncache:\n  memory: 64M\n  dir: %s\n"
-             "source:\n  retries: 2\n  connect_timeout_ms: 1000\n"
-             "datasets:\n"
-             "  - name: folder\n    root: %s/folder\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
-             "  - name: http\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n"
-             "  - name: http2\n    root: %s\n    steps: [decode, {resize: 48}, {center_crop: 48}]\n",
-             cache, out_dir, url, url);
-    long before = objfixture_stat(fx, "requests");
-    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
-    return objfixture_stat(fx, "requests") - before;
+    return start_beside_folder(fx, "cache-http",
+                               "source:\n  retries: 2\n  connect_timeout_ms: 1000\n", "http",
+                               url, "http2", url);
 }
 
 static void same_as_folder(const char *name, uint64_t epoch, int shuffle)
@@ -308,6 +320,58 @@ static void same_as_folder(const char *name, uint64_t epoch, int shuffle)
                   "%s: %llu samples, %llu skipped, not the folder's epoch %llu", name,
                   (unsigned long long)e.samples, (unsigned long long)e.skipped,
                   (unsigned long long)epoch);
+}
+
+/* The same rows naming their version (size, and the ETag nginx gives:
+ * hex mtime-hex size): nothing asked at start, the epochs the folder's;
+ * in "stale" the first row names a version the server does not have: its
+ * read carries that ETag (If-Match) and is refused (412), so that sample
+ * alone fails (read without it, the object would be served). text: the
+ * URL rows' manifest. */
+static void pinned_rows(struct objfixture *fx, const char *text)
+{
+    static char pinned[65536], stale[65536];
+    char p1[HARNESS_PATH_MAX], p2[HARNESS_PATH_MAX];
+    size_t a = 0;
+    int row = 0;
+    for (const char *line = text; *line; row++) {
+        const char *nl = strchr(line, '\n'), *comma = strchr(line, ',');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line), len = n;
+        if (n && line[n - 1] == '\r') /* csv.writer's CRLF */
+            n--;
+        ck_assert(comma && comma < line + n);
+        if (row == 0) {
+            a += (size_t)snprintf(pinned + a, sizeof(pinned) - a, "%.*s,size,etag\n", (int)n, line);
+        } else {
+            const char *rel = strstr(line, "://");
+            ck_assert(rel && (rel = strchr(rel + 3, '/')) != NULL);
+            char file[2 * HARNESS_PATH_MAX + 16];
+            struct stat st;
+            snprintf(file, sizeof(file), "%s%.*s", out_dir, (int)(comma - rel), rel);
+            ck_assert_msg(stat(file, &st) == 0, "%s", file);
+            a += (size_t)snprintf(pinned + a, sizeof(pinned) - a, "%.*s,%lld,\"\"\"%lx-%llx\"\"\"\n",
+                                  (int)n, line, (long long)st.st_size,
+                                  (unsigned long)st.st_mtime, (unsigned long long)st.st_size);
+        }
+        line += len + (nl != NULL);
+    }
+    ck_assert(a < sizeof(pinned));
+    /* stale: pinned's lines, the first row's ETag another */
+    memcpy(stale, pinned, a + 1);
+    char *first = strchr(stale, '\n') + 1, *q = strchr(first, '"');
+    ck_assert(q != NULL);
+    q[3] = q[3] == 'f' ? '0' : 'f';
+    ck_assert_int_eq(harness_write_file(&H, "pinned.csv", pinned, p1, sizeof(p1)), 0);
+    ck_assert_int_eq(harness_write_file(&H, "stale.csv", stale, p2, sizeof(p2)), 0);
+    long n = start_beside_folder(fx, "cache-pinned", "", "pinned", p1, "stale", p2);
+    ck_assert_msg(n == 0, "%ld requests to index rows that name their version", n);
+    ck_assert(harness_log_contains(&H, "0 probes, 40 rows naming their version)"));
+    same_as_folder("pinned", 0, 1);
+    struct harness_epoch e;
+    pull("stale", 0, 0, &e);
+    ck_assert_msg(e.samples == NSAMPLES - 1 && e.skipped == 1, "stale: %llu samples, %llu skipped",
+                  (unsigned long long)e.samples, (unsigned long long)e.skipped);
+    harness_stop_checked(&H);
 }
 
 /* list.csv's rows as URLs of the server (nginx serves out_dir): each row
@@ -345,6 +409,7 @@ static void http_rows(struct objfixture *fx)
     same_as_folder("rows", 0, 0);
     same_as_folder("rows", 1, 1);
     harness_stop_checked(&H);
+    pinned_rows(fx, text);
 }
 
 START_TEST(test_http_shards)

@@ -141,6 +141,59 @@ START_TEST(test_bad_lines)
 }
 END_TEST
 
+START_TEST(test_pinned_rows)
+{
+#define BAD(name, text, want) parse_bad(name, text, strlen(text), want)
+    /* rows naming their version: size and etag, both or neither */
+    struct manifest *m = parse_ok("p.csv", "/d",
+                                  "path,label,size,ETag\n"
+                                  "http://h/a.jpg,1,1234,\"\"\"5f-4d2\"\"\"\n"
+                                  "http://h/b.jpg,0,,\n"
+                                  "http://h/c.jpg,0,0,abc\n");
+    uint64_t size = 1;
+    const char *etag = NULL;
+    ck_assert_int_eq(manifest_pinned(m, 0, &size, &etag), 1);
+    ck_assert_uint_eq(size, 1234);
+    ck_assert_str_eq(etag, "5f-4d2"); /* its quotes dropped */
+    ck_assert_int_eq(manifest_pinned(m, 1, &size, &etag), 0);
+    ck_assert_int_eq(manifest_pinned(m, 2, &size, &etag), 1);
+    ck_assert_uint_eq(size, 0);
+    ck_assert_str_eq(etag, "abc");
+    ck_assert_int_eq(manifest_pinned(m, 3, &size, &etag), 0);
+    manifest_free(m);
+    m = parse_ok("p.jsonl", "/d",
+                 "{\"path\": \"http://h/a.jpg\", \"label\": 1, \"size\": 99, \"etag\": \"\\\"e1\\\"\"}\n"
+                 "{\"path\": \"http://h/b.jpg\", \"label\": 2}\n");
+    ck_assert_int_eq(manifest_pinned(m, 0, &size, &etag), 1);
+    ck_assert_uint_eq(size, 99);
+    ck_assert_str_eq(etag, "e1");
+    ck_assert_int_eq(manifest_pinned(m, 1, &size, &etag), 0);
+    manifest_free(m);
+    BAD("p.csv", "path,label,size,etag\na,1,12,\n", "p.csv:2: size without etag");
+    BAD("p.csv", "path,label,etag\na,1,x\n", "p.csv:2: etag without size");
+    BAD("p.csv", "path,label,size,etag\na,1,-3,x\n", "p.csv:2: size '-3' is not a byte count");
+    BAD("p.csv", "path,label,size,etag\na,1,99999999999999999999,x\n",
+        "p.csv:2: size '99999999999999999999' is not a byte count");
+    BAD("p.csv", "path,label,size,etag\na,1,1,\"a\"\"b\"\n", "p.csv:2: etag with a quote");
+    BAD("p.csv",
+        "path,label,size,etag\na,1,1,"
+        "0123456789012345678901234567890123456789012345678901234567890123456789012345678901\n",
+        "p.csv:2: etag of 82 bytes (1 to 79)");
+    BAD("p.csv", "path,label,size,size\n", "p.csv:1: column 'size' twice");
+    BAD("p.jsonl", "{\"path\": \"a\", \"label\": 1, \"size\": 1.5, \"etag\": \"x\"}\n",
+        "p.jsonl:1: size 1.5 is not a byte count");
+    BAD("p.jsonl", "{\"path\": \"a\", \"label\": 1, \"size\": 2, \"etag\": 3}\n",
+        "p.jsonl:1: \"etag\" must be a string");
+    BAD("p.jsonl", "{\"path\": \"a\", \"label\": 1, \"etag\": \"\"}\n",
+        "p.jsonl:1: etag of 0 bytes");
+    BAD("p.jsonl", "{\"path\": \"a\", \"label\": 1, \"size\": 2}\n",
+        "p.jsonl:1: size without etag");
+    BAD("p.jsonl", "{\"path\": \"a\", \"label\": 1, \"size\": 2, \"size\": 2}\n",
+        "p.jsonl:1: \"size\" twice");
+#undef BAD
+}
+END_TEST
+
 START_TEST(test_hostile_sizes)
 {
     /* a line past MANIFEST_LINE_MAX */
@@ -211,6 +264,7 @@ int main(void)
     tcase_add_test(tc, test_csv);
     tcase_add_test(tc, test_jsonl);
     tcase_add_test(tc, test_bad_lines);
+    tcase_add_test(tc, test_pinned_rows);
     tcase_add_test(tc, test_hostile_sizes);
     tcase_add_test(tc, test_labels_direct);
     suite_add_tcase(s, tc);
