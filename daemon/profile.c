@@ -95,6 +95,12 @@ static double safe_div(double a, double b)
     return b > 0 ? a / b : 0.0;
 }
 
+double profile_interval(double spread, double model_err)
+{
+    double sp = isfinite(spread) && spread > 0 ? spread : 0;
+    return sqrt(sp * sp + model_err * model_err);
+}
+
 /* Extrapolated figures of one strategy. */
 static void extrapolate(struct proto_profile_strategy *s, const struct profile_scale *sc)
 {
@@ -132,6 +138,9 @@ static void extrapolate(struct proto_profile_strategy *s, const struct profile_s
     s->cold_rate = safe_div(1.0, cold);
     s->cold_spread = s->split == 0 ? s->disk_spread
                                    : s->memory_spread * safe_div(safe_div(1.0, rmem), cold);
+    s->memory_interval = profile_interval(s->memory_spread, PROFILE_ERR_MEMORY_PCT / 100.0);
+    s->disk_interval = profile_interval(s->disk_spread, PROFILE_ERR_DISK_PCT / 100.0);
+    s->cold_interval = profile_interval(s->cold_spread, PROFILE_ERR_COLD_PCT / 100.0);
 }
 
 /* How far the expected rate of s may be off: its tiers' spreads, mixed as
