@@ -676,8 +676,8 @@ END_TEST
  * one-hot coded, against the 19 KB a 40x40 float image is made of), each
  * profiled. Where the online work is mostly theirs (split after
  * center_crop or to_float: to_float and a copy, or a copy, is all the rest),
- * the mixed strategy is slower from memory and from disk, and takes more CPU
- * a sample, than the same strategy of the plain one. Below that (none, the
+ * the mixed strategy is slower from memory, and takes more CPU a sample from
+ * memory and from disk, than the same strategy of the plain one. Below that (none, the
  * decode strategies) a JPEG decode or a 40x40 crop of a 300-pixel image
  * online is of the same order as the mixing and the two are within the
  * noise of a busy machine (none measured 2364 and 1057 samples/s the other way round once);
@@ -723,9 +723,12 @@ START_TEST(test_batch_steps_in_rates)
         ck_assert_msg(b->memory_rate < a->memory_rate,
                       "%s: memory %.0f samples/s with mixup/cutmix, %.0f without", a->name,
                       b->memory_rate, a->memory_rate);
-        ck_assert_msg(b->disk_rate < a->disk_rate,
-                      "%s: disk %.0f samples/s with mixup/cutmix, %.0f without", a->name,
-                      b->disk_rate, a->disk_rate);
+        /* From disk the mixing is a third of the work, not most of it: two
+         * profiles' wall-clock disk rates crossed under a load of 7 (7,351
+         * with, 5,137 without); CPU a sample does not move with the load. */
+        ck_assert_msg(b->disk_cpu_s > a->disk_cpu_s,
+                      "%s: disk CPU %g s a sample with mixup/cutmix, %g without", a->name,
+                      b->disk_cpu_s, a->disk_cpu_s);
         ck_assert_msg(b->memory_cpu_s > a->memory_cpu_s, "%s: CPU %g s a sample with, %g without",
                       a->name, b->memory_cpu_s, a->memory_cpu_s);
         if (strcmp(a->name, "to_float/raw") == 0)
