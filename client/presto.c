@@ -887,6 +887,9 @@ static void profile_strategy_out(presto_profile_strategy_t *d,
     d->memory_spread = m->memory_spread;
     d->disk_spread = m->disk_spread;
     d->cold_spread = m->cold_spread;
+    d->memory_interval = m->memory_interval;
+    d->disk_interval = m->disk_interval;
+    d->cold_interval = m->cold_interval;
     d->fits_memory = (int)m->fits_memory;
     d->fits_disk = (int)m->fits_disk;
     d->feasible = (int)m->feasible;

@@ -274,6 +274,10 @@ typedef struct presto_profile_strategy {
     double measured_bytes;      /* stored on disk after the first epoch */
     double verify_seconds;
     char verify_note[128];
+    /* How far a real epoch may be from each predicted rate (0.45: +-45%):
+     * the repetitions' spread combined with the model's own error for that
+     * kind of figure (what the table prints after +-). */
+    double memory_interval, disk_interval, cold_interval;
 } presto_profile_strategy_t;
 
 enum {

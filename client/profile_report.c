@@ -105,8 +105,9 @@ int profile_report_table(FILE *f, const presto_profile_result_t *r)
             mem, disk, r->w_throughput, r->w_offline, r->w_storage);
     fputs("per sample: offline time (read, offline steps, encode, store, write-back; worker "
           "time) and bytes stored;\nfor the whole dataset, samples/s delivered by warm "
-          "epochs from memory, from disk, by the first\n(cold) epoch (+-: half the range of "
-          "the repetitions), offline time, storage, the share the memory\nbudget holds, "
+          "epochs from memory, from disk, by the first\n(cold) epoch (+-: where a real "
+          "epoch is expected, the repetitions' spread and the model's\nown error for the "
+          "figure combined), offline time, storage, the share the memory budget holds,\n"
           "whether it fits the disk budget, and the expected samples/s and epoch time\n\n", f);
     fprintf(f, "%-4s %-20s %5s %10s %10s %13s %13s %13s  %9s %10s %5s %4s %10s %8s %6s\n",
             "rank", "strategy", "split", "offline", "stored", "memory/s", "disk/s", "cold/s",
@@ -120,9 +121,9 @@ int profile_report_table(FILE *f, const presto_profile_result_t *r)
         profile_fmt_per_sample(offl, sizeof(offl), s->offline_s);
         profile_fmt_bytes(tb, sizeof(tb), s->total_bytes);
         profile_fmt_seconds(sec, sizeof(sec), s->total_offline_s);
-        profile_fmt_rate(rm, sizeof(rm), tier_rate(r, s->epoch_memory_s), s->memory_spread);
-        profile_fmt_rate(rd, sizeof(rd), tier_rate(r, s->epoch_disk_s), s->disk_spread);
-        profile_fmt_rate(rc, sizeof(rc), s->cold_rate, s->cold_spread);
+        profile_fmt_rate(rm, sizeof(rm), tier_rate(r, s->epoch_memory_s), s->memory_interval);
+        profile_fmt_rate(rd, sizeof(rd), tier_rate(r, s->epoch_disk_s), s->disk_interval);
+        profile_fmt_rate(rc, sizeof(rc), s->cold_rate, s->cold_interval);
         char ep[32];
         profile_fmt_seconds(ep, sizeof(ep), s->expected_epoch_s);
         fprintf(f, "%c%-3u %-20s %5u %10s %10s %13s %13s %13s  %9s %10s %4.0f%% %4s %10.0f "
@@ -145,6 +146,12 @@ int profile_report_table(FILE *f, const presto_profile_result_t *r)
     return finish(f);
 }
 
+/* 1 when meas lies in pred +- interval (0.45: +-45%). */
+int profile_inside(double pred, double interval, double meas)
+{
+    return pred > 0 && meas >= pred * (1 - interval) && meas <= pred * (1 + interval);
+}
+
 /* max(p/m, m/p): how far a prediction is from what was measured (inf
  * when either is missing). */
 double profile_ratio(double predicted, double measured)
@@ -163,7 +170,7 @@ static void fmt_ratio(char *buf, size_t len, double ratio)
 }
 
 /* What the verification's figures add up to: the worst ratio (and whose),
- * and how many measured rates fell inside the predicted +- spread. */
+ * and how many measured rates fell inside the predicted +- interval. */
 struct verify_tally {
     double worst;
     const char *worst_name;
@@ -178,19 +185,19 @@ static void tally_ratio(struct verify_tally *t, double x, const char *name)
     }
 }
 
-/* One figure of the verification: "41.2k +-6%  38.1k  1.08x". */
-static void verify_cell(FILE *f, double pred, double spread, double meas,
+/* One figure of the verification: "41.2k +-46%  38.1k  1.08x". */
+static void verify_cell(FILE *f, double pred, double interval, double meas,
                         struct verify_tally *t, const char *name)
 {
     char p[32], m[32], q[16];
     double x = profile_ratio(pred, meas);
-    profile_fmt_rate(p, sizeof(p), pred, spread);
+    profile_fmt_rate(p, sizeof(p), pred, interval);
     profile_fmt_rate(m, sizeof(m), meas, 0);
     fmt_ratio(q, sizeof(q), x);
     fprintf(f, " | %12s %7s %6s", p, m, q);
     tally_ratio(t, x, name);
     t->rates++;
-    t->inside += meas >= pred * (1 - spread) && meas <= pred * (1 + spread);
+    t->inside += profile_inside(pred, interval, meas);
 }
 
 int profile_report_verify(FILE *f, const presto_profile_result_t *r)
@@ -199,7 +206,7 @@ int profile_report_verify(FILE *f, const presto_profile_result_t *r)
     /* The epochs ran on the profile's workers: the predictions for them. */
     double k = r->workers ? (double)r->profile_workers / r->workers : 1;
     fprintf(f, "\nverification: real epochs of all %llu samples on %u of %u workers through the "
-               "same pipeline, after the profile:\npredicted (+- its spread%s), measured, and "
+               "same pipeline, after the profile:\npredicted (+- its interval%s), measured, and "
                "max(predicted/measured, measured/predicted)\n\n",
             (unsigned long long)r->samples, r->profile_workers, r->workers,
             k < 1 ? "; rates for those workers" : "");
@@ -214,11 +221,12 @@ int profile_report_verify(FILE *f, const presto_profile_result_t *r)
         }
         char sec[32], p[32], m[32], q[16];
         fprintf(f, "%-20s", s->name);
-        verify_cell(f, k * tier_rate(r, s->epoch_memory_s), s->memory_spread,
+        verify_cell(f, k * tier_rate(r, s->epoch_memory_s), s->memory_interval,
                     s->measured_memory_rate, &t, s->name);
-        verify_cell(f, k * tier_rate(r, s->epoch_disk_s), s->disk_spread,
+        verify_cell(f, k * tier_rate(r, s->epoch_disk_s), s->disk_interval,
                     s->measured_disk_rate, &t, s->name);
-        verify_cell(f, k * s->cold_rate, s->cold_spread, s->measured_cold_rate, &t, s->name);
+        verify_cell(f, k * s->cold_rate, s->cold_interval, s->measured_cold_rate, &t,
+                    s->name);
         if (s->split) {
             double x = profile_ratio(s->total_bytes, s->measured_bytes);
             snprintf(p, sizeof(p), "%.1f", s->total_bytes / (1 << 20));
@@ -238,7 +246,7 @@ int profile_report_verify(FILE *f, const presto_profile_result_t *r)
     if (t.worst_name)
         fprintf(f, "\nworst ratio: %.2fx (%s)\n", t.worst, t.worst_name);
     if (t.rates)
-        fprintf(f, "measured inside the predicted +-spread: %u of %u rates\n", t.inside,
+        fprintf(f, "measured inside the predicted +-interval: %u of %u rates\n", t.inside,
                 t.rates);
     return finish(f);
 }
@@ -265,7 +273,7 @@ int profile_report_csv(FILE *f, const presto_profile_result_t *r)
           "disk_samples_per_s,total_offline_s,total_bytes,memory_fraction,fits_memory,"
           "fits_disk,feasible,epoch_memory_s,epoch_disk_s,expected_samples_per_s,"
           "expected_epoch_s,score,cold_samples_per_s,memory_spread,disk_spread,"
-          "cold_spread", f);
+          "cold_spread,memory_interval,disk_interval,cold_interval", f);
     if (r->verify)
         fputs(",verified,measured_cold_samples_per_s,measured_memory_samples_per_s,"
               "measured_disk_samples_per_s,measured_memory_fraction,measured_bytes,"
@@ -278,14 +286,15 @@ int profile_report_csv(FILE *f, const presto_profile_result_t *r)
         fprintf(f, ",%u,", s->split);
         csv_str(f, s->last_step);
         fprintf(f, ",%d,%u,%u,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%d,"
-                   "%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g",
+                   "%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g",
                 s->zstd_level, s->samples, s->failed, s->offline_s, s->stored_bytes,
                 s->raw_bytes, s->memory_rate, s->disk_rate, s->memory_cpu_s, s->disk_cpu_s,
                 tier_rate(r, s->epoch_memory_s), tier_rate(r, s->epoch_disk_s),
                 s->total_offline_s, s->total_bytes, s->memory_fraction, s->fits_memory,
                 s->fits_disk, s->feasible, s->epoch_memory_s, s->epoch_disk_s,
                 s->expected_rate, s->expected_epoch_s, s->score, s->cold_rate,
-                s->memory_spread, s->disk_spread, s->cold_spread);
+                s->memory_spread, s->disk_spread, s->cold_spread, s->memory_interval,
+                s->disk_interval, s->cold_interval);
         if (r->verify) {
             fprintf(f, ",%d,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,", s->verified,
                     s->measured_cold_rate, s->measured_memory_rate, s->measured_disk_rate,
@@ -376,6 +385,9 @@ int profile_report_json(FILE *f, const presto_profile_result_t *r)
         json_num(f, "memory_spread", s->memory_spread, 0);
         json_num(f, "disk_spread", s->disk_spread, 0);
         json_num(f, "cold_spread", s->cold_spread, 0);
+        json_num(f, "memory_interval", s->memory_interval, 0);
+        json_num(f, "disk_interval", s->disk_interval, 0);
+        json_num(f, "cold_interval", s->cold_interval, 0);
         json_num(f, "expected_epoch_s", s->expected_epoch_s, 0);
         json_num(f, "score", s->score, !r->verify);
         if (r->verify) {

@@ -25,6 +25,8 @@ int profile_report_table(FILE *f, const presto_profile_result_t *r);
 int profile_report_verify(FILE *f, const presto_profile_result_t *r);
 /* max(predicted/measured, measured/predicted); INFINITY when one is missing. */
 double profile_ratio(double predicted, double measured);
+/* 1 when measured lies in predicted +- interval (0.45: +-45%). */
+int profile_inside(double predicted, double interval, double measured);
 int profile_report_csv(FILE *f, const presto_profile_result_t *r);
 int profile_report_json(FILE *f, const presto_profile_result_t *r);
 int profile_report_svg(FILE *f, const presto_profile_result_t *r);

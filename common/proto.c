@@ -733,6 +733,9 @@ void proto_put_profile_strategy(struct proto_wbuf *w, const struct proto_profile
     proto_put_u32(w, m->fits_disk);
     proto_put_u32(w, m->feasible);
     proto_put_u32(w, m->rank);
+    proto_put_f64(w, m->memory_interval);
+    proto_put_f64(w, m->disk_interval);
+    proto_put_f64(w, m->cold_interval);
 }
 
 int proto_get_profile_strategy(struct proto_rbuf *r, struct proto_profile_strategy *m,
@@ -762,6 +765,9 @@ int proto_get_profile_strategy(struct proto_rbuf *r, struct proto_profile_strate
     proto_get_u32(r, &m->fits_disk);
     proto_get_u32(r, &m->feasible);
     proto_get_u32(r, &m->rank);
+    proto_get_f64(r, &m->memory_interval);
+    proto_get_f64(r, &m->disk_interval);
+    proto_get_f64(r, &m->cold_interval);
     return r->failed || (last && proto_remaining(r)) ? -PROTO_E_PROTO : 0;
 }
 

@@ -235,7 +235,12 @@
  *                          each rate scattered: half their range over the
  *                          median, 0.1: +-10%), u32 fits_memory, u32 fits_disk,
  *                          u32 feasible (fits the disk budget), u32 rank
- *                          (1: the winner); then, when PROFILE asked
+ *                          (1: the winner), f64 memory_interval,
+ *                          f64 disk_interval, f64 cold_interval (appended:
+ *                          the interval each predicted rate carries, 0.45:
+ *                          a real epoch within +-45% of it; the spread
+ *                          combined with the model's own error for that
+ *                          kind of figure); then, when PROFILE asked
  *                          PROTO_PROFILE_VERIFY, count verifications, one
  *                          per strategy in the same order: u32 verified
  *                          (0: not run: not among the K best, over the
@@ -554,6 +559,10 @@ struct proto_profile_strategy {
     double epoch_memory_s, epoch_disk_s, expected_rate, expected_epoch_s, score;
     double cold_rate, memory_spread, disk_spread, cold_spread;
     uint32_t fits_memory, fits_disk, feasible, rank;
+    /* Appended: how far a real epoch may be from each predicted rate, 0.45:
+     * +-45% (the repetitions' spread and the model's own error; never in
+     * the tie rule). */
+    double memory_interval, disk_interval, cold_interval;
 };
 /* A strategy's real epochs on the whole dataset (PROTO_PROFILE_VERIFY). */
 struct proto_profile_verified {

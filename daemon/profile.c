@@ -95,6 +95,12 @@ static double safe_div(double a, double b)
     return b > 0 ? a / b : 0.0;
 }
 
+double profile_interval(double spread, double model_err)
+{
+    double sp = isfinite(spread) && spread > 0 ? spread : 0;
+    return sqrt(sp * sp + model_err * model_err);
+}
+
 /* Extrapolated figures of one strategy. */
 static void extrapolate(struct proto_profile_strategy *s, const struct profile_scale *sc)
 {
@@ -132,6 +138,9 @@ static void extrapolate(struct proto_profile_strategy *s, const struct profile_s
     s->cold_rate = safe_div(1.0, cold);
     s->cold_spread = s->split == 0 ? s->disk_spread
                                    : s->memory_spread * safe_div(safe_div(1.0, rmem), cold);
+    s->memory_interval = profile_interval(s->memory_spread, PROFILE_ERR_MEMORY_PCT / 100.0);
+    s->disk_interval = profile_interval(s->disk_spread, PROFILE_ERR_DISK_PCT / 100.0);
+    s->cold_interval = profile_interval(s->cold_spread, PROFILE_ERR_COLD_PCT / 100.0);
 }
 
 /* How far the expected rate of s may be off: its tiers' spreads, mixed as
@@ -475,7 +484,9 @@ struct profile {
     struct proto_profile_strategy st[PROFILE_MAX_STRATEGIES];
     uint32_t nst, cur;
     uint32_t *ids, k;        /* the sample, ids of ds */
+    uint32_t *rids;          /* PROFILE_MAX_COPIES copies of ids, one after the other */
     uint32_t tk;             /* the trial's samples: k, or (verifying) all of ds */
+    uint32_t copies;         /* of the sample the memory phases run over (1..MAX) */
     /* Verification (PROTO_PROFILE_VERIFY): the strategies' real epochs. */
     int verifying;
     struct proto_profile_verified ver[PROFILE_MAX_STRATEGIES];
@@ -719,7 +730,11 @@ static int trial_open(struct profile *p, const struct proto_profile_strategy *s)
 {
     const struct config *cfg = *p->pr->cfg;
     char err[512];
-    if (dataset_subset(&p->tds, p->ds, p->verifying ? p->all_ids : p->ids, p->tk, s->split,
+    /* Trial ids [0, tk) are the sample; the memory phases also run its
+     * copies [tk, copies x tk) (memory_copies). */
+    p->copies = 1;
+    if (dataset_subset(&p->tds, p->ds, p->verifying ? p->all_ids : p->rids,
+                       p->verifying ? p->tk : p->tk * PROFILE_MAX_COPIES, s->split,
                        s->zstd_level) < 0) {
         profile_fail(p, -ENOMEM, "no memory for a trial dataset");
         return -ENOMEM;
@@ -805,8 +820,9 @@ static void drop_page_cache(struct profile *p)
  * or on the trial disk (PH_DISK); for split 0 all of them. */
 static void phase_list(struct profile *p, enum phase ph)
 {
+    uint32_t n = ph == PH_MEMORY ? p->tk * p->copies : p->tk;
     p->nlist = 0;
-    for (uint32_t i = 0; i < p->tk; i++) {
+    for (uint32_t i = 0; i < n; i++) {
         int in = 1;
         if (p->tst->split > 0 && (ph == PH_MEMORY || ph == PH_VMEMORY))
             in = tiers_in_memory(p->ttiers, p->tds, p->tst, i);
@@ -833,7 +849,7 @@ static void phase_begin(struct profile *p, enum phase ph)
     case PH_LOAD:
         tiers_memory_off(p->ttiers, p->tst->split == 0);
         phase_list(p, ph); /* split 0: one epoch to warm the page cache */
-        p->nlist = p->tst->split > 0 ? p->tk : p->nlist;
+        p->nlist = p->tst->split > 0 ? p->tk * p->copies : p->nlist;
         break;
     case PH_MEMORY:
         tiers_memory_off(p->ttiers, p->tst->split == 0);
@@ -897,6 +913,30 @@ static double online_rate(struct profile *p, double *spread)
     return med;
 }
 
+static double llc_bytes(void)
+{
+    long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (v <= 0)
+        v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return v > 0 ? (double)v : 32.0 * (1 << 20);
+}
+
+/* How many copies of the sample (raw_bytes each in memory) the memory
+ * phases run over: enough to read the bytes an epoch of the dataset reads
+ * from the memory tier, up to twice the last-level cache and half of
+ * profile.memory (see profile.h). */
+static uint32_t memory_copies(const struct profile *p, double raw_bytes)
+{
+    const struct config *cfg = *p->pr->cfg;
+    double sample = raw_bytes * p->tk;
+    if (p->verifying || !(sample > 0))
+        return 1;
+    double want = fmin(raw_bytes * dataset_size(p->ds), 2 * llc_bytes());
+    want = fmin(want, (double)cfg->profile_memory / 2);
+    double c = ceil(want / sample);
+    return c < 1 ? 1 : c > PROFILE_MAX_COPIES ? PROFILE_MAX_COPIES : (uint32_t)c;
+}
+
 /* Writes the trial segments back: the time a first epoch's writes take the
  * disk, which the sample's few MiB in the page cache would hide. */
 static uint64_t sync_trial(struct profile *p)
@@ -935,6 +975,7 @@ static void phase_end(struct profile *p)
             s->memory_cpu_s = p->st[p->cur - 1].memory_cpu_s;
             phase_begin(p, PH_DISK);
         } else {
+            p->copies = memory_copies(p, s->raw_bytes);
             phase_begin(p, PH_LOAD);
         }
         break;
@@ -1138,6 +1179,7 @@ static void profile_free(struct profile *p)
     }
     free(p->jobs);
     free(p->ids);
+    free(p->rids);
     free(p->all_ids);
     free(p->list);
     struct dataset *ds = p->ds;
@@ -1391,10 +1433,11 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
     trial_name(trial, sizeof(trial));
     snprintf(p->dir, sizeof(p->dir), "%s/%s", cfg->cache_dir, trial);
     p->ids = malloc((p->k ? p->k : 1) * sizeof(*p->ids));
-    p->list = malloc((p->k ? p->k : 1) * sizeof(*p->list));
+    p->rids = malloc((p->k ? p->k : 1) * PROFILE_MAX_COPIES * sizeof(*p->rids));
+    p->list = malloc((p->k ? p->k : 1) * PROFILE_MAX_COPIES * sizeof(*p->list));
     p->jobs = calloc(p->njobs, sizeof(*p->jobs));
     p->ev = event_new(pr->base, -1, 0, profile_on_event, p);
-    int ok = p->ids && p->list && p->jobs && p->ev;
+    int ok = p->ids && p->rids && p->list && p->jobs && p->ev;
     if (p->jobs) {
         memset(p->jobs, 0, p->njobs * sizeof(*p->jobs));
         for (uint32_t i = 0; i < p->njobs && ok; i++) {
@@ -1422,6 +1465,8 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
         return -ENOMEM;
     }
     profile_sample_ids(dataset_size(ds), p->k, p->ids);
+    for (uint32_t c = 0; c < PROFILE_MAX_COPIES; c++)
+        memcpy(p->rids + (size_t)c * p->k, p->ids, p->k * sizeof(*p->ids));
     *out = p;
     return 0;
 }

@@ -502,12 +502,15 @@ static const char verify_py[] =
     "        assert math.isfinite(p[k]) and p[k] > 0, (r['name'], k, p)\n"
     "        assert r['ratio'][k] >= 1 and math.isfinite(r['ratio'][k]), r\n"
     "        assert 0 <= r['spread'][k] < 10, r\n"
+    "        # the interval: the spread and the model's own error (at least 28%)\n"
+    "        assert r['spread'][k] <= r['interval'][k] < 11 and r['interval'][k] >= 0.28, r\n"
     "    assert ('stored_bytes' in p) == (r['split'] > 0), r\n"
     "c = rows[1]\n"
     "assert c['measured']['stored_bytes'] > 0 and c['predicted']['stored_bytes'] > 0, c\n"
     "# Stored bytes are no timing: the sample predicts the dataset's closely.\n"
     "assert c['ratio']['stored_bytes'] < 1.5, c\n"
     "assert doc['ratio'] == max(v for r in rows for v in r['ratio'].values()), doc\n"
+    "assert 0 <= doc['inside_interval'] <= doc['rates'] == 6, doc\n"
     "print('ok')\n";
 
 /* The profile against real epochs (tests/bench/profile_accuracy.py, what
@@ -560,8 +563,13 @@ static const char cli_verify_py[] =
     "ver, top = [s for s in st if s['verified']], int(sys.argv[4])\n"
     "assert sorted(s['rank'] for s in ver) == list(range(1, top + 1)), "
     "[(s['name'], s['rank']) for s in st]\n"
+    "err = {'memory': 0.43, 'disk': 0.28, 'cold': 0.41}  # profile.h PROFILE_ERR_*\n"
     "for s, r in zip(st, rows):\n"
     "    assert r['strategy'] == s['name'] and int(r['verified']) == int(s['verified']), r\n"
+    "    for k in ('memory', 'disk', 'cold'):  # each rate's interval: spread and model\n"
+    "        sp, iv = s[k + '_spread'], s[k + '_interval']\n"
+    "        assert abs(iv - math.hypot(sp, err[k])) <= 1e-9, (s['name'], k, sp, iv)\n"
+    "        assert abs(float(r[k + '_interval']) - iv) <= 1e-6 * iv, r\n"
     "    if not s['verified']:\n"
     "        assert s['verify_note'] == 'not among the %d best' % top, s\n"
     "        assert s['measured_cold_samples_per_s'] == 0, s\n"
@@ -617,6 +625,7 @@ START_TEST(test_cli_verify)
     ck_assert_msg(strstr(text, "verification: real epochs of all ") &&
                       strstr(text, "warm memory/s") && strstr(text, "warm disk/s") &&
                       strstr(text, "cold/s") && strstr(text, "worst ratio: ") &&
+                      strstr(text, "measured inside the predicted +-interval: ") &&
                       strstr(text, "applied: now"),
                   "%s", text);
     ck_assert_int_eq(harness_write_file(&H, "cliverify.py", cli_verify_py, py, sizeof(py)), 0);
@@ -667,8 +676,8 @@ END_TEST
  * one-hot coded, against the 19 KB a 40x40 float image is made of), each
  * profiled. Where the online work is mostly theirs (split after
  * center_crop or to_float: to_float and a copy, or a copy, is all the rest),
- * the mixed strategy is slower from memory and from disk, and takes more CPU
- * a sample, than the same strategy of the plain one. Below that (none, the
+ * the mixed strategy is slower from memory, and takes more CPU a sample from
+ * memory and from disk, than the same strategy of the plain one. Below that (none, the
  * decode strategies) a JPEG decode or a 40x40 crop of a 300-pixel image
  * online is of the same order as the mixing and the two are within the
  * noise of a busy machine (none measured 2364 and 1057 samples/s the other way round once);
@@ -714,9 +723,12 @@ START_TEST(test_batch_steps_in_rates)
         ck_assert_msg(b->memory_rate < a->memory_rate,
                       "%s: memory %.0f samples/s with mixup/cutmix, %.0f without", a->name,
                       b->memory_rate, a->memory_rate);
-        ck_assert_msg(b->disk_rate < a->disk_rate,
-                      "%s: disk %.0f samples/s with mixup/cutmix, %.0f without", a->name,
-                      b->disk_rate, a->disk_rate);
+        /* From disk the mixing is a third of the work, not most of it: two
+         * profiles' wall-clock disk rates crossed under a load of 7 (7,351
+         * with, 5,137 without); CPU a sample does not move with the load. */
+        ck_assert_msg(b->disk_cpu_s > a->disk_cpu_s,
+                      "%s: disk CPU %g s a sample with mixup/cutmix, %g without", a->name,
+                      b->disk_cpu_s, a->disk_cpu_s);
         ck_assert_msg(b->memory_cpu_s > a->memory_cpu_s, "%s: CPU %g s a sample with, %g without",
                       a->name, b->memory_cpu_s, a->memory_cpu_s);
         if (strcmp(a->name, "to_float/raw") == 0)

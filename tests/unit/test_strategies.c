@@ -262,8 +262,28 @@ START_TEST(test_rank_ties_and_weights)
     w = profile_rank(st, NELEM(st), &roomy, 1, 0, 0);
     ck_assert_str_ne(st[w].name, "none");
     ck_assert_uint_gt(st[w].split, 0);
+    /* The intervals: each spread with the model's error for its kind of
+     * figure, as independent errors. They stay out of the tie (which took
+     * the spreads, capped, above). */
+    ck_assert_double_eq_tol(st[2].memory_interval,
+                            sqrt(0.54 * 0.54 + PROFILE_ERR_MEMORY_PCT * PROFILE_ERR_MEMORY_PCT /
+                                                   1e4), 1e-12);
+    ck_assert_double_eq_tol(st[0].disk_interval,
+                            sqrt(1.15 * 1.15 + PROFILE_ERR_DISK_PCT * PROFILE_ERR_DISK_PCT / 1e4),
+                            1e-12);
+    ck_assert_double_eq_tol(st[0].cold_interval, /* split 0: the disk rate's spread */
+                            sqrt(1.15 * 1.15 + PROFILE_ERR_COLD_PCT * PROFILE_ERR_COLD_PCT / 1e4),
+                            1e-12);
+    ck_assert_double_eq_tol(profile_interval(0, 0.28), 0.28, 1e-12);
+    ck_assert_double_eq_tol(profile_interval(NAN, 0.41), 0.41, 1e-12);
     st[0].memory_spread = st[0].disk_spread = 0;
     st[2].memory_spread = st[3].memory_spread = 0;
+    profile_rank(st, NELEM(st), &roomy, 1, 0, 0);
+    for (size_t i = 0; i < NELEM(st); i++) { /* no spread: the model's error alone */
+        ck_assert_double_eq_tol(st[i].memory_interval, PROFILE_ERR_MEMORY_PCT / 100.0, 1e-12);
+        ck_assert_double_eq_tol(st[i].disk_interval, PROFILE_ERR_DISK_PCT / 100.0, 1e-12);
+        ck_assert_double_eq_tol(st[i].cold_interval, PROFILE_ERR_COLD_PCT / 100.0, 1e-12);
+    }
     st[1].memory_rate = 900;
     /* Offline time only: nothing offline is free. */
     w = profile_rank(st, NELEM(st), &roomy, 0, 1, 0);
@@ -352,6 +372,9 @@ START_TEST(test_proto_roundtrip)
     st[1].memory_spread = 0.125;
     st[1].disk_spread = 0.25;
     st[1].cold_spread = 0.0625;
+    st[1].memory_interval = 0.4375; /* appended: read back like the rest */
+    st[1].disk_interval = 0.5;
+    st[1].cold_interval = 0.40625;
     st[1].rank = 1;
     st[1].feasible = 1;
     proto_wbuf_init(&w);
