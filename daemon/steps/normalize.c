@@ -65,8 +65,8 @@ typedef float nz_tab[STEP_CHANNELS_MAX][256];
 
 /* The tables, kept per thread for the last (mean, std, channels) asked:
  * 768 divisions chained through memory, a few microseconds a sample. */
-struct nz_cache {
-    nz_tab tab; /* first: step_norm_prepare returns its address */
+struct step_norm {
+    nz_tab tab;
     int valid;
     uint32_t c, nmean;
     float mean[STEP_CHANNELS_MAX], std[STEP_CHANNELS_MAX];
@@ -76,7 +76,7 @@ struct nz_cache {
     int arith;
     float m3[3], s3[3], rs3[3]; /* mean, std, 1 / std per channel */
 };
-static __thread struct nz_cache nz_cached;
+static __thread struct step_norm nz_cached;
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -134,7 +134,7 @@ __attribute__((target("avx2,fma"))) static inline __m256 nz_arith8(__m128i v, __
  * lookups, which were most of normalize's time in prestod). Mirrored: the
  * n pixels right to left (random_flip folded in: the shuffles reverse each
  * eight), n a multiple of 8. */
-__attribute__((target("avx2,fma"))) static size_t nz_planar3_fma(const struct nz_cache *z,
+__attribute__((target("avx2,fma"))) static size_t nz_planar3_fma(const struct step_norm *z,
                                                                   const uint8_t *src,
                                                                   float *d0, size_t plane,
                                                                   size_t n, int mirror)
@@ -187,7 +187,7 @@ static int nz_have_fma(void)
 
 /* Whether nz_planar3_fma gives z's table values for every byte of every
  * channel: 256 pixels (i, i, i) through it, compared bit for bit. */
-static int nz_arith_check(struct nz_cache *z)
+static int nz_arith_check(struct step_norm *z)
 {
     uint8_t px[256 * 3];
     float out[3][256];
@@ -249,25 +249,26 @@ static int nz_have_fma(void)
 {
     return 0;
 }
-static int nz_arith_check(struct nz_cache *z)
+static int nz_arith_check(struct step_norm *z)
 {
     (void)z;
     return 0;
 }
 #endif
 
-const float *step_norm_prepare(const struct step *s, struct step_ctx *ctx, uint32_t c)
+const struct step_norm *step_norm_prepare(const struct step *s, struct step_ctx *ctx,
+                                          uint32_t c)
 {
     const char *who = step_name(s->kind);
     if (c > STEP_CHANNELS_MAX || (s->nmean != 1 && s->nmean != c)) {
         step_fail(ctx, -EINVAL, "%s: %u values for %u channels", who, s->nmean, c);
         return NULL;
     }
-    struct nz_cache *z = &nz_cached;
+    struct step_norm *z = &nz_cached;
     if (z->valid && z->c == c && z->nmean == s->nmean &&
         memcmp(z->mean, s->mean, sizeof(z->mean)) == 0 &&
         memcmp(z->std, s->std, sizeof(z->std)) == 0)
-        return &z->tab[0][0];
+        return z;
     z->valid = 0;
     for (uint32_t ch = 0; ch < c; ch++) {
         uint32_t k = s->nmean == 1 ? 0 : ch;
@@ -288,20 +289,18 @@ const float *step_norm_prepare(const struct step *s, struct step_ctx *ctx, uint3
         z->arith = nz_arith_check(z);
     }
     z->valid = 1;
-    return &z->tab[0][0];
+    return z;
 }
 
-void step_norm_pixels(const struct step *s, const float *tables, const uint8_t *src,
+void step_norm_pixels(const struct step *s, const struct step_norm *z, const uint8_t *src,
                       size_t n, uint32_t c, uint8_t *dst, size_t total, size_t at)
 {
-    const nz_tab *tp = (const nz_tab *)(const void *)tables;
-    const float(*tab)[256] = *tp;
+    const float(*tab)[256] = z->tab;
     if (s->layout == STEP_LAYOUT_NCHW) {
         size_t plane = total * sizeof(float);
         dst += at * sizeof(float);
         if (c == 3) {
             uint8_t *d0 = dst, *d1 = dst + plane, *d2 = dst + 2 * plane;
-            const struct nz_cache *z = (const struct nz_cache *)(const void *)tables;
             size_t i = z->arith        ? nz_planar3_fma(z, src, (float *)(void *)dst, total, n, 0)
                        : nz_have_avx2() ? nz_planar3_avx2(tab, src, (float *)(void *)dst,
                                                           total, n)
@@ -333,10 +332,10 @@ void step_norm_pixels(const struct step *s, const float *tables, const uint8_t *
     }
 }
 
-int step_norm_pixels_mirror(const struct step *s, const float *tables, const uint8_t *src,
-                            size_t n, uint32_t c, uint8_t *dst, size_t total, size_t at)
+int step_norm_pixels_mirror(const struct step *s, const struct step_norm *z,
+                            const uint8_t *src, size_t n, uint32_t c, uint8_t *dst, size_t total,
+                            size_t at)
 {
-    const struct nz_cache *z = (const struct nz_cache *)(const void *)tables;
     if (s->layout != STEP_LAYOUT_NCHW || c != 3 || !z->arith || n % 8)
         return 0;
     return nz_planar3_fma(z, src, (float *)(void *)(dst + at * sizeof(float)), total, n, 1) ==
@@ -349,7 +348,7 @@ int step_normalize_apply(const struct step *s, struct step_ctx *ctx, const struc
     int rc = step_check_pixels(ctx, in, step_name(s->kind));
     if (rc < 0)
         return rc;
-    const float *tables = step_norm_prepare(s, ctx, in->c);
+    const struct step_norm *tables = step_norm_prepare(s, ctx, in->c);
     if (tables == NULL)
         return -EINVAL;
     size_t n = (size_t)in->h * in->w;

@@ -88,7 +88,7 @@ struct step_resample_src {
     /* normalize (or to_float) fused in: each output row goes through it,
      * out is float32 (norm_tables from step_norm_prepare); NULL: none */
     const struct step *norm;
-    const float *norm_tables;
+    const struct step_norm *norm_tables;
 };
 /* The whole of in, box and all. */
 void step_resample_src_img(struct step_resample_src *src, const struct img *in);
@@ -139,17 +139,20 @@ int step_normalize_apply(const struct step *s, struct step_ctx *ctx, const struc
 /* normalize's (or to_float's) per-channel tables for c channels, the
  * float32 value of each byte (kept per thread for the last ones asked);
  * NULL (ctx->err set) when s has no values for c channels. */
-const float *step_norm_prepare(const struct step *s, struct step_ctx *ctx, uint32_t c);
+struct step_norm; /* normalize.c's tables (and kernel choice) for one (mean, std, c) */
+const struct step_norm *step_norm_prepare(const struct step *s, struct step_ctx *ctx,
+                                          uint32_t c);
 /* n pixels of c bytes at src through tables into dst, an image of total
  * pixels in s->layout, as its pixels [at, at + n): what normalize writes
  * for them. */
-void step_norm_pixels(const struct step *s, const float *tables, const uint8_t *src,
+void step_norm_pixels(const struct step *s, const struct step_norm *tables, const uint8_t *src,
                       size_t n, uint32_t c, uint8_t *dst, size_t total, size_t at);
 /* step_norm_pixels of the n pixels at src mirrored (right to left), where a
  * kernel does that in one pass (NCHW RGB, n a multiple of 8, the arithmetic
  * kernel): 1 when done, 0 when the caller is to mirror them first. */
-int step_norm_pixels_mirror(const struct step *s, const float *tables, const uint8_t *src,
-                            size_t n, uint32_t c, uint8_t *dst, size_t total, size_t at);
+int step_norm_pixels_mirror(const struct step *s, const struct step_norm *tables,
+                            const uint8_t *src, size_t n, uint32_t c, uint8_t *dst, size_t total,
+                            size_t at);
 
 /* ---- the image augmentations (imgaug.c) ---- */
 
