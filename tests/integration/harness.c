@@ -110,6 +110,10 @@ void harness_add_cases(Suite *s, const struct harness_case *cases, size_t n, SFu
 
 int harness_run_suite(Suite *s)
 {
+    /* A failing case's message often carries a command's output (up to
+     * 16 KiB); past check's default of 4 KiB the runner gives up with
+     * "Message string too long" and the message is lost. */
+    check_set_max_msg_size(64 * 1024);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);
     int failed = srunner_ntests_failed(sr);
