@@ -83,7 +83,9 @@ struct dataset_ident {
     X(errors, COUNTER, "samples", "bad samples met")                           \
     X(computed, COUNTER, "samples", "samples run through the offline steps")   \
     X(source_reads, COUNTER, "files", "source files read")                     \
-    X(source_bytes, COUNTER, "bytes", "bytes of source files read")
+    X(source_bytes, COUNTER, "bytes", "bytes of source files read")            \
+    X(region_unstored, COUNTER, "samples",                                     \
+      "misses no tier would store, decoded only where the crop cut them")
 
 enum dataset_counter {
 #define DATASET_COUNTER_ENUM(name, ...) DATASET_##name,

@@ -118,6 +118,9 @@ struct item {
     uint32_t id;
     uint8_t where;
     uint8_t computed;       /* went through the offline steps */
+    uint8_t region;         /* a stream's TIERS_SOURCE item no tier would store, whose
+                               decode is left to the online crop (region_deferrable):
+                               set by the batch around its materializing */
     struct tiers_item t;    /* where in the tiers */
     struct source_file f;   /* TIERS_SOURCE: size and mtime as read (fd -1) */
     size_t off, len;        /* TIERS_DISK, TIERS_SOURCE: room in the arena (what is read);
@@ -299,16 +302,17 @@ static int pad_into(const struct img *cur, const struct dataset_output *o, uint8
     return 0;
 }
 
-/* The online steps, the last one writing straight into the batch's slot
+/* The online steps (from the split, or from the step before it: a
+ * deferred decode), the last one writing straight into the batch's slot
  * (padded: through pad_into, *len the sample's length). */
-static int run_online(struct pipeline *p, const struct dataset *ds, const struct strategy *st,
+static int run_online(struct pipeline *p, const struct dataset *ds, uint32_t from,
                       const struct img *cur, uint64_t sample_seed, uint8_t *dst,
                       int64_t *len, struct worker_ctx *ctx, char *err, size_t errlen)
 {
     const struct config_dataset *cfg = dataset_config(ds);
     const struct dataset_output *o = dataset_output(ds);
     struct img slot = {.fmt = IMG_PIXELS, .data = dst, .cap = o->bytes, .borrowed = 1};
-    int rc = run_steps(p, cfg, st->split, cfg->nsteps, sample_seed, ctx, &cur,
+    int rc = run_steps(p, cfg, from, cfg->nsteps, sample_seed, ctx, &cur,
                        cfg->pad_max ? NULL : &slot, err, errlen);
     if (rc < 0)
         return rc;
@@ -345,7 +349,22 @@ static void fault_report(struct pipeline *p, struct worker_ctx *ctx, struct data
     dataset_bad_sample(ds, id, err);
 }
 
-/* Source bytes through the offline steps, then into the tiers. */
+/* 1 when st's offline steps end with decode and its online ones start with
+ * random_resized_crop, so that a sample no tier will store can skip the
+ * whole decode: run online from the decode, it takes the cold path (only
+ * the crop's region decoded, the same pixels as a full decode's; not with
+ * dct_scale, whose scaled IDCT would change them). */
+static int region_deferrable(const struct config_dataset *cfg, const struct strategy *st)
+{
+    return st->split >= 1 && st->split < cfg->nsteps &&
+           cfg->steps[st->split - 1].kind == STEP_DECODE &&
+           !cfg->steps[st->split - 1].dct_scale &&
+           cfg->steps[st->split].kind == STEP_RANDOM_RESIZED_CROP;
+}
+
+/* Source bytes through the offline steps, then into the tiers (an item
+ * marked region: its encoded bytes as they are, for run_online to decode
+ * from the step before the split). */
 static int compute(struct pipeline *p, const struct tiers_ctx *x, struct item *it,
                    const struct img *src, const struct source_file *f, struct worker_ctx *ctx,
                    struct img *view, const struct img **out, char *err, size_t errlen)
@@ -353,6 +372,11 @@ static int compute(struct pipeline *p, const struct tiers_ctx *x, struct item *i
     const struct img *cur = src;
     dataset_count(x->ds, DATASET_source_reads, 1);
     dataset_count(x->ds, DATASET_source_bytes, src->len);
+    if (it->region && src->fmt == IMG_ENCODED) {
+        *out = src;
+        return 0;
+    }
+    it->region = 0;
     dataset_count(x->ds, DATASET_computed, 1);
     it->computed = 1;
     ctx->step.name = dataset_path(x->ds, it->id); /* decode_audio: the format's name */
@@ -1040,6 +1064,7 @@ uint32_t pipeline_batch_padded(struct pipeline *p, struct dataset *ds, const uin
     char err[512];
     uint32_t k = 0, done = 0, ahead = 0;
     int stop = 0;
+    int deferrable = region_deferrable(dataset_config(ds), st);
 
     tiers_begin(p->tiers, ds, st, ctx->index, &x);
     if (!L) {
@@ -1065,6 +1090,7 @@ uint32_t pipeline_batch_padded(struct pipeline *p, struct dataset *ds, const uin
             uint32_t id = ids[done + i];
             struct img view;
             const struct img *im = NULL;
+            uint32_t from = st->split;
             int f;
             if (!L) {
                 snprintf(err, sizeof(err), "no memory for the pipeline's buffers");
@@ -1073,12 +1099,19 @@ uint32_t pipeline_batch_padded(struct pipeline *p, struct dataset *ds, const uin
                 struct item *it = &C->items[i];
                 chunk_need(ctx, C, it);
                 tiers_count(&x, it->where);
+                /* A miss no tier would store: decoded for its crop alone. */
+                it->region = deferrable && it->where == TIERS_SOURCE && tiers_refuses(&x, id);
                 f = item_materialize(p, &x, it, L, C, ctx, 1, &view, &im, err, sizeof(err));
+                if (it->region) {
+                    from--;
+                    dataset_count(ds, DATASET_region_unstored, 1);
+                }
+                it->region = 0;
             }
             ctx->step.name = dataset_path(ds, id);
             int64_t len = 0;
             if (f == 0)
-                f = run_online(p, ds, st, im, hash_sample_seed(seed, epoch, id),
+                f = run_online(p, ds, from, im, hash_sample_seed(seed, epoch, id),
                                dst + (size_t)k * sample_bytes, &len, ctx, err, sizeof(err));
             if (f == 0) {
                 if (lengths)

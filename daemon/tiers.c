@@ -876,6 +876,19 @@ const struct img *tiers_put(const struct tiers_ctx *x, uint32_t id, const struct
     return tiers_admit(x, id, im, view);
 }
 
+int tiers_refuses(const struct tiers_ctx *x, uint32_t id)
+{
+    if (!x->st->caching || disk_writable(x) || tiers_cluster_on(x))
+        return 0;
+    size_t len = x->st->mat_bytes;
+    if (!len && !x->t->mem_off) {
+        struct cache_dataset_stats cd;
+        cache_get_dataset_stats(x->t->mem, x->id, &cd);
+        len = cd.entry_bytes; /* 0 until the first entry: a put learns it */
+    }
+    return !mem_admits(x, id, len);
+}
+
 /* ---- stats ---- */
 
 static const struct stats_decl memory_decl[] = {TIERS_MEMORY_STATS(STATS_DECL)};

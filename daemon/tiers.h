@@ -236,6 +236,13 @@ const struct img *tiers_admit(const struct tiers_ctx *x, uint32_t id, const stru
 const struct img *tiers_put(const struct tiers_ctx *x, uint32_t id, const struct img *im,
                             const struct source_file *f, struct img *view);
 
+/* 1 when tiers_put of sample id's offline output would be refused by every
+ * tier (no disk or cluster tier takes puts and memory would not admit it
+ * now, at its fixed size or else the dataset's learned entry size): the
+ * caller may then skip making it whole (the cold path's region decode).
+ * 0 when it would be stored, or when nothing is cached (split: auto). */
+int tiers_refuses(const struct tiers_ctx *x, uint32_t id);
+
 /* ---- stats ---- */
 
 /* The tiers' sections of the stats document. The memory tier is "cache"

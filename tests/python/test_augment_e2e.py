@@ -354,6 +354,51 @@ class ColdPathTest(unittest.TestCase):
         self.assertGreater(psnr, 28.0)
         self.assertFalse(np.array_equal(got, want))  # a scale was used
 
+    def test_region_when_no_tier_stores(self):
+        """decode cached, random_resized_crop online: a sample that misses and
+        that no tier would store (no disk tier; memory admitting none, or
+        some) is decoded only where its crop cuts it (the dataset's
+        region_unstored and formats.jpeg.region count it), and delivers the
+        bytes of the full decode's path."""
+        want = pull(_daemon.sock, "rrc-full")  # all cached: full decodes
+        config = os.path.join(_dir, "unstored.yaml")
+        steps, split = ROI_PIPELINES["rrc-full"]
+        with open(config, "w") as f:
+            json.dump({"datasets": [{"name": "rrc-full", "root": os.path.join(_dir, "data"),
+                                     "steps": steps, "split": split}]}, f)
+        # 64 bytes: less than the tier's index, memory admits nothing; 96KiB:
+        # a few of the dataset's decoded photos (48-96 pixels a side).
+        for memory, some in (("64", False), ("96KiB", True)):
+            d = pt.Daemon(_dir, ["-c", config, "-m", memory], name="prestod-unstored")
+            try:
+                for epoch in (1, 2):  # cold, then what memory kept
+                    region = region_decodes(d.sock)
+                    got = pull(d.sock, "rrc-full")
+                    with presto.Client(d.sock) as c:
+                        st = c.stats()
+                    ds = [x for x in st["datasets"] if x["name"] == "rrc-full"][0]
+                    entries = ds["memory"]["entries"]
+                    self.assertTrue(np.array_equal(got, want), "memory %s" % memory)
+                    unstored = ds["region_unstored"]
+                    if epoch == 1:
+                        first = unstored
+                        # each sample: decoded whole for the tiers, or not stored
+                        self.assertEqual(ds["computed"] + unstored, COUNT, memory)
+                        self.assertEqual(st["formats"]["jpeg"]["region"] - region, unstored)
+                    else:
+                        self.assertEqual(st["formats"]["jpeg"]["region"] - region,
+                                         unstored - first)
+                self.assertGreater(first, 0, memory)
+                self.assertEqual(entries > 0, some, "memory %s: %d entries" % (memory, entries))
+                if not some:
+                    self.assertEqual(first, COUNT)
+                    self.assertEqual(unstored, 2 * COUNT)
+                print("\nmemory %s: %d entries; %d of %d samples region-decoded in the cold "
+                      "epoch, %d in the next, equal to full decode's" %
+                      (memory, entries, first, COUNT, unstored - first))
+            finally:
+                d.stop()
+
 
 if __name__ == "__main__":
     unittest.main()
