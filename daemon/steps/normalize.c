@@ -25,6 +25,8 @@
  * std test_steps tries do), so the output is the tables' either way. Three
  * loads and a few shuffles per eight pixels instead of 48 loads and 21
  * inserts: prestod's warm epochs spent 24% of their cycles in the lookups.
+ * RGB to interleaved floats (NHWC) computes the same way where the same
+ * check passed for it (nz_packed3_fma: the bytes are already in order).
  * Streaming (non-temporal) stores into the slot measured 2.6x slower here
  * (92 -> 244 us), not taken.
  *
@@ -70,10 +72,10 @@ struct step_norm {
     int valid;
     uint32_t c, nmean;
     float mean[STEP_CHANNELS_MAX], std[STEP_CHANNELS_MAX];
-    /* RGB to planes with arithmetic instead of the tables (nz_planar3_fma):
-     * only where it gave every table value, checked when the tables were
-     * made. */
-    int arith;
+    /* RGB to planes (arith) or interleaved (arith_nhwc) with arithmetic
+     * instead of the tables (nz_planar3_fma, nz_packed3_fma): each only
+     * where it gave every table value, checked when the tables were made. */
+    int arith, arith_nhwc;
     float m3[3], s3[3], rs3[3]; /* mean, std, 1 / std per channel */
 };
 static __thread struct step_norm nz_cached;
@@ -180,6 +182,38 @@ __attribute__((target("avx2,fma"))) static size_t nz_planar3_fma(const struct st
     return i;
 }
 
+/* RGB to interleaved floats (NHWC) computing instead of looking up: the
+ * 24 bytes of eight pixels are already in the output's order, so each eight
+ * go through nz_arith8 against mean and std vectors in the channels'
+ * rotation (R G B R G B R G, B R G ..., G B R ...): no shuffles, and the
+ * same operations on each channel's values as nz_planar3_fma. */
+__attribute__((target("avx2,fma"))) static size_t nz_packed3_fma(const struct step_norm *z,
+                                                                  const uint8_t *src,
+                                                                  float *d, size_t n)
+{
+    __m256 m[3], sd[3], rs[3];
+    for (int k = 0; k < 3; k++) {
+        float mv[8], sv[8], rv[8];
+        for (int l = 0; l < 8; l++) {
+            int ch = (k * 8 + l) % 3;
+            mv[l] = z->m3[ch];
+            sv[l] = z->s3[ch];
+            rv[l] = z->rs3[ch];
+        }
+        m[k] = _mm256_loadu_ps(mv);
+        sd[k] = _mm256_loadu_ps(sv);
+        rs[k] = _mm256_loadu_ps(rv);
+    }
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8, src += 24, d += 24)
+        for (int k = 0; k < 3; k++)
+            _mm256_storeu_ps(d + 8 * k,
+                             nz_arith8(_mm_loadl_epi64((const __m128i *)(const void *)(src +
+                                                                                    8 * k)),
+                                       m[k], sd[k], rs[k]));
+    return i;
+}
+
 static int nz_have_fma(void)
 {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -202,6 +236,22 @@ static int nz_arith_check(struct step_norm *z)
     for (int ch = 0; ch < 3; ch++)
         for (int v = 0; v < 256; v++)
             if (memcmp(&out[ch][255 - v], &z->tab[ch][v], sizeof(float)) != 0)
+                return 0;
+    return 1;
+}
+
+/* The same for nz_packed3_fma: value v of channel ch lands at 3 * v + ch. */
+static int nz_arith_check_nhwc(const struct step_norm *z)
+{
+    uint8_t px[256 * 3];
+    float out[256 * 3];
+    for (int v = 0; v < 256; v++)
+        px[v * 3] = px[v * 3 + 1] = px[v * 3 + 2] = (uint8_t)v;
+    if (nz_packed3_fma(z, px, out, 256) != 256)
+        return 0;
+    for (int ch = 0; ch < 3; ch++)
+        for (int v = 0; v < 256; v++)
+            if (memcmp(&out[3 * v + ch], &z->tab[ch][v], sizeof(float)) != 0)
                 return 0;
     return 1;
 }
@@ -245,6 +295,7 @@ static int nz_have_avx2(void)
 }
 #define nz_planar3_fma(z, src, d, plane, n, mirror)                                        \
     ((void)(z), (void)(mirror), nz_planar3_avx2(NULL, src, d, plane, n))
+#define nz_packed3_fma(z, src, d, n) ((void)(z), nz_planar3_avx2(NULL, src, d, 0, n))
 static int nz_have_fma(void)
 {
     return 0;
@@ -254,6 +305,7 @@ static int nz_arith_check(struct step_norm *z)
     (void)z;
     return 0;
 }
+#define nz_arith_check_nhwc nz_arith_check
 #endif
 
 const struct step_norm *step_norm_prepare(const struct step *s, struct step_ctx *ctx,
@@ -278,7 +330,7 @@ const struct step_norm *step_norm_prepare(const struct step *s, struct step_ctx 
     z->nmean = s->nmean;
     memcpy(z->mean, s->mean, sizeof(z->mean));
     memcpy(z->std, s->std, sizeof(z->std));
-    z->arith = 0;
+    z->arith = z->arith_nhwc = 0;
     if (c == 3 && nz_have_fma()) {
         for (uint32_t ch = 0; ch < 3; ch++) {
             uint32_t k = s->nmean == 1 ? 0 : ch;
@@ -287,6 +339,7 @@ const struct step_norm *step_norm_prepare(const struct step *s, struct step_ctx 
             z->rs3[ch] = 1.0f / s->std[k];
         }
         z->arith = nz_arith_check(z);
+        z->arith_nhwc = nz_arith_check_nhwc(z);
     }
     z->valid = 1;
     return z;
@@ -319,8 +372,9 @@ void step_norm_pixels(const struct step *s, const struct step_norm *z, const uin
     }
     dst += at * c * sizeof(float);
     if (c == 3) {
-        size_t i = nz_have_avx2() ? nz_packed3_avx2(tab, src, (float *)(void *)dst, total, n)
-                                  : 0;
+        size_t i = z->arith_nhwc   ? nz_packed3_fma(z, src, (float *)(void *)dst, n)
+                   : nz_have_avx2() ? nz_packed3_avx2(tab, src, (float *)(void *)dst, total, n)
+                                    : 0;
         for (src += i * 3, dst += i * 12; i < n; i++, src += 3, dst += 12) {
             nz_store(dst, tab[0][src[0]]);
             nz_store(dst + 4, tab[1][src[1]]);
