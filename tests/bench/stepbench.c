@@ -11,6 +11,7 @@
  *   normalize nchw            (ImageNet mean and std) on the crop, into the
  *                             slots of a batch of 64 in turn (as a stream's
  *                             last step writes: memory the cache does not hold)
+ *   normalize_nhwc            the same into interleaved floats (layout nhwc)
  *   rrc_flip_normalize_fused  the three as the pipeline runs them, in one
  *                             (step_decode_rrc_tail_apply), into the next slot;
  *                             fused_equal: its digest is normalize's
@@ -80,9 +81,11 @@ static void die(const char *what, const char *err)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: stepbench DIR [ROUNDS] [FILES]\n");
+        fprintf(stderr, "usage: stepbench DIR [ROUNDS] [FILES] [crop]\n");
         return 2;
     }
+    /* "crop": the crop, flip and normalize cases alone (a kernel's quick A/B) */
+    int crop_only = argc > 4 && strcmp(argv[4], "crop") == 0;
     int rounds = argc > 2 ? atoi(argv[2]) : 20;
     size_t files_max = argc > 3 && atoi(argv[3]) > 0 ? (size_t)atoi(argv[3]) : 256;
     jpegdir_collect(&dir, argv[1], 0);
@@ -92,7 +95,7 @@ int main(int argc, char **argv)
         die(argv[1], "no .jpg files");
 
     char err[256];
-    struct step dec, rrc, flip, norm;
+    struct step dec, rrc, flip, norm, norm_nhwc;
     struct step_args nargs = {
         .a = {{.key = "mean", .v = {"0.485", "0.456", "0.406"}, .n = 3, .list = 1},
               {.key = "std", .v = {"0.229", "0.224", "0.225"}, .n = 3, .list = 1},
@@ -103,11 +106,14 @@ int main(int argc, char **argv)
         step_init_simple(&flip, "random_flip", NULL, err, sizeof(err)) < 0 ||
         step_init(&norm, "normalize", &nargs, NULL, err, sizeof(err)) < 0)
         die("steps", err);
+    nargs.a[2].v[0] = "nhwc";
+    if (step_init(&norm_nhwc, "normalize", &nargs, NULL, err, sizeof(err)) < 0)
+        die("steps", err);
 
     struct step_ctx ctx;
     step_ctx_init(&ctx);
     struct acc a_rrc = {"random_resized_crop", 0, 0, 0}, a_flip = {"random_flip", 0, 0, 0},
-               a_norm = {"normalize", 0, 0, 0},
+               a_norm = {"normalize", 0, 0, 0}, a_nhwc = {"normalize_nhwc", 0, 0, 0},
                a_fused = {"rrc_flip_normalize_fused", 0, 0, 0};
     struct acc a_op[AUG_SPACE_OPS];
     for (int op = 0; op < AUG_SPACE_OPS; op++)
@@ -146,6 +152,13 @@ int main(int argc, char **argv)
                 die("normalize", ctx.err);
             t1 = now_us();
             acc_add(&a_norm, t1 - t0, fl.data, fl.len);
+            struct img nh = {.fmt = IMG_PIXELS, .cap = SLOT_BYTES, .borrowed = 1,
+                             .data = batch + (size_t)(nslot++ % BATCH) * SLOT_BYTES};
+            t0 = now_us();
+            if (step_apply(&norm_nhwc, &ctx, &flipped, &nh) < 0)
+                die("normalize nhwc", ctx.err);
+            t1 = now_us();
+            acc_add(&a_nhwc, t1 - t0, nh.data, nh.len);
             /* the three in one, as a stream runs them (the pipeline fuses
              * them): its digest is normalize's when the bytes are the same */
             struct img fu = {.fmt = IMG_PIXELS, .cap = SLOT_BYTES, .borrowed = 1,
@@ -156,7 +169,7 @@ int main(int argc, char **argv)
                 die("random_resized_crop + random_flip + normalize", ctx.err);
             t1 = now_us();
             acc_add(&a_fused, t1 - t0, fu.data, fu.len);
-            for (int op = 0; op < AUG_SPACE_OPS; op++) {
+            for (int op = 0; op < AUG_SPACE_OPS && !crop_only; op++) {
                 double m = aug_op_has_magnitudes((enum aug_op)op)
                                ? aug_magnitude(AUG_TRIVIAL_WIDE, (enum aug_op)op, 31,
                                                (uint32_t)(r % 31), OUT, OUT)
@@ -186,12 +199,16 @@ int main(int argc, char **argv)
     double ta = 0;
     for (int i = 0; i < 4 + AUG_SPACE_OPS; i++) {
         struct acc *a = all[i];
+        if (i >= 4 && crop_only)
+            break;
         double us = a->calls ? a->us / a->calls : 0;
         if (i >= 4)
             ta += us / AUG_SPACE_OPS;
         printf(", \"%s\": {\"us\": %.1f, \"xxh64\": \"%016llx\"}", a->name, us,
                (unsigned long long)a->digest);
     }
+    printf(", \"%s\": {\"us\": %.1f, \"xxh64\": \"%016llx\"}", a_nhwc.name,
+           a_nhwc.calls ? a_nhwc.us / a_nhwc.calls : 0, (unsigned long long)a_nhwc.digest);
     printf(", \"fused_equal\": %s", a_fused.digest == a_norm.digest ? "true" : "false");
     printf(", \"trivial_augment_wide_mean_us\": %.1f}\n", ta);
     return 0;
