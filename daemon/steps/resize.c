@@ -233,7 +233,7 @@ static void rs_vrow(const uint8_t *const *rows, const int32_t *k, uint32_t n,
  * fourth lane and past the pixel's taps). Every output pixel does the same
  * number of groups, a loop count the branch predictor gets right. */
 struct rs_hplan {
-    int32_t *w;            /* out * groups * 8 lane weights: kh | kl << 16 */
+    int32_t *w;            /* out * groups * rs_hplan_kw weights: kh | kl << 16 */
     int32_t *wide[2];      /* two widened rows (see rs_hrow3x2_avx2), zero tails */
     const uint32_t *first; /* the axis' first taps */
     uint32_t groups;
@@ -277,6 +277,14 @@ static int32_t rs_hplan_split(int32_t k)
     return (int32_t)((uint32_t)(uint16_t)kh | (uint32_t)(uint16_t)kl << 16);
 }
 
+/* Weights a group takes in the plan's table: RGB's two taps' (spread to
+ * their lanes in the kernel: a quarter of the table, which with the two
+ * widened rows no longer overflows the L1 cache), grey's eight lanes. */
+static uint32_t rs_hplan_kw(uint32_t c)
+{
+    return c == 3 ? 2 : 8;
+}
+
 /* Carves the plan out of *p and fills it from a's taps. */
 static void rs_hplan_make(struct rs_hplan *h, uint8_t **p, const struct rs_axis *a,
                           uint32_t in, uint32_t out, uint32_t c)
@@ -297,17 +305,15 @@ static void rs_hplan_make(struct rs_hplan *h, uint8_t **p, const struct rs_axis 
                (wide - (size_t)in * lanes) * sizeof(int32_t));
     }
 
-    size_t step = (size_t)h->groups * 8;
+    size_t step = (size_t)h->groups * rs_hplan_kw(c);
     memset(h->w, 0, out * step * sizeof(int32_t));
     for (uint32_t xx = 0; xx < out; xx++) {
         const int32_t *k = a->k + (size_t)xx * a->ksize;
         int32_t *t = h->w + xx * step;
-        /* Tap i: group i / taps, lanes from (i % taps) * lanes on. */
-        for (uint32_t i = 0; i < a->count[xx]; i++) {
-            int32_t v = rs_hplan_split(k[i]);
-            for (uint32_t ch = 0; ch < c; ch++)
-                t[i / taps * 8 + i % taps * lanes + ch] = v;
-        }
+        /* RGB: tap i's weight once (rs_hw3_avx2 spreads a group's two over
+         * the lanes); grey: tap i in lane i of its group. */
+        for (uint32_t i = 0; i < a->count[xx]; i++)
+            t[c == 3 ? i : i / taps * 8 + i % taps * lanes] = rs_hplan_split(k[i]);
     }
 }
 
@@ -367,18 +373,35 @@ RS_AVX2 static void rs_hplan_widen(int32_t *w, const uint8_t *s, uint32_t n, uin
         w[i] = rs_hplan_lane(s[i]);
 }
 
+/* An RGB group's lane weights from its two taps' at k: the first tap's in
+ * the low 128-bit half, the second's in the high one (the widened row's
+ * fourth lanes are zero: their weight does not matter). */
+RS_AVX2 static inline __attribute__((always_inline)) __m256i rs_hw3_avx2(const int32_t *k)
+{
+    __m256 b = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(const void *)k));
+    return _mm256_castps_si256(
+        _mm256_permutevar_ps(b, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)));
+}
+
+/* A group's weights: kw 2 (RGB, rs_hw3_avx2) or 8 (grey, the lanes'). */
+RS_AVX2 static inline __attribute__((always_inline)) __m256i rs_hw_avx2(const int32_t *k,
+                                                                         uint32_t kw)
+{
+    return kw == 2 ? rs_hw3_avx2(k) : _mm256_loadu_si256((const __m256i *)(const void *)k);
+}
+
 /* An output pixel's lane sums over its groups from the widened row at p,
  * without the half for rounding. For RGB: R, G, B and 0 in each 128-bit
  * half, the halves still to be added. */
 RS_AVX2 static inline __attribute__((always_inline)) __m256i
-rs_hacc_avx2(const int32_t *p, const int32_t *k, uint32_t groups)
+rs_hacc_avx2(const int32_t *p, const int32_t *k, uint32_t groups, uint32_t kw)
 {
     __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 4
-    for (uint32_t g = 0; g < groups; g++, p += 8, k += 8)
+    for (uint32_t g = 0; g < groups; g++, p += 8, k += kw)
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(
                                         _mm256_loadu_si256((const __m256i *)p),
-                                        _mm256_loadu_si256((const __m256i *)k)));
+                                        rs_hw_avx2(k, kw)));
     return acc;
 }
 
@@ -391,8 +414,8 @@ rs_hacc2_avx2(const int32_t *p0, const int32_t *p1, const int32_t *k, uint32_t g
 {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0;
 #pragma GCC unroll 4
-    for (uint32_t g = 0; g < groups; g++, p0 += 8, p1 += 8, k += 8) {
-        __m256i kv = _mm256_loadu_si256((const __m256i *)k);
+    for (uint32_t g = 0; g < groups; g++, p0 += 8, p1 += 8, k += 2) {
+        __m256i kv = rs_hw3_avx2(k);
         a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(
                                       _mm256_loadu_si256((const __m256i *)p0), kv));
         a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(
@@ -429,9 +452,9 @@ RS_AVX2 static inline __attribute__((always_inline)) __m256i
 rs_hquad_avx2(const struct rs_hplan *h, const int32_t *wide, const int32_t *k, size_t step,
               uint32_t xx, uint32_t i, uint32_t groups, __m256i half)
 {
-    __m256i a = rs_hacc_avx2(wide + (size_t)h->first[xx + i] * 4, k + i * step, groups);
+    __m256i a = rs_hacc_avx2(wide + (size_t)h->first[xx + i] * 4, k + i * step, groups, 2);
     __m256i e = rs_hacc_avx2(wide + (size_t)h->first[xx + 4 + i] * 4, k + (4 + i) * step,
-                             groups);
+                             groups, 2);
     return rs_hpair_avx2(a, e, half);
 }
 
@@ -474,12 +497,12 @@ RS_AVX2 static inline __attribute__((always_inline)) void
 rs_hrow3_tail_avx2(const struct rs_hplan *h, const int32_t *wide, const int32_t *k,
                    uint8_t *d, uint32_t xx, uint32_t out_w, uint32_t groups)
 {
-    size_t step = (size_t)groups * 8;
+    size_t step = (size_t)groups * 2;
     /* Pairs of pixels share the adding of halves and the packing; 4-byte
      * stores whose fourth byte lands on the next pixel, written later. */
     for (; xx + 2 < out_w; xx += 2, d += 6, k += 2 * step) {
-        __m256i a = rs_hacc_avx2(wide + (size_t)h->first[xx] * 4, k, groups);
-        __m256i b = rs_hacc_avx2(wide + (size_t)h->first[xx + 1] * 4, k + step, groups);
+        __m256i a = rs_hacc_avx2(wide + (size_t)h->first[xx] * 4, k, groups, 2);
+        __m256i b = rs_hacc_avx2(wide + (size_t)h->first[xx + 1] * 4, k + step, groups, 2);
         __m256i v = rs_pack3_avx2(_mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
                                                    _mm256_permute2x128_si256(a, b, 0x31)));
         uint32_t va = (uint32_t)_mm256_cvtsi256_si32(v);
@@ -488,7 +511,7 @@ rs_hrow3_tail_avx2(const struct rs_hplan *h, const int32_t *wide, const int32_t 
         memcpy(d + 3, &vb, 4);
     }
     for (; xx < out_w; xx++, d += 3, k += step) {
-        __m256i a = rs_hacc_avx2(wide + (size_t)h->first[xx] * 4, k, groups);
+        __m256i a = rs_hacc_avx2(wide + (size_t)h->first[xx] * 4, k, groups, 2);
         __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
         uint32_t v = (uint32_t)_mm256_cvtsi256_si32(rs_pack3_avx2(_mm256_castsi128_si256(s)));
         d[0] = (uint8_t)v;
@@ -503,7 +526,7 @@ RS_AVX2 static inline __attribute__((always_inline)) void
 rs_hrow3_avx2_n(const struct rs_hplan *h, int r, uint8_t *d, uint32_t out_w, uint32_t groups)
 {
     const int32_t *k = h->w, *wide = h->wide[r];
-    size_t step = (size_t)groups * 8;
+    size_t step = (size_t)groups * 2;
     uint32_t xx = 0;
     /* Eight pixels share the rounding, the packing and the stores. */
     const __m256i half = _mm256_set1_epi32(RS_HALF);
@@ -521,7 +544,7 @@ rs_hrow3x2_avx2_n(const struct rs_hplan *h, uint8_t *d0, uint8_t *d1, uint32_t o
                   uint32_t groups)
 {
     const int32_t *k = h->w;
-    size_t step = (size_t)groups * 8;
+    size_t step = (size_t)groups * 2;
     uint32_t xx = 0;
     const __m256i half = _mm256_set1_epi32(RS_HALF);
     for (; xx + 8 <= out_w; xx += 8, d0 += 24, d1 += 24, k += 8 * step) {
@@ -570,7 +593,7 @@ RS_AVX2 static void rs_hrow1_avx2(const struct rs_hplan *h, int r, uint8_t *d,
 {
     const int32_t *k = h->w;
     for (uint32_t xx = 0; xx < out_w; xx++, k += (size_t)h->groups * 8) {
-        __m256i acc = rs_hacc_avx2(h->wide[r] + h->first[xx], k, h->groups);
+        __m256i acc = rs_hacc_avx2(h->wide[r] + h->first[xx], k, h->groups, 8);
         __m128i v = _mm_add_epi32(_mm256_castsi256_si128(acc),
                                   _mm256_extracti128_si256(acc, 1));
         v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
