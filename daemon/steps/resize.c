@@ -433,17 +433,23 @@ RS_AVX2 static inline __attribute__((always_inline)) __m256i rs_pack3_avx2(__m25
     return _mm256_packus_epi16(_mm256_packs_epi32(v, v), v);
 }
 
+/* a's halves added in the low half, e's in the high one: one lane-crossing
+ * permute (a's high half beside e's low one) and a blend (a's low half,
+ * e's high one). */
+RS_AVX2 static inline __attribute__((always_inline)) __m256i rs_hhalves_avx2(__m256i a,
+                                                                              __m256i e)
+{
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, e, 0x21),
+                            _mm256_blend_epi32(a, e, 0xf0));
+}
+
 /* Lane sums a (pixel x, RGB0 twice) and e (pixel x + 4) to one vector of
  * rounded, shifted sums: x's R, G, B, 0 in the low half, x + 4's in the
  * high one. */
 RS_AVX2 static inline __attribute__((always_inline)) __m256i
 rs_hpair_avx2(__m256i a, __m256i e, __m256i half)
 {
-    return _mm256_srai_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(_mm256_permute2x128_si256(a, e, 0x20),
-                                          _mm256_permute2x128_si256(a, e, 0x31)),
-                         half),
-        RS_BITS);
+    return _mm256_srai_epi32(_mm256_add_epi32(rs_hhalves_avx2(a, e), half), RS_BITS);
 }
 
 /* Output pixels xx + i and xx + 4 + i (k: xx's weights) of the widened row
@@ -503,8 +509,7 @@ rs_hrow3_tail_avx2(const struct rs_hplan *h, const int32_t *wide, const int32_t 
     for (; xx + 2 < out_w; xx += 2, d += 6, k += 2 * step) {
         __m256i a = rs_hacc_avx2(wide + (size_t)h->first[xx] * 4, k, groups, 2);
         __m256i b = rs_hacc_avx2(wide + (size_t)h->first[xx + 1] * 4, k + step, groups, 2);
-        __m256i v = rs_pack3_avx2(_mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
-                                                   _mm256_permute2x128_si256(a, b, 0x31)));
+        __m256i v = rs_pack3_avx2(rs_hhalves_avx2(a, b));
         uint32_t va = (uint32_t)_mm256_cvtsi256_si32(v);
         uint32_t vb = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(v, 1));
         memcpy(d, &va, 4);
