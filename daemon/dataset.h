@@ -85,7 +85,7 @@ struct dataset_ident {
     X(source_reads, COUNTER, "files", "source files read")                     \
     X(source_bytes, COUNTER, "bytes", "bytes of source files read")            \
     X(region_unstored, COUNTER, "samples",                                     \
-      "misses no tier would store, decoded only where the crop cut them")
+      "misses no tier would store, decoded online with their crop (a JPEG's box alone)")
 
 enum dataset_counter {
 #define DATASET_COUNTER_ENUM(name, ...) DATASET_##name,
