@@ -595,6 +595,7 @@ static void job_run(struct work *wk, struct worker_ctx *ctx)
 static void profile_free(struct profile *p);
 static void profile_pump(struct profile *p);
 static int back_to_back(const struct profile *p);
+static uint64_t phase_min_ns(const struct profile *p);
 static void profile_fail(struct profile *p, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -658,8 +659,8 @@ static double progress_fraction(const struct profile *p)
     if (p->phase < PH_END) {
         double f;
         if (p->phase == PH_MEMORY || p->phase == PH_DISK)
-            f = fmin(1.0, (double)(p->wall_ns + stats_now_ns() - p->pass_t0) / 1e6 /
-                              PROFILE_MIN_PHASE_MS);
+            f = fmin(1.0, (double)(p->wall_ns + stats_now_ns() - p->pass_t0) /
+                              (double)phase_min_ns(p));
         else
             f = p->nlist ? (double)p->next / p->nlist : 1.0;
         in += phase_share[p->phase] * f;
@@ -1049,6 +1050,14 @@ static void strategy_begin(struct profile *p)
     phase_begin(p, p->st[p->cur].split > 0 ? PH_OFFLINE : PH_LOAD);
 }
 
+/* How long an online phase runs at least: the memory phase longer (its
+ * figure is shared by every encoding of the split point). */
+static uint64_t phase_min_ns(const struct profile *p)
+{
+    return (p->phase == PH_MEMORY ? PROFILE_MEMORY_PHASE_MS : PROFILE_MIN_PHASE_MS) *
+           1000000ull;
+}
+
 /* Online phases whose epochs follow each other without a pause: memory,
  * and the disk read with O_DIRECT (no page cache to drop in between), so
  * that the reads ahead stay in flight across the sample's short epochs as
@@ -1118,7 +1127,7 @@ static void profile_pump(struct profile *p)
             if (!ahead && p->running >= p->njobs)
                 break;
             if (p->next == p->nlist && back_to_back(p) && p->nlist > 0 &&
-                (stats_now_ns() - p->pass_t0 < PROFILE_MIN_PHASE_MS * 1000000ull ||
+                (stats_now_ns() - p->pass_t0 < phase_min_ns(p) ||
                  p->nreps < PROFILE_MIN_REPS) &&
                 p->pass + 1 < PROFILE_MAX_PASSES) {
                 p->next = 0;

@@ -64,8 +64,9 @@
  * Split 0 has no offline phase; its "memory" epochs read the source files
  * hot in the page cache and its "disk" epochs read them dropped from it.
  * An online phase repeats whole epochs of the sample (epoch 0, 1, ...)
- * until PROFILE_MIN_PHASE_MS have passed and PROFILE_MIN_REPS repetitions
- * were measured (at most PROFILE_MAX_PASSES). Rates are by the wall clock
+ * until PROFILE_MIN_PHASE_MS (memory: PROFILE_MEMORY_PHASE_MS) have passed
+ * and PROFILE_MIN_REPS repetitions were measured (at most
+ * PROFILE_MAX_PASSES). Rates are by the wall clock
  * on all the workers the profile runs on (profile.worker_share, 100% by
  * default: the daemon's real worker count, so that what the workers share,
  * cores, memory bandwidth, the event loop, shows as it will in an epoch),
@@ -165,6 +166,10 @@
 #define PROFILE_BATCH 32u             /* online jobs: a batch */
 #define PROFILE_RING_BYTES (64ull << 20) /* online jobs' output, all jobs together */
 #define PROFILE_MIN_PHASE_MS 200u
+/* The memory phase: one per split point, its figure shared by the split
+ * point's encodings; 200 ms of it gave center_crop 31,053 samples/s in one
+ * bench run and 50,823 in the next (their real epochs: 42-57k both). */
+#define PROFILE_MEMORY_PHASE_MS 600u
 #define PROFILE_REP_MS 40u      /* a memory phase's repetition: at least this long */
 #define PROFILE_MIN_REPS 5u     /* repetitions of an online phase, at least */
 #define PROFILE_MAX_REPS 64u
