@@ -20,6 +20,7 @@
 #include "json.h"
 #include "log.h"
 #include "pipeline.h"
+#include "readahead.h"
 #include "stats.h"
 #include "store.h"
 #include "tiers.h"
@@ -458,10 +459,17 @@ static const double phase_share[] = {0.4, 0.1, 0.25, 0.25, 0, 0, 0, 0};
 
 struct profile;
 
+/* A job of an online phase goes as a stream's does: its batch's first
+ * chunk read ahead on the event loop (READING), then waiting for one of the
+ * profile's workers (ARMED), then run (RUNNING). */
+enum job_state { JOB_IDLE, JOB_READING, JOB_ARMED, JOB_RUNNING };
+
 struct profile_job {
     struct work work; /* first: the work is the job */
     struct profile *p;
     enum phase phase;
+    enum job_state state;
+    struct readahead_slot ahead; /* its first chunk, read ahead (nothing charged) */
     uint32_t first, n; /* offline, load: trial ids; online: into p->list */
     uint64_t epoch;
     uint8_t *buf;    /* nbuf batches, written in turn (see PROFILE_RING_BYTES) */
@@ -510,8 +518,11 @@ struct profile {
     double reps[PROFILE_MAX_REPS];
     uint32_t nreps;
     uint64_t rep_t0, rep_good, pass_good;
-    struct profile_job *jobs;
-    uint32_t busy;
+    struct profile_job *jobs;    /* nslots: njobs, and prefetch more read ahead */
+    uint32_t nslots, running;    /* jobs; those at the workers (at most njobs) */
+    struct readahead *ra;        /* the streams' read-ahead (NULL: none) */
+    int disk_direct;             /* the trial store reads with O_DIRECT */
+    uint32_t busy;               /* jobs not idle: reading, armed or running */
     uint64_t t0_ns, sent_ns;
     double profile_s; /* the profile's run time, its verification aside */
     struct event *ev; /* finishes outside of any callback of ours */
@@ -526,6 +537,7 @@ struct profiler {
     struct workers *workers;
     const struct config *const *cfg; /* the server's: followed across reloads */
     struct tiers *tiers;             /* the daemon's (switches rescan its disk tier) */
+    struct readahead *readahead;     /* the streams' (NULL: none) */
     struct profile *run;
     struct dataset **queue; /* PENDING datasets waiting for their profile */
     uint32_t nqueue, capqueue;
@@ -567,7 +579,7 @@ static void job_run(struct work *wk, struct worker_ctx *ctx)
     } else {
         uint8_t *dst = j->buf + (size_t)j->turn * PROFILE_BATCH * p->out_bytes;
         j->good = pipeline_batch(p->tpipe, p->tds, p->list + j->first, j->n, PROFILE_SEED,
-                                 j->epoch, dst, j->labels, ctx, NULL, job_bad, j);
+                                 j->epoch, dst, j->labels, ctx, j->ahead.a, job_bad, j);
         /* The batch-level steps (mixup, cutmix) run on the whole batch as a
          * stream's job runs them (stream.c job_batch_steps): part of every
          * online rate of a dataset that has them. */
@@ -582,6 +594,8 @@ static void job_run(struct work *wk, struct worker_ctx *ctx)
 
 static void profile_free(struct profile *p);
 static void profile_pump(struct profile *p);
+static int back_to_back(const struct profile *p);
+static uint64_t phase_min_ns(const struct profile *p);
 static void profile_fail(struct profile *p, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -589,8 +603,11 @@ static void job_done(struct work *wk, int cancelled)
 {
     struct profile_job *j = (struct profile_job *)wk;
     struct profile *p = j->p;
+    readahead_done(p->ra, &j->ahead); /* its chunk's structure back (nothing if none) */
     j->busy = 0;
+    j->state = JOB_IDLE;
     p->busy--;
+    p->running--;
     if (p->closing) {
         if (p->busy == 0)
             profile_free(p);
@@ -605,8 +622,8 @@ static void job_done(struct work *wk, int cancelled)
     p->good += j->good;
     p->failed += j->failed;
     p->pass_good += j->good;
-    if (p->phase == PH_MEMORY) {
-        /* Memory epochs run back to back on every worker: a repetition is
+    if (back_to_back(p)) {
+        /* Memory (and O_DIRECT disk) epochs run back to back on every worker: a repetition is
          * what completed in a stretch of at least PROFILE_REP_MS and one
          * epoch's samples (so that jobs finishing together are not split
          * between two repetitions). */
@@ -642,8 +659,8 @@ static double progress_fraction(const struct profile *p)
     if (p->phase < PH_END) {
         double f;
         if (p->phase == PH_MEMORY || p->phase == PH_DISK)
-            f = fmin(1.0, (double)(p->wall_ns + stats_now_ns() - p->pass_t0) / 1e6 /
-                              PROFILE_MIN_PHASE_MS);
+            f = fmin(1.0, (double)(p->wall_ns + stats_now_ns() - p->pass_t0) /
+                              (double)phase_min_ns(p));
         else
             f = p->nlist ? (double)p->next / p->nlist : 1.0;
         in += phase_share[p->phase] * f;
@@ -758,11 +775,14 @@ static int trial_open(struct profile *p, const struct proto_profile_strategy *s)
     /* Records read as the daemon's disk tier reads them: with O_DIRECT
      * where it does (cache.direct_io), else through the dropped page cache. */
     struct store *live = tiers_store(p->pr->tiers), *trial = tiers_store(p->ttiers);
+    p->disk_direct = 0;
     if (live && trial) {
         struct store_stats ls;
         store_get_stats(live, &ls);
         if (ls.direct_io && store_direct_io(trial) < 0)
             log_debug("profile: the trial store is read through the page cache (no O_DIRECT)");
+        else
+            p->disk_direct = ls.direct_io;
     }
     if (pipeline_create(&p->tpipe, p->ttiers, cfg->max_file_size, p->workers) < 0) {
         profile_fail(p, -ENOMEM, "no memory for a trial pipeline");
@@ -1030,24 +1050,84 @@ static void strategy_begin(struct profile *p)
     phase_begin(p, p->st[p->cur].split > 0 ? PH_OFFLINE : PH_LOAD);
 }
 
-/* Hands out jobs up to the profile's share of the workers; at the end of
- * an epoch (all handed out and back) decides on another or the next phase. */
+/* How long an online phase runs at least: the memory phase longer (its
+ * figure is shared by every encoding of the split point). */
+static uint64_t phase_min_ns(const struct profile *p)
+{
+    return (p->phase == PH_MEMORY ? PROFILE_MEMORY_PHASE_MS : PROFILE_MIN_PHASE_MS) *
+           1000000ull;
+}
+
+/* Online phases whose epochs follow each other without a pause: memory,
+ * and the disk read with O_DIRECT (no page cache to drop in between), so
+ * that the reads ahead stay in flight across the sample's short epochs as
+ * they do through a real epoch's thousands of samples; a buffered disk's
+ * epochs wait for the page cache to be dropped in between. */
+static int back_to_back(const struct profile *p)
+{
+    return p->phase == PH_MEMORY ||
+           (p->phase == PH_DISK && p->tst && p->tst->split > 0 && p->disk_direct);
+}
+
+static int phase_online(const struct profile *p)
+{
+    return p->phase == PH_MEMORY || p->phase == PH_DISK || p->phase >= PH_VCOLD ||
+           (p->phase == PH_LOAD && p->tst->split == 0);
+}
+
+/* Armed jobs (their reads done, or nothing read ahead) to the workers, up
+ * to the profile's share of them. */
+static void run_armed(struct profile *p)
+{
+    for (uint32_t i = 0; i < p->nslots && p->running < p->njobs; i++) {
+        struct profile_job *j = &p->jobs[i];
+        if (j->state != JOB_ARMED)
+            continue;
+        j->state = JOB_RUNNING;
+        p->running++;
+        workers_submit(p->pr->workers, &j->work);
+    }
+}
+
+/* A job's first chunk is read (readahead_batch's ready, on the event loop). */
+static void job_read(void *arg)
+{
+    struct profile_job *j = arg;
+    struct profile *p = j->p;
+    if (p->closing || p->done) { /* never runs: its chunk back */
+        readahead_done(p->ra, &j->ahead);
+        j->busy = 0;
+        j->state = JOB_IDLE;
+        if (--p->busy == 0 && p->closing)
+            profile_free(p);
+        return;
+    }
+    /* Only to the workers: this may run inside readahead_batch of another
+     * job (its ring reaped to make room), never a pump of its own. */
+    j->state = JOB_ARMED;
+    run_armed(p);
+}
+
+/* Hands out jobs up to the profile's share of the workers (online phases:
+ * each batch through the streams' read-ahead first, up to `prefetch`
+ * batches more, as a stream prepares them); at the end of an epoch (all
+ * handed out and back) decides on another or the next phase. */
 static void profile_pump(struct profile *p)
 {
     for (;;) {
         if (p->done || p->closing)
             return;
-        int online = p->phase == PH_MEMORY || p->phase == PH_DISK || p->phase >= PH_VCOLD ||
-                     (p->phase == PH_LOAD && p->tst->split == 0);
+        int online = phase_online(p), ahead = online && p->ra;
         uint32_t chunk = online ? PROFILE_BATCH : PROFILE_JOB_SAMPLES;
-        for (uint32_t i = 0; i < p->njobs; i++) {
+        run_armed(p);
+        for (uint32_t i = 0; i < (ahead ? p->nslots : p->njobs); i++) {
             struct profile_job *j = &p->jobs[i];
             if (j->busy)
                 continue;
-            /* Memory epochs follow each other without a pause; disk ones
-             * wait for the page cache to be dropped in between. */
-            if (p->next == p->nlist && p->phase == PH_MEMORY && p->nlist > 0 &&
-                (stats_now_ns() - p->pass_t0 < PROFILE_MIN_PHASE_MS * 1000000ull ||
+            if (!ahead && p->running >= p->njobs)
+                break;
+            if (p->next == p->nlist && back_to_back(p) && p->nlist > 0 &&
+                (stats_now_ns() - p->pass_t0 < phase_min_ns(p) ||
                  p->nreps < PROFILE_MIN_REPS) &&
                 p->pass + 1 < PROFILE_MAX_PASSES) {
                 p->next = 0;
@@ -1060,22 +1140,31 @@ static void profile_pump(struct profile *p)
             j->n = p->nlist - p->next < chunk ? p->nlist - p->next : chunk;
             j->epoch = p->pass;
             j->index = p->next / chunk;
+            int rc = 0;
+            if (ahead) {
+                rc = readahead_batch(p->ra, p->tpipe, p->tds, p->list + j->first, j->n,
+                                     &j->ahead, p->busy > 0, job_read, j);
+                if (rc == -ENOBUFS)
+                    break; /* the budget is in use: a job of ours gives some back */
+            }
             p->next += j->n;
             j->busy = 1;
             p->busy++;
-            workers_submit(p->pr->workers, &j->work);
+            j->state = rc == 1 ? JOB_READING : JOB_ARMED;
+            run_armed(p);
         }
         if (p->busy > 0 || p->next < p->nlist) {
             if (stats_now_ns() - p->sent_ns >= PROFILE_PROGRESS_MS * 1000000ull)
                 send_progress(p);
             return;
         }
-        /* The epoch is over (for memory, the phase). */
+        /* The epoch is over (back to back, the phase). */
         uint64_t pass_ns = stats_now_ns() - p->pass_t0;
         p->wall_ns += pass_ns;
         p->pass++;
         int verify_warm = p->phase == PH_VMEMORY || p->phase == PH_VDISK;
-        if ((p->phase == PH_DISK || verify_warm) && pass_ns > 0 && p->nreps < PROFILE_MAX_REPS)
+        int disk_epochs = p->phase == PH_DISK && !back_to_back(p);
+        if ((disk_epochs || verify_warm) && pass_ns > 0 && p->nreps < PROFILE_MAX_REPS)
             p->reps[p->nreps++] = (double)p->pass_good * 1e9 / (double)pass_ns;
         p->pass_good = 0;
         if (verify_warm && p->nlist > 0 && p->pass < PROFILE_VERIFY_PASSES) {
@@ -1087,12 +1176,11 @@ static void profile_pump(struct profile *p)
             p->pass_t0 = stats_now_ns();
             continue;
         }
-        if (p->phase == PH_DISK && p->nlist > 0 &&
+        if (disk_epochs && p->nlist > 0 &&
             (p->wall_ns < PROFILE_MIN_PHASE_MS * 1000000ull || p->pass < PROFILE_MIN_REPS) &&
             p->pass < PROFILE_MAX_PASSES) {
             p->next = 0;
-            if (p->phase == PH_DISK)
-                drop_page_cache(p);
+            drop_page_cache(p);
             p->pass_t0 = stats_now_ns();
             continue;
         }
@@ -1172,7 +1260,7 @@ static void profile_free(struct profile *p)
     trial_close(p);
     if (p->ev)
         event_free(p->ev);
-    for (uint32_t i = 0; p->jobs && i < p->njobs; i++) {
+    for (uint32_t i = 0; p->jobs && i < p->nslots; i++) {
         free(p->jobs[i].buf);
         free(p->jobs[i].labels);
         free(p->jobs[i].targets);
@@ -1212,7 +1300,8 @@ static void profile_on_event(evutil_socket_t fd, short what, void *arg)
 static void profile_end(struct profile *p)
 {
     p->done = 1;
-    trial_close(p);
+    if (p->busy == 0) /* else profile_free, once the reads ahead are back */
+        trial_close(p);
     event_active(p->ev, EV_TIMEOUT, 0);
 }
 
@@ -1429,18 +1518,20 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
     p->njobs = p->workers * cfg->profile_worker_share / 100;
     if (p->njobs == 0)
         p->njobs = 1;
+    /* Online phases: as many batches more read ahead as a stream prepares. */
+    p->ra = pr->readahead;
+    p->nslots = p->njobs + (p->ra ? cfg->prefetch : 0);
     char trial[64];
     trial_name(trial, sizeof(trial));
     snprintf(p->dir, sizeof(p->dir), "%s/%s", cfg->cache_dir, trial);
     p->ids = malloc((p->k ? p->k : 1) * sizeof(*p->ids));
     p->rids = malloc((p->k ? p->k : 1) * PROFILE_MAX_COPIES * sizeof(*p->rids));
     p->list = malloc((p->k ? p->k : 1) * PROFILE_MAX_COPIES * sizeof(*p->list));
-    p->jobs = calloc(p->njobs, sizeof(*p->jobs));
+    p->jobs = calloc(p->nslots, sizeof(*p->jobs));
     p->ev = event_new(pr->base, -1, 0, profile_on_event, p);
     int ok = p->ids && p->rids && p->list && p->jobs && p->ev;
     if (p->jobs) {
-        memset(p->jobs, 0, p->njobs * sizeof(*p->jobs));
-        for (uint32_t i = 0; i < p->njobs && ok; i++) {
+        for (uint32_t i = 0; i < p->nslots && ok; i++) {
             struct profile_job *j = &p->jobs[i];
             j->p = p;
             j->work.run = job_run;
@@ -1448,7 +1539,7 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
             /* Batches land in a ring as large as a stream's, much larger
              * than the CPU's caches, not in one buffer that stays in them. */
             uint64_t batch = (uint64_t)PROFILE_BATCH * o->bytes;
-            uint64_t share = PROFILE_RING_BYTES / p->njobs;
+            uint64_t share = PROFILE_RING_BYTES / p->nslots;
             j->nbuf = share > batch ? (uint32_t)(share / batch) : 1;
             j->buf = malloc(j->nbuf * batch);
             j->labels = malloc(PROFILE_BATCH * sizeof(*j->labels));
@@ -1459,7 +1550,7 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
     }
     if (!ok) {
         if (!p->jobs)
-            p->njobs = 0;
+            p->nslots = 0;
         profile_free(p);
         snprintf(err, errlen, "no memory for a profile");
         return -ENOMEM;
@@ -1497,9 +1588,17 @@ static void profile_stop(struct profile *p)
     p->closing = 1;
     p->reply.ops = NULL;
     p->busy++; /* a guard through the loop */
-    for (uint32_t i = 0; i < p->njobs; i++)
-        if (p->jobs[i].busy)
-            workers_cancel(pr->workers, &p->jobs[i].work);
+    for (uint32_t i = 0; i < p->nslots; i++) {
+        struct profile_job *j = &p->jobs[i];
+        if (j->state == JOB_RUNNING) {
+            workers_cancel(pr->workers, &j->work);
+        } else if (j->state == JOB_ARMED) { /* never handed to a worker */
+            readahead_done(p->ra, &j->ahead);
+            j->busy = 0;
+            j->state = JOB_IDLE;
+            p->busy--;
+        } /* JOB_READING: job_read lets it go */
+    }
     if (--p->busy == 0)
         profile_free(p);
 }
@@ -1507,11 +1606,13 @@ static void profile_stop(struct profile *p)
 /* ---- the profiler ---- */
 
 int profiler_create(struct profiler **out, struct event_base *base, struct workers *workers,
-                    const struct config *const *cfg, struct tiers *tiers)
+                    const struct config *const *cfg, struct tiers *tiers,
+                    struct readahead *readahead)
 {
     struct profiler *pr = calloc(1, sizeof(*pr));
     if (!pr)
         return -ENOMEM;
+    pr->readahead = readahead;
     pr->base = base;
     pr->workers = workers;
     pr->cfg = cfg;

@@ -1727,7 +1727,8 @@ int server_create(struct server **out, const struct server_deps *deps, int liste
         return -ENOMEM;
     }
     if (!(s->resume_ev = event_new(deps->base, -1, 0, server_on_resume, s)) ||
-        profiler_create(&s->profiler, deps->base, deps->workers, &s->d.cfg, deps->tiers) < 0) {
+        profiler_create(&s->profiler, deps->base, deps->workers, &s->d.cfg, deps->tiers,
+                        deps->readahead) < 0) {
         if (s->resume_ev)
             event_free(s->resume_ev);
         budget_destroy(s->budget);

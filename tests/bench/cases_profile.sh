@@ -36,6 +36,11 @@
 #    $BUILD/bench-profile-accuracy-audio.json); the case's ratio is the worst over both.
 #    Where mkaudio.py cannot make the clips (no espeak-ng), the case says so and keeps
 #    the images' rows alone.
+#    Each row also says how fast the machine was when its epochs ran against when the
+#    profile ran (machine_speed_vs_profile: one thread's JPEG decodes per second of the
+#    bench photos, profile_accuracy.py --speed, taken around the profile and before each
+#    strategy's epochs), to tell a slower machine from a model error; nothing is
+#    divided by it.
 
 BENCH_PROFILE_STEPS="[decode, {resize: 256}, {center_crop: 224}, {random_flip: 0.5}]"
 BENCH_PROFILE_AUDIO_CLIPS=${BENCH_PROFILE_AUDIO_CLIPS:-600}
@@ -84,7 +89,12 @@ bench_profile_cases() {
         "(split: auto, disk tier, default memory budget)"
     conf=$(profile_config bench auto raw "$dir/cache-auto")
     presto_start -c "$conf"
+    # The machine's speed around the profile (profile_accuracy.py --speed): the
+    # accuracy case compares it with the speed before each strategy's epochs.
+    local speed=(--tmp "$dir" --data "$BENCH_PROFILE_DATA" --speed) ref0 ref1
+    ref0=$("$PYTHON" tests/bench/profile_accuracy.py "${speed[@]}")
     presto_ctl profile bench --apply --csv "$out.csv" --json "$out.json" --svg "$out.svg"
+    ref1=$("$PYTHON" tests/bench/profile_accuracy.py "${speed[@]}")
     local chosen worst
     read -r chosen worst < <("$PYTHON" -c 'import json, sys
 d = json.load(open(sys.argv[1]))
@@ -149,6 +159,7 @@ print("  auto (%s): %.1f samples/s; everything online: %.1f (%.2fx); worst cachi
     "$PYTHON" tests/bench/profile_accuracy.py --build "$BUILD" --data "$BENCH_PROFILE_DATA" \
         --tmp "$dir/accuracy" --steps "$BENCH_PROFILE_STEPS" --profile "$out.json" \
         --epochs "${#BENCH_WARM_EPOCHS[@]}" --out "$images" "${only[@]}" \
+        --reference "$("$PYTHON" -c 'import sys; print((float(sys.argv[1]) + float(sys.argv[2])) / 2)' "$ref0" "$ref1")" \
         || presto_fail "profile-accuracy failed"
     echo "== profile-accuracy, audio: $BENCH_PROFILE_AUDIO_CLIPS spoken words (mkaudio.py)," \
         "decode_audio, resample, time_crop, mel_spectrogram: profiled, then each strategy"
@@ -157,6 +168,7 @@ print("  auto (%s): %.1f samples/s; everything online: %.1f (%.2fx); worst cachi
         --jobs "$(nproc)"; then
         "$PYTHON" tests/bench/profile_accuracy.py --build "$BUILD" --data "$audio" \
             --tmp "$dir/accuracy-audio" --steps "$BENCH_PROFILE_AUDIO_STEPS" --label audio \
+            --ref-data "$BENCH_PROFILE_DATA" \
             --epochs "${#BENCH_WARM_EPOCHS[@]}" --out "$BUILD/bench-profile-accuracy-audio.json" \
             --merge "$images" "${case[@]}" || presto_fail "profile-accuracy (audio) failed"
     else

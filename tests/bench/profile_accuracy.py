@@ -26,7 +26,10 @@
      disk    the daemon restarted on the same cache directory with a memory budget of
              1 MiB (nothing admitted), the segment files written back and dropped from
              the page cache before each epoch, then warm epochs (median). For split 0
-             ("none": nothing is stored) the source files are dropped instead.
+             ("none": nothing is stored) the source files are dropped instead. A disk
+             tier read with O_DIRECT (stats: disk.direct_io) bypasses the page cache:
+             its epochs follow each other on one connection, the first kept aside
+             (disk_first) as from memory.
    and the disk tier's bytes after the cold epoch (stats).
 3. Prints predicted against measured side by side, each figure's ratio
    max(p/m, m/p) and the prediction's interval (+-: the profile's repetitions' spread and
@@ -145,6 +148,39 @@ def memory_epochs(n, predicted_rate, samples):
     return max(n, min(MAX_WARM_EPOCHS, want))
 
 
+# The machine's speed at a moment: JPEG decodes per second of a fixed set of the data's
+# files (PIL, one thread, REF_S seconds). Taken when the profile runs and before each
+# strategy's epochs, its ratio tells "the machine was slower then" (other processes on
+# the cores, a noisy neighbour) apart from the model's error; reported beside each row,
+# never divided out.
+REF_S = 0.3
+REF_FILES = 16
+
+
+def reference(data):
+    from PIL import Image
+    files = sorted(p for p in source_files(data)
+                   if p.lower().endswith((".jpg", ".jpeg")))[:REF_FILES]
+    if not files:
+        return None
+    blobs = [open(p, "rb").read() for p in files]
+    import io
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < REF_S:
+        Image.open(io.BytesIO(blobs[n % len(blobs)])).load()
+        n += 1
+    return n / (time.perf_counter() - t0)
+
+
+def direct_io(d):
+    """Whether the daemon's disk tier reads with O_DIRECT (its stats)."""
+    out = d.ctl("stats", check=False)
+    try:
+        return bool(json.loads(out)["disk"]["direct_io"]) if out else False
+    except (ValueError, KeyError):
+        return False
+
+
 def source_files(data):
     return [p for p in glob.glob(os.path.join(data, "**", "*"), recursive=True)
             if os.path.isfile(p)]
@@ -165,6 +201,7 @@ def measure(args, s, n):
     conf = config(os.path.join(args.tmp, tag + ".yaml"), args.data, args.steps, s["split"],
                   enc, cache)
     files = source_files(args.data)
+    ref = reference(args.ref_data)
     drop(files)  # the cold epoch reads the files from the disk, as a first epoch does
     d = Daemon(args.build, args.tmp, conf, log)
     try:
@@ -185,11 +222,20 @@ def measure(args, s, n):
     conf = config(os.path.join(args.tmp, tag + "-disk.yaml"), args.data, args.steps,
                   s["split"], enc, cache, memory="1MiB")
     d = Daemon(args.build, args.tmp, conf, log)
-    disk = []
+    disk, disk_first = [], None
     try:
-        for e in range(n):
-            drop(files if s["split"] == 0 else segments(cache))
-            disk += d.epochs(1 + e, 1)
+        if s["split"] > 0 and direct_io(d):
+            # O_DIRECT: the records never enter the page cache, so the epochs follow
+            # each other on one connection as a trainer's do, the first kept aside as
+            # from memory (it faults in the connection's ring: ~70 ms, 15% of a
+            # 3,200-sample epoch at 8k samples/s, a cost per connection).
+            drop(segments(cache))
+            disk = d.epochs(1, n + 1)
+            disk_first, disk = disk[0], disk[1:]
+        else:
+            for e in range(n):
+                drop(files if s["split"] == 0 else segments(cache))
+                disk += d.epochs(1 + e, 1)
     finally:
         d.stop()
     subprocess.run(["rm", "-rf", cache], check=True)
@@ -201,8 +247,10 @@ def measure(args, s, n):
         "memory_first_batch_s": first.get("first_batch_s", 0),
         "disk": statistics.median(r["samples_per_s"] for r in disk),
         "disk_runs": [r["samples_per_s"] for r in disk],
+        "disk_first": disk_first["samples_per_s"] if disk_first else None,
         "stored_bytes": stored,
         "samples": cold["samples"],
+        "reference": ref,
     }
 
 
@@ -254,7 +302,16 @@ def main():
     ap.add_argument("--target", type=float, default=1.25)
     ap.add_argument("--label", default="")
     ap.add_argument("--merge", action="append", default=[])
+    ap.add_argument("--reference", type=float, default=0,
+                    help="the machine's speed (--speed) when the profile ran")
+    ap.add_argument("--ref-data", help="JPEGs for the speed reference (default: --data)")
+    ap.add_argument("--speed", action="store_true",
+                    help="print the machine's speed reference for --data and exit")
     args = ap.parse_args()
+    args.ref_data = os.path.abspath(args.ref_data or args.data)
+    if args.speed:
+        print("%.1f" % (reference(args.ref_data) or 0))
+        return
     args.data = os.path.abspath(args.data)
     os.makedirs(args.tmp, exist_ok=True)
 
@@ -268,7 +325,10 @@ def main():
         try:
             t0 = time.time()
             extra = ["--samples", str(args.samples)] if args.samples else []
+            ref0 = reference(args.ref_data)
             d.ctl("profile", "bench", "--quiet", "--json", args.profile, *extra)
+            ref1 = reference(args.ref_data)
+            args.reference = (ref0 + ref1) / 2 if ref0 and ref1 else 0
             print("== profile: %.1f s" % (time.time() - t0))
         finally:
             d.stop()
@@ -283,6 +343,10 @@ def main():
         name = (args.label + " " if args.label else "") + s["name"]
         row = {"name": name, "split": s["split"], "encoding": s["encoding"],
                "measured": m, "predicted": {}, "ratio": {}}
+        if args.reference and m.get("reference"):
+            # > 1: the machine was faster when this strategy's epochs ran than when
+            # the profile ran (not divided out of anything).
+            row["machine_speed_vs_profile"] = m["reference"] / args.reference
         for mk, pk, _ in FIGURES:
             p = s.get(pk)
             if p is None:
@@ -296,10 +360,12 @@ def main():
                 row.setdefault("interval", {})[mk] = s[INTERVAL[mk]]
             row["ratio"][mk] = ratio(p, m[mk])
         rows.append(row)
+        speed = row.get("machine_speed_vs_profile")
         print("  %-16s " % name + "  ".join(
             "%s %s/%s (%.2fx)" % (mk, fmt(mk, row["predicted"][mk]), fmt(mk, m[mk]),
                                   row["ratio"][mk]) for mk, _, _ in FIGURES
-            if mk in row["predicted"]), flush=True)
+            if mk in row["predicted"]) +
+            ("  machine %.2fx the profile's" % speed if speed else ""), flush=True)
     for path in args.merge:
         rows = json.load(open(path))["rows"] + rows
     worst = max((r for row in rows for r in row["ratio"].values()), default=float("inf"))
@@ -308,11 +374,17 @@ def main():
     rated = [(row, mk) for row in rows for mk in row["predicted"] if mk != "stored_bytes"]
     covered = sum(inside(row, mk) for row, mk in rated)
     print("measured inside the predicted +-interval: %d of %d rates" % (covered, len(rated)))
+    speeds = sorted(row["machine_speed_vs_profile"] for row in rows
+                    if row.get("machine_speed_vs_profile"))
+    if speeds:
+        print("machine speed at the epochs / at the profile (JPEG decodes/s, one thread): "
+              "%.2f-%.2f, median %.2f" % (speeds[0], speeds[-1], statistics.median(speeds)))
     print("profile: %d of %d samples on %d workers, %.1f s"
           % (prof["sample_size"], prof["samples"], prof["profile_workers"], prof["seconds"]))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"profile": args.profile, "rows": rows, "ratio": worst,
+            json.dump({"profile": args.profile, "reference": args.reference,
+                       "rows": rows, "ratio": worst,
                        "inside_interval": covered, "rates": len(rated)}, f, indent=1)
     if args.case_file:
         mem = [row["measured"]["memory"] for row in rows]
