@@ -4,11 +4,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hash.h"
 #include "log.h"
 #include "trust.h"
 
@@ -79,4 +83,106 @@ int cachedir_remove_dir(int parent, const char *name)
     }
     closedir(d);
     return unlinkat(parent, name, AT_REMOVEDIR) < 0 ? -errno : 0;
+}
+
+/* ---- small files of the daemon's own ---- */
+
+static int read_all(int fd, unsigned char *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, buf + got, len - got, (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r < 0 ? -errno : -EBADMSG;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const unsigned char *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+int cachedir_load_blob(const char *path, const char *name, size_t max, unsigned char **buf,
+                       size_t *len)
+{
+    char err[600];
+    struct stat sb;
+    *buf = NULL;
+    *len = 0;
+    if (!path || !*path)
+        return -ENOENT;
+    int dfd = cachedir_open(path, 0, err, sizeof(err));
+    if (dfd < 0)
+        return -ENOENT;
+    int fd = cachedir_open_file(dfd, name, O_RDONLY, 0);
+    close(dfd);
+    if (fd < 0)
+        return -ENOENT;
+    if (fstat(fd, &sb) < 0 || sb.st_size < 8 || (uint64_t)sb.st_size - 8 > max) {
+        close(fd);
+        return -ENOENT;
+    }
+    size_t flen = (size_t)sb.st_size;
+    unsigned char *file = malloc(flen);
+    if (!file) {
+        close(fd);
+        return -ENOMEM;
+    }
+    int rc = read_all(fd, file, flen);
+    close(fd);
+    uint64_t sum;
+    memcpy(&sum, file + flen - 8, 8);
+    if (rc < 0 || sum != hash_xxh64(file, flen - 8)) {
+        free(file);
+        return -ENOENT;
+    }
+    *buf = file;
+    *len = flen - 8;
+    return 0;
+}
+
+int cachedir_save_blob(const char *path, const char *name, const void *buf, size_t len)
+{
+    static atomic_uint seq;
+    char err[600], tmp[300];
+    if (!path || !*path)
+        return -ENOENT;
+    int dfd = cachedir_open(path, 1, err, sizeof(err));
+    if (dfd < 0)
+        return dfd;
+    /* a name of this process's own: several daemons may share cache.dir */
+    snprintf(tmp, sizeof(tmp), "%.200s.%d.%u.tmp", name, (int)getpid(),
+             atomic_fetch_add(&seq, 1));
+    /* 0640 like the segments: the umask may narrow it, never widen it. */
+    int fd = cachedir_open_file(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL, 0640);
+    if (fd < 0) {
+        close(dfd);
+        return fd;
+    }
+    uint64_t sum = hash_xxh64(buf, len);
+    int rc = write_all(fd, buf, len);
+    if (rc == 0)
+        rc = write_all(fd, &sum, 8);
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0)
+        rc = -errno;
+    if (rc < 0)
+        unlinkat(dfd, tmp, 0);
+    close(dfd);
+    return rc;
 }

@@ -47,4 +47,16 @@ int cachedir_open_file(int dir, const char *name, int flags, mode_t mode);
  * one included) is removed itself: 1. Else a negative errno. */
 int cachedir_remove_dir(int dir, const char *name);
 
+/* A small file of the daemon's own in cache.dir (shard member lists,
+ * probe caches): written whole under a temporary name of this process's
+ * and renamed over name, so a reader never sees half a file, with an
+ * XXH64 of its bytes after them; read back whole only when that sum
+ * matches. cachedir_load_blob: 0 with *buf (malloc'ed, the caller frees)
+ * and *len (the sum not counted), -ENOENT when there is none, it is
+ * larger than max, torn or corrupt, or cache.dir is not usable; -ENOMEM.
+ * cachedir_save_blob: 0 or -errno (nothing left behind on failure). */
+int cachedir_load_blob(const char *path, const char *name, size_t max, unsigned char **buf,
+                       size_t *len);
+int cachedir_save_blob(const char *path, const char *name, const void *buf, size_t len);
+
 #endif

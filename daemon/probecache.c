@@ -1,0 +1,169 @@
+/*
+ * A manifest's probe cache in cache.dir (probecache.h).
+ *
+ * The file (host byte order: this machine's cache):
+ *     "PRPROBE1", u32 format, u32 manifest_len, u64 size, i64 mtime_ns,
+ *     u64 count, the manifest's path,
+ *     count records: u64 size, u32 url_len, u32 etag_len, url, NUL, etag, NUL
+ * and cachedir_save_blob's XXH64 after it.
+ */
+#include "probecache.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cachedir.h"
+#include "hash.h"
+
+#define PROBECACHE_MAGIC "PRPROBE1"
+#define PROBECACHE_FORMAT 1u
+#define PROBECACHE_FILE_MAX (1ull << 30) /* a larger file is not ours */
+#define FILE_HEAD 40
+#define REC_HEAD 16
+#define URL_MAX 8192
+#define ETAG_MAX 256
+
+struct probecache {
+    unsigned char *file;
+    struct probecache_entry *e; /* sorted by url */
+    size_t n;
+};
+
+static void file_name(const char *manifest, char *buf, size_t len)
+{
+    snprintf(buf, len, "probes-%016llx.idx",
+             (unsigned long long)hash_xxh64(manifest, strlen(manifest)));
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const struct probecache_entry *)a)->url,
+                  ((const struct probecache_entry *)b)->url);
+}
+
+void probecache_free(struct probecache *pc)
+{
+    if (!pc)
+        return;
+    free(pc->file);
+    free(pc->e);
+    free(pc);
+}
+
+/* The records of file[at..len): count of them into pc->e. 0 or -ENOENT. */
+static int parse(struct probecache *pc, const unsigned char *file, size_t at, size_t len,
+                 uint64_t count)
+{
+    for (uint64_t i = 0; i < count; i++) {
+        uint64_t size;
+        uint32_t ul, el;
+        if (len - at < REC_HEAD)
+            return -ENOENT;
+        memcpy(&size, file + at, 8);
+        memcpy(&ul, file + at + 8, 4);
+        memcpy(&el, file + at + 12, 4);
+        at += REC_HEAD;
+        if (ul == 0 || ul > URL_MAX || el > ETAG_MAX || len - at < (size_t)ul + el + 2)
+            return -ENOENT;
+        const char *url = (const char *)file + at, *etag = url + ul + 1;
+        if (url[ul] || etag[el] || memchr(url, 0, ul) || memchr(etag, 0, el))
+            return -ENOENT;
+        pc->e[pc->n++] = (struct probecache_entry){url, etag, size};
+        at += (size_t)ul + el + 2;
+    }
+    return at == len ? 0 : -ENOENT;
+}
+
+int probecache_load(const char *cache_dir, const struct probecache_id *id,
+                    struct probecache **out)
+{
+    char name[64];
+    unsigned char *file;
+    size_t len;
+    *out = NULL;
+    file_name(id->manifest, name, sizeof(name));
+    int rc = cachedir_load_blob(cache_dir, name, PROBECACHE_FILE_MAX, &file, &len);
+    if (rc < 0)
+        return rc;
+    size_t ml = strlen(id->manifest);
+    uint32_t format, mlen;
+    uint64_t size, count;
+    int64_t mtime;
+    if (len < FILE_HEAD + ml) {
+        free(file);
+        return -ENOENT;
+    }
+    memcpy(&format, file + 8, 4);
+    memcpy(&mlen, file + 12, 4);
+    memcpy(&size, file + 16, 8);
+    memcpy(&mtime, file + 24, 8);
+    memcpy(&count, file + 32, 8);
+    if (memcmp(file, PROBECACHE_MAGIC, 8) != 0 || format != PROBECACHE_FORMAT || mlen != ml ||
+        memcmp(file + FILE_HEAD, id->manifest, ml) != 0 || size != id->size ||
+        mtime != id->mtime_ns || count > (len - FILE_HEAD - ml) / (REC_HEAD + 2)) {
+        free(file);
+        return -ENOENT;
+    }
+    struct probecache *pc = calloc(1, sizeof(*pc));
+    if (!pc || !(pc->e = calloc(count ? count : 1, sizeof(*pc->e)))) {
+        free(pc);
+        free(file);
+        return -ENOMEM;
+    }
+    pc->file = file;
+    if (parse(pc, file, FILE_HEAD + ml, len, count) < 0) {
+        probecache_free(pc);
+        return -ENOENT;
+    }
+    qsort(pc->e, pc->n, sizeof(*pc->e), cmp_entry);
+    *out = pc;
+    return 0;
+}
+
+const struct probecache_entry *probecache_find(const struct probecache *pc, const char *url)
+{
+    struct probecache_entry key = {.url = url};
+    return pc && pc->n ? bsearch(&key, pc->e, pc->n, sizeof(key), cmp_entry) : NULL;
+}
+
+int probecache_save(const char *cache_dir, const struct probecache_id *id,
+                    const struct probecache_entry *e, size_t n)
+{
+    char name[64];
+    if (!cache_dir || !*cache_dir)
+        return -ENOENT;
+    file_name(id->manifest, name, sizeof(name));
+    size_t ml = strlen(id->manifest), len = FILE_HEAD + ml;
+    for (size_t i = 0; i < n; i++)
+        len += REC_HEAD + strlen(e[i].url) + strlen(e[i].etag) + 2;
+    unsigned char *file = malloc(len), *p = file;
+    if (!file)
+        return -ENOMEM;
+    uint32_t format = PROBECACHE_FORMAT, m32 = (uint32_t)ml;
+    uint64_t count = 0;
+    memcpy(p, PROBECACHE_MAGIC, 8);
+    memcpy(p + 8, &format, 4);
+    memcpy(p + 12, &m32, 4);
+    memcpy(p + 16, &id->size, 8);
+    memcpy(p + 24, &id->mtime_ns, 8);
+    memcpy(p + FILE_HEAD, id->manifest, ml);
+    p += FILE_HEAD + ml;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t ul = (uint32_t)strlen(e[i].url), el = (uint32_t)strlen(e[i].etag);
+        if (ul == 0 || ul > URL_MAX || el > ETAG_MAX)
+            continue; /* not kept: asked again at the next start */
+        memcpy(p, &e[i].size, 8);
+        memcpy(p + 8, &ul, 4);
+        memcpy(p + 12, &el, 4);
+        memcpy(p + REC_HEAD, e[i].url, ul + 1);
+        memcpy(p + REC_HEAD + ul + 1, e[i].etag, el + 1);
+        p += REC_HEAD + ul + el + 2;
+        count++;
+    }
+    memcpy(file + 32, &count, 8);
+    int rc = cachedir_save_blob(cache_dir, name, file, (size_t)(p - file));
+    free(file);
+    return rc;
+}
