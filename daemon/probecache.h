@@ -1,8 +1,9 @@
 /*
  * The probe cache of a manifest of http(s):// URL rows (source_s3.c): what
- * each row's object was when it was last asked (its size and its ETag, or
- * Last-Modified where the server gives no ETag), kept in cache.dir so that
- * a restart indexes the rows without a request.
+ * each row's object was when it was last asked (its size and its ETag; a
+ * row whose server gives no ETag is not kept, and is probed at every
+ * start), kept in cache.dir so that a restart indexes the rows without a
+ * request.
  *
  * The file is cache.dir/probes-XXXXXXXXXXXXXXXX.idx (XXH64 of the
  * manifest's path); it holds the manifest's path, its size and mtime when
