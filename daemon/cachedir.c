@@ -116,13 +116,15 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-int cachedir_load_blob(const char *path, const char *name, size_t max, unsigned char **buf,
-                       size_t *len)
+#define BLOB_HEAD 48 /* the fixed part of a blob's file */
+
+int cachedir_load_blob(const char *path, const char *name, const struct cachedir_key *key,
+                       size_t max, unsigned char **file, const unsigned char **body,
+                       size_t *len, uint64_t *count)
 {
     char err[600];
     struct stat sb;
-    *buf = NULL;
-    *len = 0;
+    *file = NULL;
     if (!path || !*path)
         return -ENOENT;
     int dfd = cachedir_open(path, 0, err, sizeof(err));
@@ -132,56 +134,85 @@ int cachedir_load_blob(const char *path, const char *name, size_t max, unsigned 
     close(dfd);
     if (fd < 0)
         return -ENOENT;
-    if (fstat(fd, &sb) < 0 || sb.st_size < 8 || (uint64_t)sb.st_size - 8 > max) {
+    size_t ll = strlen(key->locator);
+    if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size < BLOB_HEAD + ll + 8 ||
+        (uint64_t)sb.st_size > max) {
         close(fd);
         return -ENOENT;
     }
     size_t flen = (size_t)sb.st_size;
-    unsigned char *file = malloc(flen);
-    if (!file) {
+    unsigned char *f = malloc(flen);
+    if (!f) {
         close(fd);
         return -ENOMEM;
     }
-    int rc = read_all(fd, file, flen);
+    int rc = read_all(fd, f, flen);
     close(fd);
-    uint64_t sum;
-    memcpy(&sum, file + flen - 8, 8);
-    if (rc < 0 || sum != hash_xxh64(file, flen - 8)) {
-        free(file);
+    uint32_t format, locator_len;
+    uint64_t size, version, body_len, sum;
+    memcpy(&format, f + 8, 4);
+    memcpy(&locator_len, f + 12, 4);
+    memcpy(&size, f + 16, 8);
+    memcpy(&version, f + 24, 8);
+    memcpy(count, f + 32, 8);
+    memcpy(&body_len, f + 40, 8);
+    memcpy(&sum, f + flen - 8, 8);
+    if (rc < 0 || memcmp(f, key->magic, 8) != 0 || format != key->format ||
+        locator_len != ll || memcmp(f + BLOB_HEAD, key->locator, ll) != 0 ||
+        size != key->size || version != key->version ||
+        body_len != flen - BLOB_HEAD - ll - 8 || sum != hash_xxh64(f, flen - 8)) {
+        free(f);
         return -ENOENT;
     }
-    *buf = file;
-    *len = flen - 8;
+    *file = f;
+    *body = f + BLOB_HEAD + ll;
+    *len = (size_t)body_len;
     return 0;
 }
 
-int cachedir_save_blob(const char *path, const char *name, const void *buf, size_t len)
+int cachedir_save_blob(const char *path, const char *name, const struct cachedir_key *key,
+                       uint64_t count, const void *body, size_t len)
 {
     static atomic_uint seq;
     char err[600], tmp[300];
     if (!path || !*path)
         return -ENOENT;
+    size_t ll = strlen(key->locator);
+    size_t flen = BLOB_HEAD + ll + len;
+    unsigned char *f = malloc(flen + 8);
+    if (!f)
+        return -ENOMEM;
+    uint32_t l32 = (uint32_t)ll;
+    uint64_t body_len = len;
+    memcpy(f, key->magic, 8);
+    memcpy(f + 8, &key->format, 4);
+    memcpy(f + 12, &l32, 4);
+    memcpy(f + 16, &key->size, 8);
+    memcpy(f + 24, &key->version, 8);
+    memcpy(f + 32, &count, 8);
+    memcpy(f + 40, &body_len, 8);
+    memcpy(f + BLOB_HEAD, key->locator, ll);
+    if (len)
+        memcpy(f + BLOB_HEAD + ll, body, len);
+    uint64_t sum = hash_xxh64(f, flen);
+    memcpy(f + flen, &sum, 8);
     int dfd = cachedir_open(path, 1, err, sizeof(err));
-    if (dfd < 0)
+    if (dfd < 0) {
+        free(f);
         return dfd;
+    }
     /* a name of this process's own: several daemons may share cache.dir */
     snprintf(tmp, sizeof(tmp), "%.200s.%d.%u.tmp", name, (int)getpid(),
              atomic_fetch_add(&seq, 1));
     /* 0640 like the segments: the umask may narrow it, never widen it. */
     int fd = cachedir_open_file(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL, 0640);
-    if (fd < 0) {
-        close(dfd);
-        return fd;
-    }
-    uint64_t sum = hash_xxh64(buf, len);
-    int rc = write_all(fd, buf, len);
-    if (rc == 0)
-        rc = write_all(fd, &sum, 8);
-    if (close(fd) < 0 && rc == 0)
+    int rc = fd < 0 ? fd : write_all(fd, f, flen + 8);
+    free(f);
+    if (fd >= 0 && close(fd) < 0 && rc == 0)
         rc = -errno;
     if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0)
         rc = -errno;
-    if (rc < 0)
+    if (rc < 0 && fd >= 0)
         unlinkat(dfd, tmp, 0);
     close(dfd);
     return rc;

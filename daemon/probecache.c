@@ -1,11 +1,10 @@
 /*
  * A manifest's probe cache in cache.dir (probecache.h).
  *
- * The file (host byte order: this machine's cache):
- *     "PRPROBE1", u32 format, u32 manifest_len, u64 size, i64 mtime_ns,
- *     u64 count, the manifest's path,
- *     count records: u64 size, u32 url_len, u32 etag_len, url, NUL, etag, NUL
- * and cachedir_save_blob's XXH64 after it.
+ * The file is cachedir.h's keyed blob: magic "PRPROBE1", the manifest's
+ * path, size and mtime, then count records (host byte order: this
+ * machine's cache): u64 size, u32 url_len, u32 etag_len, url, NUL, etag,
+ * NUL.
  */
 #include "probecache.h"
 
@@ -20,7 +19,6 @@
 #define PROBECACHE_MAGIC "PRPROBE1"
 #define PROBECACHE_FORMAT 1u
 #define PROBECACHE_FILE_MAX (1ull << 30) /* a larger file is not ours */
-#define FILE_HEAD 40
 #define REC_HEAD 16
 #define URL_MAX 8192
 #define ETAG_MAX 256
@@ -52,22 +50,22 @@ void probecache_free(struct probecache *pc)
     free(pc);
 }
 
-/* The records of file[at..len): count of them into pc->e. 0 or -ENOENT. */
-static int parse(struct probecache *pc, const unsigned char *file, size_t at, size_t len,
-                 uint64_t count)
+/* The records of body (len bytes): count of them into pc->e. 0 or -ENOENT. */
+static int parse(struct probecache *pc, const unsigned char *body, size_t len, uint64_t count)
 {
+    size_t at = 0;
     for (uint64_t i = 0; i < count; i++) {
         uint64_t size;
         uint32_t ul, el;
         if (len - at < REC_HEAD)
             return -ENOENT;
-        memcpy(&size, file + at, 8);
-        memcpy(&ul, file + at + 8, 4);
-        memcpy(&el, file + at + 12, 4);
+        memcpy(&size, body + at, 8);
+        memcpy(&ul, body + at + 8, 4);
+        memcpy(&el, body + at + 12, 4);
         at += REC_HEAD;
         if (ul == 0 || ul > URL_MAX || el > ETAG_MAX || len - at < (size_t)ul + el + 2)
             return -ENOENT;
-        const char *url = (const char *)file + at, *etag = url + ul + 1;
+        const char *url = (const char *)body + at, *etag = url + ul + 1;
         if (url[ul] || etag[el] || memchr(url, 0, ul) || memchr(etag, 0, el))
             return -ENOENT;
         pc->e[pc->n++] = (struct probecache_entry){url, etag, size};
@@ -76,33 +74,28 @@ static int parse(struct probecache *pc, const unsigned char *file, size_t at, si
     return at == len ? 0 : -ENOENT;
 }
 
+static struct cachedir_key key_of(const struct probecache_id *id)
+{
+    return (struct cachedir_key){PROBECACHE_MAGIC, PROBECACHE_FORMAT, id->manifest, id->size,
+                                 (uint64_t)id->mtime_ns};
+}
+
 int probecache_load(const char *cache_dir, const struct probecache_id *id,
                     struct probecache **out)
 {
     char name[64];
     unsigned char *file;
+    const unsigned char *body;
     size_t len;
+    uint64_t count;
+    struct cachedir_key key = key_of(id);
     *out = NULL;
     file_name(id->manifest, name, sizeof(name));
-    int rc = cachedir_load_blob(cache_dir, name, PROBECACHE_FILE_MAX, &file, &len);
+    int rc = cachedir_load_blob(cache_dir, name, &key, PROBECACHE_FILE_MAX, &file, &body, &len,
+                                &count);
     if (rc < 0)
         return rc;
-    size_t ml = strlen(id->manifest);
-    uint32_t format, mlen;
-    uint64_t size, count;
-    int64_t mtime;
-    if (len < FILE_HEAD + ml) {
-        free(file);
-        return -ENOENT;
-    }
-    memcpy(&format, file + 8, 4);
-    memcpy(&mlen, file + 12, 4);
-    memcpy(&size, file + 16, 8);
-    memcpy(&mtime, file + 24, 8);
-    memcpy(&count, file + 32, 8);
-    if (memcmp(file, PROBECACHE_MAGIC, 8) != 0 || format != PROBECACHE_FORMAT || mlen != ml ||
-        memcmp(file + FILE_HEAD, id->manifest, ml) != 0 || size != id->size ||
-        mtime != id->mtime_ns || count > (len - FILE_HEAD - ml) / (REC_HEAD + 2)) {
+    if (count > len / (REC_HEAD + 2)) {
         free(file);
         return -ENOENT;
     }
@@ -113,7 +106,7 @@ int probecache_load(const char *cache_dir, const struct probecache_id *id,
         return -ENOMEM;
     }
     pc->file = file;
-    if (parse(pc, file, FILE_HEAD + ml, len, count) < 0) {
+    if (parse(pc, body, len, count) < 0) {
         probecache_free(pc);
         return -ENOENT;
     }
@@ -132,24 +125,14 @@ int probecache_save(const char *cache_dir, const struct probecache_id *id,
                     const struct probecache_entry *e, size_t n)
 {
     char name[64];
-    if (!cache_dir || !*cache_dir)
-        return -ENOENT;
-    file_name(id->manifest, name, sizeof(name));
-    size_t ml = strlen(id->manifest), len = FILE_HEAD + ml;
+    struct cachedir_key key = key_of(id);
+    size_t len = 0;
     for (size_t i = 0; i < n; i++)
         len += REC_HEAD + strlen(e[i].url) + strlen(e[i].etag) + 2;
-    unsigned char *file = malloc(len), *p = file;
-    if (!file)
+    unsigned char *body = malloc(len ? len : 1), *p = body;
+    if (!body)
         return -ENOMEM;
-    uint32_t format = PROBECACHE_FORMAT, m32 = (uint32_t)ml;
     uint64_t count = 0;
-    memcpy(p, PROBECACHE_MAGIC, 8);
-    memcpy(p + 8, &format, 4);
-    memcpy(p + 12, &m32, 4);
-    memcpy(p + 16, &id->size, 8);
-    memcpy(p + 24, &id->mtime_ns, 8);
-    memcpy(p + FILE_HEAD, id->manifest, ml);
-    p += FILE_HEAD + ml;
     for (size_t i = 0; i < n; i++) {
         uint32_t ul = (uint32_t)strlen(e[i].url), el = (uint32_t)strlen(e[i].etag);
         if (ul == 0 || ul > URL_MAX || el > ETAG_MAX)
@@ -162,8 +145,8 @@ int probecache_save(const char *cache_dir, const struct probecache_id *id,
         p += REC_HEAD + ul + el + 2;
         count++;
     }
-    memcpy(file + 32, &count, 8);
-    int rc = cachedir_save_blob(cache_dir, name, file, (size_t)(p - file));
-    free(file);
+    file_name(id->manifest, name, sizeof(name));
+    int rc = cachedir_save_blob(cache_dir, name, &key, count, body, (size_t)(p - body));
+    free(body);
     return rc;
 }

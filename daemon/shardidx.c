@@ -5,9 +5,8 @@
  *     u8 type, u8 zero[3], u32 name_len, u64 offset, u64 size, u32 data_len,
  *     name (name_len bytes) and a NUL, data (data_len bytes)
  * (host byte order: the file is this machine's cache). The file is
- *     "PRSHIDX1", u32 format, u32 locator_len, u64 size, u64 version,
- *     u64 count, u64 body_len, the locator, the body,
- *     u64 XXH64 of everything before it.
+ * cachedir.h's keyed blob: magic "PRSHIDX1", the shard's locator, size
+ * and version, the records' count, the body.
  */
 #define _GNU_SOURCE
 #include "shardidx.h"
@@ -29,7 +28,6 @@
 #define SHARDIDX_FORMAT 1u
 #define SHARDIDX_FILE_MAX (512ull << 20) /* a larger file is not ours */
 #define REC_HEAD 28                      /* the fixed part of a record */
-#define FILE_HEAD 48                     /* the fixed part of the file */
 
 struct shardidx {
     uint8_t *body;  /* the records */
@@ -175,43 +173,34 @@ void shardidx_file_name(const char *locator, char *buf, size_t len)
     file_name(locator, buf, len);
 }
 
+static struct cachedir_key key_of(const struct shardidx_id *id)
+{
+    return (struct cachedir_key){SHARDIDX_MAGIC, SHARDIDX_FORMAT, id->locator, id->size,
+                                 id->version};
+}
+
 int shardidx_load(const char *cache_dir, const struct shardidx_id *id, struct shardidx **out)
 {
     char name[64];
-    uint8_t *file;
-    size_t flen;
+    unsigned char *file;
+    const unsigned char *body;
+    size_t len;
+    uint64_t count;
+    struct cachedir_key key = key_of(id);
     *out = NULL;
     file_name(id->locator, name, sizeof(name));
-    int rc = cachedir_load_blob(cache_dir, name, SHARDIDX_FILE_MAX, &file, &flen);
+    int rc = cachedir_load_blob(cache_dir, name, &key, SHARDIDX_FILE_MAX, &file, &body, &len,
+                                &count);
     if (rc < 0)
         return rc;
-    size_t ll = strlen(id->locator);
-    uint32_t format, locator_len;
-    uint64_t size, version, count, body_len;
-    if (flen < FILE_HEAD + ll) {
-        free(file);
-        return -ENOENT;
-    }
-    memcpy(&format, file + 8, 4);
-    memcpy(&locator_len, file + 12, 4);
-    memcpy(&size, file + 16, 8);
-    memcpy(&version, file + 24, 8);
-    memcpy(&count, file + 32, 8);
-    memcpy(&body_len, file + 40, 8);
-    if (memcmp(file, SHARDIDX_MAGIC, 8) != 0 || format != SHARDIDX_FORMAT ||
-        locator_len != ll || memcmp(file + FILE_HEAD, id->locator, ll) != 0 ||
-        size != id->size || version != id->version || body_len != flen - FILE_HEAD - ll) {
-        free(file);
-        return -ENOENT;
-    }
     struct shardidx *x = shardidx_new();
-    if (!x || !(x->body = malloc(body_len ? body_len : 1))) {
+    if (!x || !(x->body = malloc(len ? len : 1))) {
         shardidx_free(x);
         free(file);
         return -ENOMEM;
     }
-    memcpy(x->body, file + FILE_HEAD + ll, body_len);
-    x->len = x->cap = body_len;
+    memcpy(x->body, body, len);
+    x->len = x->cap = len;
     free(file);
     if ((rc = parse_body(x, count, id->size)) < 0) {
         shardidx_free(x);
@@ -224,27 +213,7 @@ int shardidx_load(const char *cache_dir, const struct shardidx_id *id, struct sh
 int shardidx_save(const char *cache_dir, const struct shardidx_id *id, const struct shardidx *x)
 {
     char name[64];
-    if (!cache_dir || !*cache_dir)
-        return -ENOENT;
+    struct cachedir_key key = key_of(id);
     file_name(id->locator, name, sizeof(name));
-    size_t ll = strlen(id->locator);
-    uint32_t format = SHARDIDX_FORMAT, l32 = (uint32_t)ll;
-    uint64_t count = x->n, body_len = x->len;
-    size_t flen = FILE_HEAD + ll + x->len;
-    uint8_t *file = malloc(flen);
-    if (!file)
-        return -ENOMEM;
-    memcpy(file, SHARDIDX_MAGIC, 8);
-    memcpy(file + 8, &format, 4);
-    memcpy(file + 12, &l32, 4);
-    memcpy(file + 16, &id->size, 8);
-    memcpy(file + 24, &id->version, 8);
-    memcpy(file + 32, &count, 8);
-    memcpy(file + 40, &body_len, 8);
-    memcpy(file + FILE_HEAD, id->locator, ll);
-    if (x->len)
-        memcpy(file + FILE_HEAD + ll, x->body, x->len);
-    int rc = cachedir_save_blob(cache_dir, name, file, flen);
-    free(file);
-    return rc;
+    return cachedir_save_blob(cache_dir, name, &key, x->n, x->body, x->len);
 }
