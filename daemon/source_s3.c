@@ -156,7 +156,8 @@ struct source_s3 {
     uint64_t *offset;
     /* a manifest's http(s) URL rows with a known version: those that
      * name it (size and etag columns), those probed or found in the probe
-     * cache (probecache.h); sorted by URL; each read asks for that ETag
+     * cache (probecache.h); sorted by the row's path pointer in the index;
+     * each read asks for that ETag
      * (If-Match). The thread's once it runs (a row re-probed changes its
      * pin: pins_dirty, saved on a tick and at the end). */
     struct row_pin *pins;
@@ -168,8 +169,12 @@ struct source_s3 {
     uint64_t reprobed; /* relaxed atomic: rows asked again (412) */
 };
 
+/* A row's pin: its own (two rows of one URL may name two versions), found
+ * by the row's path in the index, which its reads' q->path is. */
 struct row_pin {
-    char *url, *etag;
+    const char *url; /* the index's path of the row (set once it is indexed) */
+    uint32_t row;
+    char *etag;
     uint64_t size;
     int named; /* by the manifest's columns: a replaced object is a bad sample */
 };
@@ -1055,12 +1060,14 @@ static struct rreq *start_group(struct source_s3 *r, struct rreq *list)
 
 static int cmp_pin(const void *a, const void *b)
 {
-    return strcmp(((const struct row_pin *)a)->url, ((const struct row_pin *)b)->url);
+    uintptr_t x = (uintptr_t)((const struct row_pin *)a)->url;
+    uintptr_t y = (uintptr_t)((const struct row_pin *)b)->url;
+    return x < y ? -1 : x > y;
 }
 
 static struct row_pin *pin_of(struct source_s3 *r, const char *url)
 {
-    struct row_pin key = {.url = (char *)url};
+    struct row_pin key = {.url = url};
     return r->npins ? bsearch(&key, r->pins, r->npins, sizeof(key), cmp_pin) : NULL;
 }
 
@@ -1222,7 +1229,6 @@ static void s3_free(struct source_s3 *r)
     if (r->pins_dirty)
         pins_save(r);
     for (size_t k = 0; k < r->npins; k++) {
-        free(r->pins[k].url);
         free(r->pins[k].etag);
     }
     free(r->pins);
@@ -1807,29 +1813,27 @@ int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
             nnamed += named;
             ncached += !named;
             struct row_pin *p = &r->pins[r->npins++];
-            p->url = strdup(keys[i]);
+            p->row = (uint32_t)i;
             p->etag = strdup(named ? etag : ce->etag);
             p->size = named ? size : ce->size;
             p->named = named;
-            rc = p->url && p->etag ? 0 : -ENOMEM;
+            rc = p->etag ? 0 : -ENOMEM;
         }
         if (rc == 0)
             rc = probe_many(r, ask, nprobes, probes);
-        /* the probed rows' versions: their reads ask for them too */
-        for (size_t k = 0; k < nprobes && rc == 0; k++) {
-            if (probes[k].rc < 0 || !probes[k].etag[0])
+        for (size_t i = 0, k = 0; i < n && rc == 0; i++) { /* the probed rows' versions */
+            if (how_known[i] != 'p')
+                continue;
+            const struct probe_one *pr = &probes[k++];
+            if (pr->rc < 0 || !pr->etag[0])
                 continue;
             struct row_pin *p = &r->pins[r->npins++];
-            p->url = strdup(ask[k]);
-            p->etag = strdup(probes[k].etag);
-            p->size = probes[k].size;
-            rc = p->url && p->etag ? 0 : -ENOMEM;
+            p->row = (uint32_t)i;
+            p->etag = strdup(pr->etag);
+            p->size = pr->size;
+            rc = p->etag ? 0 : -ENOMEM;
         }
         free(ask);
-        if (rc == 0 && r->npins)
-            qsort(r->pins, r->npins, sizeof(*r->pins), cmp_pin);
-        if (rc == 0 && nprobes && r->cache_dir)
-            pins_save(r);
     } else if (rc == 0) {
         rc = list_dirs(r, cfg, keys, n, &objs, &nobjs, &listings, err, errlen);
     }
@@ -1889,6 +1893,13 @@ int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
         rc = source_int_classes(ix, max_label + 1);
     if (rc == 0)
         rc = index_finish(ix);
+    if (rc == 0 && r->npins) { /* the rows' pins found by their paths now fixed */
+        for (size_t k = 0; k < r->npins; k++)
+            r->pins[k].url = index_path(ix, r->pins[k].row);
+        qsort(r->pins, r->npins, sizeof(*r->pins), cmp_pin);
+        if (nprobes && r->cache_dir)
+            pins_save(r);
+    }
     if (rc < 0 && !err[0])
         snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
                  rc == -E2BIG ? SOURCE_INT_CLASSES_MSG : strerror(-rc));
