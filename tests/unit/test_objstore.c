@@ -120,12 +120,19 @@ struct get {
     int calls;
 };
 
-static void new_run(struct run *r, const char *secret, const char *token, uint32_t depth,
-                    uint32_t retries)
+/* A run (its own event base) of an objstore made from cfg. */
+static void run_with(struct run *r, const struct objstore_config *cfg)
 {
+    char err[256];
     memset(r, 0, sizeof(*r));
     r->base = event_base_new();
     ck_assert_ptr_nonnull(r->base);
+    ck_assert_msg(objstore_new(r->base, cfg, &r->os, err, sizeof(err)) == 0, "%s", err);
+}
+
+static void new_run(struct run *r, const char *secret, const char *token, uint32_t depth,
+                    uint32_t retries)
+{
     struct objstore_config cfg = {
         .s3 = 1,
         .endpoint = s3_endpoint,
@@ -140,8 +147,7 @@ static void new_run(struct run *r, const char *secret, const char *token, uint32
         .backoff_ms = 10,
         .backoff_max_ms = 200,
     };
-    char err[256];
-    ck_assert_int_eq(objstore_new(r->base, &cfg, &r->os, err, sizeof(err)), 0);
+    run_with(r, &cfg);
 }
 
 static void end_run(struct run *r)
@@ -598,13 +604,10 @@ START_TEST(test_s3_timeout)
     NEED_S3();
     objfixture_cmd(&s3fx, "delay 500", NULL, 0);
     struct run r;
-    memset(&r, 0, sizeof(r));
-    r.base = event_base_new();
     struct objstore_config cfg = {.s3 = 1, .endpoint = s3_endpoint, .access_key = "S3RVER",
                                   .secret_key = SECRET, .retries = 1, .timeout_ms = 150,
                                   .backoff_ms = 1, .backoff_max_ms = 1};
-    char err[256];
-    ck_assert_int_eq(objstore_new(r.base, &cfg, &r.os, err, sizeof(err)), 0);
+    run_with(&r, &cfg);
     struct get g = {.file = 3};
     char key[64];
     key_of(3, key, sizeof(key));
@@ -714,15 +717,13 @@ START_TEST(test_s3_cancel_waiting)
     NEED_S3();
     objfixture_cmd(&s3fx, "fail 1 503", NULL, 0);
     struct run r;
-    memset(&r, 0, sizeof(r));
-    r.base = event_base_new();
     struct objstore_config cfg = {.s3 = 1, .endpoint = s3_endpoint, .region = "us-east-1",
                                   .access_key = "S3RVER", .secret_key = SECRET, .depth = 1,
                                   .retries = 20, .timeout_ms = 10000,
                                   .connect_timeout_ms = 2000, .backoff_ms = 2000,
                                   .backoff_max_ms = 2000};
-    char err[256], key[64];
-    ck_assert_int_eq(objstore_new(r.base, &cfg, &r.os, err, sizeof(err)), 0);
+    char key[64];
+    run_with(&r, &cfg);
     struct get g = {0};
     key_of(1, key, sizeof(key));
     get_s3(&r, &g, "data", key, 0, 0);

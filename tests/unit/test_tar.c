@@ -581,6 +581,17 @@ static void list_check(const struct shardidx *x)
     ck_assert_int_eq(e.type, TAR_DIR);
 }
 
+/* Writes bytes[0..len) to path with byte off flipped. */
+static void write_flipped(const char *path, uint8_t *bytes, size_t len, size_t off)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    bytes[off] ^= 0x20;
+    ck_assert_uint_eq(fwrite(bytes, 1, len, f), len);
+    bytes[off] ^= 0x20;
+    fclose(f);
+}
+
 START_TEST(test_shard_lists)
 {
     char cdir[300], file[400], name[64], path[400];
@@ -621,12 +632,7 @@ START_TEST(test_shard_lists)
     snprintf(path, sizeof(path), "%s/%s", cdir, name);
     /* a flipped byte anywhere: none */
     for (size_t off = 0; off < len; off += 3) {
-        FILE *f = fopen(path, "wb");
-        ck_assert_ptr_nonnull(f);
-        saved[off] ^= 0x20;
-        ck_assert_uint_eq(fwrite(saved, 1, len, f), len);
-        saved[off] ^= 0x20;
-        fclose(f);
+        write_flipped(path, saved, len, off);
         ck_assert_msg(shardidx_load(cdir, &id, &y) == -ENOENT, "byte %zu flipped: used", off);
     }
     free(saved);
@@ -694,12 +700,7 @@ START_TEST(test_probe_cache)
     uint8_t *saved = slurp(path, &len);
     /* a flipped byte anywhere: none */
     for (size_t off = 0; off < len; off += 3) {
-        FILE *f = fopen(file, "wb");
-        ck_assert_ptr_nonnull(f);
-        saved[off] ^= 0x20;
-        ck_assert_uint_eq(fwrite(saved, 1, len, f), len);
-        saved[off] ^= 0x20;
-        fclose(f);
+        write_flipped(file, saved, len, off);
         ck_assert_msg(probecache_load(cdir, &id, &pc) == -ENOENT, "byte %zu flipped: used", off);
     }
     /* cut short: none */
