@@ -118,11 +118,17 @@ static int write_all(int fd, const void *buf, size_t len)
 
 #define BLOB_HEAD 48 /* the fixed part of a blob's file */
 
-int cachedir_load_blob(const char *path, const char *name, const struct cachedir_key *key,
-                       size_t max, unsigned char **file, const unsigned char **body,
-                       size_t *len, uint64_t *count)
+void cachedir_blob_name(const struct cachedir_key *key, char *buf, size_t len)
 {
-    char err[600];
+    snprintf(buf, len, "%.16s-%016llx.idx", key->prefix,
+             (unsigned long long)hash_xxh64(key->locator, strlen(key->locator)));
+}
+
+int cachedir_load_blob(const char *path, const struct cachedir_key *key, size_t max,
+                       unsigned char **file, const unsigned char **body, size_t *len,
+                       uint64_t *count)
+{
+    char err[600], name[64];
     struct stat sb;
     *file = NULL;
     if (!path || !*path)
@@ -130,6 +136,7 @@ int cachedir_load_blob(const char *path, const char *name, const struct cachedir
     int dfd = cachedir_open(path, 0, err, sizeof(err));
     if (dfd < 0)
         return -ENOENT;
+    cachedir_blob_name(key, name, sizeof(name));
     int fd = cachedir_open_file(dfd, name, O_RDONLY, 0);
     close(dfd);
     if (fd < 0)
@@ -170,11 +177,11 @@ int cachedir_load_blob(const char *path, const char *name, const struct cachedir
     return 0;
 }
 
-int cachedir_save_blob(const char *path, const char *name, const struct cachedir_key *key,
-                       uint64_t count, const void *body, size_t len)
+int cachedir_save_blob(const char *path, const struct cachedir_key *key, uint64_t count,
+                       const void *body, size_t len)
 {
     static atomic_uint seq;
-    char err[600], tmp[300];
+    char err[600], name[64], tmp[128];
     if (!path || !*path)
         return -ENOENT;
     size_t ll = strlen(key->locator);
@@ -202,7 +209,8 @@ int cachedir_save_blob(const char *path, const char *name, const struct cachedir
         return dfd;
     }
     /* a name of this process's own: several daemons may share cache.dir */
-    snprintf(tmp, sizeof(tmp), "%.200s.%d.%u.tmp", name, (int)getpid(),
+    cachedir_blob_name(key, name, sizeof(name));
+    snprintf(tmp, sizeof(tmp), "%s.%d.%u.tmp", name, (int)getpid(),
              atomic_fetch_add(&seq, 1));
     /* 0640 like the segments: the umask may narrow it, never widen it. */
     int fd = cachedir_open_file(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL, 0640);

@@ -55,24 +55,27 @@ int cachedir_remove_dir(int dir, const char *name);
  *     magic (8 bytes), u32 format, u32 locator_len, u64 size, u64 version,
  *     u64 count, u64 body_len, the locator, the body, u64 XXH64 of it all
  * (host byte order: this machine's cache), written whole under a
- * temporary name of this process's and renamed over name, so a reader
- * never sees half a file. */
+ * temporary name of this process's and renamed over its name, so a reader
+ * never sees half a file. Its name is PREFIX-XXXXXXXXXXXXXXXX.idx, the
+ * XXH64 of the locator (cachedir_blob_name). */
 struct cachedir_key {
-    const char *magic; /* 8 bytes */
+    const char *prefix; /* of the file's name: "shard", "probes" */
+    const char *magic;  /* 8 bytes */
     uint32_t format;
     const char *locator;
     uint64_t size, version;
 };
-/* name's body when its key equals key, its sum matches and it is at most
+/* key's file name (at most 40 bytes and the NUL). */
+void cachedir_blob_name(const struct cachedir_key *key, char *buf, size_t len);
+/* key's body when the file's key equals it, its sum matches and it is at most
  * max bytes: 0 with *file (malloc'ed: the caller frees it), *body (in it),
  * *len and *count; -ENOENT when there is none, it is another key's, torn
  * or corrupt, or cache.dir is not usable; -ENOMEM. */
-int cachedir_load_blob(const char *path, const char *name, const struct cachedir_key *key,
-                       size_t max, unsigned char **file, const unsigned char **body,
+int cachedir_load_blob(const char *path, const struct cachedir_key *key, size_t max, unsigned char **file, const unsigned char **body,
                        size_t *len, uint64_t *count);
-/* Keeps body (len bytes, count records) under key as name. 0 or -errno
+/* Keeps body (len bytes, count records) under key. 0 or -errno
  * (nothing left behind on failure). */
-int cachedir_save_blob(const char *path, const char *name, const struct cachedir_key *key,
-                       uint64_t count, const void *body, size_t len);
+int cachedir_save_blob(const char *path, const struct cachedir_key *key, uint64_t count,
+                       const void *body, size_t len);
 
 #endif

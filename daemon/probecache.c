@@ -29,12 +29,6 @@ struct probecache {
     size_t n;
 };
 
-static void file_name(const char *manifest, char *buf, size_t len)
-{
-    snprintf(buf, len, "probes-%016llx.idx",
-             (unsigned long long)hash_xxh64(manifest, strlen(manifest)));
-}
-
 static int cmp_entry(const void *a, const void *b)
 {
     return strcmp(((const struct probecache_entry *)a)->url,
@@ -76,23 +70,20 @@ static int parse(struct probecache *pc, const unsigned char *body, size_t len, u
 
 static struct cachedir_key key_of(const struct probecache_id *id)
 {
-    return (struct cachedir_key){PROBECACHE_MAGIC, PROBECACHE_FORMAT, id->manifest, id->size,
-                                 (uint64_t)id->mtime_ns};
+    return (struct cachedir_key){"probes", PROBECACHE_MAGIC, PROBECACHE_FORMAT, id->manifest,
+                                 id->size, (uint64_t)id->mtime_ns};
 }
 
 int probecache_load(const char *cache_dir, const struct probecache_id *id,
                     struct probecache **out)
 {
-    char name[64];
     unsigned char *file;
     const unsigned char *body;
     size_t len;
     uint64_t count;
     struct cachedir_key key = key_of(id);
     *out = NULL;
-    file_name(id->manifest, name, sizeof(name));
-    int rc = cachedir_load_blob(cache_dir, name, &key, PROBECACHE_FILE_MAX, &file, &body, &len,
-                                &count);
+    int rc = cachedir_load_blob(cache_dir, &key, PROBECACHE_FILE_MAX, &file, &body, &len, &count);
     if (rc < 0)
         return rc;
     if (count > len / (REC_HEAD + 2)) {
@@ -124,7 +115,6 @@ const struct probecache_entry *probecache_find(const struct probecache *pc, cons
 int probecache_save(const char *cache_dir, const struct probecache_id *id,
                     const struct probecache_entry *e, size_t n)
 {
-    char name[64];
     struct cachedir_key key = key_of(id);
     size_t len = 0;
     for (size_t i = 0; i < n; i++)
@@ -145,8 +135,7 @@ int probecache_save(const char *cache_dir, const struct probecache_id *id,
         p += REC_HEAD + ul + el + 2;
         count++;
     }
-    file_name(id->manifest, name, sizeof(name));
-    int rc = cachedir_save_blob(cache_dir, name, &key, count, body, (size_t)(p - body));
+    int rc = cachedir_save_blob(cache_dir, &key, count, body, (size_t)(p - body));
     free(body);
     return rc;
 }

@@ -162,35 +162,28 @@ static int parse_body(struct shardidx *x, uint64_t count, uint64_t shard_size)
     return pos == x->len ? 0 : -EBADMSG;
 }
 
-static void file_name(const char *locator, char *buf, size_t len)
+static struct cachedir_key key_of(const struct shardidx_id *id)
 {
-    snprintf(buf, len, "shard-%016llx.idx",
-             (unsigned long long)hash_xxh64(locator, strlen(locator)));
+    return (struct cachedir_key){"shard", SHARDIDX_MAGIC, SHARDIDX_FORMAT, id->locator,
+                                 id->size, id->version};
 }
 
 void shardidx_file_name(const char *locator, char *buf, size_t len)
 {
-    file_name(locator, buf, len);
-}
-
-static struct cachedir_key key_of(const struct shardidx_id *id)
-{
-    return (struct cachedir_key){SHARDIDX_MAGIC, SHARDIDX_FORMAT, id->locator, id->size,
-                                 id->version};
+    struct shardidx_id id = {locator, 0, 0};
+    struct cachedir_key key = key_of(&id);
+    cachedir_blob_name(&key, buf, len);
 }
 
 int shardidx_load(const char *cache_dir, const struct shardidx_id *id, struct shardidx **out)
 {
-    char name[64];
     unsigned char *file;
     const unsigned char *body;
     size_t len;
     uint64_t count;
     struct cachedir_key key = key_of(id);
     *out = NULL;
-    file_name(id->locator, name, sizeof(name));
-    int rc = cachedir_load_blob(cache_dir, name, &key, SHARDIDX_FILE_MAX, &file, &body, &len,
-                                &count);
+    int rc = cachedir_load_blob(cache_dir, &key, SHARDIDX_FILE_MAX, &file, &body, &len, &count);
     if (rc < 0)
         return rc;
     struct shardidx *x = shardidx_new();
@@ -212,8 +205,6 @@ int shardidx_load(const char *cache_dir, const struct shardidx_id *id, struct sh
 
 int shardidx_save(const char *cache_dir, const struct shardidx_id *id, const struct shardidx *x)
 {
-    char name[64];
     struct cachedir_key key = key_of(id);
-    file_name(id->locator, name, sizeof(name));
-    return cachedir_save_blob(cache_dir, name, &key, x->n, x->body, x->len);
+    return cachedir_save_blob(cache_dir, &key, x->n, x->body, x->len);
 }
