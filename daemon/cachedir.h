@@ -25,6 +25,7 @@
 #define PRESTO_CACHEDIR_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* The directory path (created, mode 0750, when create and missing) after
@@ -46,5 +47,35 @@ int cachedir_open_file(int dir, const char *name, int flags, mode_t mode);
  * directory then): 0. A name that is not a directory (a symbolic link to
  * one included) is removed itself: 1. Else a negative errno. */
 int cachedir_remove_dir(int dir, const char *name);
+
+/* A small file of the daemon's own in cache.dir (shard member lists,
+ * probe caches), keyed: what it is (magic, format), what it describes (a
+ * locator: a path or URL) and that thing's version (size, version), then
+ * count records in a body. The file is
+ *     magic (8 bytes), u32 format, u32 locator_len, u64 size, u64 version,
+ *     u64 count, u64 body_len, the locator, the body, u64 XXH64 of it all
+ * (host byte order: this machine's cache), written whole under a
+ * temporary name of this process's and renamed over its name, so a reader
+ * never sees half a file. Its name is PREFIX-XXXXXXXXXXXXXXXX.idx, the
+ * XXH64 of the locator (cachedir_blob_name). */
+struct cachedir_key {
+    const char *prefix; /* of the file's name: "shard", "probes" */
+    const char *magic;  /* 8 bytes */
+    uint32_t format;
+    const char *locator;
+    uint64_t size, version;
+};
+/* key's file name (at most 40 bytes and the NUL). */
+void cachedir_blob_name(const struct cachedir_key *key, char *buf, size_t len);
+/* key's body when the file's key equals it, its sum matches and it is at most
+ * max bytes: 0 with *file (malloc'ed: the caller frees it), *body (in it),
+ * *len and *count; -ENOENT when there is none, it is another key's, torn
+ * or corrupt, or cache.dir is not usable; -ENOMEM. */
+int cachedir_load_blob(const char *path, const struct cachedir_key *key, size_t max, unsigned char **file, const unsigned char **body,
+                       size_t *len, uint64_t *count);
+/* Keeps body (len bytes, count records) under key. 0 or -errno
+ * (nothing left behind on failure). */
+int cachedir_save_blob(const char *path, const struct cachedir_key *key, uint64_t count,
+                       const void *body, size_t len);
 
 #endif

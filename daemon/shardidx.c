@@ -5,9 +5,8 @@
  *     u8 type, u8 zero[3], u32 name_len, u64 offset, u64 size, u32 data_len,
  *     name (name_len bytes) and a NUL, data (data_len bytes)
  * (host byte order: the file is this machine's cache). The file is
- *     "PRSHIDX1", u32 format, u32 locator_len, u64 size, u64 version,
- *     u64 count, u64 body_len, the locator, the body,
- *     u64 XXH64 of everything before it.
+ * cachedir.h's keyed blob: magic "PRSHIDX1", the shard's locator, size
+ * and version, the records' count, the body.
  */
 #define _GNU_SOURCE
 #include "shardidx.h"
@@ -29,7 +28,6 @@
 #define SHARDIDX_FORMAT 1u
 #define SHARDIDX_FILE_MAX (512ull << 20) /* a larger file is not ours */
 #define REC_HEAD 28                      /* the fixed part of a record */
-#define FILE_HEAD 48                     /* the fixed part of the file */
 
 struct shardidx {
     uint8_t *body;  /* the records */
@@ -164,107 +162,38 @@ static int parse_body(struct shardidx *x, uint64_t count, uint64_t shard_size)
     return pos == x->len ? 0 : -EBADMSG;
 }
 
-/* The file's name, or (tmp) a name of this process's own to write it
- * under (several daemons may share cache.dir). */
-static void file_name(const char *locator, int tmp, char *buf, size_t len)
+static struct cachedir_key key_of(const struct shardidx_id *id)
 {
-    static atomic_uint seq;
-    unsigned long long h = (unsigned long long)hash_xxh64(locator, strlen(locator));
-    if (tmp)
-        snprintf(buf, len, "shard-%016llx.idx.%d.%u.tmp", h, (int)getpid(),
-                 atomic_fetch_add(&seq, 1));
-    else
-        snprintf(buf, len, "shard-%016llx.idx", h);
+    return (struct cachedir_key){"shard", SHARDIDX_MAGIC, SHARDIDX_FORMAT, id->locator,
+                                 id->size, id->version};
 }
 
 void shardidx_file_name(const char *locator, char *buf, size_t len)
 {
-    file_name(locator, 0, buf, len);
-}
-
-static int read_all(int fd, uint8_t *buf, size_t len)
-{
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = pread(fd, buf + got, len - got, (off_t)got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return r < 0 ? -errno : -EBADMSG;
-        got += (size_t)r;
-    }
-    return 0;
-}
-
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
+    struct shardidx_id id = {locator, 0, 0};
+    struct cachedir_key key = key_of(&id);
+    cachedir_blob_name(&key, buf, len);
 }
 
 int shardidx_load(const char *cache_dir, const struct shardidx_id *id, struct shardidx **out)
 {
-    char err[600], name[64];
-    struct stat sb;
-    uint8_t *file = NULL;
-    int rc;
+    unsigned char *file;
+    const unsigned char *body;
+    size_t len;
+    uint64_t count;
+    struct cachedir_key key = key_of(id);
     *out = NULL;
-    if (!cache_dir || !*cache_dir)
-        return -ENOENT;
-    int dfd = cachedir_open(cache_dir, 0, err, sizeof(err));
-    if (dfd < 0)
-        return -ENOENT;
-    file_name(id->locator, 0, name, sizeof(name));
-    int fd = cachedir_open_file(dfd, name, O_RDONLY, 0);
-    close(dfd);
-    if (fd < 0)
-        return -ENOENT;
-    size_t ll = strlen(id->locator);
-    if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size > SHARDIDX_FILE_MAX ||
-        (uint64_t)sb.st_size < FILE_HEAD + ll + 8) {
-        close(fd);
-        return -ENOENT;
-    }
-    size_t flen = (size_t)sb.st_size;
-    if (!(file = malloc(flen))) {
-        close(fd);
-        return -ENOMEM;
-    }
-    rc = read_all(fd, file, flen);
-    close(fd);
-    uint32_t format, locator_len;
-    uint64_t size, version, count, body_len, sum;
-    memcpy(&format, file + 8, 4);
-    memcpy(&locator_len, file + 12, 4);
-    memcpy(&size, file + 16, 8);
-    memcpy(&version, file + 24, 8);
-    memcpy(&count, file + 32, 8);
-    memcpy(&body_len, file + 40, 8);
-    memcpy(&sum, file + flen - 8, 8);
-    if (rc < 0 || memcmp(file, SHARDIDX_MAGIC, 8) != 0 || format != SHARDIDX_FORMAT ||
-        locator_len != ll || memcmp(file + FILE_HEAD, id->locator, ll) != 0 ||
-        size != id->size || version != id->version || body_len != flen - FILE_HEAD - ll - 8 ||
-        sum != hash_xxh64(file, flen - 8)) {
-        free(file);
-        return rc == -ENOMEM ? rc : -ENOENT;
-    }
+    int rc = cachedir_load_blob(cache_dir, &key, SHARDIDX_FILE_MAX, &file, &body, &len, &count);
+    if (rc < 0)
+        return rc;
     struct shardidx *x = shardidx_new();
-    if (!x || !(x->body = malloc(body_len ? body_len : 1))) {
+    if (!x || !(x->body = malloc(len ? len : 1))) {
         shardidx_free(x);
         free(file);
         return -ENOMEM;
     }
-    memcpy(x->body, file + FILE_HEAD + ll, body_len);
-    x->len = x->cap = body_len;
+    memcpy(x->body, body, len);
+    x->len = x->cap = len;
     free(file);
     if ((rc = parse_body(x, count, id->size)) < 0) {
         shardidx_free(x);
@@ -276,51 +205,6 @@ int shardidx_load(const char *cache_dir, const struct shardidx_id *id, struct sh
 
 int shardidx_save(const char *cache_dir, const struct shardidx_id *id, const struct shardidx *x)
 {
-    char err[600], name[64], tmp[96];
-    if (!cache_dir || !*cache_dir)
-        return -ENOENT;
-    int dfd = cachedir_open(cache_dir, 1, err, sizeof(err));
-    if (dfd < 0)
-        return dfd;
-    file_name(id->locator, 0, name, sizeof(name));
-    file_name(id->locator, 1, tmp, sizeof(tmp));
-    /* 0640 like the segments: the umask may narrow it, never widen it. */
-    int fd = cachedir_open_file(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL, 0640);
-    if (fd < 0) {
-        close(dfd);
-        return fd;
-    }
-    size_t ll = strlen(id->locator);
-    uint8_t head[FILE_HEAD];
-    uint32_t format = SHARDIDX_FORMAT, l32 = (uint32_t)ll;
-    uint64_t count = x->n, body_len = x->len;
-    memcpy(head, SHARDIDX_MAGIC, 8);
-    memcpy(head + 8, &format, 4);
-    memcpy(head + 12, &l32, 4);
-    memcpy(head + 16, &id->size, 8);
-    memcpy(head + 24, &id->version, 8);
-    memcpy(head + 32, &count, 8);
-    memcpy(head + 40, &body_len, 8);
-    /* XXH64 of head, locator and body: one pass over a copy is simplest */
-    size_t flen = FILE_HEAD + ll + x->len;
-    uint8_t *file = malloc(flen + 8);
-    int rc = file ? 0 : -ENOMEM;
-    if (rc == 0) {
-        memcpy(file, head, FILE_HEAD);
-        memcpy(file + FILE_HEAD, id->locator, ll);
-        if (x->len)
-            memcpy(file + FILE_HEAD + ll, x->body, x->len);
-        uint64_t sum = hash_xxh64(file, flen);
-        memcpy(file + flen, &sum, 8);
-        rc = write_all(fd, file, flen + 8);
-    }
-    free(file);
-    if (close(fd) < 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0)
-        rc = -errno;
-    if (rc < 0)
-        unlinkat(dfd, tmp, 0);
-    close(dfd);
-    return rc;
+    struct cachedir_key key = key_of(id);
+    return cachedir_save_blob(cache_dir, &key, x->n, x->body, x->len);
 }

@@ -177,7 +177,9 @@ void source_cancel(const struct source *s, struct io_ring *io, struct io_req *q)
     X(latency_p50_us, GAUGE, "microseconds", "median attempt latency (last 4096)",    \
       "latency_p50")                                                                  \
     X(latency_p99_us, GAUGE, "microseconds", "99th percentile of it", "latency_p99")  \
-    X(latency_max_us, GAUGE, "microseconds", "the longest of them", "latency_max")
+    X(latency_max_us, GAUGE, "microseconds", "the longest of them", "latency_max") \
+    X(reprobed, COUNTER, "requests",                                                   \
+      "URL rows read again without If-Match: replaced since they were probed")
 struct stats_out;
 /* The section "source" of a remote source's dataset (nothing for files);
  * in Prometheus presto_dataset_remote_*{dataset=...}. */

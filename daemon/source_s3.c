@@ -68,6 +68,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "objstore.h"
+#include "probecache.h"
 #include "shardidx.h"
 #include "stats.h"
 #include "trust.h"
@@ -89,6 +90,8 @@ struct rreq {
     int cancel;         /* a waiter took it back: the thread cancels it */
     struct rreq *cnext; /* the thread's list of those to cancel */
     struct rgroup *group; /* read by one GET with its neighbours, or NULL */
+    int reprobe; /* a URL row's object replaced since it was probed: read
+                    again without If-Match, its pin set from the answer */
 };
 
 /* Shard members next to each other (in the order they were handed over:
@@ -151,14 +154,29 @@ struct source_s3 {
     size_t nshards;
     uint32_t *shard_of;
     uint64_t *offset;
-    /* a manifest's URL rows that name their version (size and etag
-     * columns): sorted by URL; each read asks for that ETag (If-Match) */
+    /* a manifest's http(s) URL rows with a known version: those that
+     * name it (size and etag columns), those probed or found in the probe
+     * cache (probecache.h); sorted by the row's path pointer in the index;
+     * each read asks for that ETag
+     * (If-Match). The thread's once it runs (a row re-probed changes its
+     * pin: pins_dirty, saved on a tick and at the end). */
     struct row_pin *pins;
     size_t npins;
+    struct probecache_id probe_id; /* the manifest's, for the probe cache */
+    const char *cache_dir;
+    int pins_dirty;
+    uint64_t pins_saved_ns;
+    uint64_t reprobed; /* relaxed atomic: rows asked again (412) */
 };
 
+/* A row's pin: its own (two rows of one URL may name two versions), found
+ * by the row's path in the index, which its reads' q->path is. */
 struct row_pin {
-    char *url, *etag;
+    const char *url; /* the index's path of the row (set once it is indexed) */
+    uint32_t row;
+    char *etag;
+    uint64_t size;
+    int named; /* by the manifest's columns: a replaced object is a bad sample */
 };
 
 /* ---- credentials ---- */
@@ -886,9 +904,53 @@ static int get_sink(void *arg, const uint8_t *data, size_t len)
     return 0;
 }
 
+static struct row_pin *pin_of(struct source_s3 *r, const char *url);
+static void start_one(struct source_s3 *r, struct rreq *rr);
+
+/* A URL row's read refused (412) because its object was replaced since it
+ * was probed (its pin came from a probe or the probe cache, not from the
+ * manifest): asked again without If-Match, that row only; 1 when it was. */
+static int reprobe(struct source_s3 *r, struct rreq *rr, int rc)
+{
+    struct row_pin *p;
+    if (rc != -ESTALE || r->shards || rr->reprobe || !(p = pin_of(r, rr->q->path)) || p->named)
+        return 0;
+    pthread_mutex_lock(&r->lock);
+    int cancel = rr->cancel;
+    pthread_mutex_unlock(&r->lock);
+    if (cancel)
+        return 0;
+    if (__atomic_fetch_add(&r->reprobed, 1, __ATOMIC_RELAXED) < S3_FAILS_LOGGED)
+        log_info("dataset '%s': %s was replaced since it was probed (ETag \"%s\"): asked "
+                 "again, its new version read", r->name, p->url, p->etag);
+    rr->reprobe = 1;
+    rr->got = 0;
+    start_one(r, rr);
+    return 1;
+}
+
+/* The answer to a re-probe: the row's pin is its object's version now. */
+static void repinned(struct source_s3 *r, struct rreq *rr, const struct objstore_result *res)
+{
+    struct row_pin *p = pin_of(r, rr->q->path);
+    char *etag = res && res->etag[0] ? strdup(res->etag) : NULL;
+    if (!p || !etag) {
+        free(etag);
+        return;
+    }
+    free(p->etag);
+    p->etag = etag;
+    p->size = res->size ? res->size : rr->got;
+    r->pins_dirty = 1;
+}
+
 static void get_done(void *arg, int rc, struct objstore_result *res)
 {
     struct rreq *rr = arg;
+    if (reprobe(rr->r, rr, rc))
+        return;
+    if (rc == 0 && rr->reprobe)
+        repinned(rr->r, rr, res);
     log_failure(rr->r, rc, rr, res);
     req_finish(rr->r, rr, rc, res ? res->etag : NULL);
 }
@@ -910,8 +972,6 @@ static void log_failure(struct source_s3 *r, int rc, const struct rreq *rr,
                  res && res->message ? res->message : strerror(-rc), res ? res->attempts : 0,
                  r->logged == S3_FAILS_LOGGED ? "; further failures are only counted" : "");
 }
-
-static void start_one(struct source_s3 *r, struct rreq *rr);
 
 static int group_sink(void *arg, const uint8_t *data, size_t len)
 {
@@ -1000,7 +1060,15 @@ static struct rreq *start_group(struct source_s3 *r, struct rreq *list)
 
 static int cmp_pin(const void *a, const void *b)
 {
-    return strcmp(((const struct row_pin *)a)->url, ((const struct row_pin *)b)->url);
+    uintptr_t x = (uintptr_t)((const struct row_pin *)a)->url;
+    uintptr_t y = (uintptr_t)((const struct row_pin *)b)->url;
+    return x < y ? -1 : x > y;
+}
+
+static struct row_pin *pin_of(struct source_s3 *r, const char *url)
+{
+    struct row_pin key = {.url = url};
+    return r->npins ? bsearch(&key, r->pins, r->npins, sizeof(key), cmp_pin) : NULL;
 }
 
 static void start_one(struct source_s3 *r, struct rreq *rr)
@@ -1008,10 +1076,9 @@ static void start_one(struct source_s3 *r, struct rreq *rr)
     struct objstore_target t = target_of(r, rr->q->path);
     if (r->shards) {
         t.if_match = shard_ref_of(rr->q->path)->etag;
-    } else if (r->npins) {
-        struct row_pin key = {.url = (char *)rr->q->path};
-        const struct row_pin *p = bsearch(&key, r->pins, r->npins, sizeof(key), cmp_pin);
-        t.if_match = p ? p->etag : NULL;
+    } else if (r->npins && !rr->reprobe) {
+        const struct row_pin *p = pin_of(r, rr->q->path);
+        t.if_match = p && p->etag[0] ? p->etag : NULL;
     }
     int rc = objstore_get(r->os, &t, rr->off, rr->length, get_sink, rr, get_done, rr);
     if (rc < 0)
@@ -1088,11 +1155,36 @@ static void snapshot(struct source_s3 *r)
     pthread_mutex_unlock(&r->lock);
 }
 
+#define S3_PINS_SAVE_NS (5ull * 1000000000ull) /* the probe cache rewritten at most so often */
+
+/* The URL rows' pins that came from the server (probed, re-probed or from
+ * the probe cache) kept as the manifest's probe cache. */
+static void pins_save(struct source_s3 *r)
+{
+    struct probecache_entry *e = calloc(r->npins ? r->npins : 1, sizeof(*e));
+    size_t n = 0;
+    if (!e)
+        return;
+    for (size_t k = 0; k < r->npins; k++)
+        if (!r->pins[k].named && r->pins[k].etag[0])
+            e[n++] = (struct probecache_entry){r->pins[k].url, r->pins[k].etag, r->pins[k].size};
+    int rc = probecache_save(r->cache_dir, &r->probe_id, e, n);
+    free(e);
+    if (rc < 0 && rc != -ENOENT)
+        log_warn("dataset '%s': keeping the URL rows' probes in cache.dir: %s", r->name,
+                 strerror(-rc));
+    r->pins_dirty = 0;
+    r->pins_saved_ns = stats_now_ns();
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
+    struct source_s3 *r = arg;
     (void)fd;
     (void)what;
-    snapshot(arg);
+    snapshot(r);
+    if (r->pins_dirty && stats_now_ns() - r->pins_saved_ns >= S3_PINS_SAVE_NS)
+        pins_save(r);
 }
 
 static void *s3_thread(void *arg)
@@ -1134,8 +1226,9 @@ static void s3_free(struct source_s3 *r)
         close(r->efd);
     pthread_cond_destroy(&r->done);
     pthread_mutex_destroy(&r->lock);
+    if (r->pins_dirty)
+        pins_save(r);
     for (size_t k = 0; k < r->npins; k++) {
-        free(r->pins[k].url);
         free(r->pins[k].etag);
     }
     free(r->pins);
@@ -1393,7 +1486,8 @@ static void s3_stats(const struct source *s, struct stats_out *o)
     uint64_t v[] = {st.in_flight, st.queued, st.waiting, st.depth, st.requests, st.attempts,
                     st.retries, st.completed, st.failed, st.failed_http, st.failed_timeout,
                     st.failed_connect, st.failed_changed, st.cancelled, st.status_5xx, st.status_429, st.status_4xx, st.bytes,
-                    st.bytes_per_s, st.lat_p50_us, st.lat_p99_us, st.lat_max_us};
+                    st.bytes_per_s, st.lat_p50_us, st.lat_p99_us, st.lat_max_us,
+                    __atomic_load_n(&r->reprobed, __ATOMIC_RELAXED)};
     stats_emit_u64(o, s3_decl, v, sizeof(v) / sizeof(v[0]));
 }
 
@@ -1682,30 +1776,64 @@ int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
         rc = rows_check(r, cfg, m, keys, err, errlen);
     if (rc == 0)
         rc = s3_client(r, cfg, err, errlen);
-    size_t nprobes = 0;
+    size_t nprobes = 0, ncached = 0, nnamed = 0;
+    struct probecache *pc = NULL;
+    /* each row's version: 'n' named by the row, 'c' from the probe
+     * cache, 'p' probed */
+    char *how_known = calloc(n ? n : 1, 1);
+    if (rc == 0 && !how_known)
+        rc = -ENOMEM;
     if (rc == 0 && r->http) { /* no listing: each URL probed, all at once, but those
-                                 whose row names its size and ETag */
+                                 whose row names its size and ETag and those the
+                                 probe cache knows */
+        struct stat mst;
         const char **ask = calloc(n ? n : 1, sizeof(*ask));
         probes = calloc(n ? n : 1, sizeof(*probes));
         r->pins = calloc(n ? n : 1, sizeof(*r->pins));
         rc = ask && probes && r->pins ? 0 : -ENOMEM;
+        if (rc == 0 && cfg->source.cache_dir[0] && stat(cfg->root, &mst) == 0) {
+            r->cache_dir = cfg->source.cache_dir;
+            r->probe_id = (struct probecache_id){cfg->root, (uint64_t)mst.st_size,
+                                                 (int64_t)mst.st_mtim.tv_sec * 1000000000 +
+                                                     mst.st_mtim.tv_nsec};
+            if (probecache_load(r->cache_dir, &r->probe_id, &pc) == -ENOMEM)
+                rc = -ENOMEM;
+        }
         for (size_t i = 0; i < n && rc == 0; i++) {
             uint64_t size;
             const char *etag;
-            if (!manifest_pinned(m, i, &size, &etag)) {
+            const struct probecache_entry *ce = NULL;
+            int named = manifest_pinned(m, i, &size, &etag);
+            if (!named && !(ce = probecache_find(pc, keys[i]))) {
+                how_known[i] = 'p';
                 ask[nprobes++] = keys[i];
                 continue;
             }
+            how_known[i] = named ? 'n' : 'c';
+            nnamed += named;
+            ncached += !named;
             struct row_pin *p = &r->pins[r->npins++];
-            p->url = strdup(keys[i]);
-            p->etag = strdup(etag);
-            rc = p->url && p->etag ? 0 : -ENOMEM;
+            p->row = (uint32_t)i;
+            p->etag = strdup(named ? etag : ce->etag);
+            p->size = named ? size : ce->size;
+            p->named = named;
+            rc = p->etag ? 0 : -ENOMEM;
         }
         if (rc == 0)
             rc = probe_many(r, ask, nprobes, probes);
+        for (size_t i = 0, k = 0; i < n && rc == 0; i++) { /* the probed rows' versions */
+            if (how_known[i] != 'p')
+                continue;
+            const struct probe_one *pr = &probes[k++];
+            if (pr->rc < 0 || !pr->etag[0])
+                continue;
+            struct row_pin *p = &r->pins[r->npins++];
+            p->row = (uint32_t)i;
+            p->etag = strdup(pr->etag);
+            p->size = pr->size;
+            rc = p->etag ? 0 : -ENOMEM;
+        }
         free(ask);
-        if (rc == 0 && r->npins)
-            qsort(r->pins, r->npins, sizeof(*r->pins), cmp_pin);
     } else if (rc == 0) {
         rc = list_dirs(r, cfg, keys, n, &objs, &nobjs, &listings, err, errlen);
     }
@@ -1718,8 +1846,14 @@ int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
         uint64_t size = 0;
         const char *etag = "";
         const char *why = "no such key";
-        if (probes && manifest_pinned(m, i, &size, &etag)) {
+        if (how_known[i] == 'n') {
+            manifest_pinned(m, i, &size, &etag);
             why = NULL; /* the row's own: not asked */
+        } else if (how_known[i] == 'c') {
+            const struct probecache_entry *ce = probecache_find(pc, keys[i]);
+            size = ce->size;
+            etag = ce->etag;
+            why = NULL; /* the probe cache's: not asked */
         } else if (probes) {
             const struct probe_one *pr = &probes[asked++];
             if (pr->rc == 0) {
@@ -1759,14 +1893,21 @@ int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
         rc = source_int_classes(ix, max_label + 1);
     if (rc == 0)
         rc = index_finish(ix);
+    if (rc == 0 && r->npins) { /* the rows' pins found by their paths now fixed */
+        for (size_t k = 0; k < r->npins; k++)
+            r->pins[k].url = index_path(ix, r->pins[k].row);
+        qsort(r->pins, r->npins, sizeof(*r->pins), cmp_pin);
+        if (nprobes && r->cache_dir)
+            pins_save(r);
+    }
     if (rc < 0 && !err[0])
         snprintf(err, errlen, "dataset '%s': indexing %s: %s", cfg->name, cfg->root,
                  rc == -E2BIG ? SOURCE_INT_CLASSES_MSG : strerror(-rc));
     if (rc == 0) {
-        char how[64];
-        if (r->http && r->npins)
-            snprintf(how, sizeof(how), "%zu probes, %zu rows naming their version", nprobes,
-                     r->npins);
+        char how[128];
+        if (r->http && (nnamed || ncached))
+            snprintf(how, sizeof(how), "%zu probes, %zu from the probe cache, %zu rows naming "
+                     "their version", nprobes, ncached, nnamed);
         else if (r->http)
             snprintf(how, sizeof(how), "%zu probes", nprobes);
         else
@@ -1776,6 +1917,8 @@ int source_s3_rows_new(struct source *s, const struct config_dataset *cfg,
                  missing ? "; some objects missing: see above" : "");
     }
     free(probes);
+    free(how_known);
+    probecache_free(pc);
     for (size_t k = 0; k < nobjs; k++)
         free(objs[k].key);
     free(objs);

@@ -324,10 +324,12 @@ static void same_as_folder(const char *name, uint64_t epoch, int shuffle)
 
 /* The same rows naming their version (size, and the ETag nginx gives:
  * hex mtime-hex size): nothing asked at start, the epochs the folder's;
- * in "stale" the first row names a version the server does not have: its
- * read carries that ETag (If-Match) and is refused (412), so that sample
- * alone fails (read without it, the object would be served). text: the
- * URL rows' manifest. */
+ * "stale" has pinned's rows and then the first row again naming a version
+ * the server does not have: that row's read carries its own ETag
+ * (If-Match) and is refused (412), so that sample alone fails, while the
+ * same URL's first row is served (read without it, or with one ETag per
+ * URL, both rows would be served or both fail). text: the URL rows'
+ * manifest. */
 static void pinned_rows(struct objfixture *fx, const char *text)
 {
     static char pinned[65536], stale[65536];
@@ -356,22 +358,116 @@ static void pinned_rows(struct objfixture *fx, const char *text)
         line += len + (nl != NULL);
     }
     ck_assert(a < sizeof(pinned));
-    /* stale: pinned's lines, the first row's ETag another */
-    memcpy(stale, pinned, a + 1);
-    char *first = strchr(stale, '\n') + 1, *q = strchr(first, '"');
+    /* stale: pinned's lines, then the first row again, its ETag another */
+    const char *first = strchr(pinned, '\n') + 1;
+    size_t flen = (size_t)(strchr(first, '\n') + 1 - first);
+    ck_assert(a + flen < sizeof(stale));
+    memcpy(stale, pinned, a);
+    memcpy(stale + a, first, flen);
+    stale[a + flen] = 0;
+    char *q = strchr(stale + a, '"');
     ck_assert(q != NULL);
     q[3] = q[3] == 'f' ? '0' : 'f';
     ck_assert_int_eq(harness_write_file(&H, "pinned.csv", pinned, p1, sizeof(p1)), 0);
     ck_assert_int_eq(harness_write_file(&H, "stale.csv", stale, p2, sizeof(p2)), 0);
     long n = start_beside_folder(fx, "cache-pinned", "", "pinned", p1, "stale", p2);
     ck_assert_msg(n == 0, "%ld requests to index rows that name their version", n);
-    ck_assert(harness_log_contains(&H, "0 probes, 40 rows naming their version)"));
+    ck_assert(harness_log_contains(&H, "0 probes, 0 from the probe cache, 40 rows naming their version)"));
     same_as_folder("pinned", 0, 1);
     struct harness_epoch e;
     pull("stale", 0, 0, &e);
-    ck_assert_msg(e.samples == NSAMPLES - 1 && e.skipped == 1, "stale: %llu samples, %llu skipped",
+    ck_assert_msg(e.samples == NSAMPLES && e.skipped == 1, "stale: %llu samples, %llu skipped",
                   (unsigned long long)e.samples, (unsigned long long)e.skipped);
     harness_stop_checked(&H);
+}
+
+/* Copies file from into to (both in out_dir, the server's), its mtime
+ * set to mtime: what the server serves under to changes version. */
+static void replace_file(const char *from, const char *to, time_t mtime)
+{
+    static char buf[1 << 20];
+    FILE *f = fopen(from, "rb");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    ck_assert(n > 0 && n < sizeof(buf));
+    ck_assert_ptr_nonnull(f = fopen(to, "wb"));
+    ck_assert_uint_eq(fwrite(buf, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+    struct timespec ts[2] = {{mtime, 0}, {mtime, 0}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, to, ts, 0), 0);
+}
+
+/* The requests an epoch of name made (the folder's alongside: none) as
+ * it is checked against the folder's. */
+static long rows_epoch(struct objfixture *fx, const char *name, uint64_t epoch)
+{
+    long before = objfixture_stat(fx, "requests");
+    same_as_folder(name, epoch, 0);
+    return objfixture_stat(fx, "requests") - before;
+}
+
+/* The rows' probes kept in cache.dir: a restart asks nothing; an object
+ * replaced since (row 1's file gets row 2's bytes and another mtime) is
+ * refused by its If-Match (412), asked again, that row only, and its new
+ * bytes served (the folder, indexed after the change, has them too); the
+ * probe cache then holds its new version, so the next start and epoch
+ * ask nothing more. The file is put back after. */
+static void probe_cache(struct objfixture *fx, const char *yaml)
+{
+    char rel[2][1024], path[2][2 * HARNESS_PATH_MAX], save[2 * HARNESS_PATH_MAX + 8];
+    char list[HARNESS_PATH_MAX + 16], line[1024];
+    struct stat st;
+    snprintf(list, sizeof(list), "%s/list.csv", out_dir);
+    FILE *f = fopen(list, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(line, sizeof(line), f)); /* the header */
+    for (int i = 0; i < 2; i++) {
+        ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+        snprintf(rel[i], sizeof(rel[i]), "%.*s", (int)strcspn(line, ","), line);
+        snprintf(path[i], sizeof(path[i]), "%s/%s", out_dir, rel[i]);
+    }
+    fclose(f);
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+    ck_assert_msg(harness_log_contains(&H, "0 probes, 40 from the probe cache"),
+                  "the restart did not use the probe cache");
+    long n = rows_epoch(fx, "rows", 0);
+    ck_assert_msg(n == NSAMPLES, "%ld requests for an epoch of %d rows", n, NSAMPLES);
+    harness_stop_checked(&H);
+
+    struct stat st1;
+    snprintf(save, sizeof(save), "%s.orig", path[0]);
+    ck_assert_int_eq(stat(path[0], &st), 0);
+    ck_assert_int_eq(stat(path[1], &st1), 0);
+    /* a new version larger than the indexed size is read whole once more
+     * into a buffer of its size (as a local file that grew) */
+    long grown = st1.st_size > st.st_size;
+    replace_file(path[0], save, st.st_mtime);
+    replace_file(path[1], path[0], st.st_mtime + 100);
+    long before = objfixture_stat(fx, "requests");
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+    n = objfixture_stat(fx, "requests") - before;
+    ck_assert_msg(n == 0, "%ld requests at a start with the probes kept", n);
+    n = rows_epoch(fx, "rows", 0); /* the 412 and the row asked again */
+    ck_assert_msg(n == NSAMPLES + 2 + grown,
+                  "%ld requests for an epoch with one object replaced (%ld bytes, was %ld)", n,
+                  (long)st1.st_size, (long)st.st_size);
+    ck_assert(harness_log_contains(&H, "was replaced since it was probed"));
+    char *json;
+    ck_assert_int_eq(harness_stats(&H, &json), 0);
+    ck_assert_msg(strstr(json, "\"reprobed\":1"), "no row counted as asked again");
+    free(json);
+    harness_stop_checked(&H); /* the new version kept */
+
+    before = objfixture_stat(fx, "requests");
+    ck_assert_msg(harness_start_config(&H, yaml, NULL) == 0, "prestod did not start");
+    n = objfixture_stat(fx, "requests") - before;
+    ck_assert_msg(n == 0, "%ld requests at start after a row was asked again", n);
+    n = rows_epoch(fx, "rows", 1);
+    ck_assert_msg(n == NSAMPLES, "%ld requests for an epoch after the re-probe was kept", n);
+    harness_stop_checked(&H);
+    replace_file(save, path[0], st.st_mtime);
+    ck_assert_int_eq(unlink(save), 0);
 }
 
 /* list.csv's rows as URLs of the server (nginx serves out_dir): each row
@@ -409,6 +505,7 @@ static void http_rows(struct objfixture *fx)
     same_as_folder("rows", 0, 0);
     same_as_folder("rows", 1, 1);
     harness_stop_checked(&H);
+    probe_cache(fx, yaml);
     pinned_rows(fx, text);
 }
 

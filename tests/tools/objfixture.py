@@ -318,6 +318,20 @@ def abort(writer):
 
 # ---- s3rver ----
 
+def die_with_fixture():
+    """A preexec_fn: the server gets SIGTERM when this fixture dies, even by
+    SIGKILL. check kills a failed case's process group, and the servers run in
+    sessions of their own, so without it a failed case left them running."""
+    import ctypes
+    parent = os.getpid()
+
+    def pre():
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # died before the prctl
+            os.kill(os.getpid(), signal.SIGTERM)
+    return pre
+
+
 def start_s3rver(install_dir, data_dir):
     exe = Path(install_dir) / "node_modules" / ".bin" / "s3rver"
     if not exe.exists():
@@ -337,7 +351,7 @@ def start_s3rver(install_dir, data_dir):
     proc = subprocess.Popen([str(exe), "-d", data_dir, "-a", "127.0.0.1", "-p", "0",
                              "--allow-mismatched-signatures", "--no-vhost-buckets", "--silent"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=die_with_fixture())
     line = b""
     while b"listening on" not in line:
         line = proc.stdout.readline()
@@ -419,7 +433,7 @@ http {{
         Path(prefix, "nginx.conf").write_text(conf)
         proc = subprocess.Popen([exe, "-p", prefix, "-c", f"{prefix}/nginx.conf"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with_fixture())
         for _ in range(100):
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.1).close()

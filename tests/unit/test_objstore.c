@@ -120,12 +120,19 @@ struct get {
     int calls;
 };
 
-static void new_run(struct run *r, const char *secret, const char *token, uint32_t depth,
-                    uint32_t retries)
+/* A run (its own event base) of an objstore made from cfg. */
+static void run_with(struct run *r, const struct objstore_config *cfg)
 {
+    char err[256];
     memset(r, 0, sizeof(*r));
     r->base = event_base_new();
     ck_assert_ptr_nonnull(r->base);
+    ck_assert_msg(objstore_new(r->base, cfg, &r->os, err, sizeof(err)) == 0, "%s", err);
+}
+
+static void new_run(struct run *r, const char *secret, const char *token, uint32_t depth,
+                    uint32_t retries)
+{
     struct objstore_config cfg = {
         .s3 = 1,
         .endpoint = s3_endpoint,
@@ -140,8 +147,7 @@ static void new_run(struct run *r, const char *secret, const char *token, uint32
         .backoff_ms = 10,
         .backoff_max_ms = 200,
     };
-    char err[256];
-    ck_assert_int_eq(objstore_new(r->base, &cfg, &r->os, err, sizeof(err)), 0);
+    run_with(r, &cfg);
 }
 
 static void end_run(struct run *r)
@@ -598,13 +604,10 @@ START_TEST(test_s3_timeout)
     NEED_S3();
     objfixture_cmd(&s3fx, "delay 500", NULL, 0);
     struct run r;
-    memset(&r, 0, sizeof(r));
-    r.base = event_base_new();
     struct objstore_config cfg = {.s3 = 1, .endpoint = s3_endpoint, .access_key = "S3RVER",
                                   .secret_key = SECRET, .retries = 1, .timeout_ms = 150,
                                   .backoff_ms = 1, .backoff_max_ms = 1};
-    char err[256];
-    ck_assert_int_eq(objstore_new(r.base, &cfg, &r.os, err, sizeof(err)), 0);
+    run_with(&r, &cfg);
     struct get g = {.file = 3};
     char key[64];
     key_of(3, key, sizeof(key));
@@ -700,6 +703,55 @@ START_TEST(test_s3_cancel_one)
     ck_assert_uint_eq(st.cancelled, 2);
     ck_assert_uint_eq(st.completed, 4);
     ck_assert_uint_eq(st.failed, 0);
+    end_run(&r);
+}
+END_TEST
+
+/* objstore_cancel of a request waiting out its backoff (every attempt
+ * answered 503, the backoff up to seconds): its done runs once, now, with
+ * -ECANCELED, nothing is left waiting, and its retry timer never fires
+ * (the loop runs on past it; ASan and valgrind would see a freed request
+ * used). */
+START_TEST(test_s3_cancel_waiting)
+{
+    NEED_S3();
+    objfixture_cmd(&s3fx, "fail 1 503", NULL, 0);
+    struct run r;
+    struct objstore_config cfg = {.s3 = 1, .endpoint = s3_endpoint, .region = "us-east-1",
+                                  .access_key = "S3RVER", .secret_key = SECRET, .depth = 1,
+                                  .retries = 20, .timeout_ms = 10000,
+                                  .connect_timeout_ms = 2000, .backoff_ms = 2000,
+                                  .backoff_max_ms = 2000};
+    char key[64];
+    run_with(&r, &cfg);
+    struct get g = {0};
+    key_of(1, key, sizeof(key));
+    get_s3(&r, &g, "data", key, 0, 0);
+    struct objstore_stats st = {0};
+    /* every attempt fails: it is in backoff after each, until its tries end */
+    while (g.calls == 0) {
+        ck_assert_int_ge(event_base_loop(r.base, EVLOOP_ONCE), 0);
+        objstore_stats(r.os, &st);
+        if (st.waiting == 1)
+            break;
+    }
+    ck_assert_msg(g.calls == 0 && st.waiting == 1, "never seen in backoff (%d calls)", g.calls);
+    uint64_t attempts = st.attempts;
+    ck_assert_int_eq(objstore_cancel(r.os, &g), 0);
+    ck_assert_int_eq(g.calls, 1);
+    ck_assert_int_eq(g.rc, -ECANCELED);
+    objstore_stats(r.os, &st);
+    ck_assert_uint_eq(st.waiting, 0);
+    ck_assert_uint_eq(st.cancelled, 1);
+    ck_assert_int_eq(objstore_cancel(r.os, &g), -ENOENT); /* gone */
+    /* past the longest backoff: no attempt more, no second done */
+    struct timeval tv = {2, 300000};
+    event_base_loopexit(r.base, &tv);
+    event_base_dispatch(r.base);
+    objstore_stats(r.os, &st);
+    ck_assert_uint_eq(st.attempts, attempts);
+    ck_assert_int_eq(g.calls, 1);
+    free(g.data);
     end_run(&r);
 }
 END_TEST
@@ -805,6 +857,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_s3_timeout);
     tcase_add_test(tc, test_s3_cancel);
     tcase_add_test(tc, test_s3_cancel_one);
+    tcase_add_test(tc, test_s3_cancel_waiting);
     tcase_add_test(tc, test_http);
     suite_add_tcase(s, tc);
     return s;

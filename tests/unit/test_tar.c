@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "probecache.h"
 #include "shardidx.h"
 #include "tar.h"
 #include "wds.h"
@@ -580,6 +581,17 @@ static void list_check(const struct shardidx *x)
     ck_assert_int_eq(e.type, TAR_DIR);
 }
 
+/* Writes bytes[0..len) to path with byte off flipped. */
+static void write_flipped(const char *path, uint8_t *bytes, size_t len, size_t off)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    bytes[off] ^= 0x20;
+    ck_assert_uint_eq(fwrite(bytes, 1, len, f), len);
+    bytes[off] ^= 0x20;
+    fclose(f);
+}
+
 START_TEST(test_shard_lists)
 {
     char cdir[300], file[400], name[64], path[400];
@@ -620,12 +632,7 @@ START_TEST(test_shard_lists)
     snprintf(path, sizeof(path), "%s/%s", cdir, name);
     /* a flipped byte anywhere: none */
     for (size_t off = 0; off < len; off += 3) {
-        FILE *f = fopen(path, "wb");
-        ck_assert_ptr_nonnull(f);
-        saved[off] ^= 0x20;
-        ck_assert_uint_eq(fwrite(saved, 1, len, f), len);
-        saved[off] ^= 0x20;
-        fclose(f);
+        write_flipped(path, saved, len, off);
         ck_assert_msg(shardidx_load(cdir, &id, &y) == -ENOENT, "byte %zu flipped: used", off);
     }
     free(saved);
@@ -645,6 +652,64 @@ START_TEST(test_shard_lists)
 }
 END_TEST
 
+/* A manifest's URL rows' probes in cache.dir (probecache.h): given back
+ * by URL under the same manifest (path, size, mtime), none under an edited
+ * or touched one, none from a file with a byte flipped or cut short. */
+START_TEST(test_probe_cache)
+{
+    char cdir[300], path[400];
+    snprintf(cdir, sizeof(cdir), "%s/pcache", dir);
+    struct probecache_entry e[] = {{"http://h/b.jpg", "etag-b", 200},
+                                   {"http://h/a.jpg", "\"quoted\"", 100},
+                                   {"http://h/c.jpg", "", 5}};
+    struct probecache_id id = {"/data/urls.csv", 4096, 1700000000123456789ll};
+    struct probecache *pc = NULL;
+    ck_assert_int_eq(probecache_load(cdir, &id, &pc), -ENOENT); /* no cache.dir yet */
+    ck_assert_int_eq(probecache_save(cdir, &id, e, 3), 0);
+    ck_assert_int_eq(probecache_load(cdir, &id, &pc), 0);
+    for (int i = 0; i < 3; i++) {
+        const struct probecache_entry *f = probecache_find(pc, e[i].url);
+        ck_assert_ptr_nonnull(f);
+        ck_assert_str_eq(f->etag, e[i].etag);
+        ck_assert_uint_eq(f->size, e[i].size);
+    }
+    ck_assert_ptr_null(probecache_find(pc, "http://h/d.jpg"));
+    probecache_free(pc);
+    struct probecache_id other = id;
+    other.mtime_ns++; /* touched */
+    ck_assert_int_eq(probecache_load(cdir, &other, &pc), -ENOENT);
+    other = id;
+    other.size++; /* edited */
+    ck_assert_int_eq(probecache_load(cdir, &other, &pc), -ENOENT);
+    other = id;
+    other.manifest = "/data/other.csv"; /* another manifest's name */
+    ck_assert_int_eq(probecache_load(cdir, &other, &pc), -ENOENT);
+    ck_assert_int_eq(sh("test $(ls '%s' | wc -l) = 1 && ls '%s' | grep -q "
+                        "'^probes-[0-9a-f]\\{16\\}\\.idx$'", cdir, cdir), 0);
+    snprintf(path, sizeof(path), "%s/saved-probes", dir);
+    ck_assert_int_eq(sh("cd '%s' && cp $(ls) '%s' && ls > '%s.name'", cdir, path, path), 0);
+    char name_file[420], name[64] = "", file[400];
+    snprintf(name_file, sizeof(name_file), "%s.name", path);
+    FILE *nf = fopen(name_file, "r");
+    ck_assert_ptr_nonnull(nf);
+    ck_assert_ptr_nonnull(fgets(name, sizeof(name), nf));
+    fclose(nf);
+    name[strcspn(name, "\n")] = 0;
+    snprintf(file, sizeof(file), "%s/%s", cdir, name);
+    size_t len;
+    uint8_t *saved = slurp(path, &len);
+    /* a flipped byte anywhere: none */
+    for (size_t off = 0; off < len; off += 3) {
+        write_flipped(file, saved, len, off);
+        ck_assert_msg(probecache_load(cdir, &id, &pc) == -ENOENT, "byte %zu flipped: used", off);
+    }
+    /* cut short: none */
+    ck_assert_int_eq(sh("head -c %zu '%s' > '%s'", len - 1, path, file), 0);
+    ck_assert_int_eq(probecache_load(cdir, &id, &pc), -ENOENT);
+    free(saved);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("tar");
@@ -656,6 +721,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_wds_grouping);
     tcase_add_test(tc, test_wds_class_names);
     tcase_add_test(tc, test_shard_lists);
+    tcase_add_test(tc, test_probe_cache);
     suite_add_tcase(s, tc);
     return s;
 }
