@@ -139,23 +139,24 @@ static void flip_rows(const uint8_t *src, uint8_t *dst, uint32_t h, uint32_t w,
         step_flip_row(src, dst, w, c);
 }
 
-/* Rows per checksum block: a block is summed, then flipped while it is
- * still in L1 (well under its 32 KiB). */
-#define FLIP_CRC_BLOCK 12288u
+/* Bytes per checksum block: three of hash_crc32c's long streams (its
+ * fastest path), which still fit L1 (32 KiB) for the flip that follows. */
+#define FLIP_CRC_BLOCK (3u * 8192u)
 
 uint32_t step_flip_copy_crc32c(uint32_t crc, int mirror, const struct img *in, uint8_t *dst)
 {
     if (!mirror)
         return hash_crc32c_copy(crc, dst, in->data, in->len);
-    size_t row = (size_t)in->w * in->c;
-    uint32_t per = row && row < FLIP_CRC_BLOCK ? (uint32_t)(FLIP_CRC_BLOCK / row) : 1;
-    const uint8_t *src = in->data;
-    for (uint32_t y = 0; y < in->h; y += per) {
-        uint32_t n = in->h - y < per ? in->h - y : per;
-        crc = hash_crc32c(crc, src, n * row);
-        flip_rows(src, dst, n, in->w, in->c);
-        src += n * row;
-        dst += n * row;
+    /* Each block is summed, then the rows it completed are flipped while
+     * they are still in L1. */
+    size_t row = (size_t)in->w * in->c, len = (size_t)in->h * row, summed = 0, flipped = 0;
+    while (flipped < len) {
+        size_t n = len - summed < FLIP_CRC_BLOCK ? len - summed : FLIP_CRC_BLOCK;
+        crc = hash_crc32c(crc, in->data + summed, n);
+        summed += n;
+        uint32_t rows = (uint32_t)((summed - flipped) / row);
+        flip_rows(in->data + flipped, dst + flipped, rows, in->w, in->c);
+        flipped += rows * row;
     }
     return crc;
 }
