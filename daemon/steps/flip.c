@@ -33,8 +33,8 @@ __attribute__((target("ssse3"))) static uint32_t flip_row3_ssse3(const uint8_t *
  * output vector gathers its bytes from the two or three source vectors
  * that hold them (one pshufb each, unused lanes zeroed, then OR), and is
  * stored whole: three loads and three stores that neither overlap nor
- * leave the group (1.6x flip_row3_ssse3's blocks of 5, whose 16-byte
- * stores overlap by a byte). Returns the pixels done. */
+ * leave the group (15-20% faster than flip_row3_ssse3's blocks of 5 alone,
+ * whose 16-byte stores overlap by a byte). Returns the pixels done. */
 __attribute__((target("ssse3"))) static uint32_t flip_row3_ssse3_48(const uint8_t *src,
                                                                     uint8_t *dst, uint32_t w)
 {
