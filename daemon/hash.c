@@ -69,25 +69,44 @@ static uint32_t crc32c_sw(uint32_t c, const uint8_t *p, size_t n)
 static uint32_t crc32c_long[4][256], crc32c_short[4][256];
 static pthread_once_t crc32c_shift_once = PTHREAD_ONCE_INIT;
 
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw_serial(uint32_t c,
-                                                                   const uint8_t *p,
-                                                                   size_t n)
+/* The serial loop; with dst, each 8 bytes are stored there from the
+ * register the crc32 instruction read them into (the copy costs no second
+ * load). Inlined into its two users, where dst is NULL or not at compile
+ * time. */
+__attribute__((target("sse4.2"), always_inline)) static inline uint32_t
+crc32c_hw_serial_to(uint32_t c, uint8_t *dst, const uint8_t *p, size_t n)
 {
     uint64_t c64 = c;
     while (n && ((uintptr_t)p & 7)) {
+        if (dst)
+            *dst++ = *p;
         c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
         n--;
     }
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
+        if (dst) {
+            memcpy(dst, &w, 8);
+            dst += 8;
+        }
         c64 = __builtin_ia32_crc32di(c64, w);
         p += 8;
         n -= 8;
     }
-    while (n--)
+    while (n--) {
+        if (dst)
+            *dst++ = *p;
         c64 = __builtin_ia32_crc32qi((uint32_t)c64, *p++);
+    }
     return (uint32_t)c64;
+}
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw_serial(uint32_t c,
+                                                                   const uint8_t *p,
+                                                                   size_t n)
+{
+    return crc32c_hw_serial_to(c, NULL, p, n);
 }
 
 /* The tables of the operator "feed len zero bytes" (linear in the register:
@@ -121,13 +140,14 @@ static inline uint32_t crc32c_shift(const uint32_t table[4][256], uint32_t c)
 }
 
 /* Three streams over blocks of len bytes (a multiple of 8) while at least
- * three of them are left. */
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw_3way(uint32_t c,
-                                                                 const uint8_t **pp,
-                                                                 size_t *np, size_t len,
-                                                                 const uint32_t table[4][256])
+ * three of them are left; with dst (*dp), each word is also stored there
+ * from the register it was loaded into. */
+__attribute__((target("sse4.2"), always_inline)) static inline uint32_t
+crc32c_hw_3way(uint32_t c, uint8_t **dp, const uint8_t **pp, size_t *np, size_t len,
+               const uint32_t table[4][256])
 {
     const uint8_t *p = *pp;
+    uint8_t *d = dp ? *dp : NULL;
     size_t n = *np;
     while (n >= 3 * len) {
         uint64_t c0 = c, c1 = 0, c2 = 0;
@@ -140,31 +160,56 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw_3way(uint32_t c,
             c0 = __builtin_ia32_crc32di(c0, w0);
             c1 = __builtin_ia32_crc32di(c1, w1);
             c2 = __builtin_ia32_crc32di(c2, w2);
+            if (d) {
+                memcpy(d, &w0, 8);
+                memcpy(d + len, &w1, 8);
+                memcpy(d + 2 * len, &w2, 8);
+                d += 8;
+            }
             p += 8;
         } while (p < end);
         c = crc32c_shift(table, (uint32_t)c0) ^ (uint32_t)c1;
         c = crc32c_shift(table, c) ^ (uint32_t)c2;
         p += 2 * len;
+        if (d)
+            d += 2 * len;
         n -= 3 * len;
     }
     *pp = p;
+    if (dp)
+        *dp = d;
     *np = n;
     return c;
+}
+
+/* crc32c_hw, storing the bytes to dst as it goes when dst is not NULL. */
+__attribute__((target("sse4.2"), always_inline)) static inline uint32_t
+crc32c_hw_to(uint32_t c, uint8_t *dst, const uint8_t *p, size_t n)
+{
+    if (n < 3 * CRC32C_SHORT)
+        return crc32c_hw_serial_to(c, dst, p, n);
+    pthread_once(&crc32c_shift_once, crc32c_shift_init);
+    while (n && ((uintptr_t)p & 7)) {
+        if (dst)
+            *dst++ = *p;
+        c = __builtin_ia32_crc32qi(c, *p++);
+        n--;
+    }
+    c = crc32c_hw_3way(c, dst ? &dst : NULL, &p, &n, CRC32C_LONG, crc32c_long);
+    c = crc32c_hw_3way(c, dst ? &dst : NULL, &p, &n, CRC32C_SHORT, crc32c_short);
+    return crc32c_hw_serial_to(c, dst, p, n);
 }
 
 __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t c, const uint8_t *p,
                                                             size_t n)
 {
-    if (n < 3 * CRC32C_SHORT)
-        return crc32c_hw_serial(c, p, n);
-    pthread_once(&crc32c_shift_once, crc32c_shift_init);
-    while (n && ((uintptr_t)p & 7)) {
-        c = __builtin_ia32_crc32qi(c, *p++);
-        n--;
-    }
-    c = crc32c_hw_3way(c, &p, &n, CRC32C_LONG, crc32c_long);
-    c = crc32c_hw_3way(c, &p, &n, CRC32C_SHORT, crc32c_short);
-    return crc32c_hw_serial(c, p, n);
+    return crc32c_hw_to(c, NULL, p, n);
+}
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw_copy(uint32_t c, uint8_t *dst,
+                                                                 const uint8_t *p, size_t n)
+{
+    return crc32c_hw_to(c, dst, p, n);
 }
 #endif
 
@@ -175,6 +220,17 @@ uint32_t hash_crc32c(uint32_t crc, const void *data, size_t len)
     if (__builtin_cpu_supports("sse4.2"))
         return ~crc32c_hw(~crc, p, len);
 #endif
+    return ~crc32c_sw(~crc, p, len);
+}
+
+uint32_t hash_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len)
+{
+    const uint8_t *p = src;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("sse4.2"))
+        return ~crc32c_hw_copy(~crc, dst, p, len);
+#endif
+    memcpy(dst, p, len);
     return ~crc32c_sw(~crc, p, len);
 }
 

@@ -8,7 +8,8 @@
  *                  admission subsets. Its values are stored on disk, so it
  *                  must never change.
  *   hash_crc32c    CRC32C (Castagnoli): the disk tier's record checksums
- *                  (SSE4.2's crc32 instruction where the CPU has it).
+ *                  (SSE4.2's crc32 instruction where the CPU has it);
+ *                  hash_crc32c_copy checks while it copies.
  *   hash_mix64     splitmix64's finalizer: mixes a 64-bit value.
  *   hash_combine   continues a hash h with a 64-bit value v: the content
  *                  fingerprints (dataset.c) and the profiler's record keys,
@@ -32,6 +33,10 @@
 uint64_t hash_xxh64(const void *data, size_t len);
 /* Continued from crc (0 to start). */
 uint32_t hash_crc32c(uint32_t crc, const void *data, size_t len);
+/* hash_crc32c of src while len bytes of it are copied to dst (which must
+ * not overlap it): one pass over the bytes, each word stored from the
+ * register the checksum read it into. */
+uint32_t hash_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len);
 uint64_t hash_mix64(uint64_t x);
 uint64_t hash_combine(uint64_t h, uint64_t v);
 /* Advances *state. */

@@ -724,6 +724,75 @@ static int item_materialize(struct pipeline *p, const struct tiers_ctx *x, struc
     }
 }
 
+/* ---- a raw disk record checked as it goes into its slot ---- */
+
+/* What a batch's online part is, when a raw disk record's checksum can be
+ * computed in the same pass that writes it into its slot: nothing online
+ * (a copy), random_flip alone (a flip or a copy), else FUSE_NONE. */
+enum fuse { FUSE_NONE, FUSE_COPY, FUSE_FLIP };
+
+static enum fuse online_fuse(const struct config_dataset *cfg, const struct strategy *st)
+{
+    if (cfg->pad_max || st->split > cfg->nsteps)
+        return FUSE_NONE;
+    if (st->split == cfg->nsteps)
+        return FUSE_COPY;
+    if (st->split + 1 == cfg->nsteps && cfg->steps[st->split].kind == STEP_RANDOM_FLIP)
+        return FUSE_FLIP;
+    return FUSE_NONE;
+}
+
+/* disk_into_slot's answers besides a failed sample's -errno. */
+#define DISK_IN_SLOT 1  /* the slot holds the sample: checked, flipped or copied */
+#define DISK_NOT_FUSED 2 /* nothing done: item_materialize and run_online it */
+
+/* A TIERS_DISK item whose online part is `fuse`, in one pass over its
+ * record's bytes: the payload's CRC32C computed while it is flipped or
+ * copied into slot (the decoded image's place: o->bytes), then compared.
+ * A record that fails (counted and logged as tiers_decode's) has its slot
+ * zeroed, never delivered: it is recomputed from the source (0, *out the
+ * image for run_online, which overwrites the slot) or fails (-errno). A
+ * compressed record, or a shape not the stream's: DISK_NOT_FUSED. */
+static int disk_into_slot(struct pipeline *p, const struct tiers_ctx *x, struct item *it,
+                          struct chunk *C, struct worker_ctx *ctx, enum fuse fuse,
+                          uint64_t sample_seed, uint8_t *slot, int count, struct img *view,
+                          const struct img **out, char *err, size_t errlen)
+{
+    const struct config_dataset *cfg = dataset_config(x->ds);
+    const struct dataset_output *o = dataset_output(x->ds);
+    const struct io_req *q = &C->reqs[it->req];
+    uint32_t want;
+    int rc = tiers_decode_unchecked(x, it->id, &it->t, q->res, C->arena + it->off, &it->bytes,
+                                    &want, count);
+    if (rc == -EAGAIN)
+        return DISK_NOT_FUSED;
+    if (rc < 0)
+        return disk_recover(p, x, it, ctx, view, out, err, errlen);
+    const struct img *im = &it->bytes;
+    if (im->fmt != IMG_PIXELS || im->h != o->h || im->w != o->w || im->c != o->c ||
+        im->len != o->bytes || (size_t)im->h * im->w * im->c != im->len ||
+        (fuse == FUSE_FLIP && im->dtype != PROTO_DTYPE_U8))
+        return DISK_NOT_FUSED; /* the steps' own checks and messages */
+    int mirror = 0;
+    uint64_t t0 = 0;
+    if (fuse == FUSE_FLIP) {
+        mirror = step_flip_decide(cfg->steps[x->st->split].p,
+                                  hash_mix64(sample_seed + x->st->split));
+        t0 = stats_now_ns();
+    }
+    uint32_t got = step_flip_copy_crc32c(0, mirror, im, slot);
+    if (fuse == FUSE_FLIP) {
+        stats_percpu_add(&p->counters, ctx->index, CNT_CALLS + STEP_RANDOM_FLIP, 1);
+        stats_percpu_add(&p->counters, ctx->index, CNT_NS + STEP_RANDOM_FLIP,
+                         stats_now_ns() - t0);
+    }
+    if (tiers_decode_checked(x, it->id, &it->t, got == want, im, view, out, count) < 0) {
+        memset(slot, 0, o->bytes); /* a bad record's bytes never leave */
+        return disk_recover(p, x, it, ctx, view, out, err, errlen);
+    }
+    return DISK_IN_SLOT;
+}
+
 /* Gathers the next chunk of ids[0..n) into C, from x's tiers, and queues
  * its reads on the worker's ring. Returns how many samples it took (at
  * least one). */
@@ -1059,6 +1128,7 @@ uint32_t pipeline_batch_padded(struct pipeline *p, struct dataset *ds, const uin
     struct pipe_local *L = local_get(ctx);
     const struct strategy *st = dataset_strategy(ds); /* for the whole batch */
     size_t sample_bytes = dataset_output(ds)->bytes;
+    enum fuse fuse = online_fuse(dataset_config(ds), st);
     struct chunk *C = NULL;
     struct tiers_ctx x;
     char err[512];
@@ -1101,7 +1171,15 @@ uint32_t pipeline_batch_padded(struct pipeline *p, struct dataset *ds, const uin
                 tiers_count(&x, it->where);
                 /* A miss no tier would store: decoded for its crop alone. */
                 it->region = deferrable && it->where == TIERS_SOURCE && tiers_refuses(&x, id);
-                f = item_materialize(p, &x, it, L, C, ctx, 1, &view, &im, err, sizeof(err));
+                f = DISK_NOT_FUSED;
+                if (it->where == TIERS_DISK && fuse != FUSE_NONE)
+                    f = disk_into_slot(p, &x, it, C, ctx, fuse,
+                                       hash_sample_seed(seed, epoch, id),
+                                       dst + (size_t)k * sample_bytes, 1, &view, &im, err,
+                                       sizeof(err));
+                if (f == DISK_NOT_FUSED)
+                    f = item_materialize(p, &x, it, L, C, ctx, 1, &view, &im, err,
+                                         sizeof(err));
                 if (it->region) {
                     from--;
                     dataset_count(ds, DATASET_region_unstored, 1);
@@ -1110,7 +1188,9 @@ uint32_t pipeline_batch_padded(struct pipeline *p, struct dataset *ds, const uin
             }
             ctx->step.name = dataset_path(ds, id);
             int64_t len = 0;
-            if (f == 0)
+            if (f == DISK_IN_SLOT)
+                f = 0;
+            else if (f == 0)
                 f = run_online(p, ds, from, im, hash_sample_seed(seed, epoch, id),
                                dst + (size_t)k * sample_bytes, &len, ctx, err, sizeof(err));
             if (f == 0) {

@@ -294,6 +294,18 @@ int store_decode(struct store *st, const struct store_key *key, const void *reco
 int store_decode_view(struct store *st, const struct store_key *key, const void *record,
                       size_t len, struct img *out, struct img *view);
 
+/* store_decode_view's checks of a raw record but the payload's checksum,
+ * for a caller that checks the payload while it copies it (one pass over
+ * its bytes): *view is the payload in place, NOT yet to be trusted, and
+ * *data_crc the CRC32C (hash_crc32c) it must have; a mismatch is the
+ * caller's to count (store_count_bad) and its copy never to be used.
+ * Returns 0, -EBADMSG (counted), or -EAGAIN for a compressed record
+ * (nothing counted or set: decode it with store_decode_view). */
+int store_view_unchecked(struct store *st, const struct store_key *key, const void *record,
+                         size_t len, struct img *view, uint32_t *data_crc);
+/* Counts a record that failed its checks elsewhere (decode_errors). */
+void store_count_bad(struct store *st);
+
 /* Returns 1 when key is still wanted (its dataset is served, its path
  * exists with that size and mtime, the fingerprint is current). */
 typedef int (*store_live_fn)(const struct store_key *key, void *arg);

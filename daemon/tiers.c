@@ -708,30 +708,76 @@ void tiers_read_req(const struct tiers_item *it, uint8_t *buf, struct io_req *q)
     }
 }
 
-int tiers_decode(const struct tiers_ctx *x, uint32_t id, const struct tiers_item *it,
-                 ssize_t res, const uint8_t *buf, struct img *scratch, struct img *decoded,
-                 struct img *view, const struct img **out, int count)
+/* A disk record of sample id that cannot be used: counted, logged. */
+static int decode_bad(const struct tiers_ctx *x, uint32_t id, int rc, int count)
 {
     struct tiers_ds *d = x->d;
-    struct store_key key;
-    int rc = res < 0 ? (int)res : (size_t)res < it->lead + it->rec_len ? -EIO : 0;
-    ctx_key(x, id, NULL, &key);
-    if (rc == 0)
-        rc = store_decode_view(x->t->disk, &key, buf + it->lead, it->rec_len, scratch,
-                               decoded);
-    if (rc < 0) {
-        if (count)
-            ADD(&d->disk_misses, 1);
-        ADD(&d->disk_bad, 1);
-        log_warn("dataset '%s': disk tier record of %s is unusable (%s); recomputing it",
-                 dataset_name(x->ds), dataset_path(x->ds, id),
-                 rc == -EBADMSG ? "corrupt" : strerror(-rc));
-        return rc;
-    }
+    if (count)
+        ADD(&d->disk_misses, 1);
+    ADD(&d->disk_bad, 1);
+    log_warn("dataset '%s': disk tier record of %s is unusable (%s); recomputing it",
+             dataset_name(x->ds), dataset_path(x->ds, id),
+             rc == -EBADMSG ? "corrupt" : strerror(-rc));
+    return rc;
+}
+
+/* A disk record that passed its checks: counted, admitted. */
+static void decode_good(const struct tiers_ctx *x, uint32_t id, const struct tiers_item *it,
+                        const struct img *decoded, struct img *view, const struct img **out,
+                        int count)
+{
+    struct tiers_ds *d = x->d;
     if (count)
         ADD(&d->disk_hits, 1);
     ADD(&d->disk_bytes_read, it->rec_len);
     *out = tiers_admit(x, id, decoded, view);
+}
+
+/* The read's result: 0, or its -errno (-EIO when short). */
+static int read_result(const struct tiers_item *it, ssize_t res)
+{
+    return res < 0 ? (int)res : (size_t)res < it->lead + it->rec_len ? -EIO : 0;
+}
+
+int tiers_decode(const struct tiers_ctx *x, uint32_t id, const struct tiers_item *it,
+                 ssize_t res, const uint8_t *buf, struct img *scratch, struct img *decoded,
+                 struct img *view, const struct img **out, int count)
+{
+    struct store_key key;
+    int rc = read_result(it, res);
+    ctx_key(x, id, NULL, &key);
+    if (rc == 0)
+        rc = store_decode_view(x->t->disk, &key, buf + it->lead, it->rec_len, scratch,
+                               decoded);
+    if (rc < 0)
+        return decode_bad(x, id, rc, count);
+    decode_good(x, id, it, decoded, view, out, count);
+    return 0;
+}
+
+int tiers_decode_unchecked(const struct tiers_ctx *x, uint32_t id, const struct tiers_item *it,
+                           ssize_t res, const uint8_t *buf, struct img *decoded, uint32_t *crc,
+                           int count)
+{
+    struct store_key key;
+    int rc = read_result(it, res);
+    ctx_key(x, id, NULL, &key);
+    if (rc == 0)
+        rc = store_view_unchecked(x->t->disk, &key, buf + it->lead, it->rec_len, decoded, crc);
+    if (rc == -EAGAIN)
+        return rc;
+    return rc < 0 ? decode_bad(x, id, rc, count) : 0;
+}
+
+int tiers_decode_checked(const struct tiers_ctx *x, uint32_t id, const struct tiers_item *it,
+                         int good, const struct img *decoded, struct img *view,
+                         const struct img **out, int count)
+{
+    if (!good) {
+        store_count_bad(x->t->disk);
+        return decode_bad(x, id, -EBADMSG, count);
+    }
+    decode_good(x, id, it, decoded, view, out, count);
     return 0;
 }
 

@@ -198,6 +198,23 @@ void tiers_read_req(const struct tiers_item *it, uint8_t *buf, struct io_req *q)
 int tiers_decode(const struct tiers_ctx *x, uint32_t id, const struct tiers_item *it,
                  ssize_t res, const uint8_t *buf, struct img *scratch, struct img *decoded,
                  struct img *view, const struct img **out, int count);
+/* tiers_decode in two halves, for a raw record whose payload the caller
+ * checks while it copies it out (one pass over its bytes): the read's
+ * result, the header's checks and the key here; *decoded is the payload
+ * inside buf, NOT yet to be trusted, and *crc the CRC32C (hash_crc32c)
+ * it must have. Returns 0, -EAGAIN for a compressed record (nothing
+ * counted: use tiers_decode), or as tiers_decode's failures (counted,
+ * logged: recompute it). */
+int tiers_decode_unchecked(const struct tiers_ctx *x, uint32_t id, const struct tiers_item *it,
+                           ssize_t res, const uint8_t *buf, struct img *decoded, uint32_t *crc,
+                           int count);
+/* The second half: good when the caller's CRC32C matched *crc. Then as
+ * tiers_decode's success (counted, admitted: *out), else -EBADMSG as its
+ * corrupt record (counted, logged): what was copied out of it must not be
+ * used; recompute it. */
+int tiers_decode_checked(const struct tiers_ctx *x, uint32_t id, const struct tiers_item *it,
+                         int good, const struct img *decoded, struct img *view,
+                         const struct img **out, int count);
 /* The most samples tiers_cluster_lookup looks up at once (a chunk's). */
 #define TIERS_CLUSTER_BATCH 256u
 /* 1 when the tiers have a cluster tier and x's samples may be in it. */

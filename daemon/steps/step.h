@@ -373,5 +373,13 @@ int step_decode_rrc_tail_apply(const struct step *dec, const struct step *rrc, i
                                const struct img *in, struct img *out);
 /* random_flip's decision for p from its per-sample seed: 1 to mirror. */
 int step_flip_decide(double p, uint64_t seed);
+/* random_flip's output written to dst (in->len bytes, not overlapping in)
+ * from pixels not yet checked: in (uint8, h x w x c, len h * w * c)
+ * mirrored left-right when mirror, else copied, while the CRC32C of in's
+ * bytes (continued from crc, as hash_crc32c's) is computed in the same
+ * pass: a copy stores each word from the register the checksum read, a
+ * mirror flips each L1-sized block of rows right after summing it.
+ * Returns the CRC32C. */
+uint32_t step_flip_copy_crc32c(uint32_t crc, int mirror, const struct img *in, uint8_t *dst);
 
 #endif

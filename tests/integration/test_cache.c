@@ -75,14 +75,17 @@ struct dconf {
     const char *segment;  /* cache.segment_size, NULL: 64KiB */
     int direct;           /* cache.direct_io: 0 false, 1 true, 2 auto */
     const char *readahead; /* io.readahead, NULL: the default */
+    const char *flip;      /* random_flip's p, NULL: 0.5; "none": no online step */
 };
 
 /* Writes the config and starts a daemon on it. */
 static void start(const struct dconf *c)
 {
-    char text[2048], path[HARNESS_PATH_MAX], name[64], ra[64] = "";
+    char text[2048], path[HARNESS_PATH_MAX], name[64], ra[64] = "", flip[48] = "";
     if (c->readahead)
         snprintf(ra, sizeof(ra), "  readahead: %s\n", c->readahead);
+    if (!c->flip || strcmp(c->flip, "none") != 0)
+        snprintf(flip, sizeof(flip), ", {random_flip: %s}", c->flip ? c->flip : "0.5");
     snprintf(text, sizeof(text),
              "workers: 2\n"
              "cache:\n"
@@ -97,12 +100,12 @@ static void start(const struct dconf *c)
              "datasets:\n"
              "  - name: %s\n"
              "    root: %s\n"
-             "    steps: [decode, {resize: %u}, {center_crop: %u}, {random_flip: 0.5}]\n"
+             "    steps: [decode, {resize: %u}, {center_crop: %u}%s]\n"
              "    encoding: %s\n",
              c->memory, c->cache ? c->cache : "/nonexistent", c->cache ? c->disk : "0",
              c->segment ? c->segment : "64KiB", c->direct == 2 ? "auto" : c->direct ? "true" : "false",
              c->backend ? c->backend : "auto", ra, c->d->name, c->d->root, c->d->resize,
-             c->d->crop, c->encoding ? c->encoding : "raw");
+             c->d->crop, flip, c->encoding ? c->encoding : "raw");
     snprintf(name, sizeof(name), "config-%d-%u.yaml", (int)getpid(), H.starts);
     ck_assert_int_eq(harness_write_file(&H, name, text, path, sizeof(path)), 0);
     const char *args[] = {"-c", path, NULL};
@@ -547,6 +550,48 @@ START_TEST(test_disk_recovery)
 }
 END_TEST
 
+/* A raw record whose only online step is random_flip (mirrored: p 1, or
+ * copied: p 0) or that has none (copied) is checked in the same pass that
+ * writes it into its slot: a record corrupted under the running daemon is
+ * still found, counted and logged, and its sample served recomputed, with
+ * the bytes of a fresh computation, never the bad record's. */
+START_TEST(test_disk_corrupt_in_slot)
+{
+    static const char *const flips[3] = {"1", "0", "none"};
+    static struct dset d;
+    char cache[HARNESS_PATH_MAX];
+    struct warm_seen w;
+    glob_t g;
+    d = small;
+    struct dconf c = {&d, "512MiB", NULL, "0", "auto", "raw"};
+    c.flip = flips[_i];
+    start(&c); /* this pipeline's reference, with no disk tier */
+    pull(&d, d.ref, d.labels);
+    stop();
+
+    test_dir("inslot", cache, sizeof(cache));
+    c.cache = cache;
+    c.disk = "64MiB";
+    c.memory = "1KiB"; /* every epoch reads the disk */
+    start(&c);
+    warm(&d, &w);
+    ck_assert_uint_eq(w.last.computed, d.count);
+    segments(cache, &g);
+    corrupt_record(g.gl_pathv[0], 0);
+    corrupt_record(g.gl_pathv[1], 2);
+    pull_and_check(&d);
+    ck_assert_uint_eq(dstat("disk", "bad_records"), 2);
+    ck_assert_uint_eq(gstat("disk", "decode_errors"), 2);
+    ck_assert_uint_eq(dstat("", "computed"), d.count + 2);
+    ck_assert(log_has("is unusable (corrupt); recomputing"));
+    pull_and_check(&d); /* the new records are good */
+    ck_assert_uint_eq(dstat("disk", "bad_records"), 2);
+    ck_assert_uint_eq(dstat("disk", "hits"), 2 * d.count - 2);
+    stop();
+    globfree(&g);
+}
+END_TEST
+
 /* ---- invalidation ---- */
 
 /* A changed source file makes exactly its record stale; changed offline
@@ -941,6 +986,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_disk_direct_auto);
     tcase_add_test(tc, test_disk_readahead_budget);
     tcase_add_loop_test(tc, test_disk_recovery, 0, nb);
+    tcase_add_loop_test(tc, test_disk_corrupt_in_slot, 0, 3);
     tcase_add_test(tc, test_disk_invalidation);
     tcase_add_loop_test(tc, test_disk_budget, 0, nb);
     tcase_add_loop_test(tc, test_kill_during_warm, 0, nb);

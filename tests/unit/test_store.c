@@ -393,6 +393,55 @@ START_TEST(test_checksums_large)
 }
 END_TEST
 
+/* hash_crc32c_copy: the same CRC32C as hash_crc32c and the same bytes as
+ * memcpy, at every path's lengths (serial, short and long three-way
+ * blocks), from unaligned sources to differently aligned destinations,
+ * nothing written past len; step_flip_copy_crc32c: the CRC32C of its
+ * input and its rows mirrored (or copied), rows narrower and wider than
+ * its blocks. */
+START_TEST(test_checksums_copy)
+{
+    static uint8_t src[3 * 8192 * 2 + 3 * 256 * 2 + 64], dst[sizeof(src) + 16];
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (uint8_t)(mix(i) >> 5);
+    static const size_t lens[] = {0, 1, 7, 8, 9, 300, 767, 768, 769, 24575, 24576, 24577,
+                                  2 * 24576 + 2 * 768 + 7};
+    for (size_t i = 0; i < NELEM(lens); i++)
+        for (size_t at = 0; at < 4; at++) {
+            const uint8_t *p = src + at * 3;
+            uint8_t *d = dst + 1 + at;
+            memset(dst, 0xa5, sizeof(dst));
+            ck_assert_uint_eq(hash_crc32c_copy(0, d, p, lens[i]), hash_crc32c(0, p, lens[i]));
+            ck_assert_int_eq(memcmp(d, p, lens[i]), 0);
+            ck_assert_uint_eq(d[lens[i]], 0xa5);
+            ck_assert_uint_eq(d[-1], 0xa5);
+            size_t cut = lens[i] / 3;
+            uint32_t c = hash_crc32c_copy(0, d, p, cut);
+            ck_assert_uint_eq(hash_crc32c_copy(c, d + cut, p + cut, lens[i] - cut),
+                              hash_crc32c(0, p, lens[i]));
+        }
+    static const uint32_t shapes[][3] = {{50, 67, 3}, {3, 5000, 3}, {33, 41, 1}, {2, 9000, 2}};
+    for (size_t i = 0; i < NELEM(shapes); i++)
+        for (int mirror = 0; mirror < 2; mirror++) {
+            uint32_t h = shapes[i][0], w = shapes[i][1], ch = shapes[i][2];
+            size_t len = (size_t)h * w * ch;
+            ck_assert_uint_le(len, sizeof(src));
+            struct img in = {.fmt = IMG_PIXELS, .h = h, .w = w, .c = ch, .len = len,
+                             .data = src + 5, .dtype = PROTO_DTYPE_U8, .borrowed = 1};
+            memset(dst, 0xa5, sizeof(dst));
+            ck_assert_uint_eq(step_flip_copy_crc32c(0, mirror, &in, dst + 3),
+                              hash_crc32c(0, src + 5, len));
+            for (uint32_t y = 0; y < h; y++)
+                for (uint32_t x = 0; x < w; x++) {
+                    uint32_t sx = mirror ? w - 1 - x : x;
+                    ck_assert_int_eq(memcmp(dst + 3 + ((size_t)y * w + x) * ch,
+                                            src + 5 + ((size_t)y * w + sx) * ch, ch), 0);
+                }
+            ck_assert_uint_eq(dst[3 + len], 0xa5);
+        }
+}
+END_TEST
+
 START_TEST(test_checksums)
 {
     ck_assert_uint_eq(hash_crc32c(0, "123456789", 9), 0xE3069283u);
@@ -1507,6 +1556,7 @@ static Suite *store_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_checksums);
     tcase_add_test(tc, test_checksums_large);
+    tcase_add_test(tc, test_checksums_copy);
     tcase_add_test(tc, test_roundtrip);
     tcase_add_test(tc, test_keys);
     tcase_add_test(tc, test_corrupt_payload);
