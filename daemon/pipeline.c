@@ -193,6 +193,13 @@ static void local_account(struct worker_ctx *ctx, struct pipe_local *L)
 
 /* ---- steps ---- */
 
+/* Whether the random_flip at step i mirrors the sample of sample_seed:
+ * the seed it draws from is the step's own, as every step's is. */
+static int flip_mirrors(const struct config_dataset *cfg, uint32_t i, uint64_t sample_seed)
+{
+    return step_flip_decide(cfg->steps[i].p, hash_mix64(sample_seed + i));
+}
+
 /* Runs steps [from, to) starting at *cur; *cur ends at the result, which
  * lives in one of the two ping-pong scratch images (or is *cur unchanged),
  * or in last_out for the last step when last_out is given. decode followed
@@ -229,8 +236,7 @@ static int run_steps(struct pipeline *p, const struct config_dataset *cfg, uint3
         ctx->step.seed = hash_mix64(seed + crop);
         size_t in_len = (*cur)->len; /* a decode's: the file's bytes */
         uint64_t t0 = stats_now_ns();
-        int mirror = flip && step_flip_decide(cfg->steps[crop + 1].p,
-                                              hash_mix64(seed + crop + 1));
+        int mirror = flip && flip_mirrors(cfg, crop + 1, seed);
         int rc = fused || flip || norm
                      ? step_decode_rrc_tail_apply(fused ? s : NULL, &cfg->steps[crop], mirror,
                                                   norm, &ctx->step, *cur, out)
@@ -776,8 +782,7 @@ static int disk_into_slot(struct pipeline *p, const struct tiers_ctx *x, struct 
     int mirror = 0;
     uint64_t t0 = 0;
     if (fuse == FUSE_FLIP) {
-        mirror = step_flip_decide(cfg->steps[x->st->split].p,
-                                  hash_mix64(sample_seed + x->st->split));
+        mirror = flip_mirrors(cfg, x->st->split, sample_seed);
         t0 = stats_now_ns();
     }
     uint32_t got = step_flip_copy_crc32c(0, mirror, im, slot);
