@@ -837,6 +837,20 @@ int store_check(const struct store_key *key, const void *record, size_t len)
     return rec_check(key, record, len, &h);
 }
 
+/* *view: a raw record's payload in place (read only), as its header h says. */
+static void raw_view(const struct store_hdr *h, const uint8_t *rec, struct img *view)
+{
+    *view = (struct img){.fmt = IMG_PIXELS, .h = h->h, .w = h->w, .c = h->c, .dtype = h->dtype,
+                         .rate = h->rate, .len = h->raw_len, .cap = h->raw_len, .borrowed = 1};
+    view->data = (uint8_t *)(uintptr_t)(rec + STORE_HEADER_SIZE);
+}
+
+void store_count_bad(struct store *st)
+{
+    if (st)
+        CNT(st, decode_errors, 1);
+}
+
 /* store_decode, and with view a raw record's payload is not copied: *view
  * is set to it in place and out is left alone. */
 static int decode_record(struct store *st, const struct store_key *key, const void *record,
@@ -847,10 +861,7 @@ static int decode_record(struct store *st, const struct store_key *key, const vo
     if (rec_check(key, rec, len, &h) < 0)
         goto bad;
     if (view && h.encoding == STORE_ENC_RAW) {
-        *view = (struct img){.fmt = IMG_PIXELS, .h = h.h, .w = h.w, .c = h.c,
-                             .dtype = h.dtype, .rate = h.rate, .len = h.raw_len,
-                             .cap = h.raw_len, .borrowed = 1};
-        view->data = (uint8_t *)(uintptr_t)(rec + STORE_HEADER_SIZE); /* read only */
+        raw_view(&h, rec, view);
         return 0;
     }
     if (img_reserve(out, h.raw_len) < 0)
@@ -882,8 +893,7 @@ static int decode_record(struct store *st, const struct store_key *key, const vo
     }
     return 0;
 bad:
-    if (st)
-        CNT(st, decode_errors, 1);
+    store_count_bad(st);
     return -EBADMSG;
 }
 
@@ -898,17 +908,9 @@ int store_view_unchecked(struct store *st, const struct store_key *key, const vo
     }
     if (h.encoding != STORE_ENC_RAW)
         return -EAGAIN;
-    *view = (struct img){.fmt = IMG_PIXELS, .h = h.h, .w = h.w, .c = h.c, .dtype = h.dtype,
-                         .rate = h.rate, .len = h.raw_len, .cap = h.raw_len, .borrowed = 1};
-    view->data = (uint8_t *)(uintptr_t)(rec + STORE_HEADER_SIZE); /* read only */
+    raw_view(&h, rec, view);
     *data_crc = h.data_crc;
     return 0;
-}
-
-void store_count_bad(struct store *st)
-{
-    if (st)
-        CNT(st, decode_errors, 1);
 }
 
 int store_decode(struct store *st, const struct store_key *key, const void *record,
