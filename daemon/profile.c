@@ -1,4 +1,5 @@
 /* The strategy profiler and split: auto: see profile.h. */
+#define _GNU_SOURCE /* O_DIRECT */
 #include "profile.h"
 
 #include <dirent.h>
@@ -12,11 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cachedir.h"
 #include "hash.h"
+#include "io.h"
 #include "json.h"
 #include "log.h"
 #include "pipeline.h"
@@ -113,6 +116,17 @@ static void extrapolate(struct proto_profile_strategy *s, const struct profile_s
         rmem = rdisk;
     if (rdisk <= 0)
         rdisk = rmem;
+    /* The disk's bandwidth (read_bw, write_bw: measured where the dataset's
+     * records are many times the trial's) against what the trial's few MiB
+     * gave: where the disk's sustained rate is below the trial's, the epoch
+     * may go either way (make bench on the 2-core VM: decode/raw's disk
+     * epochs read 2.0 GB/s on a quiet machine, 0.9 GB/s beside other jobs'
+     * I/O, where the probe read 0.9-1.3 GB/s), so the rate keeps the
+     * trial's figure and its spread reaches down to the disk's. Split 0
+     * reads the source files, the others their records. */
+    double per_read = s->split ? s->stored_bytes : s->raw_bytes;
+    if (sc->read_bw > 0 && per_read > 0 && sc->read_bw / per_read < rdisk)
+        s->disk_spread = fmax(s->disk_spread, 1.0 - sc->read_bw / per_read / rdisk);
     s->total_offline_s = s->offline_s * N / W;
     s->total_bytes = s->stored_bytes * N;
     double index = s->split ? 8.0 * N : 0.0; /* the memory tier's slot array */
@@ -139,6 +153,10 @@ static void extrapolate(struct proto_profile_strategy *s, const struct profile_s
     s->cold_rate = safe_div(1.0, cold);
     s->cold_spread = s->split == 0 ? s->disk_spread
                                    : s->memory_spread * safe_div(safe_div(1.0, rmem), cold);
+    /* Its records written no faster than the disk takes them: likewise. */
+    double write_s = sc->write_bw > 0 ? s->stored_bytes / sc->write_bw : 0;
+    if (s->split && write_s > cold)
+        s->cold_spread = fmax(s->cold_spread, 1.0 - cold / write_s);
     s->memory_interval = profile_interval(s->memory_spread, PROFILE_ERR_MEMORY_PCT / 100.0);
     s->disk_interval = profile_interval(s->disk_spread, PROFILE_ERR_DISK_PCT / 100.0);
     s->cold_interval = profile_interval(s->cold_spread, PROFILE_ERR_COLD_PCT / 100.0);
@@ -541,6 +559,11 @@ struct profiler {
     struct profile *run;
     struct dataset **queue; /* PENDING datasets waiting for their profile */
     uint32_t nqueue, capqueue;
+    /* The disk's sustained bandwidth on cache.dir's file system, measured
+     * by the first profile that needed it (disk_probe): bytes/s. */
+    int bw_known;
+    dev_t bw_dev;
+    double bw_read, bw_write;
 };
 
 static uint64_t thread_cpu_ns(void)
@@ -1444,6 +1467,130 @@ static int verify_begin(struct profile *p)
     return 0;
 }
 
+/* ---- the disk's bandwidth (see profile.h) ---- */
+
+/* Writes up to `bytes` to a file of its own in dir with O_DIRECT
+ * (PROFILE_PROBE_CHUNK at a time, then fdatasync), then reads them back with O_DIRECT, `depth`
+ * reads in flight (the disk tier's reads go so), each direction stopping
+ * after PROFILE_PROBE_MS: bytes/s into *rd and *wr. 0, or -errno (no
+ * O_DIRECT there, no room: the caller goes without). */
+static int disk_probe(const char *dir, uint64_t bytes, unsigned depth, double *rd, double *wr)
+{
+    const size_t chunk = PROFILE_PROBE_CHUNK;
+    char err[160], name[64];
+    int dfd = cachedir_open(dir, 0, err, sizeof(err));
+    if (dfd < 0)
+        return dfd;
+    snprintf(name, sizeof(name), "profile-probe-%ld", (long)getpid());
+    unlinkat(dfd, name, 0);
+    int fd = openat(dfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int rc = fd < 0 ? -errno : 0;
+    int rfd = rc == 0 ? openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_DIRECT | O_CLOEXEC) : -1;
+    if (rc == 0 && rfd < 0)
+        rc = -errno;
+    uint8_t *buf = NULL;
+    struct io_ring *ring = NULL;
+    struct io_req *reqs = NULL;
+    if (rc == 0 && (posix_memalign((void **)&buf, 4096, chunk * depth) != 0 ||
+                    !(reqs = calloc(depth, sizeof(*reqs)))))
+        rc = -ENOMEM;
+    if (rc == 0) {
+        uint64_t x = PROFILE_SEED; /* incompressible bytes: no disk may shrink them */
+        for (size_t i = 0; i < chunk * depth / 8; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            memcpy(buf + i * 8, &x, 8);
+        }
+    }
+    uint64_t done = 0, limit = PROFILE_PROBE_MS * 1000000ull, t0 = stats_now_ns();
+    while (rc == 0 && done < bytes && stats_now_ns() - t0 < limit) {
+        ssize_t n = pwrite(fd, buf + (done / chunk % depth) * chunk, chunk, (off_t)done);
+        if (n != (ssize_t)chunk)
+            rc = n < 0 ? -errno : -ENOSPC;
+        else
+            done += chunk;
+    }
+    if (rc == 0 && fdatasync(fd) < 0)
+        rc = -errno;
+    if (rc == 0)
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    uint64_t t1 = stats_now_ns();
+    *wr = rc == 0 && t1 > t0 ? (double)done * 1e9 / (double)(t1 - t0) : 0;
+    if (rc == 0)
+        rc = io_ring_create(&ring, depth, 0, NULL, 0);
+    uint64_t got = 0;
+    t0 = stats_now_ns();
+    while (rc == 0 && got < done && stats_now_ns() - t0 < limit) {
+        unsigned n = 0;
+        for (; n < depth && got + (uint64_t)n * chunk < done; n++)
+            reqs[n] = (struct io_req){.fd = rfd, .buf = buf + (size_t)n * chunk, .len = chunk,
+                                      .off = got + (uint64_t)n * chunk, .direct = 1};
+        if (io_read_batch(ring, reqs, n) != 0)
+            rc = -EIO;
+        else
+            got += (uint64_t)n * chunk;
+    }
+    t1 = stats_now_ns();
+    *rd = rc == 0 && t1 > t0 ? (double)got * 1e9 / (double)(t1 - t0) : 0;
+    if (ring)
+        io_ring_destroy(ring);
+    free(reqs);
+    free(buf);
+    if (rfd >= 0)
+        close(rfd);
+    if (fd >= 0) {
+        close(fd);
+        unlinkat(dfd, name, 0);
+    }
+    close(dfd);
+    return rc;
+}
+
+/* The disk's bandwidth for sc, where the stored dataset of some strategy
+ * is more than the trial's records can stand for: at least
+ * PROFILE_PROBE_MIN_BYTES and PROFILE_PROBE_FACTOR times what the trial
+ * stored (those few MiB read back at what a host's or the device's cache
+ * gives; the dataset's GiB at what the device sustains). Measured once per
+ * file system of cache.dir and daemon, on up to PROFILE_PROBE_BYTES (and
+ * not more than that dataset's bytes), on the event loop: about a second
+ * at most, once. */
+static void disk_bandwidth(struct profile *p, struct profile_scale *sc)
+{
+    const struct config *cfg = *p->pr->cfg;
+    struct profiler *pr = p->pr;
+    double most = 0, trial = 0;
+    for (uint32_t i = 0; i < p->nst; i++)
+        if (p->st[i].split > 0 && p->st[i].stored_bytes * sc->samples > most) {
+            most = p->st[i].stored_bytes * sc->samples;
+            trial = p->st[i].stored_bytes * p->k;
+        }
+    if (!sc->disk_tier || most < PROFILE_PROBE_MIN_BYTES || most < PROFILE_PROBE_FACTOR * trial)
+        return;
+    struct stat st;
+    if (stat(cfg->cache_dir, &st) < 0)
+        return;
+    if (!pr->bw_known || pr->bw_dev != st.st_dev) {
+        uint64_t bytes = (uint64_t)fmin(most, (double)PROFILE_PROBE_BYTES);
+        unsigned depth = cfg->io_depth * p->workers;
+        depth = depth < 1 ? 1 : depth > PROFILE_PROBE_DEPTH ? PROFILE_PROBE_DEPTH : depth;
+        double rd = 0, wr = 0;
+        int rc = disk_probe(cfg->cache_dir, bytes, depth, &rd, &wr);
+        if (rc < 0) {
+            log_info("profile: cannot measure the disk's bandwidth in %s (%s): disk and cold "
+                     "rates are the trial's alone", cfg->cache_dir, strerror(-rc));
+            rd = wr = 0;
+        } else {
+            log_info("profile: the disk under %s reads %.0f MB/s (O_DIRECT, %u in flight) and "
+                     "writes %.0f MB/s", cfg->cache_dir, rd / 1e6, depth, wr / 1e6);
+        }
+        pr->bw_known = 1;
+        pr->bw_dev = st.st_dev;
+        pr->bw_read = rd;
+        pr->bw_write = wr;
+    }
+    sc->read_bw = pr->bw_read;
+    sc->write_bw = pr->bw_write;
+}
+
 static void profile_finish(struct profile *p)
 {
     const struct config *cfg = *p->pr->cfg;
@@ -1455,7 +1602,8 @@ static void profile_finish(struct profile *p)
         return;
     }
     struct profile_scale sc = {dataset_size(p->ds), p->workers, p->njobs, cfg->cache_memory,
-                               cfg->cache_disk, tiers_store(p->pr->tiers) != NULL};
+                               cfg->cache_disk, tiers_store(p->pr->tiers) != NULL, 0, 0};
+    disk_bandwidth(p, &sc);
     uint32_t w = profile_rank(p->st, p->nst, &sc, p->req.w_throughput, p->req.w_offline,
                               p->req.w_storage);
     p->profile_s = since_s(p->t0_ns);

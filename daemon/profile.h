@@ -193,6 +193,18 @@
 #define PROFILE_ERR_MEMORY_PCT 51u
 #define PROFILE_ERR_DISK_PCT 56u
 #define PROFILE_ERR_COLD_PCT 39u
+/* The disk's bandwidth (disk_probe): measured where a strategy's stored
+ * dataset is at least PROFILE_PROBE_MIN_BYTES and PROFILE_PROBE_FACTOR
+ * times the trial's records, on at most PROFILE_PROBE_BYTES written then
+ * read back with O_DIRECT (PROFILE_PROBE_CHUNK each, io.depth per worker
+ * in flight, PROFILE_PROBE_DEPTH at most),
+ * each direction at most PROFILE_PROBE_MS. */
+#define PROFILE_PROBE_MIN_BYTES (64ull << 20)
+#define PROFILE_PROBE_FACTOR 8.0
+#define PROFILE_PROBE_BYTES (256ull << 20)
+#define PROFILE_PROBE_DEPTH 64u
+#define PROFILE_PROBE_CHUNK (256u << 10)
+#define PROFILE_PROBE_MS 400u
 #define PROFILE_PROGRESS_MS 100u
 #define PROFILE_SEED 0x70726f66696c65ull /* the online epochs' stream seed */
 
@@ -219,6 +231,9 @@ struct profile_scale {
     uint64_t memory_budget;
     uint64_t disk_budget;      /* meaningful with disk_tier */
     int disk_tier;
+    /* The disk's sustained bandwidth, bytes/s (0: not measured): the disk
+     * and cold rates are bounded by it (see above). */
+    double read_bw, write_bw;
 };
 /* The interval of a predicted rate (0.45: +-45%): the repetitions' spread
  * and the model's error for its kind of figure (PROFILE_ERR_*_PCT / 100),

@@ -197,6 +197,36 @@ START_TEST(test_rank_throughput)
 }
 END_TEST
 
+/* The disk's bandwidth under what the trial read or wrote: the rates keep
+ * the trial's figures and their spreads reach down to the disk's. */
+START_TEST(test_rank_disk_bandwidth)
+{
+    struct proto_profile_strategy st[] = {
+        measured("none", 0, 100, 90, 0, 100e3, 0),
+        measured("decode/raw", 1, 3000, 2000, 500e3, 500e3, 0.0002),
+        measured("crop/raw", 3, 10000, 8000, 100e3, 100e3, 0.001),
+    };
+    struct profile_scale sc = roomy;
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    double cold = st[1].cold_rate, disk_spread = st[1].disk_spread;
+    ck_assert_double_eq(disk_spread, 0);
+    sc.read_bw = 500e6;  /* decode/raw: 1,000 samples/s of the disk, half the trial's */
+    sc.write_bw = 250e6; /* decode/raw: 500 written per second, under its cold 1,667 */
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    ck_assert_double_eq_tol(st[1].epoch_disk_s, 1000.0 / 2000, 1e-9);
+    ck_assert_double_eq_tol(st[1].disk_spread, 0.5, 1e-9);
+    ck_assert_double_eq_tol(st[1].cold_rate, cold, 1e-9);
+    ck_assert_double_eq_tol(st[1].cold_spread, 1 - 500 / cold, 1e-9);
+    ck_assert(st[1].disk_interval > 0.5 && st[1].cold_interval > 1 - 500 / cold);
+    /* crop/raw: 5,000 records read per second under its 8,000, 2,500 written
+     * over its cold 909: only the disk rate's spread widens. */
+    ck_assert_double_eq_tol(st[2].disk_spread, 1 - 5000.0 / 8000, 1e-9);
+    ck_assert_double_eq(st[2].cold_spread, 0);
+    /* Split 0 reads its source files (raw_bytes) from the disk: 5,000/s, over its 90. */
+    ck_assert_double_eq(st[0].disk_spread, 0);
+}
+END_TEST
+
 START_TEST(test_rank_disk_budget)
 {
     struct proto_profile_strategy st[] = {
@@ -503,6 +533,7 @@ static Suite *profile_suite(void)
     tcase_add_test(tc, test_sample_size_and_ids);
     tcase_add_test(tc, test_rank_throughput);
     tcase_add_test(tc, test_rank_disk_budget);
+    tcase_add_test(tc, test_rank_disk_bandwidth);
     tcase_add_test(tc, test_rank_ties_and_weights);
     tcase_add_test(tc, test_rank_memory_fraction);
     tcase_add_test(tc, test_proto_roundtrip);
