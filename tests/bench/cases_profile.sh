@@ -10,8 +10,9 @@
 #    disk tier and the default memory budget; `prestoctl profile bench --apply` measures
 #    every strategy (split point x raw/zstd:1/zstd:3/zstd:9) on the daemon's default
 #    sample (2% of the dataset, at least 64) and prints the table of all of them; its
-#    CSV, JSON and SVG go to $BUILD/bench-profile.{csv,json,svg}. --apply switches the
-#    dataset to the winner.
+#    CSV, JSON and SVG go to $BUILD/bench-profile.{csv,json,svg}, the daemon's log lines
+#    about it (the disk's bandwidth, where measured) to $BUILD/bench-profile-daemon.log.
+#    --apply switches the dataset to the winner.
 # 2. Case `auto`: epoch 0 fills the cache with the chosen strategy, then the warm epochs
 #    BENCH_WARM_EPOCHS are pulled (median reported). Its reference, measured in this
 #    run: the same epochs from a prestod serving the same steps with `split: 0`
@@ -94,6 +95,8 @@ bench_profile_cases() {
     local speed=(--tmp "$dir" --data "$BENCH_PROFILE_DATA" --speed) ref0 ref1
     ref0=$("$PYTHON" tests/bench/profile_accuracy.py "${speed[@]}")
     presto_ctl profile bench --apply --csv "$out.csv" --json "$out.json" --svg "$out.svg"
+    # The daemon's lines about the profile (the disk's bandwidth where it was measured).
+    grep -a "profile" "$PRESTO_LOG" >"$out-daemon.log" || true
     ref1=$("$PYTHON" tests/bench/profile_accuracy.py "${speed[@]}")
     local chosen worst
     read -r chosen worst < <("$PYTHON" -c 'import json, sys
