@@ -1469,8 +1469,10 @@ static int verify_begin(struct profile *p)
 
 /* ---- the disk's bandwidth (see profile.h) ---- */
 
-/* Writes up to `bytes` to a file of its own in dir with O_DIRECT
- * (PROFILE_PROBE_CHUNK at a time, then fdatasync), then reads them back with O_DIRECT, `depth`
+/* Writes up to `bytes` to a file of its own in dir (PROFILE_PROBE_CHUNK at
+ * a time, as the store writes: through the page cache, written back every
+ * PROFILE_PROBE_SYNC bytes and at the end), drops them from the page
+ * cache, then reads them back with O_DIRECT, `depth`
  * reads in flight (the disk tier's reads go so), each direction stopping
  * after PROFILE_PROBE_MS: bytes/s into *rd and *wr. 0, or -errno (no
  * O_DIRECT there, no room: the caller goes without). */
@@ -1506,8 +1508,8 @@ static int disk_probe(const char *dir, uint64_t bytes, unsigned depth, double *r
         ssize_t n = pwrite(fd, buf + (done / chunk % depth) * chunk, chunk, (off_t)done);
         if (n != (ssize_t)chunk)
             rc = n < 0 ? -errno : -ENOSPC;
-        else
-            done += chunk;
+        else if ((done += chunk) % PROFILE_PROBE_SYNC == 0 && fdatasync(fd) < 0)
+            rc = -errno; /* written back as it goes: the time bound holds on a slow disk */
     }
     if (rc == 0 && fdatasync(fd) < 0)
         rc = -errno;
