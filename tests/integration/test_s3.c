@@ -604,25 +604,33 @@ static void refused(const char *source, const char *root, const char *want)
     ck_assert_msg(!strstr(got, SK) && !strstr(got, "wrong-secret"), "a secret in the output");
 }
 
+/* A credentials file with secret in it; src: the source keys naming it and endpoint. */
+static void creds_source(const char *secret, char *src, size_t len)
+{
+    char text[256], creds[HARNESS_PATH_MAX];
+    snprintf(text, sizeof(text), "[default]\naws_access_key_id = " AK "\n"
+             "aws_secret_access_key = %s\n", secret);
+    ck_assert_int_eq(harness_write_file(&H, "creds", text, creds, sizeof(creds)), 0);
+    snprintf(src, len, "  endpoint: %s\n  retries: 1\n  credentials_file: %s", endpoint, creds);
+}
+
+/* A wrong secret: the 403 of f's proxy. */
+static void wrong_secret_refused(struct objfixture *f)
+{
+    char src[512];
+    creds_source("wrong-secret", src, sizeof(src));
+    long denied = objfixture_stat(f, "denied");
+    refused(src, "s3://data/train", "SignatureDoesNotMatch");
+    ck_assert_msg(objfixture_stat(f, "denied") > denied, "the proxy denied nothing");
+}
+
 START_TEST(test_refused)
 {
     char src[512], creds[HARNESS_PATH_MAX];
-    snprintf(src, sizeof(src), "  endpoint: %s\n  retries: 1", endpoint);
-    /* a wrong secret: the proxy's 403 */
-    ck_assert_int_eq(harness_write_file(&H, "creds",
-                                        "[default]\naws_access_key_id = " AK "\n"
-                                        "aws_secret_access_key = wrong-secret\n",
-                                        creds, sizeof(creds)), 0);
-    snprintf(src, sizeof(src), "  endpoint: %s\n  retries: 1\n  credentials_file: %s", endpoint,
-             creds);
-    long denied = objfixture_stat(&fx, "denied");
-    refused(src, "s3://data/train", "SignatureDoesNotMatch");
-    ck_assert_msg(objfixture_stat(&fx, "denied") > denied, "the proxy denied nothing");
+    wrong_secret_refused(&fx);
     /* the right one from the file: a missing bucket */
-    ck_assert_int_eq(harness_write_file(&H, "creds",
-                                        "[default]\naws_access_key_id = " AK "\n"
-                                        "aws_secret_access_key = " SK "\n",
-                                        creds, sizeof(creds)), 0);
+    creds_source(SK, src, sizeof(src));
+    harness_path(&H, "creds", creds, sizeof(creds));
     refused(src, "s3://nosuchbucket/x", "NoSuchBucket");
     /* a credentials file others may write is not read */
     ck_assert_int_eq(chmod(creds, 0662), 0);
@@ -660,15 +668,7 @@ START_TEST(test_memo)
     ck_assert_msg(objfixture_stat(&mfx, "memo_hits") >= NSAMPLES, "%ld GETs from the memo",
                   objfixture_stat(&mfx, "memo_hits"));
     harness_stop_checked(&H);
-    /* every request still checked */
-    char src[512], creds[HARNESS_PATH_MAX];
-    ck_assert_int_eq(harness_write_file(&H, "creds",
-                                        "[default]\naws_access_key_id = " AK "\n"
-                                        "aws_secret_access_key = wrong-secret\n",
-                                        creds, sizeof(creds)), 0);
-    snprintf(src, sizeof(src), "  endpoint: %s\n  retries: 1\n  credentials_file: %s", endpoint,
-             creds);
-    refused(src, "s3://data/train", "SignatureDoesNotMatch");
+    wrong_secret_refused(&mfx); /* every request still checked */
     /* an object replaced (by itself: the epoch stays the folder's): the
      * memo emptied, the next cold epoch's GETs answered by s3rver */
     struct dirent **cls;
