@@ -96,7 +96,11 @@ r["reference"] = "imagefolder-cold"; print(json.dumps(r))' "$line" "$ref")")
 #   s3-warm-vs-local           warm epochs (from the memory tier) of the S3 dataset against
 #                              the local one's, same daemon.
 # The proxy runs with --no-check here: botocore's signature check is the tests' (test_s3),
-# and on a 2-core machine its CPU would be taken from whichever side is decoding.
+# and on a 2-core machine its CPU would be taken from whichever side is decoding. And with
+# --memo: s3rver's first answer to each whole-object GET (fetched before any epoch) is
+# what the proxy answers that GET with, after its delay, for every client alike; s3rver
+# (about 0.6 ms of node.js CPU a GET here) would otherwise take a third of the cores from
+# whichever side decodes, which a deployment's object store does not.
 # Targets (issue 16): at 20 ms 10x (a), 1.5x (b), 0.7x local; warm equal (0.9 allowing
 # for noise); none at 0 and 50 ms (printed for the curve). Each presto epoch from s3 also
 # prints the CPU it cost prestod, the proxy and s3rver (one node.js process), and the rate
@@ -106,6 +110,9 @@ r["reference"] = "imagefolder-cold"; print(json.dumps(r))' "$line" "$ref")")
 # prestod's CPU too, beside what the 20 ms S3 epoch cost it (the source's own overhead:
 # HTTP, copies into the batch's buffers, wake-ups).
 # Reproduce: BENCH_ONLY=sources make bench (the sources group also runs tar-local).
+# BENCH_S3_DELAYS (default "0 20 50"): the delays measured (e.g. 20 alone);
+# BENCH_S3_PERF=PREFIX: each presto epoch from s3 recorded by perf (call graphs) into
+# PREFIX-DELAYms.data.
 
 # s3_fixture_cmd LINE: sends a command to the fixture, reads its one-line answer.
 s3_fixture_cmd() {
@@ -164,7 +171,7 @@ bench_s3_cases() {
     fi
     echo "== s3: the bench data set in s3rver behind the SigV4-checking latency proxy"
     coproc S3FX { exec "$PYTHON" tests/tools/objfixture.py s3 --s3rver build/s3rver \
-        --bucket "bench/train=$data" --access-key S3RVER --secret "$S3_SECRET" --no-check; }
+        --bucket "bench/train=$data" --access-key S3RVER --secret "$S3_SECRET" --no-check --memo; }
     if ! IFS= read -r ready <&"${S3FX[0]}" || [[ $ready != READY* ]]; then
         echo "== s3 cases: SKIP (the S3 fixture did not start)"
         return 0
@@ -175,7 +182,7 @@ print(json.loads(sys.argv[1][6:])["port"])' "$ready")"
     conf="$PRESTO_TMP/s3.yaml"
     printf 'source:\n  endpoint: %s\ndatasets:\n  - name: s3\n    root: s3://bench/train\n  - name: local\n    root: "%s"\n' \
         "$S3_ENDPOINT" "$data" >"$conf"
-    for delay in 0 20 50; do
+    for delay in ${BENCH_S3_DELAYS:-0 20 50}; do
         s3_fixture_cmd "delay $delay"
         echo "== s3-${delay}ms: cold epochs, every request delayed ${delay} ms"
         s3_baseline_run plain
@@ -186,7 +193,17 @@ print(json.loads(sys.argv[1][6:])["port"])' "$ready")"
         local s3rver_pid cpu_before
         s3rver_pid=$(pgrep -P "$S3FX_PID" node | head -1)
         cpu_before=$(s3_cpu "$PRESTO_PID" "$S3FX_PID" "$s3rver_pid")
+        local perf_pid=
+        if [[ -n ${BENCH_S3_PERF:-} ]]; then
+            perf record -q -g -F 499 -o "$BENCH_S3_PERF-${delay}ms.data" -p "$PRESTO_PID" &
+            perf_pid=$!
+            sleep 0.5
+        fi
         bench_epoch 0
+        if [[ -n $perf_pid ]]; then
+            kill -INT "$perf_pid"
+            wait "$perf_pid" || true
+        fi
         s3_run=$BENCH_RESULT
         local cpu_after
         cpu_after=$(s3_cpu "$PRESTO_PID" "$S3FX_PID" "$s3rver_pid")

@@ -42,7 +42,12 @@
  *     paths: refused with FILE:LINE;
  *   - "refused": a wrong secret (403 SignatureDoesNotMatch from the proxy),
  *     a missing bucket, a server that is down, no credentials: prestod
- *     refuses to start, naming the URL and the server's message.
+ *     refuses to start, naming the URL and the server's message;
+ *   - "memo": the bench's fixture (objfixture.py --memo: the proxy answers
+ *     whole-object GETs with s3rver's first answer, kept before READY):
+ *     the cold epoch equals the folder's with every GET answered from the
+ *     memo, a wrong secret is still refused, a replaced object empties it
+ *     (the next cold epoch goes to s3rver again).
  */
 #include <check.h>
 #include <dirent.h>
@@ -599,25 +604,33 @@ static void refused(const char *source, const char *root, const char *want)
     ck_assert_msg(!strstr(got, SK) && !strstr(got, "wrong-secret"), "a secret in the output");
 }
 
+/* A credentials file with secret in it; src: the source keys naming it and endpoint. */
+static void creds_source(const char *secret, char *src, size_t len)
+{
+    char text[256], creds[HARNESS_PATH_MAX];
+    snprintf(text, sizeof(text), "[default]\naws_access_key_id = " AK "\n"
+             "aws_secret_access_key = %s\n", secret);
+    ck_assert_int_eq(harness_write_file(&H, "creds", text, creds, sizeof(creds)), 0);
+    snprintf(src, len, "  endpoint: %s\n  retries: 1\n  credentials_file: %s", endpoint, creds);
+}
+
+/* A wrong secret: the 403 of f's proxy. */
+static void wrong_secret_refused(struct objfixture *f)
+{
+    char src[512];
+    creds_source("wrong-secret", src, sizeof(src));
+    long denied = objfixture_stat(f, "denied");
+    refused(src, "s3://data/train", "SignatureDoesNotMatch");
+    ck_assert_msg(objfixture_stat(f, "denied") > denied, "the proxy denied nothing");
+}
+
 START_TEST(test_refused)
 {
     char src[512], creds[HARNESS_PATH_MAX];
-    snprintf(src, sizeof(src), "  endpoint: %s\n  retries: 1", endpoint);
-    /* a wrong secret: the proxy's 403 */
-    ck_assert_int_eq(harness_write_file(&H, "creds",
-                                        "[default]\naws_access_key_id = " AK "\n"
-                                        "aws_secret_access_key = wrong-secret\n",
-                                        creds, sizeof(creds)), 0);
-    snprintf(src, sizeof(src), "  endpoint: %s\n  retries: 1\n  credentials_file: %s", endpoint,
-             creds);
-    long denied = objfixture_stat(&fx, "denied");
-    refused(src, "s3://data/train", "SignatureDoesNotMatch");
-    ck_assert_msg(objfixture_stat(&fx, "denied") > denied, "the proxy denied nothing");
+    wrong_secret_refused(&fx);
     /* the right one from the file: a missing bucket */
-    ck_assert_int_eq(harness_write_file(&H, "creds",
-                                        "[default]\naws_access_key_id = " AK "\n"
-                                        "aws_secret_access_key = " SK "\n",
-                                        creds, sizeof(creds)), 0);
+    creds_source(SK, src, sizeof(src));
+    harness_path(&H, "creds", creds, sizeof(creds));
     refused(src, "s3://nosuchbucket/x", "NoSuchBucket");
     /* a credentials file others may write is not read */
     ck_assert_int_eq(chmod(creds, 0662), 0);
@@ -635,6 +648,55 @@ START_TEST(test_refused)
     unsetenv("AWS_ACCESS_KEY_ID");
     refused(src, "s3://data/train", "no credentials");
     setenv("AWS_ACCESS_KEY_ID", AK, 1);
+}
+END_TEST
+
+/* ---- case "memo" ---- */
+
+START_TEST(test_memo)
+{
+    struct objfixture mfx;
+    char args[HARNESS_PATH_MAX + 256], keep[sizeof(endpoint)];
+    snprintf(args, sizeof(args), "s3 --memo --bucket 'data/train=%s' --access-key %s --secret %s",
+             data_dir, AK, SK);
+    ck_assert_msg(objfixture_start(&mfx, args) == 0, "objfixture --memo: %s", mfx.why);
+    ck_assert_int_eq(objfixture_stat(&mfx, "memo"), NSAMPLES + 1); /* and the marker */
+    memcpy(keep, endpoint, sizeof(keep));
+    snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", mfx.port);
+    start_daemon("");
+    same_as_folder("s3", 0, 0);
+    ck_assert_msg(objfixture_stat(&mfx, "memo_hits") >= NSAMPLES, "%ld GETs from the memo",
+                  objfixture_stat(&mfx, "memo_hits"));
+    harness_stop_checked(&H);
+    wrong_secret_refused(&mfx); /* every request still checked */
+    /* an object replaced (by itself: the epoch stays the folder's): the
+     * memo emptied, the next cold epoch's GETs answered by s3rver */
+    struct dirent **cls;
+    int n = scandir(data_dir, &cls, NULL, alphasort);
+    ck_assert_int_gt(n, 2);
+    char cmd[2 * HARNESS_PATH_MAX + 1280], dir[HARNESS_PATH_MAX + 256];
+    snprintf(dir, sizeof(dir), "%s/%s", data_dir, cls[n - 1]->d_name);
+    struct dirent **files;
+    int m = scandir(dir, &files, NULL, alphasort);
+    ck_assert_int_gt(m, 2);
+    snprintf(cmd, sizeof(cmd), "put data/train/%s/%s %s/%s", cls[n - 1]->d_name,
+             files[m - 1]->d_name, dir, files[m - 1]->d_name);
+    for (int i = 0; i < m; i++)
+        free(files[i]);
+    free(files);
+    for (int i = 0; i < n; i++)
+        free(cls[i]);
+    free(cls);
+    ck_assert_int_eq(objfixture_cmd(&mfx, cmd, NULL, 0), 0);
+    ck_assert_int_eq(objfixture_stat(&mfx, "memo"), 0);
+    long hits = objfixture_stat(&mfx, "memo_hits");
+    start_daemon("");
+    same_as_folder("s3", 0, 0);
+    ck_assert_int_eq(objfixture_stat(&mfx, "memo_hits"), hits);
+    ck_assert_int_eq(objfixture_stat(&mfx, "memo"), NSAMPLES);
+    harness_stop_checked(&H);
+    memcpy(endpoint, keep, sizeof(keep));
+    objfixture_stop(&mfx);
 }
 END_TEST
 
@@ -706,6 +768,9 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = harness_tcase("refused", NULL, NULL, CASE_TIMEOUT_S);
     tcase_add_test(tc, test_refused);
+    suite_add_tcase(s, tc);
+    tc = harness_tcase("memo", NULL, NULL, CASE_TIMEOUT_S);
+    tcase_add_test(tc, test_memo);
     suite_add_tcase(s, tc);
     rc = harness_run_suite(s);
     objfixture_stop(&fx);

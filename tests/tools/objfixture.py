@@ -5,7 +5,7 @@ loopback, started and removed by the caller.
     objfixture.py s3 --s3rver DIR [--bucket NAME[/PREFIX]=LOCALDIR ...]
                      [--access-key K --secret S [--token T]] [--region R]
                      [--delay-ms N] [--fail RATE [--fail-mode 503|reset|mix]]
-                     [--seed N] [--empty-bucket NAME ...]
+                     [--seed N] [--empty-bucket NAME ...] [--no-check] [--memo]
     objfixture.py http --root DIR [--direct] [--delay-ms N] [--fail RATE ...]
 
 s3: starts s3rver (DIR is where `make deps` installed it: DIR/node_modules/
@@ -23,6 +23,16 @@ requests), and forwards the rest to s3rver (which runs with
 --allow-mismatched-signatures: the proxy did the check). Responses stream
 through unchanged.
 
+--memo (`make bench`): s3rver's CPU per GET (about 0.6 ms of node.js on
+the bench machine) is the emulator's, on the cores the measured client
+decodes on, which no deployment's object store is. With it, s3rver's
+answer to a plain GET of a whole object (no query, no Range, no
+conditional header; status 200) is kept, byte for byte, and the same GET is answered with it
+from then on: after the check, the delay and the failures, like any
+other. Before READY every uploaded object is fetched once, so every
+client (prestod and the baselines alike) meets the same warm memo. Any
+request that is not a GET or HEAD, and the put command, empty it.
+
 http: nginx (Debian's nginx-light) serving DIR on a free loopback port
 from a temporary prefix, behind the same proxy (no signature check: it
 delays, fails, goes down and up on command), or with --direct nginx's own
@@ -39,7 +49,8 @@ one line:
     up               accept again, on the same port
     peak             start max_in_flight (requests answered at once) afresh
     stats            "STATS {json}": requests, forwarded, denied, failed,
-                     max_in_flight
+                     max_in_flight, memo_hits (and with --memo, memo:
+                     the objects kept)
     quit             (or end of input) stop everything and clean up
 Exit status: 0 after quit, 77 when a server cannot be had (s3rver not
 installed, node or nginx missing), with the reason on stderr.
@@ -148,6 +159,10 @@ class Checker:
 
 # ---- the proxy ----
 
+# request headers that make a GET's answer other than the whole object's
+MEMO_VARY = frozenset(("range", "if-match", "if-none-match", "if-modified-since",
+                       "if-unmodified-since", "x-amz-server-side-encryption-customer-key"))
+
 async def read_head(reader):
     """Reads an HTTP head; returns (first line, [(name, value)], raw) or None at EOF."""
     raw = await reader.readuntil(b"\r\n\r\n")
@@ -193,8 +208,10 @@ class Proxy:
         self.pool = []
         self.stats = {"requests": 0, "forwarded": 0, "denied": 0, "failed_503": 0,
                       "failed_reset": 0, "connections": 0, "precondition_failed": 0,
-                      "in_flight": 0, "max_in_flight": 0}
+                      "in_flight": 0, "max_in_flight": 0, "memo_hits": 0}
         self.put = None  # s3: put(bucket, key, path) replaces an object
+        self.memo = None  # --memo: {target: (head, body)} of whole-object GETs
+        self.memo_gen = 0  # counts the memo's emptyings: an answer older is not kept
 
     async def start(self, port=0):
         self.server = await asyncio.start_server(self.handle, "127.0.0.1", port,
@@ -271,10 +288,30 @@ class Proxy:
                                   target))
             await writer.drain()
             return True
+        if self.memo is not None:
+            if method == "GET" and "?" not in target and not MEMO_VARY.intersection(h):
+                hit = self.memo.get(target)
+                if hit is not None:
+                    writer.write(hit[0])
+                    writer.write(hit[1])
+                    await writer.drain()
+                    self.stats["forwarded"] += 1
+                    self.stats["memo_hits"] += 1
+                    return True
+                await self.forward(raw, body, method, writer, None, memo_key=target)
+                return True
+            if method not in ("GET", "HEAD"):
+                self.memo_clear()  # an object may change
         await self.forward(raw, body, method, writer, h.get("if-match"))
         return True
 
-    async def forward(self, raw, body, method, writer, if_match=None):
+    def memo_clear(self):
+        if self.memo is not None:
+            self.memo.clear()
+            self.memo_gen += 1
+
+    async def forward(self, raw, body, method, writer, if_match=None, memo_key=None):
+        gen = self.memo_gen
         for attempt in range(2):  # a pooled connection the server closed: a new one
             up_r, up_w = await self.upstream(fresh=attempt > 0)
             try:
@@ -299,7 +336,10 @@ class Proxy:
         writer.write(head + resp_body)
         await writer.drain()
         self.stats["forwarded"] += 1
-        if any(k.lower() == "connection" and v.lower() == "close" for k, v in hdrs):
+        close = any(k.lower() == "connection" and v.lower() == "close" for k, v in hdrs)
+        if memo_key is not None and status == 200 and not close and gen == self.memo_gen:
+            self.memo[memo_key] = (head, resp_body)
+        if close:
             up_w.close()
         else:
             self.pool.append((up_r, up_w, asyncio.get_running_loop().time()))
@@ -391,6 +431,39 @@ def upload(port, specs, empty):
     with ThreadPoolExecutor(8) as ex:
         list(ex.map(lambda j: s3.put_object(Bucket=j[0], Key=j[1], Body=j[2].read_bytes()), jobs))
     return len(jobs), s3
+
+
+async def memo_fill(proxy, a):
+    """--memo: every object fetched once through the proxy (signed as the
+    clients sign), so that the memo is warm for every client alike."""
+    import boto3
+    from botocore.config import Config
+
+    def fetch_all():
+        s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{proxy.port}",
+                          region_name=a.region, aws_access_key_id=a.access_key,
+                          aws_secret_access_key=a.secret, aws_session_token=a.token,
+                          config=Config(s3={"addressing_style": "path"},
+                                        max_pool_connections=8))
+        keys = []
+        for spec in a.bucket:
+            bucket, _, prefix = spec.partition("=")[0].partition("/")
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket,
+                                                                     Prefix=prefix):
+                keys += [(bucket, o["Key"]) for o in page.get("Contents", [])]
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(lambda k: s3.get_object(Bucket=k[0], Key=k[1])["Body"].read(), keys))
+        return len(keys)
+
+    delay, proxy.delay_ms = proxy.delay_ms, 0
+    fail, proxy.fail_rate = proxy.fail_rate, 0.0
+    try:
+        n = await asyncio.get_running_loop().run_in_executor(None, fetch_all)
+    finally:
+        proxy.delay_ms, proxy.fail_rate = delay, fail
+    if len(proxy.memo) != n:
+        raise RuntimeError(f"--memo: {len(proxy.memo)} of {n} objects kept")
+    proxy.stats.update(requests=0, forwarded=0, memo_hits=0, connections=0, max_in_flight=0)
 
 
 # ---- nginx ----
@@ -485,12 +558,14 @@ async def command(proxy, words, line):
             await proxy.start(proxy.port)
     elif words[0] == "put" and len(words) == 3 and proxy.put:
         bucket, _, key = words[1].partition("/")
+        proxy.memo_clear()
         await asyncio.get_running_loop().run_in_executor(None, proxy.put, bucket, key,
                                                          words[2])
     elif words[0] == "peak":  # max_in_flight from now on
         proxy.stats["max_in_flight"] = proxy.stats["in_flight"]
     elif words[0] == "stats":
-        return "STATS " + json.dumps(proxy.stats)
+        memo = {"memo": len(proxy.memo)} if proxy.memo is not None else {}
+        return "STATS " + json.dumps({**proxy.stats, **memo})
     else:
         return f"ERR unknown command: {line}"
     return "OK"
@@ -512,6 +587,8 @@ def main():
     s3.add_argument("--fail-mode", default="503", choices=["503", "reset", "mix"])
     s3.add_argument("--seed", type=int, default=1)
     s3.add_argument("--no-check", action="store_true", help="forward without the signature check")
+    s3.add_argument("--memo", action="store_true",
+                    help="answer whole-object GETs with s3rver's first answer (see above)")
     http = sub.add_parser("http")
     http.add_argument("--root", required=True)
     http.add_argument("--direct", action="store_true", help="nginx's port, no proxy")
@@ -562,6 +639,9 @@ def main():
         proxy.put = lambda b, k, path: s3c.put_object(Bucket=b, Key=k,
                                                        Body=Path(path).read_bytes())
         loop.run_until_complete(proxy.start())
+        if a.memo:
+            proxy.memo = {}
+            loop.run_until_complete(memo_fill(proxy, a))
         print("READY " + json.dumps({"port": proxy.port, "s3rver_port": s3port, "objects": n}),
               flush=True)
         done = loop.create_future()
