@@ -462,6 +462,9 @@ static int seg_create(struct store *st, struct store_seg **out)
         free(s);
         return -ENOMEM;
     }
+    /* Records are read one by one in an epoch's random order, as from a
+     * segment found at start (seg_load): no read-ahead around them. */
+    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
     if (st->direct && seg_open_direct(st, s) < 0) /* read buffered then */
         log_warn("store: %s/%s: O_DIRECT refused (%s); its records are read buffered",
                  st->dir, name, strerror(errno));

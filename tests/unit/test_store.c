@@ -373,13 +373,16 @@ static uint32_t crc32c_bitwise(const uint8_t *p, size_t n)
 }
 
 /* Lengths across the three-stream blocks' edges (3 x 256 and 3 x 8192
- * bytes), from unaligned starts, whole and continued at a cut. */
+ * bytes) and the folded path's (4096 bytes and more, in windows of 256,
+ * where the CPU has VPCLMULQDQ), from unaligned starts, whole and continued
+ * at a cut. */
 START_TEST(test_checksums_large)
 {
     static uint8_t buf[3 * 8192 * 2 + 3 * 256 * 2 + 64];
     for (size_t i = 0; i < sizeof(buf); i++)
         buf[i] = (uint8_t)(mix(i) >> 7);
-    static const size_t lens[] = {767, 768, 769, 775, 1536, 24575, 24576, 24577, 24576 + 768,
+    static const size_t lens[] = {767, 768, 769, 775, 1536, 4095, 4096, 4097, 4096 + 255,
+                                  4096 + 256, 4096 + 257, 24575, 24576, 24577, 24576 + 768,
                                   24576 + 1000, 2 * 24576 + 2 * 768 + 7};
     for (size_t i = 0; i < NELEM(lens); i++)
         for (size_t at = 0; at < 4; at++) {
@@ -404,8 +407,9 @@ START_TEST(test_checksums_copy)
     static uint8_t src[3 * 8192 * 2 + 3 * 256 * 2 + 64], dst[sizeof(src) + 16];
     for (size_t i = 0; i < sizeof(src); i++)
         src[i] = (uint8_t)(mix(i) >> 5);
-    static const size_t lens[] = {0, 1, 7, 8, 9, 300, 767, 768, 769, 24575, 24576, 24577,
-                                  2 * 24576 + 2 * 768 + 7};
+    static const size_t lens[] = {0,     1,     7,     8,     9,         300,       767,
+                                  768,   769,   4095,  4096,  4096 + 257, 24575,    24576,
+                                  24577, 2 * 24576 + 2 * 768 + 7};
     for (size_t i = 0; i < NELEM(lens); i++)
         for (size_t at = 0; at < 4; at++) {
             const uint8_t *p = src + at * 3;
