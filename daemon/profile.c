@@ -29,6 +29,7 @@
 #include "tiers.h"
 
 #define TRIAL_PREFIX "profile-trial-"
+#define PROBE_PREFIX "profile-probe-" /* disk_probe's file */
 #define RECORD_VERSION 1
 
 /* ---- strategies, samples, ranking ---- */
@@ -446,17 +447,19 @@ void profile_clean_trials(const char *cache_dir)
         return;
     }
     while ((e = readdir(d))) {
-        size_t plen = strlen(TRIAL_PREFIX);
-        if (strncmp(e->d_name, TRIAL_PREFIX, plen) != 0)
+        /* Trial directories, and the disk probe's file (up to 256 MiB). */
+        int probe = strncmp(e->d_name, PROBE_PREFIX, strlen(PROBE_PREFIX)) == 0;
+        size_t plen = strlen(probe ? PROBE_PREFIX : TRIAL_PREFIX);
+        if (!probe && strncmp(e->d_name, TRIAL_PREFIX, plen) != 0)
             continue;
         long pid = strtol(e->d_name + plen, NULL, 10);
         if (pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
             continue; /* another daemon's, running */
         int rc = cachedir_remove_dir(dirfd(d), e->d_name);
-        if (rc == 1)
+        if (rc == 1 && !probe)
             log_warn("profile: removed %s/%s, which was not a directory (a symbolic link?); "
                      "what it pointed to is untouched", cache_dir, e->d_name);
-        else if (rc == 0)
+        else if (rc >= 0)
             log_info("profile: removed %s/%s, left by a daemon that stopped mid-profile",
                      cache_dir, e->d_name);
         else
@@ -1483,7 +1486,7 @@ static int disk_probe(const char *dir, uint64_t bytes, unsigned depth, double *r
     int dfd = cachedir_open(dir, 0, err, sizeof(err));
     if (dfd < 0)
         return dfd;
-    snprintf(name, sizeof(name), "profile-probe-%ld", (long)getpid());
+    snprintf(name, sizeof(name), PROBE_PREFIX "%ld", (long)getpid());
     unlinkat(dfd, name, 0);
     int fd = openat(dfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     int rc = fd < 0 ? -errno : 0;

@@ -309,6 +309,7 @@ START_TEST(test_cache_links_untouched)
     plant(cache, "seg-000099.dat", "victim-seg", 0);
     plant(cache, "seg-000098.dat", "victim-hard", 1);
     plant(cache, "profile-trial-999999", "secret", 0);
+    plant(cache, "profile-probe-999999", "secret", 0);
     plant(cache, "profile-hd.txt", "victim-record", 0);
     plant(cache, "profile-hd.txt.tmp", "victim-tmp", 0);
     plant(cache, "direct-io-probe.tmp", "victim-probe", 0);
@@ -326,6 +327,7 @@ START_TEST(test_cache_links_untouched)
     ck_assert(harness_log_contains(&H, "seg-000098.dat: not the daemon's own file, or "
                                        "hard-linked; segment skipped"));
     ck_assert(harness_log_contains(&H, "profile-trial-999999, which was not a directory"));
+    ck_assert(harness_log_contains(&H, "profile-probe-999999, left by a daemon that stopped"));
 
     /* A profile (trial stores in the cache dir, the record written), then
      * epochs filling the disk tier. */
@@ -373,6 +375,8 @@ START_TEST(test_cache_links_untouched)
     snprintf(path, sizeof(path), "%s/profile-hd.txt.tmp", cache);
     ck_assert_int_eq(lstat(path, &sb), -1);
     snprintf(path, sizeof(path), "%s/profile-trial-999999", cache);
+    ck_assert_int_eq(lstat(path, &sb), -1);
+    snprintf(path, sizeof(path), "%s/profile-probe-999999", cache);
     ck_assert_int_eq(lstat(path, &sb), -1);
     /* A restart takes the record, and the disk tier's records. */
     umask(0);
