@@ -1488,11 +1488,11 @@ static int disk_probe(const char *dir, uint64_t bytes, unsigned depth, double *r
         return dfd;
     snprintf(name, sizeof(name), PROBE_PREFIX "%ld", (long)getpid());
     unlinkat(dfd, name, 0);
-    int fd = openat(dfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    int rc = fd < 0 ? -errno : 0;
-    int rfd = rc == 0 ? openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_DIRECT | O_CLOEXEC) : -1;
+    int fd = cachedir_open_file(dfd, name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    int rc = fd < 0 ? fd : 0;
+    int rfd = rc == 0 ? cachedir_open_file(dfd, name, O_RDONLY | O_DIRECT, 0) : -1;
     if (rc == 0 && rfd < 0)
-        rc = -errno;
+        rc = rfd;
     uint8_t *buf = NULL;
     struct io_ring *ring = NULL;
     struct io_req *reqs = NULL;

@@ -243,7 +243,8 @@ struct profile_scale {
     uint64_t disk_budget;      /* meaningful with disk_tier */
     int disk_tier;
     /* The disk's sustained bandwidth, bytes/s (0: not measured): the disk
-     * and cold rates are bounded by it (see above). */
+     * and cold rates' spreads reach down to it (see above); the rates
+     * themselves stay the trial's. */
     double read_bw, write_bw;
 };
 /* The interval of a predicted rate (0.45: +-45%): the repetitions' spread
