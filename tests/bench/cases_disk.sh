@@ -7,23 +7,28 @@
 # Cases disk-raw, disk-zstd and disk-raw-direct (raw records read with cache.direct_io:
 # O_DIRECT, whole aligned blocks, against ioread --direct): prestod serves DATA_DIR as `bench`
 # with a disk tier in a fresh directory and a memory budget far below the dataset
-# (1 MiB), and `prestoctl warm` materializes it into the disk tier. Then, three rounds:
-# the segment files are written back and dropped from the page cache and one epoch is
-# pulled (every sample read from the disk tier, a batch's records through io_uring on
-# its worker, checked, decompressed (zstd), flipped and sent); then $BUILD/ioread reads
-# the same records (the same files, each record in one read as the daemon does, queue
-# depth io.depth, one thread per worker, batches of the epoch's batch size) from a
-# dropped page cache: the raw random-read bandwidth of that disk for those reads,
-# measured in the same run. Each round is one run of the case (BENCH_DISK_ROUNDS, 5): the
-# case's ratio is the median of the rounds' own ratios (presto's rate over the raw read's
-# in the same round, the two back to back on the same records from a dropped page cache),
-# printed with their spread, so the device's drift between rounds (the raw read alone
-# moves by 20% on a loop device) moves both sides of a ratio, not the figure.
+# (1 MiB), and `prestoctl warm` materializes it into the disk tier. Then, rounds of
+# BENCH_DISK_EPOCHS (4) epochs each: the segment files are written back and dropped from
+# the page cache and one epoch is pulled (every sample read from the disk tier, a batch's
+# records through io_uring on its worker, checked, decompressed (zstd), flipped and
+# sent); then at once $BUILD/ioread reads the same records (the same files, each record
+# in one read as the daemon does, queue depth io.depth, one thread per worker, batches of
+# the epoch's batch size) from a dropped page cache: the raw random-read bandwidth of
+# that disk for those reads, measured in the same run. A round's rate is its epochs'
+# bytes over their summed seconds, the raw read's likewise (an epoch on a fast disk is
+# 0.2 s, too short for one to be a stable figure on a shared machine). Each round is one
+# run of the case (BENCH_DISK_ROUNDS, 5): the case's ratio is the median of the rounds'
+# own ratios (presto's rate over the raw read's in the same round, each epoch back to
+# back with its raw read on the same records from a dropped page cache), printed with
+# their spread, so the device's drift between rounds (the raw read alone moves by 20% on
+# a loop device) moves both sides of a ratio, not the figure; a round's JSON also lists
+# its epochs' own ratios (epoch_ratios).
 # The epochs are pulled as a training loop pulls them, on one connection ($BUILD/epochs,
 # tests/bench/epochs.c), whose first epoch (not counted) makes the shared-memory ring its
 # later streams reuse; NAME-new-process stands beside each case: the same rounds, each
 # pulled by a new `prestoctl epoch` process and so into a new ring, whose pages prestod
-# faults in and zeroes during the epoch (no target: a trainer pays that once).
+# faults in and zeroes during the epoch (no target: a trainer pays that once; one epoch
+# a round).
 #
 # A case's ratio is presto's disk-tier read rate (record bytes read / epoch seconds)
 # over that raw rate; the target (issue 13) is 0.85 through the page cache and 0.9 with
@@ -44,6 +49,7 @@
 
 BENCH_DISK_BATCH=64
 BENCH_DISK_ROUNDS=${BENCH_DISK_ROUNDS:-5} # rounds per case (the median is reported)
+BENCH_DISK_EPOCHS=${BENCH_DISK_EPOCHS:-4} # epochs per round (its rate: their sums)
 
 # disk_drop_cache FILE...: writes the files back and drops them from the page cache.
 disk_drop_cache() {
@@ -93,77 +99,112 @@ disk_epochs_stop() {
     rm -f "$PRESTO_TMP/epochs.in" "$PRESTO_TMP/epochs.out"
 }
 
-# disk_round NAME DIR EPOCH [CHECKED]: one epoch from the dropped disk tier of the
-# running prestod, then the raw read of the same records; prints the run's JSON line
-# (and the figures on stderr). With CHECKED (1), the same records are read once more
-# with ioread --check (checksums checked, payloads copied into a batch: the same work
-# for a raw record as prestod's) and a second line gives the run against that read.
+# disk_round NAME DIR ROUND [CHECKED]: round ROUND of a case on the running prestod:
+# BENCH_DISK_EPOCHS epochs (numbered from (ROUND - 1) * BENCH_DISK_EPOCHS + 1), each
+# pulled from the dropped disk tier and followed at once by the raw read of the same
+# records from a dropped page cache; prints the round's JSON line, its rate and the raw
+# read's each the summed bytes over the summed seconds of its epochs (and the figures on
+# stderr). With CHECKED (1), each epoch's records are also read with ioread --check
+# (checksums checked, payloads copied into a batch: the same work for a raw record as
+# prestod's) and a second line gives the round against that read.
 disk_round() {
-    local name=$1 dir=$2 epoch=$3 checked=${4:-0} checked_raw=''
-    local stats0 stats1 run raw cpu0 cpu1 workers depth backend
-    local direct segs=("$dir"/cache/seg-*.dat) pread_flag=() direct_flag=()
-    disk_drop_cache "${segs[@]}"
+    local name=$1 dir=$2 round=$3 checked=${4:-0}
+    local stats0 stats1 run raw cpu0 cpu1 workers depth backend direct j e c
+    local segs=("$dir"/cache/seg-*.dat) pread_flag=() direct_flag=()
+    local runs=() raws=() checks=() ticks=(0 0 0) c0 c1
     stats0=$(presto_ctl stats)
-    cpu0=$(disk_cpu_sample "$PRESTO_PID")
+    read -r workers depth backend direct < <("$PYTHON" -c 'import json, sys
+s = json.loads(sys.argv[1])
+print(s["workers"], s["io"]["depth"], s["io"]["backend"], s["disk"]["direct_io"])' "$stats0")
+    [[ $backend == pread ]] && pread_flag=(--pread)
+    [[ $direct == 1 ]] && direct_flag=(--direct)
+    local ioread=("$BUILD/ioread" --drop --threads "$workers" --depth "$depth"
+        --batch "$BENCH_DISK_BATCH" "${pread_flag[@]}" "${direct_flag[@]}")
     local perf_pid=
-    if [[ -n ${BENCH_PERF:-} ]]; then
+    if [[ -n ${BENCH_PERF:-} ]]; then # the round's epochs (prestod idles in the reads)
         mkdir -p "$BENCH_PERF"
         local perf_args
         read -r -a perf_args <<<"${BENCH_PERF_ARGS:--g}"
         perf record -q "${perf_args[@]}" -p "$PRESTO_PID" \
-            -o "$BENCH_PERF/$name-$epoch.data" 2>/dev/null &
+            -o "$BENCH_PERF/$name-$round.data" 2>/dev/null &
         perf_pid=$!
         sleep 0.5 # perf attached
     fi
-    if [[ -n ${DISK_EPOCHS_TO:-} ]]; then # the kept connection (disk_epochs_start)
-        echo "$epoch" >&"$DISK_EPOCHS_TO"
-        read -r run <&"$DISK_EPOCHS_FROM" || presto_fail "$name: $BUILD/epochs stopped"
-    else
-        run=$(presto_ctl epoch bench -e "$epoch" -b "$BENCH_DISK_BATCH" --json)
-    fi
+    for ((j = 1; j <= BENCH_DISK_EPOCHS; j++)); do
+        e=$(((round - 1) * BENCH_DISK_EPOCHS + j))
+        disk_drop_cache "${segs[@]}"
+        cpu0=$(disk_cpu_sample "$PRESTO_PID")
+        if [[ -n ${DISK_EPOCHS_TO:-} ]]; then # the kept connection (disk_epochs_start)
+            echo "$e" >&"$DISK_EPOCHS_TO"
+            read -r run <&"$DISK_EPOCHS_FROM" || presto_fail "$name: $BUILD/epochs stopped"
+        else
+            run=$(presto_ctl epoch bench -e "$e" -b "$BENCH_DISK_BATCH" --json)
+        fi
+        cpu1=$(disk_cpu_sample "$PRESTO_PID")
+        read -r -a c0 <<<"$cpu0"
+        read -r -a c1 <<<"$cpu1"
+        for ((c = 0; c < 3; c++)); do ticks[c]=$((ticks[c] + c1[c] - c0[c])); done
+        runs+=("$run")
+        raw=$("${ioread[@]}" --seed "$e" "${segs[@]}") || presto_fail "ioread failed on $dir/cache"
+        raws+=("$raw")
+        if [[ $checked == 1 ]]; then
+            raw=$("${ioread[@]}" --check --seed "$e" "${segs[@]}") \
+                || presto_fail "ioread --check failed on $dir/cache"
+            checks+=("$raw")
+        fi
+    done
     if [[ -n $perf_pid ]]; then
         kill -INT "$perf_pid"
         wait "$perf_pid" || true
     fi
-    cpu1=$(disk_cpu_sample "$PRESTO_PID")
     stats1=$(presto_ctl stats)
-    read -r workers depth backend direct < <("$PYTHON" -c 'import json, sys
-s = json.loads(sys.argv[1])
-print(s["workers"], s["io"]["depth"], s["io"]["backend"], s["disk"]["direct_io"])' "$stats1")
-    [[ $backend == pread ]] && pread_flag=(--pread)
-    [[ $direct == 1 ]] && direct_flag=(--direct)
-    raw=$("$BUILD/ioread" --drop --threads "$workers" --depth "$depth" \
-        --batch "$BENCH_DISK_BATCH" "${pread_flag[@]}" "${direct_flag[@]}" "${segs[@]}") \
-        || presto_fail "ioread failed on $dir/cache"
-    if [[ $checked == 1 ]]; then
-        checked_raw=$("$BUILD/ioread" --drop --check --threads "$workers" --depth "$depth" \
-            --batch "$BENCH_DISK_BATCH" "${pread_flag[@]}" "${direct_flag[@]}" "${segs[@]}") \
-            || presto_fail "ioread --check failed on $dir/cache"
-    fi
-    "$PYTHON" - "$name" "$run" "$stats0" "$stats1" "$raw" "$cpu0" "$cpu1" \
-        "$(getconf CLK_TCK)" "$checked_raw" <<'EOF'
+    local IFS=,
+    "$PYTHON" - "$name" "[${runs[*]}]" "$stats0" "$stats1" "[${raws[*]}]" "${ticks[*]}" \
+        "$(getconf CLK_TCK)" "[${checks[*]}]" "$round" <<'EOF'
 import json, sys
-name, epoch, s0, s1, raw = sys.argv[1], *(json.loads(a) for a in sys.argv[2:6])
-cpu0, cpu1 = ([int(x) for x in a.split()] for a in sys.argv[6:8])
-hz = int(sys.argv[8])
-checked = json.loads(sys.argv[9]) if sys.argv[9] else None
+name, epochs, s0, s1, raws = sys.argv[1], *(json.loads(a) for a in sys.argv[2:6])
+ticks = [int(x) for x in sys.argv[6].split(",")]
+hz = int(sys.argv[7])
+checks = json.loads(sys.argv[8])
+rnd = int(sys.argv[9])
+
+
+def rate(reads):
+    """ioread's summed bytes over its summed seconds, in MB/s."""
+    secs = sum(r["seconds"] for r in reads)
+    return sum(r["bytes"] for r in reads) / 1e6 / secs if secs > 0 else 0.0
+
+
 read = s1["disk"]["bytes_read"] - s0["disk"]["bytes_read"]
 hits = s1["disk"]["hits"] - s0["disk"]["hits"]
-secs = epoch["seconds"]
+secs = sum(e["seconds"] for e in epochs)
+samples = sum(e["samples"] for e in epochs)
 mbs = read / 1e6 / secs if secs > 0 else 0.0
 per_sample = read / hits if hits else 0.0
-raw_mbs = raw["mb_per_s"]
-daemon_cores = (cpu1[0] - cpu0[0]) / hz / secs if secs > 0 else 0.0
-busy = (cpu1[1] - cpu0[1]) / max(cpu1[2] - cpu0[2], 1)
+raw_mbs = round(rate(raws), 1)
+daemon_cores = ticks[0] / hz / secs if secs > 0 else 0.0
+busy = ticks[1] / max(ticks[2], 1)
 out_mbs = (s1["bytes_served"] - s0["bytes_served"]) / 1e6 / secs if secs > 0 else 0.0
-run = dict(epoch)
+# each epoch against the raw read right after it: the spread inside the round
+each = [e["samples"] * per_sample * r["seconds"] / (e["seconds"] * r["bytes"])
+        if e["seconds"] > 0 and r["bytes"] > 0 else 0.0 for e, r in zip(epochs, raws)]
+run = dict(epochs[0])
 run.update({
+    "epoch": rnd,
+    "epochs": [e["epoch"] for e in epochs],
+    "samples": samples,
+    "batches": sum(e["batches"] for e in epochs),
+    "skipped": sum(e["skipped"] for e in epochs),
+    "seconds": round(secs, 6),
+    "samples_per_s": round(samples / secs, 1) if secs > 0 else 0.0,
+    "first_batch_s": max(e["first_batch_s"] for e in epochs),
+    "epoch_ratios": [round(x, 3) for x in each],
     "paired": True,  # the ratio: the median of the rounds' own (report.py)
     "reference": "raw-read",
-    "reference_detail": "raw random read of the same records (ioread: depth %d, %d threads, "
-                        "batches of %d, %s%s)" % (raw["depth"], raw["threads"], raw["batch"],
-                                                  raw["backend"],
-                                                  ", O_DIRECT" if raw.get("direct") else ""),
+    "reference_detail": "raw random read of the same records right after each epoch "
+                        "(ioread: depth %d, %d threads, batches of %d, %s%s)"
+                        % (raws[0]["depth"], raws[0]["threads"], raws[0]["batch"],
+                           raws[0]["backend"], ", O_DIRECT" if raws[0].get("direct") else ""),
     "reference_samples_per_s": raw_mbs * 1e6 / per_sample if per_sample else 0.0,
     "disk_mb_per_s": round(mbs, 1),
     "raw_mb_per_s": raw_mbs,
@@ -176,19 +217,21 @@ run.update({
 ra0, ra1 = s0["io"].get("readahead", {}), s1["io"].get("readahead", {})
 ahead = {k: ra1.get(k, 0) - ra0.get(k, 0) for k in ("batches", "over_budget", "buffered_disk")}
 run["read_ahead"] = dict(ahead, max_in_flight=ra1.get("max_in_flight", 0))
-print("  %s epoch %d: %d samples from disk in %.2f s: %.1f MB/s read (%.1f MB/s served), "
-      "raw random read %.1f MB/s: %.2fx; the first batch after %.3f s; prestod used %.2f "
-      "cores, the machine's cores were %.0f%% busy; %d batches read ahead, %d over its "
-      "budget, %d left to the workers (buffered disk records), %d reads in flight at most"
-      % (name, epoch["epoch"], hits, secs, mbs, out_mbs, raw_mbs,
-         mbs / raw_mbs if raw_mbs else 0.0, epoch.get("first_batch_s", 0.0), daemon_cores,
-         busy * 100, ahead["batches"],
-         ahead["over_budget"], ahead["buffered_disk"], run["read_ahead"]["max_in_flight"]),
+print("  %s round %d (%d epochs, each %.2f-%.2fx): %d samples from disk in %.2f s: %.1f MB/s "
+      "read (%.1f MB/s served), raw random read %.1f MB/s: %.2fx; the first batch after "
+      "%.3f s at most; prestod used %.2f cores, the machine's cores were %.0f%% busy; %d "
+      "batches read ahead, %d over its budget, %d left to the workers (buffered disk "
+      "records), %d reads in flight at most"
+      % (name, rnd, len(epochs), min(each), max(each), hits, secs, mbs, out_mbs, raw_mbs,
+         mbs / raw_mbs if raw_mbs else 0.0, run["first_batch_s"], daemon_cores, busy * 100,
+         ahead["batches"], ahead["over_budget"], ahead["buffered_disk"],
+         run["read_ahead"]["max_in_flight"]),
       file=sys.stderr)
 print(json.dumps(run))
-if checked:
-    c_mbs = checked["mb_per_s"]
+if checks:
+    c_mbs = round(rate(checks), 1)
     same = dict(run)
+    del same["epoch_ratios"]  # against the raw read
     same.update({
         "reference": "checked-read",
         "reference_detail": "the same reads with each record's checksums checked and its "
@@ -196,8 +239,8 @@ if checked:
         "reference_samples_per_s": c_mbs * 1e6 / per_sample if per_sample else 0.0,
         "raw_mb_per_s": c_mbs,
     })
-    print("  %s epoch %d against the checked read of the same records (%.1f MB/s): %.2fx"
-          % (name, epoch["epoch"], c_mbs, mbs / c_mbs if c_mbs else 0.0), file=sys.stderr)
+    print("  %s round %d against the checked read of the same records (%.1f MB/s): %.2fx"
+          % (name, rnd, c_mbs, mbs / c_mbs if c_mbs else 0.0), file=sys.stderr)
     print(json.dumps(same))
 EOF
 }
@@ -243,7 +286,7 @@ EOF
     # The same rounds with a new process (prestoctl epoch) each, which also makes a new
     # ring each time (its first touch: page faults and zeroing in prestod).
     for ((e = 1; e <= BENCH_DISK_ROUNDS; e++)); do
-        run=$(disk_round "$name-new-process" "$dir" "$e") \
+        run=$(BENCH_DISK_EPOCHS=1 disk_round "$name-new-process" "$dir" "$e") \
             || presto_fail "$name-new-process: round $e failed"
         fresh+=("$run")
     done
