@@ -8,7 +8,7 @@
 # O_DIRECT, whole aligned blocks, against ioread --direct): prestod serves DATA_DIR as `bench`
 # with a disk tier in a fresh directory and a memory budget far below the dataset
 # (1 MiB), and `prestoctl warm` materializes it into the disk tier. Then, rounds of
-# BENCH_DISK_EPOCHS (4) epochs each: the segment files are written back and dropped from
+# BENCH_DISK_EPOCHS (8) epochs each: the segment files are written back and dropped from
 # the page cache and one epoch is pulled (every sample read from the disk tier, a batch's
 # records through io_uring on its worker, checked, decompressed (zstd), flipped and
 # sent); then at once $BUILD/ioread reads the same records (the same files, each record
@@ -49,7 +49,7 @@
 
 BENCH_DISK_BATCH=64
 BENCH_DISK_ROUNDS=${BENCH_DISK_ROUNDS:-5} # rounds per case (the median is reported)
-BENCH_DISK_EPOCHS=${BENCH_DISK_EPOCHS:-4} # epochs per round (its rate: their sums)
+BENCH_DISK_EPOCHS=${BENCH_DISK_EPOCHS:-8} # epochs per round (its rate: their sums)
 
 # disk_drop_cache FILE...: writes the files back and drops them from the page cache.
 disk_drop_cache() {
