@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "audio.h"
 #include "decode_formats.h"
@@ -16,6 +17,7 @@
 
 #define ARENA_ALIGN 64u
 #define ARENA_GRAIN ((size_t)1 << 20) /* arenas grow in these (chunk_arena) */
+#define ARENA_HUGE ((size_t)2 << 20)  /* an arena this large: transparent huge pages */
 
 /* The pipeline's per-thread counters: bad samples by kind, then each
  * step kind's calls, then its nanoseconds. */
@@ -429,8 +431,13 @@ static int chunk_arena(struct chunk *C, size_t bytes, size_t size, struct io_rin
     if (bytes <= C->arena_cap)
         return 0;
     arena_free(reg, C->arena);
-    if (posix_memalign(&p, STORE_DIRECT_ALIGN, size) != 0)
+    /* A large arena on huge pages where the kernel has them (madvise): the
+     * kernel's copy of each buffered read into it, and the checksum pass
+     * over it, miss the TLB 512 times less. */
+    if (posix_memalign(&p, size >= ARENA_HUGE ? ARENA_HUGE : STORE_DIRECT_ALIGN, size) != 0)
         p = NULL;
+    else if (size >= ARENA_HUGE)
+        madvise(p, size, MADV_HUGEPAGE); /* a hint: refused, the arena is as before */
     C->arena = p;
     C->arena_cap = p ? size : 0;
     return p ? 0 : -ENOMEM;
