@@ -41,6 +41,9 @@
 # CPU use (cores) and how busy the machine's cores were during the epoch are printed,
 # so a case that misses while CPU-bound says so.
 #
+# BENCH_DISK_IOREAD_ARGS (optional): more arguments for every ioread run (e.g. --huge:
+# its buffers on huge pages, as prestod's arenas are).
+#
 # BENCH_PERF=DIR (optional, needs Debian's linux-perf): each round's epoch is recorded with
 # `perf record -g` on prestod into DIR/NAME-EPOCH.data (`perf report --no-children -i FILE`
 # shows where prestod's cycles went); the recording costs some of the figures' speed.
@@ -120,6 +123,9 @@ print(s["workers"], s["io"]["depth"], s["io"]["backend"], s["disk"]["direct_io"]
     [[ $direct == 1 ]] && direct_flag=(--direct)
     local ioread=("$BUILD/ioread" --drop --threads "$workers" --depth "$depth"
         --batch "$BENCH_DISK_BATCH" "${pread_flag[@]}" "${direct_flag[@]}")
+    local extra
+    read -r -a extra <<<"${BENCH_DISK_IOREAD_ARGS:-}"
+    ioread+=("${extra[@]}")
     local perf_pid=
     if [[ -n ${BENCH_PERF:-} ]]; then # the round's epochs (prestod idles in the reads)
         mkdir -p "$BENCH_PERF"
@@ -202,9 +208,10 @@ run.update({
     "paired": True,  # the ratio: the median of the rounds' own (report.py)
     "reference": "raw-read",
     "reference_detail": "raw random read of the same records right after each epoch "
-                        "(ioread: depth %d, %d threads, batches of %d, %s%s)"
+                        "(ioread: depth %d, %d threads, batches of %d, %s%s%s)"
                         % (raws[0]["depth"], raws[0]["threads"], raws[0]["batch"],
-                           raws[0]["backend"], ", O_DIRECT" if raws[0].get("direct") else ""),
+                           raws[0]["backend"], ", O_DIRECT" if raws[0].get("direct") else "",
+                           ", huge pages" if raws[0].get("huge") else ""),
     "reference_samples_per_s": raw_mbs * 1e6 / per_sample if per_sample else 0.0,
     "disk_mb_per_s": round(mbs, 1),
     "raw_mb_per_s": raw_mbs,

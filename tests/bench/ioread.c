@@ -4,7 +4,7 @@
  * disk-tier figures against.
  *
  *   ioread [--depth N] [--threads N] [--batch N] [--pread] [--drop]
- *          [--direct] [--check] [--seed S] SEGMENT...
+ *          [--direct] [--check] [--huge] [--seed S] SEGMENT...
  *
  * Reads every record of the given disk-tier segment files (cache.dir/
  * seg-*.dat), each as one read of the whole record, in a random order:
@@ -21,7 +21,10 @@
  * more: its header's and payload's CRC32C checked (hash_crc32c, as the
  * store does), and the payload copied into the batch's place (prestod's
  * last online step writes it there); a record that fails counts as an
- * error. Without it the reads alone are measured.
+ * error. Without it the reads alone are measured. --huge puts each thread's
+ * read buffer on transparent huge pages (madvise), as prestod's arenas are
+ * (pipeline.c, chunk_arena): the kernel's copy into it misses the TLB less;
+ * without it the buffer has the ordinary pages a reader would have.
  * Prints one JSON line: records, bytes, seconds, mb_per_s (10^6 bytes),
  * backend, direct, check, depth, threads, batch.
  */
@@ -34,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,6 +61,7 @@ struct job {
     int force_pread;
     int direct;
     int check;
+    int huge;
     uint32_t max_len;
     uint64_t bytes, errors; /* atomic */
     char backend[16];
@@ -133,8 +138,11 @@ static void *reader(void *arg)
     struct io_req *reqs = calloc(j->batch, sizeof(*reqs));
     void *buf = NULL;
     uint8_t *out = j->check ? malloc((size_t)j->batch * j->max_len) : NULL;
-    if (posix_memalign(&buf, STORE_DIRECT_ALIGN, (size_t)j->batch * j->max_len) != 0)
+    size_t size = (size_t)j->batch * j->max_len;
+    if (posix_memalign(&buf, j->huge ? (size_t)2 << 20 : STORE_DIRECT_ALIGN, size) != 0)
         buf = NULL;
+    else if (j->huge)
+        madvise(buf, size, MADV_HUGEPAGE);
     if (!reqs || !buf || (j->check && !out) ||
         io_ring_create(&r, j->depth, j->force_pread ? IO_FORCE_PREAD : 0, why, sizeof(why)) < 0) {
         fprintf(stderr, "ioread: out of memory\n");
@@ -188,7 +196,7 @@ int main(int argc, char **argv)
         {"batch", required_argument, NULL, 'b'}, {"pread", no_argument, NULL, 'p'},
         {"drop", no_argument, NULL, 'D'},        {"seed", required_argument, NULL, 's'},
         {"direct", no_argument, NULL, 'O'},      {"check", no_argument, NULL, 'C'},
-        {NULL, 0, NULL, 0},
+        {"huge", no_argument, NULL, 'H'},        {NULL, 0, NULL, 0},
     };
     struct job j = {.batch = 64, .depth = IO_DEFAULT_DEPTH};
     unsigned threads = 1, seed = 1;
@@ -202,10 +210,11 @@ int main(int argc, char **argv)
         case 'D': drop = 1; break;
         case 'O': j.direct = 1; break;
         case 'C': j.check = 1; break;
+        case 'H': j.huge = 1; break;
         case 's': seed = parse_num("--seed", optarg, 0, ~0u); break;
         default:
             fprintf(stderr, "usage: ioread [--depth N] [--threads N] [--batch N] [--pread] "
-                            "[--drop] [--direct] [--check] [--seed S] SEGMENT...\n");
+                            "[--drop] [--direct] [--check] [--huge] [--seed S] SEGMENT...\n");
             return 2;
         }
     }
@@ -242,11 +251,11 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     printf("{\"records\":%zu,\"bytes\":%llu,\"errors\":%llu,\"seconds\":%.6f,\"mb_per_s\":%.1f,"
-           "\"backend\":\"%s\",\"direct\":%d,\"check\":%d,\"depth\":%u,\"threads\":%u,"
-           "\"batch\":%u}\n",
+           "\"backend\":\"%s\",\"direct\":%d,\"check\":%d,\"huge\":%d,\"depth\":%u,"
+           "\"threads\":%u,\"batch\":%u}\n",
            j.n, (unsigned long long)j.bytes, (unsigned long long)j.errors, secs,
            secs > 0 ? (double)j.bytes / 1e6 / secs : 0.0, j.backend, j.direct, j.check,
-           j.depth, threads, j.batch);
+           j.huge, j.depth, threads, j.batch);
     free(tids);
     free(j.recs);
     return j.errors ? 1 : 0;
