@@ -433,7 +433,7 @@ static int chunk_arena(struct chunk *C, size_t bytes, size_t size, struct io_rin
     arena_free(reg, C->arena);
     /* A large arena on huge pages where the kernel has them (madvise): the
      * kernel's copy of each buffered read into it, and the checksum pass
-     * over it, miss the TLB 512 times less. */
+     * over it, walk 2 MiB pages, not 4 KiB ones (fewer TLB misses). */
     if (posix_memalign(&p, size >= ARENA_HUGE ? ARENA_HUGE : STORE_DIRECT_ALIGN, size) != 0)
         p = NULL;
     else if (size >= ARENA_HUGE)
