@@ -227,6 +227,28 @@ START_TEST(test_rank_disk_bandwidth)
 }
 END_TEST
 
+/* The trial's write-back goes on while a first epoch's workers compute: the
+ * cold rate is the slower of the two, not their sum. */
+START_TEST(test_rank_writeback)
+{
+    struct proto_profile_strategy st[] = {
+        measured("none", 0, 100, 90, 0, 100e3, 0),
+        measured("decode/raw", 1, 3000, 2000, 500e3, 500e3, 0.0002),
+        measured("crop/raw", 3, 10000, 8000, 100e3, 100e3, 0.001),
+    };
+    struct profile_scale sc = roomy;
+    sc.writeback_bw = 2e9; /* 4,000 decode/raw records/s, 20,000 crop/raw */
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    ck_assert_double_eq_tol(st[1].cold_rate, 1.0 / (0.0002 + 1.0 / 3000), 1e-6);
+    ck_assert_double_eq_tol(st[2].cold_rate, 1.0 / (0.001 + 1.0 / 10000), 1e-6);
+    sc.writeback_bw = 50e6; /* crop/raw: 500 records/s, under its 909 */
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    ck_assert_double_eq_tol(st[2].cold_rate, 500, 1e-6);
+    ck_assert_double_eq_tol(st[1].cold_rate, 100, 1e-6); /* 500 KB each */
+    ck_assert_double_eq_tol(st[0].cold_rate, 90, 1e-9); /* split 0 writes nothing */
+}
+END_TEST
+
 START_TEST(test_rank_disk_budget)
 {
     struct proto_profile_strategy st[] = {
@@ -534,6 +556,7 @@ static Suite *profile_suite(void)
     tcase_add_test(tc, test_rank_throughput);
     tcase_add_test(tc, test_rank_disk_budget);
     tcase_add_test(tc, test_rank_disk_bandwidth);
+    tcase_add_test(tc, test_rank_writeback);
     tcase_add_test(tc, test_rank_ties_and_weights);
     tcase_add_test(tc, test_rank_memory_fraction);
     tcase_add_test(tc, test_proto_roundtrip);
