@@ -197,15 +197,20 @@ START_TEST(test_rank_throughput)
 }
 END_TEST
 
+/* none, decode/raw and crop/raw as measured on 1 worker. */
+static void three_strategies(struct proto_profile_strategy st[3])
+{
+    st[0] = measured("none", 0, 100, 90, 0, 100e3, 0);
+    st[1] = measured("decode/raw", 1, 3000, 2000, 500e3, 500e3, 0.0002);
+    st[2] = measured("crop/raw", 3, 10000, 8000, 100e3, 100e3, 0.001);
+}
+
 /* The disk's bandwidth under what the trial read or wrote: the rates keep
  * the trial's figures and their spreads reach down to the disk's. */
 START_TEST(test_rank_disk_bandwidth)
 {
-    struct proto_profile_strategy st[] = {
-        measured("none", 0, 100, 90, 0, 100e3, 0),
-        measured("decode/raw", 1, 3000, 2000, 500e3, 500e3, 0.0002),
-        measured("crop/raw", 3, 10000, 8000, 100e3, 100e3, 0.001),
-    };
+    struct proto_profile_strategy st[3];
+    three_strategies(st);
     struct profile_scale sc = roomy;
     profile_rank(st, NELEM(st), &sc, 1, 0, 0);
     double cold = st[1].cold_rate, disk_spread = st[1].disk_spread;
@@ -231,11 +236,8 @@ END_TEST
  * cold rate is the slower of the two, not their sum. */
 START_TEST(test_rank_writeback)
 {
-    struct proto_profile_strategy st[] = {
-        measured("none", 0, 100, 90, 0, 100e3, 0),
-        measured("decode/raw", 1, 3000, 2000, 500e3, 500e3, 0.0002),
-        measured("crop/raw", 3, 10000, 8000, 100e3, 100e3, 0.001),
-    };
+    struct proto_profile_strategy st[3];
+    three_strategies(st);
     struct profile_scale sc = roomy;
     sc.writeback_bw = 2e9; /* 4,000 decode/raw records/s, 20,000 crop/raw */
     profile_rank(st, NELEM(st), &sc, 1, 0, 0);
