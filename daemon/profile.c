@@ -148,9 +148,12 @@ static void extrapolate(struct proto_profile_strategy *s, const struct profile_s
     s->expected_epoch_s = per * N;
     s->expected_rate = safe_div(1.0, per);
     /* The first epoch: split 0 reads the files from the disk; the others
-     * read them, run the offline steps, store (the write-back included)
-     * and then run the online steps, on the same workers. */
+     * read them, run the offline steps, store and admit to memory, and
+     * then run the online steps, on the same workers, while the kernel
+     * writes the records back: the slower of the two. */
     double cold = s->split == 0 ? safe_div(1.0, rdisk) : s->offline_s / W + safe_div(1.0, rmem);
+    if (s->split && sc->writeback_bw > 0)
+        cold = fmax(cold, s->stored_bytes / sc->writeback_bw);
     s->cold_rate = safe_div(1.0, cold);
     s->cold_spread = s->split == 0 ? s->disk_spread
                                    : s->memory_spread * safe_div(safe_div(1.0, rmem), cold);
@@ -546,6 +549,8 @@ struct profile {
     uint32_t busy;               /* jobs not idle: reading, armed or running */
     uint64_t t0_ns, sent_ns;
     double profile_s; /* the profile's run time, its verification aside */
+    double wb_bytes;  /* the trials' segments written back, and in how long */
+    uint64_t wb_ns;
     struct event *ev; /* finishes outside of any callback of ours */
     int done, closing;
     int err_code;   /* why it failed: -errno (0: it did not) */
@@ -887,8 +892,8 @@ static void phase_begin(struct profile *p, enum phase ph)
     p->nreps = 0;
     p->rep_good = p->pass_good = 0;
     switch (ph) {
-    case PH_OFFLINE:
-        tiers_memory_off(p->ttiers, 1);
+    case PH_OFFLINE: /* admitting to memory as a first epoch does, where there is one */
+        tiers_memory_off(p->ttiers, (*p->pr->cfg)->cache_memory == 0);
         p->nlist = p->tk;
         drop_sources(p); /* a first epoch reads them from the disk */
         break;
@@ -1006,11 +1011,18 @@ static void phase_end(struct profile *p)
             return;
         }
         /* Worker seconds per sample, by the wall clock of the phase on
-         * the profile's workers, the segments' write-back included. */
-        uint64_t wall = p->wall_ns + sync_trial(p);
+         * the profile's workers; the segments' write-back apart (the
+         * profile's write-back bandwidth: see extrapolate). */
+        uint64_t sync_ns = sync_trial(p);
+        p->wb_bytes += (double)ss.bytes_disk;
+        p->wb_ns += sync_ns;
         s->samples = (uint32_t)p->good;
         s->failed = (uint32_t)p->failed;
-        s->offline_s = p->good ? (double)wall / 1e9 * p->njobs / (double)p->good : 0;
+        s->offline_s = p->good ? (double)p->wall_ns / 1e9 * p->njobs / (double)p->good : 0;
+        log_debug("profile of '%s': %s: offline %.1f ms on %u workers (reads, steps, "
+                  "stores, admission), write-back %.1f ms (%.1f MB)", dataset_name(p->ds),
+                  s->name, (double)p->wall_ns / 1e6, p->njobs, (double)sync_ns / 1e6,
+                  (double)ss.bytes_disk / 1e6);
         s->stored_bytes = p->good ? (double)ss.bytes_disk / (double)p->good : 0;
         s->raw_bytes = ss.records ? (double)ss.bytes_raw / (double)ss.records : 0;
         if (p->cur > 0 && p->st[p->cur - 1].split == s->split) {
@@ -1607,7 +1619,8 @@ static void profile_finish(struct profile *p)
         return;
     }
     struct profile_scale sc = {dataset_size(p->ds), p->workers, p->njobs, cfg->cache_memory,
-                               cfg->cache_disk, tiers_store(p->pr->tiers) != NULL, 0, 0};
+                               cfg->cache_disk, tiers_store(p->pr->tiers) != NULL, 0, 0,
+                               p->wb_ns ? p->wb_bytes * 1e9 / (double)p->wb_ns : 0};
     disk_bandwidth(p, &sc);
     uint32_t w = profile_rank(p->st, p->nst, &sc, p->req.w_throughput, p->req.w_offline,
                               p->req.w_storage);

@@ -19,11 +19,14 @@
  *   offline  the sample's files dropped from the page cache (a first epoch
  *            reads them from the disk), read, run through the offline
  *            steps, encoded and stored in a trial disk store
- *            (pipeline_warm, memory taking nothing), its segments written
- *            back (fdatasync: the dataset's writes do not fit in the page
- *            cache as the sample's do): worker seconds per sample by the
- *            phase's wall clock, and the store's segment bytes per sample
- *            (record headers included);
+ *            (pipeline_warm), admitted to the trial memory tier as a first
+ *            epoch admits them (where the daemon has a memory tier: on
+ *            make bench's VM the admission of decode/raw's 583 KB records
+ *            cost its real first epoch ~30%): worker seconds per sample by
+ *            the phase's wall clock, and the store's segment bytes per
+ *            sample (record headers included). Then its segments written
+ *            back (fdatasync), timed apart: the profile's write-back
+ *            bandwidth (all its strategies' bytes over their time);
  *   load     (not timed) the records read into a trial memory tier of
  *            profile.memory bytes, as several copies of the sample (at most
  *            PROFILE_MAX_COPIES, each its own entry of the same record): as
@@ -90,7 +93,11 @@
  * memory N / (memory_rate x W / P), from disk likewise; the expected epoch
  * mixes them by that fraction (without a disk tier the rest is recomputed:
  * offline_s / W more per sample); the first (cold) epoch takes
- * offline_s / W + 1 / memory rate per sample (split 0: the disk rate, the
+ * offline_s / W + 1 / memory rate per sample, or its stored bytes over the
+ * write-back bandwidth where that is longer: the kernel writes the records
+ * back while the workers compute (make bench: counting the write-back's
+ * time on top under-predicted every cold rate but decode/raw's, audio
+ * decode_audio/raw's by 1.45x) (split 0: the disk rate, the
  * files read from the disk). Where a strategy's stored dataset is many
  * times what the trial stored (PROFILE_PROBE_*), the disk's sustained
  * bandwidth is measured once per file system of cache.dir (disk_probe, in
@@ -246,6 +253,10 @@ struct profile_scale {
      * and cold rates' spreads reach down to it (see above); the rates
      * themselves stay the trial's. */
     double read_bw, write_bw;
+    /* The trial's own write-back, bytes/s (its segments' fdatasync; 0: none
+     * measured): a first epoch's writes go back while its workers compute,
+     * so its cold rate is the slower of the two, not their sum. */
+    double writeback_bw;
 };
 /* The interval of a predicted rate (0.45: +-45%): the repetitions' spread
  * and the model's error for its kind of figure (PROFILE_ERR_*_PCT / 100),

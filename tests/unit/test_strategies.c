@@ -197,15 +197,20 @@ START_TEST(test_rank_throughput)
 }
 END_TEST
 
+/* none, decode/raw and crop/raw as measured on 1 worker. */
+static void three_strategies(struct proto_profile_strategy st[3])
+{
+    st[0] = measured("none", 0, 100, 90, 0, 100e3, 0);
+    st[1] = measured("decode/raw", 1, 3000, 2000, 500e3, 500e3, 0.0002);
+    st[2] = measured("crop/raw", 3, 10000, 8000, 100e3, 100e3, 0.001);
+}
+
 /* The disk's bandwidth under what the trial read or wrote: the rates keep
  * the trial's figures and their spreads reach down to the disk's. */
 START_TEST(test_rank_disk_bandwidth)
 {
-    struct proto_profile_strategy st[] = {
-        measured("none", 0, 100, 90, 0, 100e3, 0),
-        measured("decode/raw", 1, 3000, 2000, 500e3, 500e3, 0.0002),
-        measured("crop/raw", 3, 10000, 8000, 100e3, 100e3, 0.001),
-    };
+    struct proto_profile_strategy st[3];
+    three_strategies(st);
     struct profile_scale sc = roomy;
     profile_rank(st, NELEM(st), &sc, 1, 0, 0);
     double cold = st[1].cold_rate, disk_spread = st[1].disk_spread;
@@ -224,6 +229,25 @@ START_TEST(test_rank_disk_bandwidth)
     ck_assert_double_eq(st[2].cold_spread, 0);
     /* Split 0 reads its source files (raw_bytes) from the disk: 5,000/s, over its 90. */
     ck_assert_double_eq(st[0].disk_spread, 0);
+}
+END_TEST
+
+/* The trial's write-back goes on while a first epoch's workers compute: the
+ * cold rate is the slower of the two, not their sum. */
+START_TEST(test_rank_writeback)
+{
+    struct proto_profile_strategy st[3];
+    three_strategies(st);
+    struct profile_scale sc = roomy;
+    sc.writeback_bw = 2e9; /* 4,000 decode/raw records/s, 20,000 crop/raw */
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    ck_assert_double_eq_tol(st[1].cold_rate, 1.0 / (0.0002 + 1.0 / 3000), 1e-6);
+    ck_assert_double_eq_tol(st[2].cold_rate, 1.0 / (0.001 + 1.0 / 10000), 1e-6);
+    sc.writeback_bw = 50e6; /* crop/raw: 500 records/s, under its 909 */
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    ck_assert_double_eq_tol(st[2].cold_rate, 500, 1e-6);
+    ck_assert_double_eq_tol(st[1].cold_rate, 100, 1e-6); /* 500 KB each */
+    ck_assert_double_eq_tol(st[0].cold_rate, 90, 1e-9); /* split 0 writes nothing */
 }
 END_TEST
 
@@ -534,6 +558,7 @@ static Suite *profile_suite(void)
     tcase_add_test(tc, test_rank_throughput);
     tcase_add_test(tc, test_rank_disk_budget);
     tcase_add_test(tc, test_rank_disk_bandwidth);
+    tcase_add_test(tc, test_rank_writeback);
     tcase_add_test(tc, test_rank_ties_and_weights);
     tcase_add_test(tc, test_rank_memory_fraction);
     tcase_add_test(tc, test_proto_roundtrip);
