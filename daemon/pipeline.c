@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "audio.h"
 #include "decode_formats.h"
@@ -16,6 +17,7 @@
 
 #define ARENA_ALIGN 64u
 #define ARENA_GRAIN ((size_t)1 << 20) /* arenas grow in these (chunk_arena) */
+#define ARENA_HUGE ((size_t)2 << 20)
 
 /* The pipeline's per-thread counters: bad samples by kind, then each
  * step kind's calls, then its nanoseconds. */
@@ -429,8 +431,10 @@ static int chunk_arena(struct chunk *C, size_t bytes, size_t size, struct io_rin
     if (bytes <= C->arena_cap)
         return 0;
     arena_free(reg, C->arena);
-    if (posix_memalign(&p, STORE_DIRECT_ALIGN, size) != 0)
+    if (posix_memalign(&p, size >= ARENA_HUGE ? ARENA_HUGE : STORE_DIRECT_ALIGN, size) != 0)
         p = NULL;
+    else if (size >= ARENA_HUGE)
+        (void)madvise(p, size, MADV_HUGEPAGE);
     C->arena = p;
     C->arena_cap = p ? size : 0;
     return p ? 0 : -ENOMEM;
