@@ -14,22 +14,26 @@
      cold    epoch 0: the dataset read, run through the offline steps, stored, admitted
              to memory and delivered (the first epoch after the profile);
      memory  the cold epoch's records written back (fdatasync: its write-back is not left
-             to run under the warm epochs), then warm epochs 2..N+1 from the memory tier
-             (N: --epochs, more for a fast strategy: as many as last about 1 s at its
-             predicted rate, at most 25), pulled one after the other by one
-             prestoctl as a training loop does (median); epoch 1, the first of that
+             to run under the warm epochs), then warm epochs from the memory tier
+             (at least N: --epochs, and as many as last MIN_WARM_S = 1 s in all:
+             warm_epochs), pulled one after the other by one prestoctl as a
+             training loop does (median); epoch 1, the first of that
              client, is kept aside (memory_first): it also maps and faults in the new
              connection's shared-memory ring (first_batch_s ~36 ms against ~3 ms for the
              epochs after it, center_crop/raw on 800 photos), a cost per connection the
              profile's per-epoch rates do not include, which alone is 40% of a 3,200-sample
-             epoch at 50k samples/s;
+             epoch at 50k samples/s (when more than one prestoctl is needed to reach
+             1 s, the first epoch of each is kept aside: memory_aside);
      disk    the daemon restarted on the same cache directory with a memory budget of
              1 MiB (nothing admitted), the segment files written back and dropped from
-             the page cache before each epoch, then warm epochs (median). For split 0
+             the page cache before each epoch, then warm epochs (median; at least N
+             and 1 s of them, as from memory). For split 0
              ("none": nothing is stored) the source files are dropped instead. A disk
              tier read with O_DIRECT (stats: disk.direct_io) bypasses the page cache:
              its epochs follow each other on one connection, the first kept aside
-             (disk_first) as from memory.
+             (disk_first, disk_aside) as from memory.
+   Each rate's epochs, their seconds in all and their spread ((p90 - p10) / median)
+   are kept in the JSON (memory_runs, memory_s, memory_spread; disk_*).
    and the disk tier's bytes after the cold epoch (stats).
 3. Prints predicted against measured side by side, each figure's ratio
    max(p/m, m/p) and the prediction's interval (+-: the profile's repetitions' spread and
@@ -60,6 +64,7 @@ STEPS = "[decode, {resize: 256}, {center_crop: 224}, {random_flip: 0.5}]"
 class Daemon:
     def __init__(self, build, tmp, conf, log):
         self.build, self.sock = build, os.path.join(tmp, "prestod.sock")
+        self.samples = 0  # an epoch's, once one was pulled
         self.logf = open(log, "ab")
         self.proc = subprocess.Popen([os.path.join(build, "prestod"), "-s", self.sock, "-c",
                                       conf], stdout=self.logf, stderr=self.logf)
@@ -87,6 +92,8 @@ class Daemon:
     def epochs(self, first, n):
         out = self.ctl("epoch", "bench", "-e", str(first), "-n", str(n), "--json")
         runs = [json.loads(line) for line in out.splitlines() if line.strip()]
+        if runs:
+            self.samples = runs[0]["samples"]
         for r in runs:
             if r["skipped"]:
                 print("  warning: epoch %d skipped %d samples" % (r["epoch"], r["skipped"]))
@@ -133,19 +140,57 @@ def drop(paths):
     writeback(paths, evict=True)
 
 
-# Warm epochs from memory: at least --epochs, and for a fast strategy as many as take
-# about MIN_WARM_S at its predicted rate (at most MAX_WARM_EPOCHS): a 3,200-sample epoch
-# at 50k samples/s lasts 64 ms, and the median of three such is one scheduler hiccup
-# away from a different figure.
+# Warm epochs, from memory or from the disk tier: at least --epochs of them, and as
+# many as last MIN_WARM_S in all (their own seconds, as prestoctl times them): a
+# 3,200-sample epoch at 80k samples/s lasts 40 ms, a 600-clip audio epoch from the
+# disk tier at 15k samples/s 40 ms and from memory at 800k samples/s under 1 ms, and
+# the median of three such is one scheduler hiccup away from a different figure.
+# The first round's count comes from the predicted rate; rounds after it from the
+# epochs measured so far, until MIN_WARM_S is reached (MAX_WARM_ROUNDS at most, none
+# over MAX_WARM_S by the measured rate). Each round is one prestoctl, as a training
+# loop is, and its first epoch is kept aside (it maps and faults in the new
+# connection's ring, a cost per connection; see memory_first above).
 MIN_WARM_S = 1.0
-MAX_WARM_EPOCHS = 25
+MAX_WARM_S = 3.0
+MAX_WARM_ROUNDS = 4
+MAX_WARM_EPOCHS = 5000  # a round's count, whatever the rates say
 
 
-def memory_epochs(n, predicted_rate, samples):
-    if predicted_rate <= 0 or samples <= 0:
+def warm_count(n, rate, samples, have_s=0.0):
+    """Epochs still wanted after have_s seconds of them: at least n, as many as
+    fill MIN_WARM_S at rate (samples/s), none past MAX_WARM_S."""
+    if rate <= 0 or samples <= 0:
         return n
-    want = int(MIN_WARM_S * predicted_rate / samples + 0.999)
-    return max(n, min(MAX_WARM_EPOCHS, want))
+    per = samples / rate
+    want = int((MIN_WARM_S - have_s) / per + 0.999)
+    return max(n, min(want, int(MAX_WARM_S / per), MAX_WARM_EPOCHS))
+
+
+def warm_epochs(d, first, n, predicted_rate):
+    """Warm epochs from `first` on, in rounds of one connection each (warm_count).
+    Returns (kept epochs, the rounds' first epochs kept aside)."""
+    kept, aside, e = [], [], first
+    samples = d.samples
+    count = warm_count(n, predicted_rate, samples)
+    for _ in range(MAX_WARM_ROUNDS):
+        runs = d.epochs(e, count + 1)
+        e += len(runs)
+        aside.append(runs[0])
+        kept += runs[1:]
+        have = sum(r["seconds"] for r in kept)
+        if have >= MIN_WARM_S:
+            break
+        rate = statistics.median(r["samples_per_s"] for r in kept)
+        count = warm_count(1, rate, samples, have)
+    return kept, aside
+
+
+def spread(rates):
+    """(p90 - p10) / median of a row's epochs: how much they disagree."""
+    if len(rates) < 2:
+        return 0.0
+    q = statistics.quantiles(rates, n=10, method="inclusive")
+    return (q[-1] - q[0]) / statistics.median(rates)
 
 
 # The machine's speed at a moment: JPEG decodes per second of a fixed set of the data's
@@ -210,9 +255,7 @@ def measure(args, s, n):
         # flight (up to 1.8 GiB of records being written by the kernel's flusher while
         # epochs of 80 ms run): the records are written back first.
         writeback(segments(cache))
-        mem = d.epochs(1, memory_epochs(n, s.get("memory_samples_per_s", 0),
-                                        cold["samples"]) + 1)
-        first, mem = mem[0], mem[1:]
+        mem, mem_aside = warm_epochs(d, 1, n, s.get("memory_samples_per_s", 0))
 
     finally:
         d.stop()
@@ -222,7 +265,8 @@ def measure(args, s, n):
     conf = config(os.path.join(args.tmp, tag + "-disk.yaml"), args.data, args.steps,
                   s["split"], enc, cache, memory="1MiB")
     d = Daemon(args.build, args.tmp, conf, log)
-    disk, disk_first = [], None
+    disk, disk_aside = [], []
+    d.samples = cold["samples"]
     try:
         if s["split"] > 0 and direct_io(d):
             # O_DIRECT: the records never enter the page cache, so the epochs follow
@@ -230,12 +274,19 @@ def measure(args, s, n):
             # from memory (it faults in the connection's ring: ~70 ms, 15% of a
             # 3,200-sample epoch at 8k samples/s, a cost per connection).
             drop(segments(cache))
-            disk = d.epochs(1, n + 1)
-            disk_first, disk = disk[0], disk[1:]
+            disk, disk_aside = warm_epochs(d, 1, n, s.get("disk_samples_per_s", 0))
         else:
-            for e in range(n):
+            # Through the page cache: each epoch after its files are dropped, on a
+            # connection of its own, until MIN_WARM_S of them (at most MAX_WARM_S).
+            e = 1
+            while True:
+                have = sum(r["seconds"] for r in disk)
+                if len(disk) >= max(n, 1) and (have >= MIN_WARM_S or
+                                               have + disk[-1]["seconds"] > MAX_WARM_S):
+                    break
                 drop(files if s["split"] == 0 else segments(cache))
-                disk += d.epochs(1 + e, 1)
+                disk += d.epochs(e, 1)
+                e += 1
     finally:
         d.stop()
     subprocess.run(["rm", "-rf", cache], check=True)
@@ -243,11 +294,17 @@ def measure(args, s, n):
         "cold": cold["samples_per_s"],
         "memory": statistics.median(r["samples_per_s"] for r in mem),
         "memory_runs": [r["samples_per_s"] for r in mem],
-        "memory_first": first["samples_per_s"],
-        "memory_first_batch_s": first.get("first_batch_s", 0),
+        "memory_s": sum(r["seconds"] for r in mem),
+        "memory_spread": spread([r["samples_per_s"] for r in mem]),
+        "memory_first": mem_aside[0]["samples_per_s"],
+        "memory_first_batch_s": mem_aside[0].get("first_batch_s", 0),
+        "memory_aside": [r["samples_per_s"] for r in mem_aside],
         "disk": statistics.median(r["samples_per_s"] for r in disk),
         "disk_runs": [r["samples_per_s"] for r in disk],
-        "disk_first": disk_first["samples_per_s"] if disk_first else None,
+        "disk_s": sum(r["seconds"] for r in disk),
+        "disk_spread": spread([r["samples_per_s"] for r in disk]),
+        "disk_first": disk_aside[0]["samples_per_s"] if disk_aside else None,
+        "disk_aside": [r["samples_per_s"] for r in disk_aside],
         "stored_bytes": stored,
         "samples": cold["samples"],
         "reference": ref,
@@ -365,6 +422,9 @@ def main():
             "%s %s/%s (%.2fx)" % (mk, fmt(mk, row["predicted"][mk]), fmt(mk, m[mk]),
                                   row["ratio"][mk]) for mk, _, _ in FIGURES
             if mk in row["predicted"]) +
+            "".join("  %s %d epochs %.2f s +-%.0f%%" % (
+                k, len(m[k + "_runs"]), m[k + "_s"], 50 * m[k + "_spread"])
+                for k in ("memory", "disk")) +
             ("  machine %.2fx the profile's" % speed if speed else ""), flush=True)
     for path in args.merge:
         rows = json.load(open(path))["rows"] + rows
