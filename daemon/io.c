@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -448,6 +449,17 @@ int io_ring_buf_register(struct io_ring *r, void *base, size_t len)
     }
     io_stat_add(r, buffers_refused, 1);
     return rc < 0 ? rc : -EIO;
+}
+
+void *io_buf_alloc(size_t size, size_t align, int huge)
+{
+    void *p = NULL;
+    huge = huge && size >= IO_HUGE_PAGE;
+    if (posix_memalign(&p, huge && align < IO_HUGE_PAGE ? IO_HUGE_PAGE : align, size) != 0)
+        return NULL;
+    if (huge)
+        (void)madvise(p, size, MADV_HUGEPAGE); /* a hint */
+    return p;
 }
 
 void io_ring_buf_unregister(struct io_ring *r, const void *base)

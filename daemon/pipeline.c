@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "audio.h"
 #include "decode_formats.h"
@@ -17,7 +16,6 @@
 
 #define ARENA_ALIGN 64u
 #define ARENA_GRAIN ((size_t)1 << 20) /* arenas grow in these (chunk_arena) */
-#define ARENA_HUGE ((size_t)2 << 20)  /* an arena this large: transparent huge pages */
 
 /* The pipeline's per-thread counters: bad samples by kind, then each
  * step kind's calls, then its nanoseconds. */
@@ -427,20 +425,10 @@ static void arena_free(struct io_ring *reg, void *arena)
 static int chunk_arena(struct chunk *C, size_t bytes, size_t size, struct io_ring *reg)
 {
     /* reg: the ring its arena may be registered with (chunk_prepare) */
-    void *p = NULL;
     if (bytes <= C->arena_cap)
         return 0;
     arena_free(reg, C->arena);
-    /* A large arena on huge pages where the kernel has them (madvise): the
-     * kernel's copy of each buffered read into it, and the checksum pass
-     * over it, walk 2 MiB pages, not 4 KiB ones (fewer TLB misses); an
-     * O_DIRECT record read into 4 KiB pages is up to 38 segments, and a
-     * virtio disk without indirect descriptors takes few such requests at
-     * once (make bench: center_crop/zstd:1 disk epochs 9.3k -> 13-15k/s). */
-    if (posix_memalign(&p, size >= ARENA_HUGE ? ARENA_HUGE : STORE_DIRECT_ALIGN, size) != 0)
-        p = NULL;
-    else if (size >= ARENA_HUGE)
-        madvise(p, size, MADV_HUGEPAGE); /* a hint: refused, the arena is as before */
+    void *p = io_buf_alloc(size, STORE_DIRECT_ALIGN, 1); /* a large one on huge pages */
     C->arena = p;
     C->arena_cap = p ? size : 0;
     return p ? 0 : -ENOMEM;

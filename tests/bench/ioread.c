@@ -22,9 +22,10 @@
  * store does), and the payload copied into the batch's place (prestod's
  * last online step writes it there); a record that fails counts as an
  * error. Without it the reads alone are measured. --huge puts each thread's
- * read buffer on transparent huge pages (madvise), as prestod's arenas are
- * (pipeline.c, chunk_arena): the kernel's copy into it misses the TLB less;
- * without it the buffer has the ordinary pages a reader would have.
+ * read buffer (2 MiB or more) on transparent huge pages (io_buf_alloc), as
+ * prestod's arenas are (pipeline.c, chunk_arena): the kernel's copy into it
+ * misses the TLB less; without it the buffer has the ordinary pages a
+ * reader would have.
  * Prints one JSON line: records, bytes, seconds, mb_per_s (10^6 bytes),
  * backend, direct, check, depth, threads, batch.
  */
@@ -37,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -136,13 +136,8 @@ static void *reader(void *arg)
     struct io_ring *r;
     char why[256];
     struct io_req *reqs = calloc(j->batch, sizeof(*reqs));
-    void *buf = NULL;
     uint8_t *out = j->check ? malloc((size_t)j->batch * j->max_len) : NULL;
-    size_t size = (size_t)j->batch * j->max_len;
-    if (posix_memalign(&buf, j->huge ? (size_t)2 << 20 : STORE_DIRECT_ALIGN, size) != 0)
-        buf = NULL;
-    else if (j->huge)
-        madvise(buf, size, MADV_HUGEPAGE);
+    void *buf = io_buf_alloc((size_t)j->batch * j->max_len, STORE_DIRECT_ALIGN, j->huge);
     if (!reqs || !buf || (j->check && !out) ||
         io_ring_create(&r, j->depth, j->force_pread ? IO_FORCE_PREAD : 0, why, sizeof(why)) < 0) {
         fprintf(stderr, "ioread: out of memory\n");

@@ -316,6 +316,37 @@ START_TEST(test_sizes)
 }
 END_TEST
 
+/* io_buf_alloc: the alignment asked; a huge one of IO_HUGE_PAGE or more is
+ * IO_HUGE_PAGE aligned (on huge pages where the kernel takes the hint), and
+ * reads land in it as in any buffer. */
+START_TEST(test_buf_alloc)
+{
+    uint8_t *small = io_buf_alloc(65536, 4096, 1);
+    uint8_t *plain = io_buf_alloc(3 * IO_HUGE_PAGE, 4096, 0);
+    uint8_t *huge = io_buf_alloc(3 * IO_HUGE_PAGE, 4096, 1);
+    ck_assert_ptr_nonnull(small);
+    ck_assert_ptr_nonnull(plain);
+    ck_assert_ptr_nonnull(huge);
+    ck_assert_uint_eq((uintptr_t)small % 4096, 0);
+    ck_assert_uint_eq((uintptr_t)plain % 4096, 0);
+    ck_assert_uint_eq((uintptr_t)huge % IO_HUGE_PAGE, 0);
+    struct io_ring *r = make_ring(1, 16);
+    if (!r)
+        r = make_ring(0, 16);
+    ck_assert_ptr_nonnull(r);
+    size_t len = FILE_SIZE < 2 * IO_HUGE_PAGE ? FILE_SIZE : 2 * IO_HUGE_PAGE;
+    struct io_req q = {.fd = test_fd, .buf = huge + IO_HUGE_PAGE - 4096, .len = (uint32_t)len};
+    ck_assert_uint_eq(io_read_batch(r, &q, 1), 0);
+    ck_assert_int_eq(q.res, (int)len);
+    ck_assert_int_eq(pread(test_fd, plain, len, 0), (ssize_t)len);
+    ck_assert_int_eq(memcmp(huge + IO_HUGE_PAGE - 4096, plain, len), 0);
+    io_ring_destroy(r);
+    free(small);
+    free(plain);
+    free(huge);
+}
+END_TEST
+
 /* PRESTO_IO=pread forces the fallback and says so. */
 START_TEST(test_env_forces_pread)
 {
@@ -1023,6 +1054,7 @@ static Suite *io_suite(void)
     tcase_add_test(tc, test_bad_fd_uring);
     tcase_add_test(tc, test_small_depth);
     tcase_add_test(tc, test_sizes);
+    tcase_add_test(tc, test_buf_alloc);
     tcase_add_test(tc, test_env_forces_pread);
     tcase_add_test(tc, test_refused_by_seccomp);
     tcase_add_test(tc, test_stats_from_another_thread);
