@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -148,10 +149,16 @@ static void extrapolate(struct proto_profile_strategy *s, const struct profile_s
     s->expected_epoch_s = per * N;
     s->expected_rate = safe_div(1.0, per);
     /* The first epoch: split 0 reads the files from the disk; the others
-     * read them, run the offline steps, store and admit to memory, and
-     * then run the online steps, on the same workers, while the kernel
-     * writes the records back: the slower of the two. */
-    double cold = s->split == 0 ? safe_div(1.0, rdisk) : s->offline_s / W + safe_div(1.0, rmem);
+     * run the offline steps, store and admit to memory (the share f the
+     * budget holds), and then run the online steps, on the same workers,
+     * while the read-ahead reads the files and the kernel writes the
+     * records back: the slowest of the three. */
+    double offline = s->offline_s;
+    if (sc->admit_bw > 0) /* the trial admitted every record; the epoch f of them */
+        offline = fmax(offline - (1.0 - f) * s->raw_bytes / sc->admit_bw, 0);
+    double cold = s->split == 0 ? safe_div(1.0, rdisk) : offline / W + safe_div(1.0, rmem);
+    if (s->split)
+        cold = fmax(cold, sc->source_s);
     if (s->split && sc->writeback_bw > 0)
         cold = fmax(cold, s->stored_bytes / sc->writeback_bw);
     s->cold_rate = safe_div(1.0, cold);
@@ -506,6 +513,27 @@ struct profile_job {
     int busy;
 };
 
+/* The profile's own I/O away from the event loop, one at a time on a
+ * worker: the sample's dropped source files read ahead and read (before
+ * the offline phase: see read_sources), the trial's write-back with the
+ * admission timed apart (after it: writeback_trial), the disk probe (at
+ * the end: disk_probe). */
+enum io_kind { IO_SOURCES, IO_WRITEBACK, IO_PROBE };
+struct profile_io {
+    struct work work; /* first: the work is the job */
+    struct profile *p;
+    enum io_kind kind;
+    int busy;
+    uint64_t bytes, ns;         /* sources: read; write-back: written back */
+    double raw_bytes, admit_ns; /* write-back: a record's, the admission of tk of them */
+    char dir[4200];             /* probe: where; how much, how deep; its figures */
+    uint64_t probe_bytes;
+    unsigned depth;
+    dev_t dev;
+    double rd, wr;
+    int rc;
+};
+
 struct profile {
     struct profiler *pr;
     struct dataset *ds;
@@ -551,6 +579,13 @@ struct profile {
     double profile_s; /* the profile's run time, its verification aside */
     double wb_bytes;  /* the trials' segments written back, and in how long */
     uint64_t wb_ns;
+    int wb_done; /* the offline phase's write-back is done */
+    struct profile_io io;
+    /* Per strategy with an offline phase: seconds per sample its dropped
+     * source files took to read (read ahead: see profile_scale). */
+    double src_s[PROFILE_MAX_STRATEGIES];
+    uint32_t nsrc;
+    double admit_bytes, admit_ns; /* all strategies': a record's bytes, its admission's ns */
     struct event *ev; /* finishes outside of any callback of ours */
     int done, closing;
     int err_code;   /* why it failed: -errno (0: it did not) */
@@ -571,7 +606,8 @@ struct profiler {
      * by the first profile that needed it (disk_probe): bytes/s. */
     int bw_known;
     dev_t bw_dev;
-    double bw_read, bw_write;
+    double bw_read, bw_write, bw_bytes;
+    unsigned bw_depth;
 };
 
 static uint64_t thread_cpu_ns(void)
@@ -867,6 +903,9 @@ static void drop_page_cache(struct profile *p)
     closedir(d);
 }
 
+static void pio_start(struct profile *p, enum io_kind kind);
+static int disk_probe(const char *dir, uint64_t bytes, unsigned depth, double *rd, double *wr);
+
 /* The trial ids an online phase runs: those resident in memory (PH_MEMORY)
  * or on the trial disk (PH_DISK); for split 0 all of them. */
 static void phase_list(struct profile *p, enum phase ph)
@@ -894,8 +933,10 @@ static void phase_begin(struct profile *p, enum phase ph)
     switch (ph) {
     case PH_OFFLINE: /* admitting to memory as a first epoch does, where there is one */
         tiers_memory_off(p->ttiers, (*p->pr->cfg)->cache_memory == 0);
-        p->nlist = p->tk;
+        p->nlist = 0; /* its jobs once the sources are read (pio_done) */
+        p->wb_done = 0;
         drop_sources(p); /* a first epoch reads them from the disk */
+        pio_start(p, IO_SOURCES);
         break;
     case PH_LOAD:
         tiers_memory_off(p->ttiers, p->tst->split == 0);
@@ -964,6 +1005,15 @@ static double online_rate(struct profile *p, double *spread)
     return med;
 }
 
+/* The median of v[0..n) (sorted in place; 0 for none). */
+static double median(double *v, uint32_t n)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static double llc_bytes(void)
 {
     long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
@@ -988,14 +1038,6 @@ static uint32_t memory_copies(const struct profile *p, double raw_bytes)
     return c < 1 ? 1 : c > PROFILE_MAX_COPIES ? PROFILE_MAX_COPIES : (uint32_t)c;
 }
 
-/* Writes the trial segments back: the time a first epoch's writes take the
- * disk, which the sample's few MiB in the page cache would hide. */
-static uint64_t sync_trial(struct profile *p)
-{
-    uint64_t t0 = stats_now_ns();
-    drop_page_cache(p);
-    return stats_now_ns() - t0;
-}
 
 /* Records what the phase measured and moves on. */
 static void phase_end(struct profile *p)
@@ -1011,20 +1053,26 @@ static void phase_end(struct profile *p)
             return;
         }
         /* Worker seconds per sample, by the wall clock of the phase on
-         * the profile's workers; the segments' write-back apart (the
-         * profile's write-back bandwidth: see extrapolate). */
-        uint64_t sync_ns = sync_trial(p);
-        p->wb_bytes += (double)ss.bytes_disk;
-        p->wb_ns += sync_ns;
-        s->samples = (uint32_t)p->good;
-        s->failed = (uint32_t)p->failed;
-        s->offline_s = p->good ? (double)p->wall_ns / 1e9 * p->njobs / (double)p->good : 0;
-        log_debug("profile of '%s': %s: offline %.1f ms on %u workers (reads, steps, "
-                  "stores, admission), write-back %.1f ms (%.1f MB)", dataset_name(p->ds),
-                  s->name, (double)p->wall_ns / 1e6, p->njobs, (double)sync_ns / 1e6,
-                  (double)ss.bytes_disk / 1e6);
-        s->stored_bytes = p->good ? (double)ss.bytes_disk / (double)p->good : 0;
-        s->raw_bytes = ss.records ? (double)ss.bytes_raw / (double)ss.records : 0;
+         * the profile's workers (its sources read already); the segments'
+         * write-back apart, on a worker (the profile's write-back
+         * bandwidth: see extrapolate), then on from here again. */
+        if (!p->wb_done) {
+            s->samples = (uint32_t)p->good;
+            s->failed = (uint32_t)p->failed;
+            s->offline_s = p->good ? (double)p->wall_ns / 1e9 * p->njobs / (double)p->good : 0;
+            s->stored_bytes = p->good ? (double)ss.bytes_disk / (double)p->good : 0;
+            s->raw_bytes = ss.records ? (double)ss.bytes_raw / (double)ss.records : 0;
+            p->io.bytes = ss.bytes_disk;
+            p->io.raw_bytes = (*p->pr->cfg)->cache_memory ? s->raw_bytes : 0;
+            pio_start(p, IO_WRITEBACK);
+            return;
+        }
+        log_debug("profile of '%s': %s: offline %.1f ms on %u workers (steps, stores, "
+                  "admission; %u sources read apart in %.1f ms), write-back %.1f ms "
+                  "(%.1f MB), admission of a record %.3f ms", dataset_name(p->ds), s->name,
+                  (double)p->wall_ns / 1e6, p->njobs, p->tk,
+                  p->nsrc ? p->src_s[p->nsrc - 1] * p->tk * 1e3 : 0, (double)p->io.ns / 1e6,
+                  (double)p->io.bytes / 1e6, p->io.admit_ns / 1e6);
         if (p->cur > 0 && p->st[p->cur - 1].split == s->split) {
             /* The memory tier holds the same decoded bytes whatever the
              * disk encoding: measured once per split point. */
@@ -1056,6 +1104,10 @@ static void phase_end(struct profile *p)
         break;
     case PH_DISK:
         s->disk_rate = online_rate(p, &s->disk_spread);
+        log_debug("profile of '%s': %s: disk phase %.0f ms, %u repetitions (%.0f-%.0f "
+                  "samples/s), %u passes", dataset_name(p->ds), s->name,
+                  (double)p->wall_ns / 1e6, p->nreps, p->nreps ? p->reps[0] : 0,
+                  p->nreps ? p->reps[p->nreps - 1] : 0, p->pass);
         s->disk_cpu_s = p->good ? (double)p->cpu_ns / 1e9 / (double)p->good : 0;
         log_debug("profile of '%s': %s: offline %.2f ms/sample, %.0f bytes/sample stored, "
                   "%.0f samples/s from memory, %.0f from disk", dataset_name(p->ds), s->name,
@@ -1088,10 +1140,36 @@ static void strategy_begin(struct profile *p)
     phase_begin(p, p->st[p->cur].split > 0 ? PH_OFFLINE : PH_LOAD);
 }
 
+/* How long the disk phase runs at least: PROFILE_MIN_PHASE_MS, and while
+ * its repetitions' median is not settled, up to PROFILE_DISK_MAX_MS: the
+ * median of n repetitions is uncertain by about 1.25 sigma / sqrt(n)
+ * (sigma from their interquartile range), which must come under
+ * PROFILE_DISK_SETTLE_PCT of it. A quiet disk stops at the minimum; one
+ * whose reads scatter (its 64 records from a busy disk) reads more of
+ * them, rather than one short stretch of it standing for the dataset's
+ * epochs (make bench: center_crop disk predicted 10.7-12.5k samples/s from
+ * one profile's 200 ms, against 15.0-15.6k real and 15.6-17.6k predicted
+ * by the profiles before). */
+static uint64_t disk_phase_ns(const struct profile *p)
+{
+    const uint64_t ms = 1000000ull;
+    double v[PROFILE_MAX_REPS];
+    uint32_t n = p->nreps;
+    if (n < PROFILE_MIN_REPS)
+        return PROFILE_MIN_PHASE_MS * ms;
+    memcpy(v, p->reps, n * sizeof(*v));
+    double med = median(v, n), iqr = v[(3 * n) / 4] - v[n / 4];
+    double err = med > 0 ? 1.25 * (iqr / 1.349) / sqrt((double)n) / med : 1;
+    return (err <= PROFILE_DISK_SETTLE_PCT / 100.0 ? PROFILE_MIN_PHASE_MS : PROFILE_DISK_MAX_MS) *
+           ms;
+}
+
 /* How long an online phase runs at least: the memory phase longer (its
  * figure is shared by every encoding of the split point). */
 static uint64_t phase_min_ns(const struct profile *p)
 {
+    if (p->phase == PH_DISK)
+        return disk_phase_ns(p);
     return (p->phase == PH_MEMORY ? PROFILE_MEMORY_PHASE_MS : PROFILE_MIN_PHASE_MS) *
            1000000ull;
 }
@@ -1215,7 +1293,7 @@ static void profile_pump(struct profile *p)
             continue;
         }
         if (disk_epochs && p->nlist > 0 &&
-            (p->wall_ns < PROFILE_MIN_PHASE_MS * 1000000ull || p->pass < PROFILE_MIN_REPS) &&
+            (p->wall_ns < phase_min_ns(p) || p->pass < PROFILE_MIN_REPS) &&
             p->pass < PROFILE_MAX_PASSES) {
             p->next = 0;
             drop_page_cache(p);
@@ -1224,6 +1302,149 @@ static void profile_pump(struct profile *p)
         }
         phase_end(p); /* may finish or fail the profile */
     }
+}
+
+/* ---- the profile's I/O on a worker (struct profile_io) ---- */
+
+/* Reads the sample's source files, dropped from the page cache, as a first
+ * epoch's read-ahead does: PROFILE_SOURCE_WINDOW at a time asked of the
+ * kernel at once (POSIX_FADV_WILLNEED: its reads in flight together), then
+ * read through. The offline phase then runs on them hot: the workers of a
+ * first epoch compute while the read-ahead reads, so the two overlap (see
+ * extrapolate), where reading them inside the offline jobs, one file at a
+ * time on each worker, added the two up (audio decode_audio/raw's cold
+ * prediction 1,927-2,818 samples/s from run to run against 2,830 real). */
+static void read_sources(struct profile *p, struct profile_io *io)
+{
+    char err[160];
+    size_t cap = 1 << 20;
+    uint8_t *buf = malloc(cap);
+    int fds[PROFILE_SOURCE_WINDOW];
+    uint64_t t0 = stats_now_ns();
+    io->bytes = 0;
+    for (uint32_t first = 0; buf && first < p->tk; first += PROFILE_SOURCE_WINDOW) {
+        uint32_t n = p->tk - first < PROFILE_SOURCE_WINDOW ? p->tk - first : PROFILE_SOURCE_WINDOW;
+        for (uint32_t i = 0; i < n; i++) {
+            struct source_file f;
+            fds[i] = dataset_open_file(p->tds, first + i, UINT64_MAX, &f, err, sizeof(err)) < 0
+                         ? -1 : f.fd;
+            if (fds[i] >= 0)
+                posix_fadvise(fds[i], 0, 0, POSIX_FADV_WILLNEED);
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            ssize_t got;
+            off_t off = 0;
+            while (fds[i] >= 0 && (got = pread(fds[i], buf, cap, off)) > 0)
+                off += got;
+            io->bytes += (uint64_t)off;
+            if (fds[i] >= 0)
+                close(fds[i]);
+        }
+    }
+    free(buf);
+    io->ns = stats_now_ns() - t0;
+}
+
+/* Writes the trial segments back (the time a first epoch's writes take the
+ * disk, which the sample's few MiB in the page cache would hide), then
+ * times what admitting a record of raw_bytes to the memory tier costs
+ * (cache_put: fresh anonymous memory, the record copied in), on up to the
+ * sample's count of records and PROFILE_ADMIT_BYTES: a first epoch admits
+ * only the share the memory budget holds (cache.c never evicts), where the
+ * offline phase admitted every record (see extrapolate). */
+static void writeback_trial(struct profile *p, struct profile_io *io)
+{
+    uint64_t t0 = stats_now_ns();
+    drop_page_cache(p);
+    io->ns = stats_now_ns() - t0;
+    io->admit_ns = 0;
+    size_t rec = (size_t)io->raw_bytes, n = p->tk;
+    if (rec == 0 || n == 0)
+        return;
+    if (n * rec > PROFILE_ADMIT_BYTES)
+        n = PROFILE_ADMIT_BYTES / rec > 0 ? PROFILE_ADMIT_BYTES / rec : 1;
+    uint8_t *src = malloc(rec);
+    uint8_t *dst = mmap(NULL, n * rec, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (src && dst != MAP_FAILED) {
+        memset(src, 0x5a, rec);
+        t0 = stats_now_ns();
+        for (size_t i = 0; i < n; i++)
+            memcpy(dst + i * rec, src, rec);
+        io->admit_ns = (double)(stats_now_ns() - t0) / (double)n;
+    }
+    if (dst != MAP_FAILED)
+        munmap(dst, n * rec);
+    free(src);
+}
+
+static void pio_run(struct work *wk, struct worker_ctx *ctx)
+{
+    struct profile_io *io = (struct profile_io *)wk;
+    (void)ctx;
+    switch (io->kind) {
+    case IO_SOURCES:
+        read_sources(io->p, io);
+        break;
+    case IO_WRITEBACK:
+        writeback_trial(io->p, io);
+        break;
+    case IO_PROBE:
+        io->rc = disk_probe(io->dir, io->probe_bytes, io->depth, &io->rd, &io->wr);
+        break;
+    }
+}
+
+static void probe_done(struct profile *p);
+
+static void pio_done(struct work *wk, int cancelled)
+{
+    struct profile_io *io = (struct profile_io *)wk;
+    struct profile *p = io->p;
+    io->busy = 0;
+    p->busy--;
+    if (p->closing) {
+        if (p->busy == 0)
+            profile_free(p);
+        return;
+    }
+    if (cancelled) { /* only while the pool stops */
+        profile_fail(p, -ECANCELED, "the daemon is stopping");
+        return;
+    }
+    switch (io->kind) {
+    case IO_SOURCES: /* the offline phase's jobs, from now */
+        if (io->bytes > 0 && p->tk > 0 && p->nsrc < PROFILE_MAX_STRATEGIES)
+            p->src_s[p->nsrc++] = (double)io->ns / 1e9 / p->tk;
+        p->nlist = p->tk;
+        p->pass_t0 = p->rep_t0 = stats_now_ns();
+        break;
+    case IO_WRITEBACK:
+        p->wb_bytes += (double)io->bytes;
+        p->wb_ns += io->ns;
+        if (io->admit_ns > 0) {
+            p->admit_bytes += io->raw_bytes;
+            p->admit_ns += io->admit_ns;
+        }
+        p->wb_done = 1;
+        phase_end(p);
+        break;
+    case IO_PROBE:
+        probe_done(p);
+        break;
+    }
+    profile_pump(p);
+}
+
+static void pio_start(struct profile *p, enum io_kind kind)
+{
+    struct profile_io *io = &p->io;
+    io->p = p;
+    io->kind = kind;
+    io->work.run = pio_run;
+    io->work.done = pio_done;
+    io->busy = 1;
+    p->busy++;
+    workers_submit(p->pr->workers, &io->work);
 }
 
 /* ---- applying a choice ---- */
@@ -1508,7 +1729,7 @@ static int disk_probe(const char *dir, uint64_t bytes, unsigned depth, double *r
     uint8_t *buf = NULL;
     struct io_ring *ring = NULL;
     struct io_req *reqs = NULL;
-    if (rc == 0 && (posix_memalign((void **)&buf, 4096, chunk * depth) != 0 ||
+    if (rc == 0 && (!(buf = io_buf_alloc(chunk * depth, 4096, 1)) || /* as the arenas */
                     !(reqs = calloc(depth, sizeof(*reqs)))))
         rc = -ENOMEM;
     if (rc == 0) {
@@ -1568,9 +1789,10 @@ static int disk_probe(const char *dir, uint64_t bytes, unsigned depth, double *r
  * stored (those few MiB read back at what a host's or the device's cache
  * gives; the dataset's GiB at what the device sustains). Measured once per
  * file system of cache.dir and daemon, on up to PROFILE_PROBE_BYTES (and
- * not more than that dataset's bytes), on the event loop: about a second
- * at most, once. */
-static void disk_bandwidth(struct profile *p, struct profile_scale *sc)
+ * not more than that dataset's bytes), on a worker (about a second at
+ * most, once): 1 when that probe was started (probe_done finishes the
+ * profile), else 0 with sc's figures set. */
+static int disk_bandwidth(struct profile *p, struct profile_scale *sc)
 {
     const struct config *cfg = *p->pr->cfg;
     struct profiler *pr = p->pr;
@@ -1581,31 +1803,48 @@ static void disk_bandwidth(struct profile *p, struct profile_scale *sc)
             trial = p->st[i].stored_bytes * p->k;
         }
     if (!sc->disk_tier || most < PROFILE_PROBE_MIN_BYTES || most < PROFILE_PROBE_FACTOR * trial)
-        return;
+        return 0;
     struct stat st;
     if (stat(cfg->cache_dir, &st) < 0)
-        return;
+        return 0;
     if (!pr->bw_known || pr->bw_dev != st.st_dev) {
-        uint64_t bytes = (uint64_t)fmin(most, (double)PROFILE_PROBE_BYTES);
+        struct profile_io *io = &p->io;
         unsigned depth = cfg->io_depth * p->workers;
-        depth = depth < 1 ? 1 : depth > PROFILE_PROBE_DEPTH ? PROFILE_PROBE_DEPTH : depth;
-        double rd = 0, wr = 0;
-        int rc = disk_probe(cfg->cache_dir, bytes, depth, &rd, &wr);
-        if (rc < 0) {
-            log_info("profile: cannot measure the disk's bandwidth in %s (%s): disk and cold "
-                     "rates are the trial's alone", cfg->cache_dir, strerror(-rc));
-            rd = wr = 0;
-        } else {
-            log_info("profile: the disk under %s reads %.0f MB/s (O_DIRECT, %u in flight) and "
-                     "writes %.0f MB/s", cfg->cache_dir, rd / 1e6, depth, wr / 1e6);
-        }
-        pr->bw_known = 1;
-        pr->bw_dev = st.st_dev;
-        pr->bw_read = rd;
-        pr->bw_write = wr;
+        io->depth = depth < 1 ? 1 : depth > PROFILE_PROBE_DEPTH ? PROFILE_PROBE_DEPTH : depth;
+        io->probe_bytes = (uint64_t)fmin(most, (double)PROFILE_PROBE_BYTES);
+        io->rd = io->wr = 0;
+        io->dev = st.st_dev;
+        snprintf(io->dir, sizeof(io->dir), "%s", cfg->cache_dir);
+        pio_start(p, IO_PROBE);
+        return 1;
     }
     sc->read_bw = pr->bw_read;
     sc->write_bw = pr->bw_write;
+    return 0;
+}
+
+/* The probe's figures, kept by the profiler for the next profiles; then
+ * the profile finishes. */
+static void probe_done(struct profile *p)
+{
+    struct profiler *pr = p->pr;
+    struct profile_io *io = &p->io;
+    if (io->rc < 0) {
+        log_info("profile: cannot measure the disk's bandwidth in %s (%s): disk and cold "
+                 "rates are the trial's alone", io->dir, strerror(-io->rc));
+        io->rd = io->wr = 0;
+    } else {
+        log_info("profile: the disk under %s reads %.0f MB/s (O_DIRECT, %u in flight) and "
+                 "writes %.0f MB/s (%.0f MB)", io->dir, io->rd / 1e6, io->depth, io->wr / 1e6,
+                 (double)io->probe_bytes / 1e6);
+    }
+    pr->bw_known = 1;
+    pr->bw_dev = io->dev;
+    pr->bw_read = io->rd;
+    pr->bw_write = io->wr;
+    pr->bw_bytes = (double)io->probe_bytes;
+    pr->bw_depth = io->depth;
+    profile_finish(p);
 }
 
 static void profile_finish(struct profile *p)
@@ -1620,8 +1859,11 @@ static void profile_finish(struct profile *p)
     }
     struct profile_scale sc = {dataset_size(p->ds), p->workers, p->njobs, cfg->cache_memory,
                                cfg->cache_disk, tiers_store(p->pr->tiers) != NULL, 0, 0,
-                               p->wb_ns ? p->wb_bytes * 1e9 / (double)p->wb_ns : 0};
-    disk_bandwidth(p, &sc);
+                               p->wb_ns ? p->wb_bytes * 1e9 / (double)p->wb_ns : 0,
+                               median(p->src_s, p->nsrc),
+                               p->admit_ns > 0 ? p->admit_bytes * 1e9 / p->admit_ns : 0};
+    if (disk_bandwidth(p, &sc))
+        return; /* probe_done comes back here */
     uint32_t w = profile_rank(p->st, p->nst, &sc, p->req.w_throughput, p->req.w_offline,
                               p->req.w_storage);
     p->profile_s = since_s(p->t0_ns);
@@ -1765,6 +2007,8 @@ static void profile_stop(struct profile *p)
             p->busy--;
         } /* JOB_READING: job_read lets it go */
     }
+    if (p->io.busy) /* not started yet: its done() now; else once it is */
+        workers_cancel(pr->workers, &p->io.work);
     if (--p->busy == 0)
         profile_free(p);
 }

@@ -191,6 +191,11 @@
 #define PROFILE_MIN_REPS 5u     /* repetitions of an online phase, at least */
 #define PROFILE_MAX_REPS 64u
 #define PROFILE_MAX_PASSES 10000u
+/* The disk phase (disk_phase_ns): on past PROFILE_MIN_PHASE_MS, up to
+ * PROFILE_DISK_MAX_MS, while its repetitions' median is uncertain by more
+ * than PROFILE_DISK_SETTLE_PCT. */
+#define PROFILE_DISK_MAX_MS 600u
+#define PROFILE_DISK_SETTLE_PCT 3u
 #define PROFILE_TIE_PCT 10u
 #define PROFILE_VERIFY_PASSES 3u /* --verify: warm epochs from each tier (the median) */
 #define PROFILE_TIE_SPREAD_PCT 15u /* a rate's spread counts in a tie up to this */
@@ -223,6 +228,10 @@
 #define PROFILE_PROBE_CHUNK (256u << 10)
 #define PROFILE_PROBE_SYNC (16u << 20)
 #define PROFILE_PROBE_MS 400u
+/* The offline phase's sources: read PROFILE_SOURCE_WINDOW files at a time
+ * read ahead; a record's admission timed on up to PROFILE_ADMIT_BYTES. */
+#define PROFILE_SOURCE_WINDOW 32u
+#define PROFILE_ADMIT_BYTES (64ull << 20)
 #define PROFILE_PROGRESS_MS 100u
 #define PROFILE_SEED 0x70726f66696c65ull /* the online epochs' stream seed */
 
@@ -257,6 +266,17 @@ struct profile_scale {
      * measured): a first epoch's writes go back while its workers compute,
      * so its cold rate is the slower of the two, not their sum. */
     double writeback_bw;
+    /* Seconds per sample the sample's source files, dropped from the page
+     * cache, took to read, read ahead (0: not measured): the median over
+     * the strategies' offline phases, a bound on a first epoch's rate as
+     * its read-ahead reads them while the workers compute. */
+    double source_s;
+    /* Admission to the memory tier, bytes/s of records (0: not measured, or
+     * no memory tier): the offline phase admitted each of its records; a
+     * first epoch admits only the memory_fraction the budget holds, so
+     * (1 - memory_fraction) x raw_bytes / admit_bw of worker time per
+     * sample less. */
+    double admit_bw;
 };
 /* The interval of a predicted rate (0.45: +-45%): the repetitions' spread
  * and the model's error for its kind of figure (PROFILE_ERR_*_PCT / 100),

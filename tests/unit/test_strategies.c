@@ -547,6 +547,55 @@ START_TEST(test_config_split_auto)
 }
 END_TEST
 
+/* A first epoch's read-ahead reads the source files while its workers
+ * compute: the source read bounds the cold rate, it does not add to it;
+ * split 0 keeps its disk rate. */
+START_TEST(test_rank_source_read)
+{
+    struct proto_profile_strategy st[3];
+    three_strategies(st);
+    struct profile_scale sc = roomy;
+    sc.source_s = 0.0001; /* 10,000 files/s: under every cold compute time */
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    ck_assert_double_eq_tol(st[1].cold_rate, 1.0 / (0.0002 + 1.0 / 3000), 1e-6);
+    ck_assert_double_eq_tol(st[2].cold_rate, 1.0 / (0.001 + 1.0 / 10000), 1e-6);
+    sc.source_s = 0.002; /* 500 files/s: the read binds both */
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    ck_assert_double_eq_tol(st[1].cold_rate, 500, 1e-6);
+    ck_assert_double_eq_tol(st[2].cold_rate, 500, 1e-6);
+    ck_assert_double_eq_tol(st[0].cold_rate, 90, 1e-9);
+}
+END_TEST
+
+/* The offline phase admitted each of its records to memory; a first epoch
+ * of a dataset the budget holds a fraction f of admits only those: its
+ * cold compute time is (1 - f) admissions less. */
+START_TEST(test_rank_admission_fraction)
+{
+    /* 1000 samples of 1 MB records, admitted at 1 GB/s: 1 ms each of the
+     * 10 ms offline. */
+    struct proto_profile_strategy st[] = {measured("none", 0, 100, 100, 0, 1e3, 0),
+                                          measured("decode/raw", 1, 1000, 100, 1e6, 1e6, 0.01)};
+    struct profile_scale sc = roomy;
+    sc.admit_bw = 1e9;
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0); /* it all fits: every record admitted */
+    ck_assert_double_eq_tol(st[1].memory_fraction, 1, 1e-12);
+    ck_assert_double_eq_tol(st[1].cold_rate, 1.0 / (0.01 + 1.0 / 1000), 1e-6);
+    sc.memory_budget = 250e6 + 8000; /* a quarter of it, past the 8 kB index */
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    ck_assert_double_eq_tol(st[1].memory_fraction, 0.25, 1e-9);
+    ck_assert_double_eq_tol(st[1].cold_rate, 1.0 / (0.01 - 0.75 * 0.001 + 1.0 / 1000), 1e-6);
+    sc.workers = 2; /* worker time: halved with the rest of the offline time */
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    ck_assert_double_eq_tol(st[1].cold_rate, 1.0 / ((0.01 - 0.75 * 0.001) / 2 + 1.0 / 2000),
+                            1e-6);
+    sc.admit_bw = 0; /* not measured (no memory tier): as the trial measured */
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    ck_assert_double_eq_tol(st[1].cold_rate, 1.0 / (0.01 / 2 + 1.0 / 2000), 1e-6);
+    ck_assert_double_eq_tol(st[0].cold_rate, 200, 1e-9); /* split 0 admits nothing */
+}
+END_TEST
+
 static Suite *profile_suite(void)
 {
     Suite *s = suite_create("profile");
@@ -563,6 +612,8 @@ static Suite *profile_suite(void)
     tcase_add_test(tc, test_rank_memory_fraction);
     tcase_add_test(tc, test_proto_roundtrip);
     tcase_add_test(tc, test_config_split_auto);
+    tcase_add_test(tc, test_rank_source_read);
+    tcase_add_test(tc, test_rank_admission_fraction);
     suite_add_tcase(s, tc);
     return s;
 }
