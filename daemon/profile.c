@@ -1140,8 +1140,10 @@ static void strategy_begin(struct profile *p)
     phase_begin(p, p->st[p->cur].split > 0 ? PH_OFFLINE : PH_LOAD);
 }
 
-/* How long the disk phase runs at least: PROFILE_MIN_PHASE_MS, and while
- * its repetitions' median is not settled, up to PROFILE_DISK_MAX_MS: the
+/* How long the disk phase runs at least: PROFILE_MIN_PHASE_MS, and where
+ * the sample stands for PROFILE_PROBE_FACTOR times its size or more (its
+ * records are a small part of what a disk epoch reads), while its
+ * repetitions' median is not settled, up to PROFILE_DISK_MAX_MS: the
  * median of n repetitions is uncertain by about 1.25 sigma / sqrt(n)
  * (sigma from their interquartile range), which must come under
  * PROFILE_DISK_SETTLE_PCT of it. A quiet disk stops at the minimum; one
@@ -1155,8 +1157,8 @@ static uint64_t disk_phase_ns(const struct profile *p)
     const uint64_t ms = 1000000ull;
     double v[PROFILE_MAX_REPS];
     uint32_t n = p->nreps;
-    if (n < PROFILE_MIN_REPS)
-        return PROFILE_MIN_PHASE_MS * ms;
+    if (n < PROFILE_MIN_REPS || dataset_size(p->ds) < PROFILE_PROBE_FACTOR * p->tk)
+        return PROFILE_MIN_PHASE_MS * ms; /* its epochs are most of the dataset's */
     memcpy(v, p->reps, n * sizeof(*v));
     double med = median(v, n), iqr = v[(3 * n) / 4] - v[n / 4];
     double err = med > 0 ? 1.25 * (iqr / 1.349) / sqrt((double)n) / med : 1;
