@@ -923,7 +923,7 @@ static int profile_recv_result(struct conn *c, const struct proto_header *h, int
     }
     for (uint32_t i = 0; i < m.count; i++) {
         struct proto_profile_strategy st;
-        if (proto_get_profile_strategy(&r, &st, !verify && i + 1 == m.count) < 0) {
+        if (proto_get_profile_strategy(&r, &st, 0) < 0) {
             rc = conn_fail(c, PRESTO_E_PROTO, "malformed PROFILE_RESULT from prestod");
             goto fail;
         }
@@ -932,7 +932,7 @@ static int profile_recv_result(struct conn *c, const struct proto_header *h, int
     for (uint32_t i = 0; verify && i < m.count; i++) {
         struct proto_profile_verified v;
         presto_profile_strategy_t *d = &res->strategies[i];
-        if (proto_get_profile_verified(&r, &v, i + 1 == m.count) < 0) {
+        if (proto_get_profile_verified(&r, &v, 0) < 0) {
             rc = conn_fail(c, PRESTO_E_PROTO, "malformed PROFILE_RESULT from prestod");
             goto fail;
         }
@@ -946,6 +946,19 @@ static int profile_recv_result(struct conn *c, const struct proto_header *h, int
         d->verify_seconds = v.seconds;
         memcpy(d->verify_note, v.note, sizeof(d->verify_note));
     }
+    /* The disk's figures, last, from a daemon that knows PROTO_PROFILE_DISK;
+     * nothing else may follow. */
+    if (proto_remaining(&r) && proto_get_profile_disk(&r, &m.disk) < 0) {
+        rc = conn_fail(c, PRESTO_E_PROTO, "malformed PROFILE_RESULT from prestod");
+        goto fail;
+    }
+    res->disk_read_bw = m.disk.read_bw;
+    res->disk_write_bw = m.disk.write_bw;
+    res->disk_probe_bytes = m.disk.probe_bytes;
+    res->disk_probe_depth = m.disk.probe_depth;
+    res->writeback_bw = m.disk.writeback_bw;
+    res->source_s_per_sample = m.disk.source_s;
+    res->admit_bw = m.disk.admit_bw;
     memcpy(res->dataset, m.dataset, sizeof(res->dataset));
     res->samples = m.samples;
     res->sample_size = m.sample_size;
@@ -981,7 +994,8 @@ static int profile_run(struct conn *c, uint32_t req, const presto_profile_opts_t
     memset(&m, 0, sizeof(m));
     memcpy(m.dataset, o->dataset, strlen(o->dataset));
     m.samples = o->samples;
-    m.flags = (o->apply ? PROTO_PROFILE_APPLY : 0) | (o->verify ? PROTO_PROFILE_VERIFY : 0);
+    m.flags = (o->apply ? PROTO_PROFILE_APPLY : 0) | (o->verify ? PROTO_PROFILE_VERIFY : 0) |
+              PROTO_PROFILE_DISK;
     m.verify_top = o->verify_top;
     m.w_throughput = o->w_throughput;
     m.w_offline = o->w_offline;

@@ -301,6 +301,15 @@ typedef struct presto_profile_result {
     uint32_t count;
     presto_profile_strategy_t *strategies;
     int verify;                  /* opts.verify: the strategies' verified fields are set */
+    /* The disk behind the disk and cold rates (0: not measured, or a daemon
+     * that does not say): the probe's sustained O_DIRECT reads and
+     * written-back writes in cache.dir (bytes/s) on disk_probe_bytes with
+     * disk_probe_depth reads in flight; the trials' own segments'
+     * write-back (bytes/s); seconds per sample the sample's source files
+     * took to read from the disk, read ahead; admission to memory, bytes/s. */
+    double disk_read_bw, disk_write_bw, disk_probe_bytes;
+    uint32_t disk_probe_depth;
+    double writeback_bw, source_s_per_sample, admit_bw;
 } presto_profile_result_t;
 
 void presto_profile_opts_init(presto_profile_opts_t *o);

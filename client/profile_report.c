@@ -101,8 +101,19 @@ int profile_report_table(FILE *f, const presto_profile_result_t *r)
             r->profile_workers, r->workers,
             r->profile_workers == r->workers ? "" : " and scaled to all of them");
     fprintf(f, "memory budget %s, disk budget %s; objective: %g x throughput + %g x offline "
-               "time + %g x storage\n\n",
+               "time + %g x storage\n",
             mem, disk, r->w_throughput, r->w_offline, r->w_storage);
+    if (r->disk_read_bw > 0 || r->disk_write_bw > 0) {
+        profile_fmt_bytes(rm, sizeof(rm), r->disk_probe_bytes);
+        fprintf(f, "the disk under cache.dir: reads %.0f MB/s (O_DIRECT, %u in flight), writes "
+                   "%.0f MB/s, on %s\n",
+                r->disk_read_bw / 1e6, r->disk_probe_depth, r->disk_write_bw / 1e6, rm);
+    }
+    if (r->writeback_bw > 0 || r->source_s_per_sample > 0)
+        fprintf(f, "first epoch: its records written back at %.0f MB/s (the trials'), the "
+                   "source files read at %.3f ms per sample\n",
+                r->writeback_bw / 1e6, r->source_s_per_sample * 1e3);
+    fputc('\n', f);
     fputs("per sample: offline time (read, offline steps, encode, store, write-back; worker "
           "time) and bytes stored;\nfor the whole dataset, samples/s delivered by warm "
           "epochs from memory, from disk, by the first\n(cold) epoch (+-: where a real "
@@ -348,6 +359,11 @@ int profile_report_json(FILE *f, const presto_profile_result_t *r)
     json_str(f, r->count ? r->strategies[r->winner].name : "");
     fputs(",\n  \"applied\": ", f);
     json_str(f, applied_name(r->applied));
+    fprintf(f, ",\n  \"disk\": {\"read_bytes_per_s\": %.0f, \"write_bytes_per_s\": %.0f, "
+               "\"probe_bytes\": %.0f, \"probe_depth\": %u, \"writeback_bytes_per_s\": %.0f, "
+               "\"source_s_per_sample\": %.9f, \"admit_bytes_per_s\": %.0f}",
+            r->disk_read_bw, r->disk_write_bw, r->disk_probe_bytes, r->disk_probe_depth,
+            r->writeback_bw, r->source_s_per_sample, r->admit_bw);
     fputs(",\n  \"strategies\": [\n", f);
     for (uint32_t i = 0; i < r->count; i++) {
         const presto_profile_strategy_t *s = &r->strategies[i];

@@ -712,6 +712,30 @@ int proto_get_profile_result(struct proto_rbuf *r, struct proto_profile_result *
     return m->count == 0 && proto_remaining(r) ? -PROTO_E_PROTO : 0;
 }
 
+void proto_put_profile_disk(struct proto_wbuf *w, const struct proto_profile_disk *m)
+{
+    proto_put_f64(w, m->read_bw);
+    proto_put_f64(w, m->write_bw);
+    proto_put_f64(w, m->probe_bytes);
+    proto_put_u32(w, m->probe_depth);
+    proto_put_f64(w, m->writeback_bw);
+    proto_put_f64(w, m->source_s);
+    proto_put_f64(w, m->admit_bw);
+}
+
+int proto_get_profile_disk(struct proto_rbuf *r, struct proto_profile_disk *m)
+{
+    memset(m, 0, sizeof(*m));
+    proto_get_f64(r, &m->read_bw);
+    proto_get_f64(r, &m->write_bw);
+    proto_get_f64(r, &m->probe_bytes);
+    proto_get_u32(r, &m->probe_depth);
+    proto_get_f64(r, &m->writeback_bw);
+    proto_get_f64(r, &m->source_s);
+    proto_get_f64(r, &m->admit_bw);
+    return r->failed || proto_remaining(r) ? -PROTO_E_PROTO : 0;
+}
+
 void proto_put_profile_strategy(struct proto_wbuf *w, const struct proto_profile_strategy *m)
 {
     put_text(w, m->name);

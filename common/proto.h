@@ -528,6 +528,7 @@ int proto_get_progress(struct proto_rbuf *r, struct proto_progress *m);
 /* ---- the profiler ---- */
 #define PROTO_PROFILE_APPLY 0x1u
 #define PROTO_PROFILE_VERIFY 0x2u /* then each strategy's real epochs (below) */
+#define PROTO_PROFILE_DISK 0x4u /* then, last, the disk's figures (proto_profile_disk) */
 enum proto_profile_applied {
     PROTO_APPLIED_NO = 0,        /* not asked, or not a split: auto dataset */
     PROTO_APPLIED_NOW = 1,       /* the dataset switched to the winner */
@@ -574,6 +575,22 @@ struct proto_profile_verified {
     double seconds;         /* the verification's run time */
     char note[128];         /* why not verified, or "" */
 };
+/* The disk figures behind a profile's disk and cold rates, appended after
+ * everything else when PROFILE asked PROTO_PROFILE_DISK (a daemon that
+ * knows it not sends none: all 0): f64 read_bw, f64 write_bw (the probe's
+ * sustained O_DIRECT reads and written-back writes in cache.dir, bytes/s;
+ * 0: not measured), f64 probe_bytes, u32 probe_depth (reads in flight),
+ * f64 writeback_bw (the trials' own segments' write-back, bytes/s),
+ * f64 source_s (seconds per sample the dropped source files took to read,
+ * read ahead), f64 admit_bw (admission to the memory tier, bytes/s). */
+struct proto_profile_disk {
+    double read_bw, write_bw, probe_bytes;
+    uint32_t probe_depth;
+    double writeback_bw, source_s, admit_bw;
+};
+void proto_put_profile_disk(struct proto_wbuf *w, const struct proto_profile_disk *m);
+/* Nothing may follow it. */
+int proto_get_profile_disk(struct proto_rbuf *r, struct proto_profile_disk *m);
 /* PROFILE_RESULT's fixed part; count strategies follow. */
 struct proto_profile_result {
     char dataset[256];
@@ -582,6 +599,10 @@ struct proto_profile_result {
     uint64_t memory_budget, disk_budget;
     double w_throughput, w_offline, w_storage, seconds;
     uint32_t winner, applied, count;
+    /* Not in the fixed part: with_disk (PROTO_PROFILE_DISK asked), disk
+     * follows the strategies and verifications. */
+    uint32_t with_disk;
+    struct proto_profile_disk disk;
 };
 void proto_put_f64(struct proto_wbuf *w, double v);
 int proto_get_f64(struct proto_rbuf *r, double *v);

@@ -580,6 +580,7 @@ struct profile {
     double wb_bytes;  /* the trials' segments written back, and in how long */
     uint64_t wb_ns;
     int wb_done; /* the offline phase's write-back is done */
+    struct profile_scale sc; /* what the ranking extrapolated with */
     struct profile_io io;
     /* Per strategy with an offline phase: seconds per sample its dropped
      * source files took to read (read ahead: see profile_scale). */
@@ -776,6 +777,12 @@ static void send_result(struct profile *p)
     m.winner = p->winner;
     m.applied = p->applied;
     m.count = p->nst;
+    m.with_disk = (p->req.flags & PROTO_PROFILE_DISK) != 0;
+    m.disk = (struct proto_profile_disk){p->sc.read_bw, p->sc.write_bw, p->pr->bw_bytes,
+                                         p->pr->bw_depth, p->sc.writeback_bw, p->sc.source_s,
+                                         p->sc.admit_bw};
+    if (!(p->sc.read_bw > 0 || p->sc.write_bw > 0))
+        m.disk.probe_bytes = m.disk.probe_depth = 0; /* not measured for this profile */
     rm.profile.result = &m;
     rm.profile.strategies = p->st;
     rm.profile.verified = p->req.flags & PROTO_PROFILE_VERIFY ? p->ver : NULL;
@@ -1866,6 +1873,7 @@ static void profile_finish(struct profile *p)
                                p->admit_ns > 0 ? p->admit_bytes * 1e9 / p->admit_ns : 0};
     if (disk_bandwidth(p, &sc))
         return; /* probe_done comes back here */
+    p->sc = sc;
     uint32_t w = profile_rank(p->st, p->nst, &sc, p->req.w_throughput, p->req.w_offline,
                               p->req.w_storage);
     p->profile_s = since_s(p->t0_ns);

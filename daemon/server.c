@@ -377,6 +377,8 @@ static int conn_send_msg(const struct conn_job *cj, uint16_t type, const struct 
             proto_put_profile_strategy(&w, &m->profile.strategies[i]);
         for (uint32_t i = 0; m->profile.verified && i < m->profile.result->count; i++)
             proto_put_profile_verified(&w, &m->profile.verified[i]);
+        if (m->profile.result->with_disk) /* asked: last (older clients never ask) */
+            proto_put_profile_disk(&w, &m->profile.result->disk);
         break;
     }
     if (type == PROTO_END && (cj->c->srv->d.faults & SERVER_FAULT_END))

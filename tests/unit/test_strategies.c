@@ -596,6 +596,46 @@ START_TEST(test_rank_admission_fraction)
 }
 END_TEST
 
+/* PROTO_PROFILE_DISK: the disk's figures come last, after the strategies
+ * (and verifications); nothing may follow them, and a cut one is refused. */
+START_TEST(test_proto_profile_disk)
+{
+    struct proto_wbuf w;
+    struct proto_rbuf r;
+    struct proto_profile_strategy st = {.name = "none"}, gst;
+    struct proto_profile_result res = {.dataset = "bench", .samples = 3200, .count = 1},
+                                gres;
+    struct proto_profile_disk d = {.read_bw = 1.25e9, .write_bw = 1.5e9, .probe_bytes = 268e6,
+                                   .probe_depth = 64, .writeback_bw = 1.75e9,
+                                   .source_s = 6.25e-5, .admit_bw = 1.5e9},
+                              gd;
+    proto_wbuf_init(&w);
+    proto_put_profile_result(&w, &res);
+    proto_put_profile_strategy(&w, &st);
+    proto_put_profile_disk(&w, &d);
+    ck_assert(!w.failed);
+    proto_rbuf_init(&r, w.data, w.len);
+    ck_assert_int_eq(proto_get_profile_result(&r, &gres), 0);
+    ck_assert_int_eq(proto_get_profile_strategy(&r, &gst, 0), 0);
+    ck_assert_uint_gt(proto_remaining(&r), 0);
+    ck_assert_int_eq(proto_get_profile_disk(&r, &gd), 0);
+    ck_assert(gd.read_bw == d.read_bw && gd.write_bw == d.write_bw &&
+              gd.probe_bytes == d.probe_bytes && gd.probe_depth == d.probe_depth &&
+              gd.writeback_bw == d.writeback_bw && gd.source_s == d.source_s &&
+              gd.admit_bw == d.admit_bw);
+    proto_rbuf_init(&r, w.data, w.len - 1); /* cut */
+    ck_assert_int_eq(proto_get_profile_result(&r, &gres), 0);
+    ck_assert_int_eq(proto_get_profile_strategy(&r, &gst, 0), 0);
+    ck_assert_int_eq(proto_get_profile_disk(&r, &gd), -PROTO_E_PROTO);
+    proto_put_u32(&w, 7); /* something after it */
+    proto_rbuf_init(&r, w.data, w.len);
+    ck_assert_int_eq(proto_get_profile_result(&r, &gres), 0);
+    ck_assert_int_eq(proto_get_profile_strategy(&r, &gst, 0), 0);
+    ck_assert_int_eq(proto_get_profile_disk(&r, &gd), -PROTO_E_PROTO);
+    proto_wbuf_free(&w);
+}
+END_TEST
+
 static Suite *profile_suite(void)
 {
     Suite *s = suite_create("profile");
@@ -614,6 +654,7 @@ static Suite *profile_suite(void)
     tcase_add_test(tc, test_config_split_auto);
     tcase_add_test(tc, test_rank_source_read);
     tcase_add_test(tc, test_rank_admission_fraction);
+    tcase_add_test(tc, test_proto_profile_disk);
     suite_add_tcase(s, tc);
     return s;
 }
