@@ -17,16 +17,22 @@
  * and the real tier code, on trial tiers of its own:
  *
  *   offline  the sample's files dropped from the page cache (a first epoch
- *            reads them from the disk), read, run through the offline
+ *            reads them from the disk), then read on a worker as a first
+ *            epoch's read-ahead reads them (PROFILE_SOURCE_WINDOW at a time
+ *            asked of the kernel at once, then read through), timed apart:
+ *            seconds per sample; then, hot, run through the offline
  *            steps, encoded and stored in a trial disk store
  *            (pipeline_warm), admitted to the trial memory tier as a first
  *            epoch admits them (where the daemon has a memory tier: on
  *            make bench's VM the admission of decode/raw's 583 KB records
  *            cost its real first epoch ~30%): worker seconds per sample by
  *            the phase's wall clock, and the store's segment bytes per
- *            sample (record headers included). Then its segments written
- *            back (fdatasync), timed apart: the profile's write-back
- *            bandwidth (all its strategies' bytes over their time);
+ *            sample (record headers included). Then, on a worker, its
+ *            segments written back (fdatasync), timed apart: the profile's
+ *            write-back bandwidth (all its strategies' bytes over their
+ *            time), and a record's admission to memory timed apart (fresh
+ *            anonymous memory, the record copied in, as cache_put does:
+ *            the admission bandwidth);
  *   load     (not timed) the records read into a trial memory tier of
  *            profile.memory bytes, as several copies of the sample (at most
  *            PROFILE_MAX_COPIES, each its own entry of the same record): as
@@ -60,7 +66,12 @@
  *            a buffered store's segment files are written back and
  *            dropped from the page cache before every epoch (fdatasync,
  *            POSIX_FADV_DONTNEED): each epoch one repetition, at least
- *            PROFILE_MIN_REPS of them.
+ *            PROFILE_MIN_REPS of them. Where the sample stands for
+ *            PROFILE_PROBE_FACTOR times its size or more, the phase goes
+ *            on past PROFILE_MIN_PHASE_MS while its repetitions' median is
+ *            uncertain by more than PROFILE_DISK_SETTLE_PCT (up to
+ *            PROFILE_DISK_MAX_MS): a quiet disk stops at the minimum, a
+ *            scattered one is read longer (disk_phase_ns).
  *            Every online phase reads through the read-ahead likewise
  *            (memory hits read nothing ahead; split 0 its source files).
  *
@@ -93,15 +104,28 @@
  * memory N / (memory_rate x W / P), from disk likewise; the expected epoch
  * mixes them by that fraction (without a disk tier the rest is recomputed:
  * offline_s / W more per sample); the first (cold) epoch takes
- * offline_s / W + 1 / memory rate per sample, or its stored bytes over the
- * write-back bandwidth where that is longer: the kernel writes the records
- * back while the workers compute (make bench: counting the write-back's
- * time on top under-predicted every cold rate but decode/raw's, audio
- * decode_audio/raw's by 1.45x) (split 0: the disk rate, the
- * files read from the disk). Where a strategy's stored dataset is many
+ * offline_s / W + 1 / memory rate per sample (less (1 - fraction) x
+ * raw bytes / admission bandwidth of offline_s: the trial admitted every
+ * record, a first epoch admits only what the budget holds, cache.c never
+ * evicting), or the sources' read time per sample, or its stored bytes
+ * over the write-back bandwidth, whichever is longest: the read-ahead
+ * reads the files and the kernel writes the records back while the
+ * workers compute (make bench: counting the write-back's time on top
+ * under-predicted every cold rate but decode/raw's, audio
+ * decode_audio/raw's by 1.45x; reading the files inside the offline jobs
+ * made that row's prediction 1,927-2,818 samples/s from run to run against
+ * a steady 2,830) (split 0: the disk rate, the files read from the disk).
+ * Two write bandwidths, on purpose: the trials' write-back (a few MiB of
+ * records, fdatasync'd) is what a first epoch's writes meet while they fit
+ * the kernel's dirty limits, which make bench's datasets do (the point);
+ * the probe's write_bw is the device's sustained rate over up to
+ * PROFILE_PROBE_BYTES, which a dataset past those limits is written at
+ * (the interval reaches down to it). Where a strategy's stored dataset is many
  * times what the trial stored (PROFILE_PROBE_*), the disk's sustained
- * bandwidth is measured once per file system of cache.dir (disk_probe, in
- * cache.dir, O_DIRECT reads; tests' datasets are too small for it): a disk
+ * bandwidth is measured once per file system of cache.dir (disk_probe, on
+ * a worker, in cache.dir, O_DIRECT reads into huge-page buffers as the
+ * pipeline's arenas are; its figures are in PROFILE_RESULT with
+ * PROTO_PROFILE_DISK; tests' datasets are too small for it): a disk
  * rate over read bandwidth / stored bytes per sample, or a cold epoch
  * faster than write bandwidth / stored bytes, keeps the trial's figure
  * with its spread widened down to the disk's (the trial's few MiB may sit
