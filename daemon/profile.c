@@ -667,6 +667,24 @@ static uint64_t phase_min_ns(const struct profile *p);
 static void profile_fail(struct profile *p, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A job of p is back (one of its jobs, or its io job): 1 when p is
+ * going (freed once its last job is back) or failed, and nothing more is
+ * to be done with it. */
+static int job_back(struct profile *p, int cancelled)
+{
+    p->busy--;
+    if (p->closing) {
+        if (p->busy == 0)
+            profile_free(p);
+        return 1;
+    }
+    if (cancelled) { /* only while the pool stops */
+        profile_fail(p, -ECANCELED, "the daemon is stopping");
+        return 1;
+    }
+    return 0;
+}
+
 static void job_done(struct work *wk, int cancelled)
 {
     struct profile_job *j = (struct profile_job *)wk;
@@ -674,17 +692,9 @@ static void job_done(struct work *wk, int cancelled)
     readahead_done(p->ra, &j->ahead); /* its chunk's structure back (nothing if none) */
     j->busy = 0;
     j->state = JOB_IDLE;
-    p->busy--;
     p->running--;
-    if (p->closing) {
-        if (p->busy == 0)
-            profile_free(p);
+    if (job_back(p, cancelled))
         return;
-    }
-    if (cancelled) { /* only while the pool stops */
-        profile_fail(p, -ECANCELED, "the daemon is stopping");
-        return;
-    }
     p->job_wall_ns += j->wall_ns;
     p->cpu_ns += j->cpu_ns;
     p->good += j->good;
@@ -1410,16 +1420,8 @@ static void pio_done(struct work *wk, int cancelled)
     struct profile_io *io = (struct profile_io *)wk;
     struct profile *p = io->p;
     io->busy = 0;
-    p->busy--;
-    if (p->closing) {
-        if (p->busy == 0)
-            profile_free(p);
+    if (job_back(p, cancelled))
         return;
-    }
-    if (cancelled) { /* only while the pool stops */
-        profile_fail(p, -ECANCELED, "the daemon is stopping");
-        return;
-    }
     switch (io->kind) {
     case IO_SOURCES: /* the offline phase's jobs, from now */
         if (io->bytes > 0 && p->tk > 0 && p->nsrc < PROFILE_MAX_STRATEGIES)

@@ -352,12 +352,19 @@ START_TEST(test_rank_ties_and_weights)
 }
 END_TEST
 
+/* none, and decode/raw of 1 MB records, 10 ms offline, on 1 worker. */
+static void none_and_decode(struct proto_profile_strategy st[2])
+{
+    st[0] = measured("none", 0, 100, 100, 0, 1e3, 0);
+    st[1] = measured("decode/raw", 1, 1000, 100, 1e6, 1e6, 0.01);
+}
+
 START_TEST(test_rank_memory_fraction)
 {
     /* 1000 samples of 1 MB: a 500 MB budget (less the 8 kB index) holds
      * about half; the rest comes from disk. */
-    struct proto_profile_strategy st[] = {measured("none", 0, 100, 100, 0, 1e3, 0),
-                                          measured("decode/raw", 1, 1000, 100, 1e6, 1e6, 0.01)};
+    struct proto_profile_strategy st[2];
+    none_and_decode(st);
     struct profile_scale sc = roomy;
     sc.memory_budget = 500e6;
     profile_rank(st, NELEM(st), &sc, 1, 0, 0);
@@ -574,8 +581,8 @@ START_TEST(test_rank_admission_fraction)
 {
     /* 1000 samples of 1 MB records, admitted at 1 GB/s: 1 ms each of the
      * 10 ms offline. */
-    struct proto_profile_strategy st[] = {measured("none", 0, 100, 100, 0, 1e3, 0),
-                                          measured("decode/raw", 1, 1000, 100, 1e6, 1e6, 0.01)};
+    struct proto_profile_strategy st[2];
+    none_and_decode(st);
     struct profile_scale sc = roomy;
     sc.admit_bw = 1e9;
     profile_rank(st, NELEM(st), &sc, 1, 0, 0); /* it all fits: every record admitted */
