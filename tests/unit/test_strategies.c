@@ -411,6 +411,20 @@ START_TEST(test_proto_roundtrip)
     proto_rbuf_init(&r, w.data, plain); /* the flag without its field */
     ck_assert_int_eq(proto_get_profile(&r, &got), -PROTO_E_PROTO);
     proto_wbuf_free(&w);
+    /* A batch size appends its field after verify_top, flagged by the
+     * writer; none (0) leaves the frame as before. */
+    req.batch_size = 256;
+    proto_wbuf_init(&w);
+    proto_put_profile(&w, &req);
+    ck_assert_uint_eq(w.len, plain + 8);
+    proto_rbuf_init(&r, w.data, w.len);
+    ck_assert_int_eq(proto_get_profile(&r, &got), 0);
+    ck_assert_uint_eq(got.flags, PROTO_PROFILE_VERIFY | PROTO_PROFILE_BATCH);
+    ck_assert_uint_eq(got.verify_top, 3);
+    ck_assert_uint_eq(got.batch_size, 256);
+    proto_rbuf_init(&r, w.data, plain + 4); /* the flag without its field */
+    ck_assert_int_eq(proto_get_profile(&r, &got), -PROTO_E_PROTO);
+    proto_wbuf_free(&w);
 
     struct proto_profile_result res = {.samples = 3200, .sample_size = 64, .workers = 2,
                                        .profile_workers = 1, .memory_budget = 1 << 30,
