@@ -997,6 +997,7 @@ static int profile_run(struct conn *c, uint32_t req, const presto_profile_opts_t
     m.flags = (o->apply ? PROTO_PROFILE_APPLY : 0) | (o->verify ? PROTO_PROFILE_VERIFY : 0) |
               PROTO_PROFILE_DISK;
     m.verify_top = o->verify_top;
+    m.batch_size = o->batch_size;
     m.w_throughput = o->w_throughput;
     m.w_offline = o->w_offline;
     m.w_storage = o->w_storage;

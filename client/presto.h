@@ -226,6 +226,8 @@ typedef struct presto_profile_opts {
     int verify;          /* then each strategy's real epochs on the whole dataset
                             (presto_profile_strategy_t's verified fields) */
     uint32_t verify_top; /* with verify: only the K best (0: every strategy) */
+    uint32_t batch_size; /* the epochs' batch, which the online trial runs
+                            (0: the daemon's default, 64) */
 } presto_profile_opts_t;
 
 typedef struct presto_profile_progress {

@@ -81,6 +81,8 @@ static const char usage_text[] =
     "                        (cold, warm from memory, warm from disk) and print them\n"
     "                        against the predictions\n"
     "      --verify-top K    --verify, for the K best strategies only\n"
+    "  -b, --batch-size N    the online trial's batch: the one the epochs will use\n"
+    "                        (default 64, as epoch's and the Python client's)\n"
     "      --csv FILE        write every strategy's figures as CSV ('-': stdout)\n"
     "      --json FILE       ... as JSON\n"
     "      --svg FILE        draw throughput against storage per strategy (SVG)\n"
@@ -609,6 +611,7 @@ static int cmd_profile(const char *sock, int argc, char *argv[])
         {"apply", no_argument, NULL, OPT_APPLY},
         {"verify", no_argument, NULL, OPT_VERIFY},
         {"verify-top", required_argument, NULL, OPT_VERIFY_TOP},
+        {"batch-size", required_argument, NULL, 'b'},
         {"csv", required_argument, NULL, OPT_CSV},
         {"json", required_argument, NULL, OPT_JSON},
         {"svg", required_argument, NULL, OPT_SVG},
@@ -622,8 +625,9 @@ static int cmd_profile(const char *sock, int argc, char *argv[])
     int c;
 
     presto_profile_opts_init(&o);
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":hb:", opts, NULL)) != -1) {
         switch (c) {
+        case 'b': o.batch_size = (uint32_t)parse_u64("--batch-size", optarg, 1, UINT32_MAX); break;
         case OPT_SAMPLES:
             o.samples = (uint32_t)parse_u64("--samples", optarg, 1, 100000);
             break;

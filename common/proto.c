@@ -625,12 +625,17 @@ void proto_put_profile(struct proto_wbuf *w, const struct proto_profile *m)
 {
     put_text(w, m->dataset);
     proto_put_u32(w, m->samples);
-    proto_put_u32(w, m->flags);
+    uint32_t flags = m->flags & ~PROTO_PROFILE_BATCH;
+    if (m->batch_size) /* appended: only when asked (older daemons) */
+        flags |= PROTO_PROFILE_BATCH;
+    proto_put_u32(w, flags);
     proto_put_f64(w, m->w_throughput);
     proto_put_f64(w, m->w_offline);
     proto_put_f64(w, m->w_storage);
-    if (m->flags & PROTO_PROFILE_VERIFY) /* appended: only then (older daemons) */
+    if (flags & PROTO_PROFILE_VERIFY) /* appended: only then (older daemons) */
         proto_put_u32(w, m->verify_top);
+    if (flags & PROTO_PROFILE_BATCH)
+        proto_put_u32(w, m->batch_size);
 }
 
 int proto_get_profile(struct proto_rbuf *r, struct proto_profile *m)
@@ -645,6 +650,8 @@ int proto_get_profile(struct proto_rbuf *r, struct proto_profile *m)
     proto_get_f64(r, &m->w_storage);
     if (m->flags & PROTO_PROFILE_VERIFY)
         proto_get_u32(r, &m->verify_top);
+    if (m->flags & PROTO_PROFILE_BATCH)
+        proto_get_u32(r, &m->batch_size);
     return r->failed || proto_remaining(r) ? -PROTO_E_PROTO : 0;
 }
 

@@ -191,7 +191,10 @@
  *                          only), and with PROTO_PROFILE_VERIFY in flags
  *                          u32 verify_top (0: verify every strategy; K:
  *                          the K best): after ranking, each runs its real
- *                          epochs on the whole dataset. Measures every legal strategy (split point
+ *                          epochs on the whole dataset; then, with
+ *                          PROTO_PROFILE_BATCH in flags, u32 batch_size
+ *                          (the online trial's batches, as the epochs'
+ *                          will be; without it the daemon's default, 64). Measures every legal strategy (split point
  *                          with no random step offline x encoding raw,
  *                          zstd:1, zstd:3, zstd:9) on one sample of the
  *                          dataset and ranks them; with PROTO_PROFILE_APPLY
@@ -529,6 +532,7 @@ int proto_get_progress(struct proto_rbuf *r, struct proto_progress *m);
 #define PROTO_PROFILE_APPLY 0x1u
 #define PROTO_PROFILE_VERIFY 0x2u /* then each strategy's real epochs (below) */
 #define PROTO_PROFILE_DISK 0x4u /* then, last, the disk's figures (proto_profile_disk) */
+#define PROTO_PROFILE_BATCH 0x8u  /* batch_size follows (set by proto_put_profile) */
 enum proto_profile_applied {
     PROTO_APPLIED_NO = 0,        /* not asked, or not a split: auto dataset */
     PROTO_APPLIED_NOW = 1,       /* the dataset switched to the winner */
@@ -541,6 +545,7 @@ struct proto_profile {
     uint32_t samples, flags;
     double w_throughput, w_offline, w_storage;
     uint32_t verify_top; /* with PROTO_PROFILE_VERIFY: the K best (0: all) */
+    uint32_t batch_size; /* the online trial's batch (0: the daemon's default) */
 };
 struct proto_profile_progress {
     uint32_t strategy, strategies;

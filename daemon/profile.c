@@ -554,6 +554,7 @@ struct profile {
     uint32_t *all_ids;
     uint64_t v_t0;
     uint32_t workers, njobs; /* the daemon's; the profile's */
+    uint32_t batch;          /* online jobs' samples: the epochs' batch size */
     uint64_t out_bytes;      /* a sample's output */
     /* The current strategy's trial. */
     struct dataset *tds;       /* the sample, under the strategy */
@@ -645,7 +646,7 @@ static void job_run(struct work *wk, struct worker_ctx *ctx)
         j->good = (uint32_t)(res.done - res.failed);
         j->failed = (uint32_t)res.failed;
     } else {
-        uint8_t *dst = j->buf + (size_t)j->turn * PROFILE_BATCH * p->out_bytes;
+        uint8_t *dst = j->buf + (size_t)j->turn * p->batch * p->out_bytes;
         j->good = pipeline_batch(p->tpipe, p->tds, p->list + j->first, j->n, PROFILE_SEED,
                                  j->epoch, dst, j->labels, ctx, j->ahead.a, job_bad, j);
         /* The batch-level steps (mixup, cutmix) run on the whole batch as a
@@ -1253,7 +1254,13 @@ static void profile_pump(struct profile *p)
         if (p->done || p->closing)
             return;
         int online = phase_online(p), ahead = online && p->ra;
-        uint32_t chunk = online ? PROFILE_BATCH : PROFILE_JOB_SAMPLES;
+        uint32_t chunk = online ? p->batch : PROFILE_JOB_SAMPLES;
+        /* An epoch of the sample's few ids, alone (not back to back), in
+         * a batch for each worker, as a real epoch keeps them all busy. */
+        if (online && !back_to_back(p) && chunk > (p->nlist + p->njobs - 1) / p->njobs)
+            chunk = (p->nlist + p->njobs - 1) / p->njobs;
+        if (chunk == 0)
+            chunk = 1;
         run_armed(p);
         for (uint32_t i = 0; i < (ahead ? p->nslots : p->njobs); i++) {
             struct profile_job *j = &p->jobs[i];
@@ -1938,6 +1945,7 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
     p->njobs = p->workers * cfg->profile_worker_share / 100;
     if (p->njobs == 0)
         p->njobs = 1;
+    p->batch = req->batch_size ? req->batch_size : PROFILE_BATCH;
     /* Online phases: as many batches more read ahead as a stream prepares. */
     p->ra = pr->readahead;
     p->nslots = p->njobs + (p->ra ? cfg->prefetch : 0);
@@ -1958,13 +1966,13 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
             j->work.done = job_done;
             /* Batches land in a ring as large as a stream's, much larger
              * than the CPU's caches, not in one buffer that stays in them. */
-            uint64_t batch = (uint64_t)PROFILE_BATCH * o->bytes;
+            uint64_t batch = (uint64_t)p->batch * o->bytes;
             uint64_t share = PROFILE_RING_BYTES / p->nslots;
             j->nbuf = share > batch ? (uint32_t)(share / batch) : 1;
             j->buf = malloc(j->nbuf * batch);
-            j->labels = malloc(PROFILE_BATCH * sizeof(*j->labels));
+            j->labels = malloc(p->batch * sizeof(*j->labels));
             uint32_t classes = dc->nbatch_steps ? o->labels.classes : 0;
-            j->targets = classes ? malloc((size_t)PROFILE_BATCH * classes * sizeof(float)) : NULL;
+            j->targets = classes ? malloc((size_t)p->batch * classes * sizeof(float)) : NULL;
             ok = j->buf && j->labels && (!classes || j->targets);
         }
     }
@@ -2086,6 +2094,11 @@ int profiler_request(struct profiler *pr, struct dataset *ds, const struct proto
     if (req->samples > PROFILE_LIMIT_SAMPLES) {
         snprintf(err, errlen, "a sample of %u is over the limit of %u", req->samples,
                  PROFILE_LIMIT_SAMPLES);
+        return -EINVAL;
+    }
+    if (req->batch_size > (*pr->cfg)->max_batch_size) {
+        snprintf(err, errlen, "batch_size %u is over limits.batch_size (%u)", req->batch_size,
+                 (*pr->cfg)->max_batch_size);
         return -EINVAL;
     }
     if ((req->flags & PROTO_PROFILE_APPLY) && !dataset_config(ds)->split_auto) {

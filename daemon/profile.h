@@ -44,7 +44,15 @@
  *            cache hits, 1.4-2.5x over what their real epochs delivered;
  *   memory   warm epochs from that memory tier (every copy), online steps included,
  *            delivered into batch buffers as a stream's worker does it
- *            (pipeline_batch): samples/s by the wall clock, the median of
+ *            (pipeline_batch), in batches of the epochs' size (PROFILE's
+ *            batch_size; by default PROFILE_BATCH, the default of prestoctl
+ *            epoch and of the C and Python clients): a batch's fixed costs
+ *            (its job handed to a worker and back to the event loop, its
+ *            read-ahead) are paid per batch as the stream pays them, and
+ *            tiny records (mel spectrograms, ~1.5 us of work each) are
+ *            mostly such costs. An epoch of the sample alone (a buffered
+ *            disk's) is cut so that each worker gets a batch. Samples/s
+ *            by the wall clock, the median of
  *            at least PROFILE_MIN_REPS repetitions (stretches of at least
  *            PROFILE_REP_MS) and their spread, and CPU seconds per sample
  *            (thread CPU clock). The memory tier holds the same decoded bytes whatever
@@ -204,7 +212,7 @@
 #define PROFILE_LIMIT_SAMPLES 100000u /* largest sample a PROFILE may ask for */
 #define PROFILE_JOB_SAMPLES 16u       /* offline and load jobs */
 #define PROFILE_MAX_COPIES 16u /* of the sample in the memory epochs (see above) */
-#define PROFILE_BATCH 32u             /* online jobs: a batch */
+#define PROFILE_BATCH 64u             /* online jobs: a batch, when PROFILE names none */
 #define PROFILE_RING_BYTES (64ull << 20) /* online jobs' output, all jobs together */
 #define PROFILE_MIN_PHASE_MS 200u
 /* The memory phase: one per split point, its figure shared by the split

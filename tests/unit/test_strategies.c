@@ -381,6 +381,23 @@ START_TEST(test_rank_memory_fraction)
 }
 END_TEST
 
+/* req's PROFILE frame is len bytes and reads back into *got; without its
+ * last appended field (4 bytes) it is refused. */
+static void appended_roundtrip(const struct proto_profile *req, size_t len,
+                               struct proto_profile *got)
+{
+    struct proto_wbuf w;
+    struct proto_rbuf r;
+    proto_wbuf_init(&w);
+    proto_put_profile(&w, req);
+    ck_assert_uint_eq(w.len, len);
+    proto_rbuf_init(&r, w.data, len - 4); /* the flag without its field */
+    ck_assert_int_eq(proto_get_profile(&r, got), -PROTO_E_PROTO);
+    proto_rbuf_init(&r, w.data, w.len);
+    ck_assert_int_eq(proto_get_profile(&r, got), 0);
+    proto_wbuf_free(&w);
+}
+
 START_TEST(test_proto_roundtrip)
 {
     struct proto_wbuf w;
@@ -408,16 +425,16 @@ START_TEST(test_proto_roundtrip)
      * (what older daemons read). */
     req.flags = PROTO_PROFILE_VERIFY;
     req.verify_top = 3;
-    proto_wbuf_init(&w);
-    proto_put_profile(&w, &req);
-    ck_assert_uint_eq(w.len, plain + 4);
-    proto_rbuf_init(&r, w.data, w.len);
-    ck_assert_int_eq(proto_get_profile(&r, &got), 0);
+    appended_roundtrip(&req, plain + 4, &got);
     ck_assert_uint_eq(got.flags, PROTO_PROFILE_VERIFY);
     ck_assert_uint_eq(got.verify_top, 3);
-    proto_rbuf_init(&r, w.data, plain); /* the flag without its field */
-    ck_assert_int_eq(proto_get_profile(&r, &got), -PROTO_E_PROTO);
-    proto_wbuf_free(&w);
+    /* A batch size appends its field after verify_top, flagged by the
+     * writer; none (0) leaves the frame as before. */
+    req.batch_size = 256;
+    appended_roundtrip(&req, plain + 8, &got);
+    ck_assert_uint_eq(got.flags, PROTO_PROFILE_VERIFY | PROTO_PROFILE_BATCH);
+    ck_assert_uint_eq(got.verify_top, 3);
+    ck_assert_uint_eq(got.batch_size, 256);
 
     struct proto_profile_result res = {.samples = 3200, .sample_size = 64, .workers = 2,
                                        .profile_workers = 1, .memory_budget = 1 << 30,
