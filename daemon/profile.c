@@ -1001,6 +1001,15 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The median of v[0..n) (sorted in place; 0 for none). */
+static double median(double *v, uint32_t n)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* Samples/s of an online phase on the profile's workers (all of the
  * daemon's by default: profile.worker_share), by the wall clock, as an
  * epoch delivers them: the median of its repetitions (memory: stretches of
@@ -1016,20 +1025,9 @@ static double online_rate(struct profile *p, double *spread)
         *spread = 1.0;
         return s > 0 ? (double)p->good / s : 0;
     }
-    qsort(p->reps, p->nreps, sizeof(p->reps[0]), cmp_double);
-    double med = p->nreps % 2 ? p->reps[p->nreps / 2]
-                              : (p->reps[p->nreps / 2 - 1] + p->reps[p->nreps / 2]) / 2;
+    double med = median(p->reps, p->nreps); /* sorts them */
     *spread = med > 0 ? (p->reps[p->nreps - 1] - p->reps[0]) / 2 / med : 1.0;
     return med;
-}
-
-/* The median of v[0..n) (sorted in place; 0 for none). */
-static double median(double *v, uint32_t n)
-{
-    if (n == 0)
-        return 0;
-    qsort(v, n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static double llc_bytes(void)
