@@ -222,6 +222,9 @@
 #define PROFILE_REP_MS 40u      /* a memory phase's repetition: at least this long */
 #define PROFILE_MIN_REPS 5u     /* repetitions of an online phase, at least */
 #define PROFILE_MAX_REPS 64u
+/* The O_DIRECT disk phase ends with this many epochs of the sample each
+ * started alone (see epoch_start_s in profile.c). */
+#define PROFILE_ISO_PASSES 3u
 #define PROFILE_MAX_PASSES 10000u
 /* The disk phase (disk_phase_ns): on past PROFILE_MIN_PHASE_MS, up to
  * PROFILE_DISK_MAX_MS, while its repetitions' median is uncertain by more
