@@ -589,8 +589,13 @@ struct profile {
     struct profile_io io;
     /* Per strategy with an offline phase: seconds per sample its dropped
      * source files took to read (read ahead: see profile_scale). */
-    double src_s[PROFILE_MAX_STRATEGIES];
+    double src_s[PROFILE_MAX_STRATEGIES * PROFILE_OFFLINE_PASSES];
     uint32_t nsrc;
+    /* The current strategy's offline passes: seconds per sample each, and
+     * their wall clock in all (see phase_end). */
+    double off_s[PROFILE_OFFLINE_PASSES];
+    uint32_t noff;
+    uint64_t off_ns;
     double admit_bytes, admit_ns; /* all strategies': a record's bytes, its admission's ns */
     struct event *ev; /* finishes outside of any callback of ours */
     int done, closing;
@@ -1125,6 +1130,27 @@ static void phase_end(struct profile *p)
                   (double)p->wall_ns / 1e6, p->njobs, p->tk,
                   p->nsrc ? p->src_s[p->nsrc - 1] * p->tk * 1e3 : 0, (double)p->io.ns / 1e6,
                   (double)p->io.bytes / 1e6, p->io.admit_ns / 1e6);
+        /* One short pass (make bench's 64 audio clips: ~25 ms on 2
+         * workers) is one scheduler hiccup away from another figure: audio
+         * time_crop/zstd:3's cold epoch was predicted at 2,004 samples/s
+         * against 2,580 delivered, while its neighbours' passes gave
+         * 2,500-2,800. It runs again, on fresh trial tiers (the same
+         * stores and admissions, the sources read apart again), while the
+         * passes add up to less than PROFILE_MIN_PHASE_MS, and the median
+         * pass stands. */
+        p->off_s[p->noff++] = s->offline_s;
+        p->off_ns += p->wall_ns;
+        if (p->noff < PROFILE_OFFLINE_PASSES &&
+            p->off_ns < PROFILE_MIN_PHASE_MS * 1000000ull) {
+            trial_close(p);
+            if (trial_open(p, s) < 0)
+                return;
+            phase_begin(p, PH_OFFLINE);
+            return;
+        }
+        s->offline_s = median(p->off_s, p->noff);
+        p->noff = 0;
+        p->off_ns = 0;
         if (p->cur > 0 && p->st[p->cur - 1].split == s->split) {
             /* The memory tier holds the same decoded bytes whatever the
              * disk encoding: measured once per split point. */
@@ -1483,7 +1509,8 @@ static void pio_done(struct work *wk, int cancelled)
         return;
     switch (io->kind) {
     case IO_SOURCES: /* the offline phase's jobs, from now */
-        if (io->bytes > 0 && p->tk > 0 && p->nsrc < PROFILE_MAX_STRATEGIES)
+        if (io->bytes > 0 && p->tk > 0 &&
+            p->nsrc < PROFILE_MAX_STRATEGIES * PROFILE_OFFLINE_PASSES)
             p->src_s[p->nsrc++] = (double)io->ns / 1e9 / p->tk;
         p->nlist = p->tk;
         p->pass_t0 = p->rep_t0 = stats_now_ns();
