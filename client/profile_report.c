@@ -110,7 +110,7 @@ int profile_report_table(FILE *f, const presto_profile_result_t *r)
                 r->disk_read_bw / 1e6, r->disk_probe_depth, r->disk_write_bw / 1e6, rm);
     }
     if (r->writeback_bw > 0 || r->source_s_per_sample > 0)
-        fprintf(f, "first epoch: its records written back at %.0f MB/s (the trials'), the "
+        fprintf(f, "first epoch: its records written back at %.0f MB/s, the "
                    "source files read at %.3f ms per sample\n",
                 r->writeback_bw / 1e6, r->source_s_per_sample * 1e3);
     fputc('\n', f);

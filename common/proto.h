@@ -585,7 +585,9 @@ struct proto_profile_verified {
  * knows it not sends none: all 0): f64 read_bw, f64 write_bw (the probe's
  * sustained O_DIRECT reads and written-back writes in cache.dir, bytes/s;
  * 0: not measured), f64 probe_bytes, u32 probe_depth (reads in flight),
- * f64 writeback_bw (the trials' own segments' write-back, bytes/s),
+ * f64 writeback_bw (what a first epoch's records are written back at,
+ * bytes/s: the trials' own segments' write-back, or where the disk tier
+ * writes behind (reads with O_DIRECT) and write_bw was measured, write_bw),
  * f64 source_s (seconds per sample the dropped source files took to read,
  * read ahead), f64 admit_bw (admission to the memory tier, bytes/s). */
 struct proto_profile_disk {

@@ -123,12 +123,14 @@
  * decode_audio/raw's by 1.45x; reading the files inside the offline jobs
  * made that row's prediction 1,927-2,818 samples/s from run to run against
  * a steady 2,830) (split 0: the disk rate, the files read from the disk).
- * Two write bandwidths, on purpose: the trials' write-back (a few MiB of
- * records, fdatasync'd) is what a first epoch's writes meet while they fit
- * the kernel's dirty limits, which make bench's datasets do (the point);
- * the probe's write_bw is the device's sustained rate over up to
- * PROFILE_PROBE_BYTES, which a dataset past those limits is written at
- * (the interval reaches down to it). Where a strategy's stored dataset is many
+ * Two write bandwidths: a buffered disk tier's records are written back
+ * as the trials' (a few MiB of records, fdatasync'd) were while they fit
+ * the kernel's dirty limits (the point); the probe's write_bw is the
+ * device's sustained rate over up to PROFILE_PROBE_BYTES, which a dataset
+ * past those limits is written at (the interval reaches down to it). A
+ * disk tier read with O_DIRECT writes behind (store.c write_behind): its
+ * records go to the disk as they are written, at write_bw, the point's
+ * figure there where the probe ran. Where a strategy's stored dataset is many
  * times what the trial stored (PROFILE_PROBE_*), the disk's sustained
  * bandwidth is measured once per file system of cache.dir (disk_probe, on
  * a worker, in cache.dir, O_DIRECT reads into huge-page buffers as the
@@ -302,8 +304,10 @@ struct profile_scale {
      * themselves stay the trial's. */
     double read_bw, write_bw;
     /* The trial's own write-back, bytes/s (its segments' fdatasync; 0: none
-     * measured): a first epoch's writes go back while its workers compute,
-     * so its cold rate is the slower of the two, not their sum. */
+     * measured), or where the daemon's disk tier writes behind (O_DIRECT
+     * reads: store.c write_behind) and write_bw was measured, write_bw: a
+     * first epoch's writes go back while its workers compute, so its cold
+     * rate is the slower of the two, not their sum. */
     double writeback_bw;
     /* Seconds per sample the sample's source files, dropped from the page
      * cache, took to read, read ahead (0: not measured): the median over

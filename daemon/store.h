@@ -197,6 +197,7 @@ struct store_stats {
     uint64_t compact_freed; /* bytes of files deleted by compaction */
     int degraded;           /* errno of the write failure, 0 when healthy */
     int direct_io;          /* records are read with O_DIRECT */
+    int write_behind;       /* written records leave the page cache (store.c write_behind) */
 };
 
 struct store;
@@ -210,6 +211,7 @@ struct stats_out;
     X(degraded, GAUGE, "", "1 when a write failed: the disk tier takes no more puts")   \
     X(degraded_reason, INFO, "", "the error that degraded the disk tier")              \
     X(direct_io, GAUGE, "", "1 when records are read with O_DIRECT (cache.direct_io)")  \
+    X(write_behind, GAUGE, "", "1 when written records leave the page cache once on disk (read with O_DIRECT)") \
     X(budget, GAUGE, "bytes", "cache.disk, the disk tier's budget")                     \
     X(segment_size, GAUGE, "bytes", "cache.segment_size")                               \
     X(segments, GAUGE, "files", "segment files, the active one included")               \

@@ -17,8 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -1516,6 +1518,72 @@ START_TEST(test_planted_links)
 }
 END_TEST
 
+/* Pages of [off, off + len) of path in the page cache (mincore). */
+static size_t resident_pages(const char *path, off_t off, size_t len)
+{
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, off);
+    ck_assert_ptr_ne(m, MAP_FAILED);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (len + page - 1) / page, in = 0;
+    unsigned char *v = malloc(n);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_int_eq(mincore(m, len, v), 0);
+    for (size_t i = 0; i < n; i++)
+        in += v[i] & 1;
+    free(v);
+    munmap(m, len);
+    close(fd);
+    return in;
+}
+
+/* A store read with O_DIRECT writes behind: the windows its writes have
+ * passed leave the page cache (its last ones stay, for the flusher), and
+ * every record reads back whole. Where the file system refuses O_DIRECT,
+ * or keeps files in memory (tmpfs: nothing to drop), there is nothing to
+ * check. */
+START_TEST(test_write_behind)
+{
+    struct store *st = open_store(0, 64u << 20);
+    struct statfs fs;
+    ck_assert_int_eq(statfs(cdir(), &fs), 0);
+    if (fs.f_type == 0x01021994 /* TMPFS_MAGIC */ || store_direct_io(st) < 0) {
+        fprintf(stderr, "test_write_behind: %s takes no O_DIRECT or is tmpfs: skipped\n",
+                cdir());
+        store_close(st);
+        return;
+    }
+    enum { N = 40 }; /* 1 MiB records: 40 MiB, five 8 MiB windows */
+    struct img im[N];
+    for (unsigned i = 0; i < N; i++) {
+        synth(&im[i], 512, 683, i, 8);
+        struct store_key k = key_of(i);
+        ck_assert_int_eq(store_put(st, &k, &im[i], 0), 0);
+    }
+    struct store_stats ss;
+    store_get_stats(st, &ss);
+    ck_assert_int_eq(ss.write_behind, 1);
+    ck_assert_uint_eq(ss.segments, 1);
+    char seg[400];
+    seg_path(seg, sizeof(seg), 1);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t first = resident_pages(seg, 0, 16u << 20);
+    size_t last = resident_pages(seg, (off_t)(32u << 20), 4u << 20);
+    ck_assert_msg(first == 0, "%zu of the first 16 MiB's %zu pages still cached", first,
+                  (size_t)(16u << 20) / page);
+    ck_assert_msg(last > 0, "the last window is not cached: mincore sees nothing here");
+    for (unsigned i = 0; i < N; i++) {
+        struct store_key k = key_of(i);
+        struct img got = {0};
+        ck_assert_int_eq(get_one(st, &k, &got), 0);
+        assert_img_eq(&got, &im[i]);
+        img_free(&got);
+        img_free(&im[i]);
+    }
+    store_close(st);
+}
+END_TEST
+
 START_TEST(test_bad_puts)
 {
     struct store *st = open_store(0, STORE_MIN_SEGMENT_SIZE);
@@ -1576,6 +1644,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_compaction_damaged);
     tcase_add_test(tc, test_compaction_concurrent);
     tcase_add_test(tc, test_open_errors);
+    tcase_add_test(tc, test_write_behind);
     tcase_add_test(tc, test_bad_puts);
     tcase_add_test(tc, test_planted_links);
     suite_add_tcase(s, tc);
