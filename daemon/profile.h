@@ -230,7 +230,7 @@
 /* The offline phase is run again, on fresh trial tiers, while its passes
  * add up to less than PROFILE_MIN_PHASE_MS, up to this many; the median
  * pass is the figure (see phase_end in profile.c). */
-#define PROFILE_OFFLINE_PASSES 3u
+#define PROFILE_OFFLINE_PASSES 5u
 #define PROFILE_MAX_PASSES 10000u
 /* The disk phase (disk_phase_ns): on past PROFILE_MIN_PHASE_MS, up to
  * PROFILE_DISK_MAX_MS, while its repetitions' median is uncertain by more
