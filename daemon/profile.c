@@ -107,6 +107,18 @@ double profile_interval(double spread, double model_err)
     return sqrt(sp * sp + model_err * model_err);
 }
 
+double profile_epoch_busy(uint64_t n, uint32_t batch, uint32_t workers)
+{
+    if (n == 0 || batch == 0 || workers < 2)
+        return 1.0;
+    uint64_t b = (n + batch - 1) / batch;          /* batches */
+    uint64_t rounds = (b - 1) / workers;           /* full rounds before the last */
+    uint64_t last = b - rounds * workers;          /* batches in the last: 1..workers */
+    double tail = (double)(n - (b - 1) * batch) / batch; /* the last batch's share */
+    double took = (double)rounds + (last >= 2 ? 1.0 : tail);
+    return ((double)n / batch / workers) / took;
+}
+
 /* Extrapolated figures of one strategy. */
 static void extrapolate(struct proto_profile_strategy *s, const struct profile_scale *sc)
 {
@@ -118,6 +130,14 @@ static void extrapolate(struct proto_profile_strategy *s, const struct profile_s
         rmem = rdisk;
     if (rdisk <= 0)
         rdisk = rmem;
+    /* Whole epochs: their last round of batches (profile_epoch_busy), on
+     * every steady rate; an O_DIRECT disk rate has its epoch's start and
+     * end in it already (its epochs started alone). */
+    double busy = profile_epoch_busy(sc->samples, sc->batch, sc->workers);
+    double rmem_steady = rmem;
+    rmem *= busy;
+    if (!(s->split > 0 && sc->disk_direct))
+        rdisk *= busy;
     /* The disk's bandwidth (read_bw, write_bw: measured where the dataset's
      * records are many times the trial's) against what the trial's few MiB
      * gave: where the disk's sustained rate is below the trial's, the epoch
@@ -156,7 +176,8 @@ static void extrapolate(struct proto_profile_strategy *s, const struct profile_s
     double offline = s->offline_s;
     if (sc->admit_bw > 0) /* the trial admitted every record; the epoch f of them */
         offline = fmax(offline - (1.0 - f) * s->raw_bytes / sc->admit_bw, 0);
-    double cold = s->split == 0 ? safe_div(1.0, rdisk) : offline / W + safe_div(1.0, rmem);
+    double cold = s->split == 0 ? safe_div(1.0, rdisk)
+                                : (offline / W + safe_div(1.0, rmem_steady)) / busy;
     if (s->split)
         cold = fmax(cold, sc->source_s);
     if (s->split && sc->writeback_bw > 0)
@@ -1960,7 +1981,8 @@ static void profile_finish(struct profile *p)
                                cfg->cache_disk, tiers_store(p->pr->tiers) != NULL, 0, 0,
                                p->wb_ns ? p->wb_bytes * 1e9 / (double)p->wb_ns : 0,
                                median(p->src_s, p->nsrc),
-                               p->admit_ns > 0 ? p->admit_bytes * 1e9 / p->admit_ns : 0};
+                               p->admit_ns > 0 ? p->admit_bytes * 1e9 / p->admit_ns : 0,
+                               p->batch, 0};
     if (disk_bandwidth(p, &sc))
         return; /* probe_done comes back here */
     /* A store read with O_DIRECT writes behind (store.c write_behind): a
@@ -1975,6 +1997,7 @@ static void profile_finish(struct profile *p)
         store_get_stats(live, &ls);
     if (ls.write_behind && sc.write_bw > 0)
         sc.writeback_bw = sc.write_bw;
+    sc.disk_direct = ls.direct_io;
     p->sc = sc;
     uint32_t w = profile_rank(p->st, p->nst, &sc, p->req.w_throughput, p->req.w_offline,
                               p->req.w_storage);

@@ -320,7 +320,26 @@ struct profile_scale {
      * (1 - memory_fraction) x raw_bytes / admit_bw of worker time per
      * sample less. */
     double admit_bw;
+    /* The epochs' batch size (0: whole epochs are not modelled: the rates
+     * are steady rates) and whether the disk tier reads with O_DIRECT (its
+     * rate then includes an epoch's start and end, measured: epoch_start_s
+     * in profile.c). See profile_epoch_busy. */
+    uint32_t batch;
+    int disk_direct;
 };
+/* The share of an epoch's time its workers all compute, where its n
+ * samples come in whole batches of `batch`, one batch a job, handed out
+ * in order to `workers` workers: the batches run in rounds of `workers`,
+ * and in the last round the workers without a batch, or with the short
+ * last one, wait. 1 where the batches divide evenly, 1/workers for an
+ * epoch of one batch. The trial's rates are steady rates (its epochs run
+ * back to back, or each cut into one batch per worker); a real epoch of
+ * 600 audio clips in batches of 64 on 2 workers is 10 batches, 5 rounds,
+ * the last of a full batch beside a 24-sample one: 4.69 rounds' work in
+ * 5 rounds' time (0.94), and make bench's audio memory epochs delivered
+ * 1.05-1.10x less than the steady rates said in every run, while its
+ * 3,200 photos (50 batches, 25 even rounds) lean no such way. */
+double profile_epoch_busy(uint64_t n, uint32_t batch, uint32_t workers);
 /* The interval of a predicted rate (0.45: +-45%): the repetitions' spread
  * and the model's error for its kind of figure (PROFILE_ERR_*_PCT / 100),
  * combined as independent errors. */

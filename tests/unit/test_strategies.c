@@ -620,6 +620,49 @@ START_TEST(test_rank_admission_fraction)
 }
 END_TEST
 
+/* Whole epochs: the last round of batches leaves workers waiting. */
+START_TEST(test_epoch_busy)
+{
+    ck_assert_double_eq_tol(profile_epoch_busy(3200, 64, 2), 1.0, 1e-12); /* 25 even rounds */
+    /* 600 clips: 10 batches, the last of 24; 5 rounds for 4.6875 rounds' work. */
+    ck_assert_double_eq_tol(profile_epoch_busy(600, 64, 2), 4.6875 / 5, 1e-12);
+    /* 9 batches on 2 workers: the 9th alone in its round, and full. */
+    ck_assert_double_eq_tol(profile_epoch_busy(576, 64, 2), 4.5 / 5, 1e-12);
+    /* A short 9th alone: 4 rounds and 10/64 of one for 4.078 rounds' work. */
+    ck_assert_double_eq_tol(profile_epoch_busy(522, 64, 2), (522.0 / 128) / (4 + 10.0 / 64),
+                            1e-12);
+    ck_assert_double_eq_tol(profile_epoch_busy(64, 64, 2), 0.5, 1e-12); /* one batch */
+    ck_assert_double_eq_tol(profile_epoch_busy(10, 64, 4), 0.25, 1e-12);
+    ck_assert_double_eq_tol(profile_epoch_busy(100, 64, 4), (100.0 / 256) / 1, 1e-12);
+    /* Not modelled: no batch size, one worker, no samples. */
+    ck_assert_double_eq_tol(profile_epoch_busy(600, 0, 2), 1.0, 1e-12);
+    ck_assert_double_eq_tol(profile_epoch_busy(600, 64, 1), 1.0, 1e-12);
+    ck_assert_double_eq_tol(profile_epoch_busy(0, 64, 2), 1.0, 1e-12);
+
+    /* The ranking takes it on the memory, buffered disk and cold rates; an
+     * O_DIRECT disk rate has its epoch's start and end measured already. */
+    struct proto_profile_strategy st[3];
+    three_strategies(st);
+    struct profile_scale sc = roomy;
+    sc.samples = 600;
+    sc.workers = sc.profile_workers = 2;
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    double mem = 600 / st[2].epoch_memory_s, disk = 600 / st[2].epoch_disk_s;
+    double cold = st[2].cold_rate, none = 600 / st[0].epoch_disk_s;
+    sc.batch = 64;
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    double busy = 4.6875 / 5;
+    ck_assert_double_eq_tol(600 / st[2].epoch_memory_s, mem * busy, 1e-6);
+    ck_assert_double_eq_tol(600 / st[2].epoch_disk_s, disk * busy, 1e-6);
+    ck_assert_double_eq_tol(st[2].cold_rate, cold * busy, 1e-6);
+    ck_assert_double_eq_tol(st[2].expected_rate, mem * busy, 1e-6);
+    sc.disk_direct = 1;
+    profile_rank(st, NELEM(st), &sc, 1, 0, 0);
+    ck_assert_double_eq_tol(600 / st[2].epoch_disk_s, disk, 1e-6);
+    ck_assert_double_eq_tol(600 / st[0].epoch_disk_s, none * busy, 1e-6); /* source files */
+}
+END_TEST
+
 /* PROTO_PROFILE_DISK: the disk's figures come last, after the strategies
  * (and verifications); nothing may follow them, and a cut one is refused. */
 START_TEST(test_proto_profile_disk)
@@ -678,6 +721,7 @@ static Suite *profile_suite(void)
     tcase_add_test(tc, test_config_split_auto);
     tcase_add_test(tc, test_rank_source_read);
     tcase_add_test(tc, test_rank_admission_fraction);
+    tcase_add_test(tc, test_epoch_busy);
     tcase_add_test(tc, test_proto_profile_disk);
     suite_add_tcase(s, tc);
     return s;
