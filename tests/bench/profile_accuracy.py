@@ -250,9 +250,11 @@ def measure(args, s, n):
     drop(files)  # the cold epoch reads the files from the disk, as a first epoch does
     # Nothing else's write-back under the cold epoch: make bench's case before this
     # one (the worst strategy, decode/raw) leaves 1.8 GB of its records dirty, and
-    # this epoch writes 1.8 GB more. (It is not all of what slows decode/raw's cold
-    # epoch after that case: 688-845 samples/s there, with the sync, against 1,317
-    # alone; the rest is not found.)
+    # this epoch writes 1.8 GB more. (The rest of what slowed decode/raw's cold epoch
+    # after that case, 688-845 samples/s there against 1,317 alone, was the VM's cost
+    # of fresh pages for 1.8 GB of page cache behind the earlier cases' caches: the
+    # disk tier now writes behind (store.c write_behind) and cases_profile.sh removes
+    # each case's cache.)
     os.sync()
     d = Daemon(args.build, args.tmp, conf, log)
     try:
