@@ -621,7 +621,8 @@ static int img_check(const struct img *im)
  * decode/raw's 1.8 GB first epoch spent 2.0-6.2 s of system time writing
  * into fresh page-cache pages (a fresh page there costs more the more the
  * page cache already holds), and the node's page cache is left to its
- * other users. A kernel or file system that refuses it: writes as before. */
+ * other users. A kernel or file system that refuses it: writes as before;
+ * a write-back that failed degrades the store, as a failed write does. */
 static void write_behind(struct store *st, int fd, uint64_t off, uint64_t len)
 {
     const uint64_t w = STORE_BEHIND_WINDOW;
@@ -633,11 +634,21 @@ static void write_behind(struct store *st, int fd, uint64_t off, uint64_t len)
         rc = sync_file_range(fd, (off_t)((k - 2) * w), (off_t)w,
                              SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
                                  SYNC_FILE_RANGE_WAIT_AFTER);
-    if (rc == 0 && k >= 2)
+    if (rc < 0)
+        rc = errno;
+    else if (rc == 0 && k >= 2)
         rc = posix_fadvise(fd, (off_t)((k - 2) * w), (off_t)w, POSIX_FADV_DONTNEED);
-    if (rc != 0 && __atomic_exchange_n(&st->behind, 0, __ATOMIC_RELAXED))
-        log_info("store: writing behind refused (%s): written records stay in the page cache",
-                 strerror(rc < 0 ? errno : rc));
+    if (rc == 0)
+        return;
+    if (rc == EINVAL || rc == ESPIPE || rc == ENOSYS || rc == EOPNOTSUPP) {
+        if (__atomic_exchange_n(&st->behind, 0, __ATOMIC_RELAXED))
+            log_info("store: writing behind refused (%s): written records stay in the page "
+                     "cache", strerror(rc));
+        return;
+    }
+    /* A failed write-back (EIO, ENOSPC) is reported here, once: the
+     * fdatasync after it would not see it again. */
+    store_degrade(st, rc, "write-back failed");
 }
 
 /* Writes one prepared record (iov: header, payload, padding) and publishes
