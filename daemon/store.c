@@ -629,15 +629,15 @@ static void write_behind(struct store *st, int fd, uint64_t off, uint64_t len)
     uint64_t k = (off + len) / w;
     if (!__atomic_load_n(&st->behind, __ATOMIC_RELAXED) || k == off / w)
         return;
-    int rc = sync_file_range(fd, (off_t)((k - 1) * w), (off_t)w, SYNC_FILE_RANGE_WRITE);
+    /* An error number (0: none), as posix_fadvise returns it. */
+    int rc = sync_file_range(fd, (off_t)((k - 1) * w), (off_t)w, SYNC_FILE_RANGE_WRITE) < 0
+                 ? errno : 0;
     if (rc == 0 && k >= 2)
         rc = sync_file_range(fd, (off_t)((k - 2) * w), (off_t)w,
                              SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
-                                 SYNC_FILE_RANGE_WAIT_AFTER);
-    if (rc < 0)
-        rc = errno;
-    else if (rc == 0 && k >= 2)
-        rc = posix_fadvise(fd, (off_t)((k - 2) * w), (off_t)w, POSIX_FADV_DONTNEED);
+                                 SYNC_FILE_RANGE_WAIT_AFTER) < 0
+                 ? errno
+                 : posix_fadvise(fd, (off_t)((k - 2) * w), (off_t)w, POSIX_FADV_DONTNEED);
     if (rc == 0)
         return;
     if (rc == EINVAL || rc == ESPIPE || rc == ENOSYS || rc == EOPNOTSUPP) {
