@@ -529,6 +529,7 @@ struct profile_job {
     int64_t *labels;
     float *targets;  /* soft targets of the batch-level steps (NULL: none) */
     uint64_t index;  /* the batch's number in its epoch (the batch steps' seed) */
+    uint64_t seq;    /* handed out as the profile's seq-th job (run_armed's order) */
     uint64_t wall_ns, cpu_ns;
     uint32_t good, failed;
     int busy;
@@ -598,6 +599,7 @@ struct profile {
     double iso_ns[PROFILE_ISO_PASSES];
     struct profile_job *jobs;    /* nslots: njobs, and prefetch more read ahead */
     uint32_t nslots, running;    /* jobs; those at the workers (at most njobs) */
+    uint64_t seq;                /* jobs handed out */
     struct readahead *ra;        /* the streams' read-ahead (NULL: none) */
     int disk_direct;             /* the trial store reads with O_DIRECT */
     uint32_t busy;               /* jobs not idle: reading, armed or running */
@@ -1301,16 +1303,26 @@ static int phase_online(const struct profile *p)
 }
 
 /* Armed jobs (their reads done, or nothing read ahead) to the workers, up
- * to the profile's share of them. */
+ * to the profile's share of them, in the order they were handed out, as a
+ * stream runs its batches. Lowest slot first instead ran the first slots
+ * over and over while the others stayed armed: a memory phase wrote its
+ * batches to two buffers that stayed in the CPU's cache, where a stream
+ * writes its ring's slots in turn (make bench: center_crop/raw predicted
+ * 82-97k samples/s from memory against 72-84k delivered). */
 static void run_armed(struct profile *p)
 {
-    for (uint32_t i = 0; i < p->nslots && p->running < p->njobs; i++) {
-        struct profile_job *j = &p->jobs[i];
-        if (j->state != JOB_ARMED)
-            continue;
-        j->state = JOB_RUNNING;
+    while (p->running < p->njobs) {
+        struct profile_job *next = NULL;
+        for (uint32_t i = 0; i < p->nslots; i++) {
+            struct profile_job *j = &p->jobs[i];
+            if (j->state == JOB_ARMED && (!next || j->seq < next->seq))
+                next = j;
+        }
+        if (!next)
+            return;
+        next->state = JOB_RUNNING;
         p->running++;
-        workers_submit(p->pr->workers, &j->work);
+        workers_submit(p->pr->workers, &next->work);
     }
 }
 
@@ -1371,6 +1383,7 @@ static void profile_pump(struct profile *p)
             j->n = p->nlist - p->next < chunk ? p->nlist - p->next : chunk;
             j->epoch = p->pass;
             j->index = p->next / chunk;
+            j->seq = p->seq++;
             int rc = 0;
             if (ahead) {
                 rc = readahead_batch(p->ra, p->tpipe, p->tds, p->list + j->first, j->n,
