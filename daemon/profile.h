@@ -215,7 +215,6 @@
 #define PROFILE_JOB_SAMPLES 16u       /* offline and load jobs */
 #define PROFILE_MAX_COPIES 16u /* of the sample in the memory epochs (see above) */
 #define PROFILE_BATCH 64u             /* online jobs: a batch, when PROFILE names none */
-#define PROFILE_RING_BYTES (64ull << 20) /* online jobs' output, all jobs together */
 #define PROFILE_MIN_PHASE_MS 200u
 /* The memory phase: one per split point, its figure shared by the split
  * point's encodings; 200 ms of it gave center_crop 31,053 samples/s in one
