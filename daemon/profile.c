@@ -978,6 +978,14 @@ static void phase_list(struct profile *p, enum phase ph)
     }
 }
 
+/* A pass (an epoch of the sample) starts now: its clock, and no job of it
+ * at a worker yet (first_ns). */
+static void pass_begin(struct profile *p)
+{
+    p->pass_t0 = stats_now_ns();
+    p->first_ns = 0;
+}
+
 static void phase_begin(struct profile *p, enum phase ph)
 {
     p->phase = ph;
@@ -1029,8 +1037,8 @@ static void phase_begin(struct profile *p, enum phase ph)
     case PH_END:
         break;
     }
-    p->pass_t0 = p->rep_t0 = stats_now_ns();
-    p->first_ns = 0;
+    pass_begin(p);
+    p->rep_t0 = p->pass_t0;
 }
 
 static void strategy_begin(struct profile *p);
@@ -1431,19 +1439,18 @@ static void profile_pump(struct profile *p)
             p->iso = 1;
             p->next = 0;
             p->pass_good = 0;
-            p->pass_t0 = stats_now_ns();
-            p->first_ns = 0;
+            pass_begin(p);
             continue;
         }
         int verify_warm = p->phase == PH_VMEMORY || p->phase == PH_VDISK;
         int disk_epochs = p->phase == PH_DISK && !b2b_phase(p);
-        if (verify_warm && pass_ns > 0 && p->nreps < PROFILE_MAX_REPS)
-            p->reps[p->nreps++] = (double)p->pass_good * 1e9 / (double)pass_ns;
-        if (disk_epochs && pass_ns > p->first_ns && p->nreps < PROFILE_MAX_REPS) {
-            /* Its steady rate, and apart the wait for the first reads,
-             * which a real epoch pays once (epoch_start_s). */
-            p->start_ns[p->nstart++] = (double)p->first_ns;
-            p->reps[p->nreps++] = (double)p->pass_good * 1e9 / (double)(pass_ns - p->first_ns);
+        /* A disk epoch's rate is its steady one, the wait for its first
+         * reads apart, which a real epoch pays once (epoch_start_s). */
+        uint64_t wait_ns = disk_epochs ? p->first_ns : 0;
+        if ((disk_epochs || verify_warm) && pass_ns > wait_ns && p->nreps < PROFILE_MAX_REPS) {
+            if (disk_epochs)
+                p->start_ns[p->nstart++] = (double)wait_ns;
+            p->reps[p->nreps++] = (double)p->pass_good * 1e9 / (double)(pass_ns - wait_ns);
         }
         p->pass_good = 0;
         if (verify_warm && p->nlist > 0 && p->pass < PROFILE_VERIFY_PASSES) {
@@ -1452,8 +1459,7 @@ static void profile_pump(struct profile *p)
             p->next = 0;
             if (p->phase == PH_VDISK)
                 drop_page_cache(p);
-            p->pass_t0 = stats_now_ns();
-            p->first_ns = 0;
+            pass_begin(p);
             continue;
         }
         if (disk_epochs && p->nlist > 0 &&
@@ -1461,8 +1467,7 @@ static void profile_pump(struct profile *p)
             p->pass < PROFILE_MAX_PASSES) {
             p->next = 0;
             drop_page_cache(p);
-            p->pass_t0 = stats_now_ns();
-            p->first_ns = 0;
+            pass_begin(p);
             continue;
         }
         phase_end(p); /* may finish or fail the profile */
@@ -1574,7 +1579,8 @@ static void pio_done(struct work *wk, int cancelled)
             p->nsrc < PROFILE_MAX_STRATEGIES * PROFILE_OFFLINE_PASSES)
             p->src_s[p->nsrc++] = (double)io->ns / 1e9 / p->tk;
         p->nlist = p->tk;
-        p->pass_t0 = p->rep_t0 = stats_now_ns();
+        pass_begin(p);
+        p->rep_t0 = p->pass_t0;
         break;
     case IO_WRITEBACK:
         p->wb_bytes += (double)io->bytes;
