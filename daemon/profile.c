@@ -25,6 +25,7 @@
 #include "log.h"
 #include "pipeline.h"
 #include "readahead.h"
+#include "sink.h"
 #include "stats.h"
 #include "store.h"
 #include "tiers.h"
@@ -602,6 +603,21 @@ struct profile {
     uint64_t first_ns;
     uint32_t nstart;
     double start_ns[PROFILE_MAX_REPS];
+    /* Delivery: each batch of a timed phase goes to the sink (a client on
+     * a thread: sink.h) in a message of a BATCH_SHM frame's bytes, which it
+     * answers as a RELEASE (see job_deliver). After the memory phase, PROFILE_TRIPS
+     * epochs of one sample (tripping; nlist kept in trip_nlist), each
+     * opened by a round trip to the sink (opening: nothing handed out
+     * until it is answered), as a client's epoch opens with OPEN and ends
+     * with its last BATCH: trip_ns each (its sample's work apart), their
+     * median the fixed cost of every epoch (epoch_s). */
+    struct sink *sink;
+    size_t frame_bytes;
+    int tripping, opening;
+    uint32_t ntrip, trip_nlist;
+    uint64_t trip_work_ns;
+    double trip_ns[PROFILE_TRIPS];
+    double epoch_s;
     struct profile_job *jobs;    /* nslots: a stream's ring slots (see profile_create) */
     uint32_t nslots, running;    /* jobs; those at the workers (at most njobs) */
     uint64_t seq;                /* jobs handed out */
@@ -723,6 +739,41 @@ static int job_back(struct profile *p, int cancelled)
     return 0;
 }
 
+/* The phases whose batches are delivered (to the sink): the timed online
+ * ones. */
+static int phase_delivers(const struct profile *p)
+{
+    return p->phase == PH_MEMORY || p->phase == PH_DISK || p->phase >= PH_VCOLD;
+}
+
+#define SINK_BATCH 0
+#define SINK_OPEN 1
+#define PROFILE_OPEN_BYTES 64u /* an OPEN frame's, about */
+
+/* j's batch (its job back) to the sink, as a stream's BATCH_SHM frame goes
+ * to its client, who answers with a RELEASE: the CPU of both (syscalls,
+ * wake-ups) spent beside the workers' as in a stream, the messages of one
+ * pass of the loop in one write as the server's bufferevent writes a
+ * connection's frames. Its slot is free at once. make bench's audio
+ * mel_spectrogram/raw from memory (prof5.sh and mem6.sh in issue 20's
+ * closing note), predicted against delivered: without the messages
+ * 921-928k samples/s against 796-939k; each slot held until its answer
+ * 643-779k against 726-939k; a send per batch 789-799k against 912-965k;
+ * as here 850-879k against 874k-1.08M. A trip's batch ends the trip
+ * (trip_next). */
+static void job_deliver(struct profile *p, const struct profile_job *j)
+{
+    if (!phase_delivers(p) || p->done)
+        return;
+    if (p->tripping) /* the epoch's last batch goes out */
+        p->trip_ns[p->ntrip++] = (double)(stats_now_ns() - p->pass_t0 - p->trip_work_ns);
+    size_t bytes = PROTO_HEADER_SIZE + PROTO_BATCH_SHM_FIXED_SIZE +
+                   (size_t)j->good * p->frame_bytes;
+    int rc = sink_send(p->sink, SINK_BATCH, bytes);
+    if (rc < 0)
+        profile_fail(p, rc, "the trial's delivery of its batches failed: %s", strerror(-rc));
+}
+
 static void job_done(struct work *wk, int cancelled)
 {
     struct profile_job *j = (struct profile_job *)wk;
@@ -752,6 +803,19 @@ static void job_done(struct work *wk, int cancelled)
             p->rep_good = 0;
         }
     }
+    p->trip_work_ns = j->wall_ns;
+    job_deliver(p, j);
+    profile_pump(p);
+}
+
+/* The sink answered: a batch's RELEASE (nothing to do), or a trip's OPEN:
+ * its epoch starts. */
+static void profile_on_answer(void *arg, uint64_t tag)
+{
+    struct profile *p = arg;
+    if (tag != SINK_OPEN)
+        return;
+    p->opening = 0;
     profile_pump(p);
 }
 
@@ -996,6 +1060,7 @@ static void phase_begin(struct profile *p, enum phase ph)
     p->iso = 0;
     p->niso = 0;
     p->nstart = 0;
+    p->tripping = p->opening = 0;
     switch (ph) {
     case PH_OFFLINE: /* admitting to memory as a first epoch does, where there is one */
         tiers_memory_off(p->ttiers, (*p->pr->cfg)->cache_memory == 0);
@@ -1110,7 +1175,7 @@ static double epoch_start_s(struct profile *p, double rate)
  * delivers it: its samples over their steady time plus one epoch's start. */
 static double with_epoch_start(struct profile *p, double rate)
 {
-    double n = (double)dataset_size(p->ds), t0 = epoch_start_s(p, rate);
+    double n = (double)dataset_size(p->ds), t0 = epoch_start_s(p, rate) + p->epoch_s;
     log_debug("profile of '%s': %s phase: %.0f samples/s steady, epoch start %.2f ms",
               dataset_name(p->ds), p->phase == PH_MEMORY ? "memory" : "disk", rate, t0 * 1e3);
     return rate > 0 && n > 0 ? n / (n / rate + t0) : rate;
@@ -1308,7 +1373,7 @@ static uint64_t phase_min_ns(const struct profile *p)
  * epochs wait for the page cache to be dropped in between. */
 static int back_to_back(const struct profile *p)
 {
-    return !p->iso && b2b_phase(p);
+    return !p->iso && !p->tripping && b2b_phase(p);
 }
 
 /* The phases whose epochs run back to back (then PROFILE_ISO_PASSES alone). */
@@ -1369,6 +1434,41 @@ static void job_read(void *arg)
     run_armed(p);
 }
 
+/* The memory phase's epochs are over (the back-to-back ones, or a trip):
+ * the next trip opened (1: wait for it), or 0 when they are all done (the
+ * phase then ends; its epochs' fixed cost is epoch_s). A trip is opened by
+ * a round trip to the sink (profile_on_answer) and ends as its one batch
+ * goes out to it (job_deliver); its sample's work on the worker is not
+ * counted. */
+static int trip_next(struct profile *p)
+{
+    if (!p->tripping) {
+        p->tripping = 1;
+        p->ntrip = 0;
+        p->trip_nlist = p->nlist;
+        p->nlist = p->nlist ? 1 : 0;
+    }
+    if (p->ntrip < PROFILE_TRIPS && p->nlist > 0) {
+        p->next = 0;
+        p->pass_good = 0;
+        pass_begin(p);
+        int rc = sink_send(p->sink, SINK_OPEN, PROFILE_OPEN_BYTES);
+        if (rc < 0) {
+            profile_fail(p, rc, "the trial's delivery of its batches failed: %s",
+                         strerror(-rc));
+            return 1;
+        }
+        p->opening = 1;
+        return 1;
+    }
+    p->epoch_s = median(p->trip_ns, p->ntrip) / 1e9;
+    log_debug("profile of '%s': an epoch's fixed cost %.1f us (%u one-sample epochs)",
+              dataset_name(p->ds), p->epoch_s * 1e6, p->ntrip);
+    p->tripping = 0;
+    p->nlist = p->trip_nlist;
+    return 0;
+}
+
 /* Hands out jobs up to the profile's share of the workers (online phases:
  * each batch through the streams' read-ahead first, up to `prefetch`
  * batches more, as a stream prepares them); at the end of an epoch (all
@@ -1376,7 +1476,7 @@ static void job_read(void *arg)
 static void profile_pump(struct profile *p)
 {
     for (;;) {
-        if (p->done || p->closing)
+        if (p->done || p->closing || p->opening)
             return;
         int online = phase_online(p), ahead = online && p->ra;
         uint32_t chunk = online ? p->batch : PROFILE_JOB_SAMPLES;
@@ -1430,9 +1530,11 @@ static void profile_pump(struct profile *p)
         uint64_t pass_ns = stats_now_ns() - p->pass_t0;
         if (p->iso && p->niso < PROFILE_ISO_PASSES)
             p->iso_ns[p->niso++] = (double)pass_ns;
-        else
+        else if (!p->tripping)
             p->wall_ns += pass_ns;
         p->pass++;
+        if (p->phase == PH_MEMORY && trip_next(p))
+            return;
         if (b2b_phase(p) && p->phase == PH_DISK && p->nlist > 0 && p->niso < PROFILE_ISO_PASSES) {
             /* Then epochs each started alone: what a real epoch's start
              * and end cost beyond its steady rate (epoch_start_s). */
@@ -1681,6 +1783,7 @@ static uint32_t profile_apply(struct profile *p, const struct proto_profile_stra
 static void profile_free(struct profile *p)
 {
     trial_close(p);
+    sink_destroy(p->sink);
     if (p->ev)
         event_free(p->ev);
     for (uint32_t i = 0; p->jobs && i < p->nslots; i++) {
@@ -2125,6 +2228,15 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
     p->list = malloc((p->k ? p->k : 1) * PROFILE_MAX_COPIES * sizeof(*p->list));
     p->jobs = calloc(p->nslots, sizeof(*p->jobs));
     p->ev = event_new(pr->base, -1, 0, profile_on_event, p);
+    /* A BATCH_SHM frame carries its samples' label rows (and soft targets). */
+    p->frame_bytes = sizeof(int64_t) + (dc->nbatch_steps ? o->labels.classes * sizeof(float) : 0);
+    int rc = sink_create(&p->sink, pr->base, profile_on_answer, p);
+    if (rc < 0) {
+        p->sink = NULL;
+        snprintf(err, errlen, "no thread to deliver a profile's batches to: %s", strerror(-rc));
+        profile_free(p);
+        return rc;
+    }
     int ok = p->ids && p->rids && p->list && p->jobs && p->ev;
     if (p->jobs) {
         for (uint32_t i = 0; i < p->nslots && ok; i++) {

@@ -44,7 +44,9 @@
  *            cache hits, 1.4-2.5x over what their real epochs delivered;
  *   memory   warm epochs from that memory tier (every copy), online steps included,
  *            delivered into batch buffers as a stream's worker does it
- *            (pipeline_batch), in batches of the epochs' size (PROFILE's
+ *            (pipeline_batch) and delivered to a client stood in for by a
+            thread (sink.h: a message of the BATCH_SHM frame's bytes each,
+            answered as a RELEASE), in batches of the epochs' size (PROFILE's
  *            batch_size; by default PROFILE_BATCH, the default of prestoctl
  *            epoch and of the C and Python clients): a batch's fixed costs
  *            (its job handed to a worker and back to the event loop, its
@@ -55,7 +57,13 @@
  *            by the wall clock, the median of
  *            at least PROFILE_MIN_REPS repetitions (stretches of at least
  *            PROFILE_REP_MS) and their spread, and CPU seconds per sample
- *            (thread CPU clock). The memory tier holds the same decoded bytes whatever
+ *            (thread CPU clock). Then PROFILE_TRIPS epochs of one sample,
+            each opened by a round trip to the sink (a client's OPEN) and
+            over when its batch goes out: their median, the sample's work
+            apart, is what every epoch costs beyond its samples, added once
+            per epoch of the dataset to the memory and disk rates (make
+            bench's VM: 0.05-0.09 ms, 10% of a 600-clip mel-spectrogram
+            epoch). The memory tier holds the same decoded bytes whatever
  *            the disk encoding, so this (and load) runs once per split
  *            point, for its first encoding, and the others share it;
  *   disk     the same from the trial disk store, read as the daemon's disk
@@ -226,6 +234,7 @@
 /* The O_DIRECT disk phase ends with this many epochs of the sample each
  * started alone (see epoch_start_s in profile.c). */
 #define PROFILE_ISO_PASSES 3u
+#define PROFILE_TRIPS 32u /* one-sample epochs after the memory phase: an epoch's fixed cost */
 /* The offline phase is run again, on fresh trial tiers, while its passes
  * add up to less than PROFILE_MIN_PHASE_MS, up to this many; the median
  * pass is the figure (see phase_end in profile.c). */
