@@ -62,7 +62,7 @@
             over when its batch goes out: their median, the sample's work
             apart, is what every epoch costs beyond its samples, added once
             per epoch of the dataset to the memory and disk rates (make
-            bench's VM: 0.05-0.09 ms, 10% of a 600-clip mel-spectrogram
+            bench's VM: 0.04-0.13 ms, ~10% of a 600-clip mel-spectrogram
             epoch). The memory tier holds the same decoded bytes whatever
  *            the disk encoding, so this (and load) runs once per split
  *            point, for its first encoding, and the others share it;
