@@ -612,10 +612,9 @@ struct profile {
      * with its last BATCH: trip_ns each (its sample's work apart), their
      * median the fixed cost of every epoch (epoch_s). */
     struct sink *sink;
-    size_t frame_bytes;
+    size_t frame_bytes; /* a sample's label row (proto_label_row) */
     int tripping, opening;
     uint32_t ntrip, trip_nlist;
-    uint64_t trip_work_ns;
     double trip_ns[PROFILE_TRIPS];
     double epoch_s;
     struct profile_job *jobs;    /* nslots: a stream's ring slots (see profile_create) */
@@ -750,6 +749,15 @@ static int phase_delivers(const struct profile *p)
 #define SINK_OPEN 1
 #define PROFILE_OPEN_BYTES 64u /* an OPEN frame's, about */
 
+/* A message to the sink: 0, or -errno with the profile failed. */
+static int profile_send(struct profile *p, uint64_t tag, size_t bytes)
+{
+    int rc = sink_send(p->sink, tag, bytes);
+    if (rc < 0)
+        profile_fail(p, rc, "the trial's delivery of its batches failed: %s", strerror(-rc));
+    return rc;
+}
+
 /* j's batch (its job back) to the sink, as a stream's BATCH_SHM frame goes
  * to its client, who answers with a RELEASE: the CPU of both (syscalls,
  * wake-ups) spent beside the workers' as in a stream, the messages of one
@@ -765,13 +773,10 @@ static void job_deliver(struct profile *p, const struct profile_job *j)
 {
     if (!phase_delivers(p) || p->done)
         return;
-    if (p->tripping) /* the epoch's last batch goes out */
-        p->trip_ns[p->ntrip++] = (double)(stats_now_ns() - p->pass_t0 - p->trip_work_ns);
-    size_t bytes = PROTO_HEADER_SIZE + PROTO_BATCH_SHM_FIXED_SIZE +
-                   (size_t)j->good * p->frame_bytes;
-    int rc = sink_send(p->sink, SINK_BATCH, bytes);
-    if (rc < 0)
-        profile_fail(p, rc, "the trial's delivery of its batches failed: %s", strerror(-rc));
+    if (p->tripping) /* the epoch's last batch goes out, its sample's work apart */
+        p->trip_ns[p->ntrip++] = (double)(stats_now_ns() - p->pass_t0 - j->wall_ns);
+    profile_send(p, SINK_BATCH, PROTO_HEADER_SIZE + PROTO_BATCH_SHM_FIXED_SIZE +
+                                    (size_t)j->good * p->frame_bytes);
 }
 
 static void job_done(struct work *wk, int cancelled)
@@ -803,7 +808,6 @@ static void job_done(struct work *wk, int cancelled)
             p->rep_good = 0;
         }
     }
-    p->trip_work_ns = j->wall_ns;
     job_deliver(p, j);
     profile_pump(p);
 }
@@ -1452,13 +1456,7 @@ static int trip_next(struct profile *p)
         p->next = 0;
         p->pass_good = 0;
         pass_begin(p);
-        int rc = sink_send(p->sink, SINK_OPEN, PROFILE_OPEN_BYTES);
-        if (rc < 0) {
-            profile_fail(p, rc, "the trial's delivery of its batches failed: %s",
-                         strerror(-rc));
-            return 1;
-        }
-        p->opening = 1;
+        p->opening = profile_send(p, SINK_OPEN, PROFILE_OPEN_BYTES) == 0;
         return 1;
     }
     p->epoch_s = median(p->trip_ns, p->ntrip) / 1e9;
@@ -2228,8 +2226,7 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
     p->list = malloc((p->k ? p->k : 1) * PROFILE_MAX_COPIES * sizeof(*p->list));
     p->jobs = calloc(p->nslots, sizeof(*p->jobs));
     p->ev = event_new(pr->base, -1, 0, profile_on_event, p);
-    /* A BATCH_SHM frame carries its samples' label rows (and soft targets). */
-    p->frame_bytes = sizeof(int64_t) + (dc->nbatch_steps ? o->labels.classes * sizeof(float) : 0);
+    p->frame_bytes = proto_label_row(&o->labels); /* a BATCH_SHM frame's, per sample */
     int rc = sink_create(&p->sink, pr->base, profile_on_answer, p);
     if (rc < 0) {
         p->sink = NULL;
