@@ -28,6 +28,7 @@
 #include "sink.h"
 #include "stats.h"
 #include "store.h"
+#include "stream.h"
 #include "tiers.h"
 
 #define TRIAL_PREFIX "profile-trial-"
@@ -2215,7 +2216,7 @@ static int profile_create(struct profiler *pr, struct dataset *ds,
      * bench's mel spectrograms where a stream's ring holds 8, predicted
      * 657-715k samples/s from memory against 837-894k delivered. */
     p->ra = pr->readahead;
-    p->nslots = p->ra ? (cfg->prefetch < 2 ? 2 : cfg->prefetch) : p->njobs;
+    p->nslots = p->ra ? stream_ring_slots(cfg->prefetch) : p->njobs;
     if (p->nslots < p->njobs)
         p->nslots = p->njobs;
     char trial[64];

@@ -246,7 +246,7 @@ uint64_t stream_memory(const struct dataset *ds, const struct stream_params *p)
         return sock;
     /* Shared memory: a job per slot and the ring; the BATCH_SHM frames
      * (header and labels) of every slot the client has not taken. */
-    uint64_t slots = p->prefetch < 2 ? 2 : p->prefetch;
+    uint64_t slots = stream_ring_slots(p->prefetch);
     uint64_t frame = 128 + bs * (row + len);
     uint64_t shm = base + slots * (job + sizeof(struct batch_job *) + frame +
                                    ring_slot_size((size_t)(bs * sample)));
@@ -910,7 +910,7 @@ static int stream_say_opened(struct stream *s, struct ring *spare)
                                 dataset_size(s->ds), dataset_fingerprint(s->ds),
                                 s->p.labels, o->labels};
     if (s->p.shm) {
-        uint32_t slots = s->p.prefetch < 2 ? 2 : s->p.prefetch;
+        uint32_t slots = stream_ring_slots(s->p.prefetch);
         size_t bytes = (size_t)s->p.batch_size * o->bytes;
         int kept = spare && spare->fd >= 0 && spare->slots == slots &&
                    spare->slot_bytes == ring_slot_size(bytes);

@@ -156,4 +156,11 @@ int stream_dropped(const struct stream *s);
 /* Stops producing and says nothing more; frees when idle. */
 void stream_close(struct stream *s);
 
+/* A shared-memory stream's ring slots for its prefetch: at least 2 (the
+ * profiler's trial runs as many batches in flight: profile.c). */
+static inline uint32_t stream_ring_slots(uint32_t prefetch)
+{
+    return prefetch < 2 ? 2 : prefetch;
+}
+
 #endif
